@@ -1,0 +1,109 @@
+//! The daemon's tunables (SPEC §2). Every key has the documented default;
+//! `config/procd.toml` in the repository lists them all. Parsing from TOML
+//! lives in procd-gateway; this type is plain data.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The shell and its flags; the command text is appended as one argument.
+    pub shell: Vec<String>,
+    pub kill_grace_s: f64,
+    pub finished_ttl_s: f64,
+    pub max_sessions: usize,
+    pub max_running: usize,
+    pub max_log_bytes: u64,
+    pub memory_tail_bytes: usize,
+    pub final_drain_ms: u64,
+    pub max_request_bytes: usize,
+    pub max_wait_s: f64,
+    pub redact: bool,
+    pub env_blocklist: Vec<String>,
+    pub watch_min_interval_s: f64,
+    pub watch_max_deliveries: u32,
+    pub worker_memory_max_mb: u64,
+    pub stop_timeout_s: f64,
+    pub monitor_interval_s: f64,
+    pub on_demand_idle_s: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            shell: vec!["bash".into(), "-lic".into()],
+            kill_grace_s: 2.0,
+            finished_ttl_s: 1800.0,
+            max_sessions: 64,
+            max_running: 256,
+            max_log_bytes: 64 * 1024 * 1024,
+            memory_tail_bytes: 256 * 1024,
+            final_drain_ms: 250,
+            max_request_bytes: 1024 * 1024,
+            max_wait_s: 600.0,
+            redact: true,
+            env_blocklist: [
+                "OPENAI_BASE_URL",
+                "OPENAI_API_BASE",
+                "OPENAI_ORG_ID",
+                "ANTHROPIC_BASE_URL",
+                "GH_TOKEN",
+                "GITHUB_TOKEN",
+                "HF_TOKEN",
+            ]
+            .map(String::from)
+            .to_vec(),
+            watch_min_interval_s: 15.0,
+            watch_max_deliveries: 8,
+            worker_memory_max_mb: 4096,
+            stop_timeout_s: 20.0,
+            monitor_interval_s: 1.0,
+            on_demand_idle_s: 0.0,
+        }
+    }
+}
+
+impl Config {
+    /// Checks values that parse but make no sense; the error names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        let non_negative = [
+            ("kill_grace_s", self.kill_grace_s),
+            ("finished_ttl_s", self.finished_ttl_s),
+            ("max_wait_s", self.max_wait_s),
+            ("watch_min_interval_s", self.watch_min_interval_s),
+            ("stop_timeout_s", self.stop_timeout_s),
+            ("on_demand_idle_s", self.on_demand_idle_s),
+        ];
+        for (key, value) in non_negative {
+            if !value.is_finite() || value < 0.0 {
+                return Err(format!("{key} must be a non-negative number, got {value}"));
+            }
+        }
+        if !(self.monitor_interval_s.is_finite() && self.monitor_interval_s > 0.0) {
+            return Err(format!(
+                "monitor_interval_s must be a positive number, got {}",
+                self.monitor_interval_s
+            ));
+        }
+        if self.shell.is_empty() || self.shell[0].is_empty() {
+            return Err("shell must name a program, e.g. [\"bash\", \"-lic\"]".into());
+        }
+        for (key, value) in [
+            ("max_sessions", self.max_sessions),
+            ("max_running", self.max_running),
+            ("memory_tail_bytes", self.memory_tail_bytes),
+            ("max_request_bytes", self.max_request_bytes),
+        ] {
+            if value == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+        }
+        if self.max_log_bytes < 4096 {
+            return Err(format!(
+                "max_log_bytes must be at least 4096, got {}",
+                self.max_log_bytes
+            ));
+        }
+        Ok(())
+    }
+}

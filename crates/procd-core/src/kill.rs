@@ -1,0 +1,407 @@
+//! Process-tree termination (SPEC §5.1).
+//!
+//! A `KillPlan` is the set of processes that belong to a session: its process
+//! group, every /proc descendant of its root, and every process whose
+//! environment carries the session's marker (descendants that left the group
+//! with setsid). Each target is named by its `ProcessIdentity` and signalled
+//! through a pidfd opened under the identity guard, so a recycled pid is
+//! never signalled. Order: deepest descendants first, the root last.
+
+use crate::identity::ProcessIdentity;
+use crate::pidfd::PidFd;
+use crate::procfs::{ProcFs, ProcStat};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// How long survivors of SIGKILL get to disappear before being reported.
+const CONFIRM_WINDOW: Duration = Duration::from_secs(1);
+
+/// What identifies a session's processes.
+#[derive(Debug, Clone)]
+pub struct TreeSpec {
+    pub root: ProcessIdentity,
+    /// The group the root leads (its pid, as spawned with setsid).
+    pub pgid: i32,
+    /// `PROCD_SESSION_ID=<id>` as it appears in /proc/<pid>/environ.
+    pub marker: Vec<u8>,
+    /// The root is our child and not yet reaped, so its pid cannot have been
+    /// recycled: if /proc is unreadable, its pidfd alone identifies it.
+    pub root_pinned: bool,
+}
+
+impl TreeSpec {
+    /// The identity guard, with the one exception `root_pinned` allows.
+    fn open(&self, target: &ProcessIdentity, procfs: &ProcFs) -> Option<PidFd> {
+        if let Some(fd) = target.open(procfs) {
+            return Some(fd);
+        }
+        let stat_unreadable = procfs.stat(target.pid).is_err() && procfs.all().is_err();
+        if self.root_pinned && target == &self.root && stat_unreadable {
+            return PidFd::open(target.pid).ok();
+        }
+        None
+    }
+}
+
+/// The targets of one signalling round, children before parents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KillPlan {
+    pub targets: Vec<ProcessIdentity>,
+}
+
+impl KillPlan {
+    /// Collects the session's live processes. With `include_root` false the
+    /// root is left out (a session whose root has exited). If /proc cannot be
+    /// read, the plan falls back to the root pid alone.
+    pub fn collect(spec: &TreeSpec, procfs: &ProcFs, include_root: bool) -> KillPlan {
+        match procfs.all() {
+            Ok(table) => plan_from_table(spec, procfs, &table, include_root),
+            Err(_) if include_root => KillPlan {
+                targets: vec![spec.root],
+            },
+            Err(_) => KillPlan::default(),
+        }
+    }
+
+    /// Just the group and the root: the targets of a one-off `signal`.
+    pub fn group(spec: &TreeSpec, procfs: &ProcFs) -> KillPlan {
+        let Ok(table) = procfs.all() else {
+            return KillPlan {
+                targets: vec![spec.root],
+            };
+        };
+        let mut plan = plan_from_table(spec, procfs, &table, true);
+        let in_group: HashSet<i32> = table
+            .iter()
+            .filter(|s| s.pgrp == spec.pgid)
+            .map(|s| s.pid)
+            .collect();
+        plan.targets
+            .retain(|t| t.pid == spec.root.pid || in_group.contains(&t.pid));
+        plan
+    }
+}
+
+fn plan_from_table(
+    spec: &TreeSpec,
+    procfs: &ProcFs,
+    table: &[ProcStat],
+    include_root: bool,
+) -> KillPlan {
+    let me = std::process::id() as i32;
+    let my_pgid = nix::unistd::getpgrp().as_raw();
+    let by_pid: HashMap<i32, &ProcStat> = table.iter().map(|s| (s.pid, s)).collect();
+
+    // The root's pid and group are only ours while the pid is not a
+    // stranger's: a live process with that pid and another start time means
+    // the number was recycled, and its descendants or group are not ours.
+    let root_recycled = by_pid
+        .get(&spec.root.pid)
+        .is_some_and(|s| s.start_time != spec.root.start_time);
+    let pgid_usable = spec.pgid > 1 && spec.pgid != my_pgid && !root_recycled;
+
+    let mut chosen: HashSet<i32> = HashSet::new();
+    if !root_recycled {
+        // Descendants of the root through parent links.
+        let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+        for s in table {
+            children.entry(s.ppid).or_default().push(s.pid);
+        }
+        let mut stack = vec![spec.root.pid];
+        while let Some(pid) = stack.pop() {
+            for &child in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+                if chosen.insert(child) {
+                    stack.push(child);
+                }
+            }
+        }
+    }
+    for s in table {
+        if (pgid_usable && s.pgrp == spec.pgid)
+            || (!spec.marker.is_empty() && procfs.environ_has(s.pid, &spec.marker))
+        {
+            chosen.insert(s.pid);
+        }
+    }
+    chosen.remove(&spec.root.pid);
+    chosen.remove(&me);
+    chosen.remove(&1);
+
+    let depth = |pid: i32| {
+        let mut d = 0u32;
+        let mut cur = pid;
+        while let Some(s) = by_pid.get(&cur) {
+            if s.ppid <= 1 || d > 4096 {
+                break;
+            }
+            d += 1;
+            cur = s.ppid;
+        }
+        d
+    };
+    let mut targets: Vec<(u32, ProcessIdentity)> = chosen
+        .into_iter()
+        .filter_map(|pid| by_pid.get(&pid))
+        .filter(|s| !s.is_dead())
+        .map(|s| {
+            (
+                depth(s.pid),
+                ProcessIdentity {
+                    pid: s.pid,
+                    start_time: s.start_time,
+                },
+            )
+        })
+        .collect();
+    targets.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.pid.cmp(&b.1.pid)));
+    let mut targets: Vec<ProcessIdentity> = targets.into_iter().map(|(_, id)| id).collect();
+    if include_root && spec.root.pid > 1 && spec.root.pid != me {
+        targets.push(spec.root);
+    }
+    KillPlan { targets }
+}
+
+/// The result of a termination.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KillOutcome {
+    /// Processes that received the first signal.
+    pub signalled: usize,
+    /// Pids still alive at the end (reported, never hidden).
+    pub survivors: Vec<i32>,
+}
+
+/// Sends `signal` to each target that is still the same process; returns
+/// the opened pidfds (targets that vanished or were recycled are skipped).
+fn signal_all(
+    spec: &TreeSpec,
+    targets: &[ProcessIdentity],
+    procfs: &ProcFs,
+    signal: i32,
+) -> Vec<PidFd> {
+    let mut fds = Vec::with_capacity(targets.len());
+    for target in targets {
+        let Some(pidfd) = spec.open(target, procfs) else {
+            continue;
+        };
+        match pidfd.send_signal(signal) {
+            Ok(true) => fds.push(pidfd),
+            Ok(false) => {}
+            Err(err) => tracing::warn!(pid = target.pid, %err, "signal failed"),
+        }
+    }
+    fds
+}
+
+async fn wait_all(fds: Vec<PidFd>, limit: Duration) -> Vec<PidFd> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut alive = Vec::new();
+    for fd in fds {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !fd.wait_exit(left).await {
+            alive.push(fd);
+        }
+    }
+    alive
+}
+
+/// Terminates the session's tree: `signal` to every target (children first,
+/// root last), up to `grace` for them to exit, then SIGKILL to survivors and
+/// to anything forked meanwhile, then up to 1 s to confirm. With a zero grace
+/// there is no escalation: survivors of the signal are reported.
+pub async fn terminate(
+    spec: &TreeSpec,
+    procfs: &ProcFs,
+    include_root: bool,
+    signal: i32,
+    grace: Duration,
+) -> KillOutcome {
+    let plan = collect_blocking(spec, procfs, include_root).await;
+    let fds = signal_all(spec, &plan.targets, procfs, signal);
+    let signalled = fds.len();
+    let escalate = signal != libc::SIGKILL && !grace.is_zero();
+    let first_wait = if escalate { grace } else { CONFIRM_WINDOW };
+    let mut alive = wait_all(fds, first_wait).await;
+
+    if escalate {
+        // Re-collect: the tree may have forked while we waited.
+        let again = collect_blocking(spec, procfs, include_root).await;
+        let known: HashSet<i32> = alive.iter().map(PidFd::pid).collect();
+        for fd in &alive {
+            let _ = fd.send_signal(libc::SIGKILL);
+        }
+        let fresh: Vec<ProcessIdentity> = again
+            .targets
+            .into_iter()
+            .filter(|t| !known.contains(&t.pid))
+            .collect();
+        alive.extend(signal_all(spec, &fresh, procfs, libc::SIGKILL));
+        alive = wait_all(alive, CONFIRM_WINDOW).await;
+    }
+    KillOutcome {
+        signalled,
+        survivors: alive.iter().map(PidFd::pid).collect(),
+    }
+}
+
+/// Sends one signal to the session's group (and root), no escalation.
+pub async fn signal_group(spec: &TreeSpec, procfs: &ProcFs, signal: i32) -> usize {
+    let spec2 = spec.clone();
+    let procfs2 = procfs.clone();
+    let plan = tokio::task::spawn_blocking(move || KillPlan::group(&spec2, &procfs2))
+        .await
+        .unwrap_or_else(|_| KillPlan {
+            targets: vec![spec.root],
+        });
+    signal_all(spec, &plan.targets, procfs, signal).len()
+}
+
+async fn collect_blocking(spec: &TreeSpec, procfs: &ProcFs, include_root: bool) -> KillPlan {
+    let spec2 = spec.clone();
+    let procfs2 = procfs.clone();
+    tokio::task::spawn_blocking(move || KillPlan::collect(&spec2, &procfs2, include_root))
+        .await
+        .unwrap_or_else(|_| KillPlan {
+            targets: if include_root {
+                vec![spec.root]
+            } else {
+                vec![]
+            },
+        })
+}
+
+/// Parses "SIGINT", "INT", "sigint" or a number into a signal number.
+pub fn parse_signal(spec: &procd_proto::SignalSpec) -> Option<i32> {
+    use nix::sys::signal::Signal;
+    use std::str::FromStr;
+    match spec {
+        procd_proto::SignalSpec::Number(n) => Signal::try_from(*n).ok().map(|s| s as i32),
+        procd_proto::SignalSpec::Name(name) => {
+            let upper = name.trim().to_ascii_uppercase();
+            if let Ok(n) = upper.parse::<i32>() {
+                return Signal::try_from(n).ok().map(|s| s as i32);
+            }
+            let full = if upper.starts_with("SIG") {
+                upper
+            } else {
+                format!("SIG{upper}")
+            };
+            Signal::from_str(&full).ok().map(|s| s as i32)
+        }
+    }
+}
+
+/// "SIGTERM" for 15.
+pub fn signal_name(signal: i32) -> String {
+    nix::sys::signal::Signal::try_from(signal)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("SIG{signal}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(pid: i32, ppid: i32, pgrp: i32, start: u64) -> ProcStat {
+        ProcStat {
+            pid,
+            state: 'S',
+            ppid,
+            pgrp,
+            session: pgrp,
+            start_time: start,
+        }
+    }
+
+    fn spec(pid: i32, start: u64) -> TreeSpec {
+        TreeSpec {
+            root: ProcessIdentity {
+                pid,
+                start_time: start,
+            },
+            pgid: pid,
+            marker: Vec::new(),
+            root_pinned: false,
+        }
+    }
+
+    #[test]
+    fn children_come_before_their_parent_and_root_is_last() {
+        // 100 (root) -> 101 -> 102 -> 103 ; 100 -> 104 ; 200 unrelated
+        let table = vec![
+            stat(100, 50, 100, 1),
+            stat(101, 100, 100, 2),
+            stat(102, 101, 100, 3),
+            stat(103, 102, 777, 4), // left the group, still a descendant
+            stat(104, 100, 100, 5),
+            stat(200, 50, 200, 6),
+            stat(50, 1, 50, 0),
+        ];
+        let plan = plan_from_table(&spec(100, 1), &ProcFs::at("/nonexistent"), &table, true);
+        let order: Vec<i32> = plan.targets.iter().map(|t| t.pid).collect();
+        assert_eq!(order.last(), Some(&100));
+        let pos = |p| order.iter().position(|&x| x == p).unwrap();
+        assert!(pos(103) < pos(102) && pos(102) < pos(101) && pos(101) < pos(100));
+        assert!(pos(104) < pos(100));
+        assert!(!order.contains(&200) && !order.contains(&50));
+    }
+
+    #[test]
+    fn a_recycled_root_pid_disowns_its_tree_and_group() {
+        let table = vec![
+            stat(100, 1, 100, 99), // pid 100 now belongs to a stranger
+            stat(101, 100, 100, 2),
+        ];
+        let plan = plan_from_table(&spec(100, 1), &ProcFs::at("/nonexistent"), &table, false);
+        assert!(plan.targets.is_empty());
+    }
+
+    #[test]
+    fn zombies_are_not_targets() {
+        let mut z = stat(101, 100, 100, 2);
+        z.state = 'Z';
+        let table = vec![stat(100, 1, 100, 1), z];
+        let plan = plan_from_table(&spec(100, 1), &ProcFs::at("/nonexistent"), &table, false);
+        assert!(plan.targets.is_empty());
+    }
+
+    #[test]
+    fn unreadable_proc_falls_back_to_the_root() {
+        let s = spec(4242, 7);
+        let plan = KillPlan::collect(&s, &ProcFs::at("/nonexistent-proc"), true);
+        assert_eq!(plan.targets, vec![s.root]);
+    }
+
+    #[tokio::test]
+    async fn unreadable_proc_still_terminates_a_pinned_root() {
+        // R25: the tree cannot be walked, the root still gets SIGTERM.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id() as i32;
+        let spec = TreeSpec {
+            root: ProcessIdentity::of(&ProcFs::default(), pid).expect("identity"),
+            pgid: pid,
+            marker: Vec::new(),
+            root_pinned: true,
+        };
+        let bogus = ProcFs::at("/nonexistent-proc");
+        let outcome = terminate(&spec, &bogus, true, libc::SIGTERM, Duration::from_secs(2)).await;
+        assert_eq!(outcome.signalled, 1);
+        let status = child.wait().expect("wait");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+    }
+
+    #[test]
+    fn signal_names_parse() {
+        use procd_proto::SignalSpec::*;
+        assert_eq!(parse_signal(&Name("SIGINT".into())), Some(2));
+        assert_eq!(parse_signal(&Name("int".into())), Some(2));
+        assert_eq!(parse_signal(&Number(15)), Some(15));
+        assert_eq!(parse_signal(&Name("9".into())), Some(9));
+        assert_eq!(parse_signal(&Name("NOPE".into())), None);
+        assert_eq!(parse_signal(&Number(999)), None);
+        assert_eq!(signal_name(15), "SIGTERM");
+    }
+}

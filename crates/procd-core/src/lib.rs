@@ -1,0 +1,27 @@
+//! procd-core: the process registry.
+//!
+//! Owns sessions (spawn, output, stdin, exit), their termination (identity
+//! guard, tree kill) and the notification queue. Knows nothing about
+//! sockets, JSON-RPC framing or daemon lifecycle: the server crate turns
+//! requests into calls on `Registry` and its results into responses.
+
+pub mod clock;
+pub mod config;
+pub mod env;
+mod error;
+pub mod identity;
+pub mod kill;
+pub mod noise;
+pub mod notify;
+pub mod output;
+pub mod pidfd;
+pub mod procfs;
+pub mod reaper;
+pub mod registry;
+pub mod rewrite;
+pub mod session;
+pub mod text;
+
+pub use config::Config;
+pub use error::Error;
+pub use registry::{Registry, RegistryOptions, SpawnRequest};

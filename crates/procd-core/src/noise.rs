@@ -1,0 +1,201 @@
+//! Drops what the interactive login shell prints about itself (SPEC §3):
+//! the job-control warnings before the command's first real output, `[N]
+//! PID` job notices, and the `logout` line printed when the command calls
+//! `exit`. Works on whole lines; a line is held back only while it could
+//! still turn out to be noise, so real output streams without delay.
+
+const JOB_CONTROL_WARNINGS: &[&str] = &[
+    "no job control in this shell",
+    "cannot set terminal process group",
+    "Inappropriate ioctl for device",
+];
+
+#[derive(Debug, Default)]
+pub struct NoiseFilter {
+    /// "bash: ": how the shell's own warnings start.
+    warning_prefix: Vec<u8>,
+    /// The current line, held while it may still be noise.
+    held: Vec<u8>,
+    /// The current line was judged real and is being passed through.
+    passing: bool,
+    /// Real output has been seen (job-control warnings stop being noise).
+    seen_output: bool,
+    /// A complete "logout" line, dropped if nothing follows it.
+    held_logout: Option<Vec<u8>>,
+}
+
+impl NoiseFilter {
+    /// A filter for output of `shell` (a path or name such as "bash").
+    pub fn new(shell: &str) -> Self {
+        let name = shell.rsplit('/').next().unwrap_or(shell);
+        NoiseFilter {
+            warning_prefix: format!("{name}: ").into_bytes(),
+            ..Default::default()
+        }
+    }
+
+    /// Filters a chunk; appends what should be stored to `out`.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let (line, complete) = match rest.iter().position(|b| *b == b'\n') {
+                Some(i) => (&rest[..=i], true),
+                None => (rest, false),
+            };
+            rest = &rest[line.len()..];
+            if self.passing {
+                out.extend_from_slice(line);
+            } else {
+                self.held.extend_from_slice(line);
+                if complete {
+                    let held = std::mem::take(&mut self.held);
+                    self.judge_line(held, out);
+                } else if !self.could_be_noise(&self.held) {
+                    self.release_logout(out);
+                    out.append(&mut self.held);
+                    self.passing = true;
+                    self.seen_output = true;
+                }
+            }
+            if complete {
+                self.passing = false;
+            }
+        }
+    }
+
+    /// End of output: a held partial line is real output; a trailing
+    /// `logout` is the shell's and is dropped.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        self.held_logout = None;
+        out.append(&mut self.held);
+    }
+
+    fn judge_line(&mut self, line: Vec<u8>, out: &mut Vec<u8>) {
+        let text = trim_eol(&line);
+        if is_job_notice(text) {
+            return;
+        }
+        if !self.seen_output && is_job_control_warning(text) {
+            return;
+        }
+        if text == b"logout" {
+            self.release_logout(out);
+            self.held_logout = Some(line);
+            return;
+        }
+        self.release_logout(out);
+        self.seen_output = true;
+        out.extend_from_slice(&line);
+    }
+
+    fn release_logout(&mut self, out: &mut Vec<u8>) {
+        if let Some(line) = self.held_logout.take() {
+            out.extend_from_slice(&line);
+        }
+    }
+
+    /// Whether a partial line may still become a noise line.
+    fn could_be_noise(&self, partial: &[u8]) -> bool {
+        let text = trim_eol(partial);
+        if b"logout".starts_with(text) {
+            return true;
+        }
+        if could_be_job_notice(text) {
+            return true;
+        }
+        // Shell warnings look like "bash: …"; hold such a line until its end.
+        !self.seen_output
+            && (self.warning_prefix.starts_with(text) || text.starts_with(&self.warning_prefix))
+            && text.len() < 200
+    }
+}
+
+fn trim_eol(line: &[u8]) -> &[u8] {
+    let mut t = line;
+    while let [rest @ .., b'\n' | b'\r'] = t {
+        t = rest;
+    }
+    t
+}
+
+fn is_job_control_warning(text: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(text);
+    JOB_CONTROL_WARNINGS.iter().any(|w| text.contains(w))
+}
+
+/// "[1] 12345" (also "[1]+ 12345").
+fn is_job_notice(text: &[u8]) -> bool {
+    let Some(rest) = text.strip_prefix(b"[") else {
+        return false;
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return false;
+    }
+    let rest = &rest[digits..];
+    let Some(rest) = rest.strip_prefix(b"]") else {
+        return false;
+    };
+    let rest = rest
+        .strip_prefix(b"+")
+        .or(rest.strip_prefix(b"-"))
+        .unwrap_or(rest);
+    let rest = rest.trim_ascii_start();
+    !rest.is_empty() && rest.iter().all(u8::is_ascii_digit)
+}
+
+fn could_be_job_notice(text: &[u8]) -> bool {
+    let Some(rest) = text.strip_prefix(b"[") else {
+        return text.is_empty();
+    };
+    rest.iter()
+        .all(|b| b.is_ascii_digit() || matches!(b, b']' | b' ' | b'+' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(chunks: &[&[u8]]) -> String {
+        let mut f = NoiseFilter::new("/usr/bin/bash");
+        let mut out = Vec::new();
+        for c in chunks {
+            f.push(c, &mut out);
+        }
+        f.finish(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn drops_shell_noise() {
+        let out = run(&[
+            b"bash: cannot set terminal process group (-1): Inappropriate ioctl for device\n",
+            b"bash: no job control in this shell\n",
+            b"hello\n[1] 12345\nworld\n",
+            b"logout\n",
+        ]);
+        assert_eq!(out, "hello\nworld\n");
+    }
+
+    #[test]
+    fn real_output_is_kept_and_streams() {
+        let mut f = NoiseFilter::new("bash");
+        let mut out = Vec::new();
+        f.push(b"Enter your name: ", &mut out);
+        assert_eq!(out, b"Enter your name: ");
+        f.push(b"x\nlogout\nmore\n[1]x\n", &mut out);
+        assert_eq!(out, b"Enter your name: x\nlogout\nmore\n[1]x\n");
+    }
+
+    #[test]
+    fn warnings_after_output_are_real_and_split_lines_work() {
+        let out = run(&[
+            b"bash: no job",
+            b" control in this shell\n",
+            b"ok\n",
+            b"bash: no job control in this shell\n",
+        ]);
+        assert_eq!(out, "ok\nbash: no job control in this shell\n");
+        assert_eq!(run(&[b"[1", b"] 99\n", b"x"]), "x");
+    }
+}

@@ -1,0 +1,148 @@
+//! Reading the process table from /proc: `stat` (parent, group, state,
+//! start time) and `environ` (the session marker). The root is a parameter
+//! so the "cannot read /proc" fallback can be tested.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The fields of /proc/<pid>/stat that procd uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: i32,
+    /// Field 3: R, S, D, Z (zombie), T, X…
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    pub session: i32,
+    /// Field 22: start time in clock ticks since boot; with the pid, the
+    /// process's identity (a recycled pid has a different start time).
+    pub start_time: u64,
+}
+
+impl ProcStat {
+    /// A zombie has exited; it only waits to be reaped.
+    pub fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parses the text of /proc/<pid>/stat. The comm field (2) may contain
+/// spaces and parentheses, so fields are counted after the LAST ')'.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let pid = text[..open].trim().parse().ok()?;
+    let mut rest = text.get(close + 1..)?.split_ascii_whitespace();
+    // rest[0] is field 3.
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    let pgrp = rest.next()?.parse().ok()?;
+    let session = rest.next()?.parse().ok()?;
+    // Fields 7..=21 are skipped; field 22 is the 16th after field 6.
+    let start_time = rest.nth(15)?.parse().ok()?;
+    Some(ProcStat {
+        pid,
+        state,
+        ppid,
+        pgrp,
+        session,
+        start_time,
+    })
+}
+
+/// A view of a proc filesystem.
+#[derive(Debug, Clone)]
+pub struct ProcFs {
+    root: PathBuf,
+}
+
+impl Default for ProcFs {
+    fn default() -> Self {
+        ProcFs {
+            root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+impl ProcFs {
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        ProcFs { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn stat(&self, pid: i32) -> io::Result<ProcStat> {
+        let text = fs::read_to_string(self.root.join(pid.to_string()).join("stat"))?;
+        parse_stat(&text).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("malformed stat of {pid}"),
+            )
+        })
+    }
+
+    /// Every process's stat. Processes that vanish while listing are skipped;
+    /// an unreadable /proc is an error (callers fall back to the root pid).
+    pub fn all(&self) -> io::Result<Vec<ProcStat>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.root)? {
+            let Ok(entry) = entry else { continue };
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            if let Ok(stat) = self.stat(pid) {
+                out.push(stat);
+            }
+        }
+        if out.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no processes under {}", self.root.display()),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Whether the process's initial environment holds `NAME=value` exactly.
+    pub fn environ_has(&self, pid: i32, entry: &[u8]) -> bool {
+        match fs::read(self.root.join(pid.to_string()).join("environ")) {
+            Ok(env) => env.split(|b| *b == 0).any(|e| e == entry),
+            Err(_) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_comm_with_spaces_and_parens() {
+        let line = "4242 (my (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615";
+        let st = parse_stat(line).expect("parse");
+        assert_eq!(st.pid, 4242);
+        assert_eq!(st.state, 'S');
+        assert_eq!(st.ppid, 1);
+        assert_eq!(st.pgrp, 4242);
+        assert_eq!(st.session, 4242);
+        assert_eq!(st.start_time, 987654);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(parse_stat("").is_none());
+        assert!(parse_stat("12 (x) S 1").is_none());
+    }
+
+    #[test]
+    fn reads_own_process() {
+        let me = std::process::id() as i32;
+        let st = ProcFs::default().stat(me).expect("own stat");
+        assert_eq!(st.pid, me);
+        assert!(st.start_time > 0);
+        assert!(ProcFs::at("/nonexistent-proc").all().is_err());
+    }
+}

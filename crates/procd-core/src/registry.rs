@@ -1,0 +1,1183 @@
+//! `Registry`: the sessions of one daemon and every operation on them.
+//!
+//! Each public method is one protocol method (SPEC §3.1) minus the framing.
+//! The session table is a std mutex held only for lookups and inserts,
+//! never across an await or a syscall that can block.
+
+use crate::clock::rfc3339;
+use crate::env::EnvPolicy;
+use crate::error::Error;
+use crate::identity::ProcessIdentity;
+use crate::kill::{self, parse_signal, signal_name};
+use crate::noise::NoiseFilter;
+use crate::notify::NotificationQueue;
+use crate::output::OutputStore;
+use crate::procfs::ProcFs;
+use crate::reaper::Reaper;
+use crate::rewrite::rewrite_compound_background;
+use crate::session::{self, ExitRecord, Session, SessionSpec, StdinOp};
+use crate::text::{first_chars, last_chars, strip_ansi};
+use crate::Config;
+use procd_proto::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Largest command text accepted (bytes).
+pub const MAX_COMMAND_BYTES: usize = 65_536;
+/// Largest caller environment accepted.
+pub const MAX_ENV_VARS: usize = 1_024;
+pub const MAX_ENV_BYTES: usize = 256 * 1024;
+const MAX_READ_BYTES: u64 = 1 << 20;
+const DEFAULT_READ_BYTES: u64 = 65_536;
+const MAX_READ_WAIT_MS: f64 = 300_000.0;
+const MAX_TIMEOUT_S: f64 = 30.0 * 24.0 * 3600.0;
+const MAX_GRACE_S: f64 = 300.0;
+const PREVIEW_CHARS: usize = 1000;
+const LIST_PREVIEW_CHARS: usize = 200;
+const WAIT_OUTPUT_CHARS: usize = 2000;
+
+/// Everything the registry needs from its host (the daemon or a test).
+#[derive(Debug, Clone)]
+pub struct RegistryOptions {
+    pub config: Config,
+    /// Where `<session_id>.log` files go (created if missing, mode 0700).
+    pub logs_dir: PathBuf,
+    /// Default cwd of sessions (the user's home).
+    pub default_cwd: PathBuf,
+    /// The environment children inherit before sanitising.
+    pub inherited_env: Vec<(String, String)>,
+    pub procfs: ProcFs,
+    /// Test hook: fail every spawn right after the child exists (R18).
+    pub fail_after_spawn: bool,
+}
+
+/// The `spawn` params after the wire layer parsed them.
+#[derive(Debug, Clone, Default)]
+pub struct SpawnRequest {
+    pub command: String,
+    pub cwd: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub pty: bool,
+    pub rows: Option<u16>,
+    pub cols: Option<u16>,
+    pub task_id: Option<String>,
+    pub session_key: Option<String>,
+    pub owner: Option<String>,
+    pub persist: bool,
+    pub notify_on_complete: bool,
+    pub watch_patterns: Vec<String>,
+    pub timeout_s: Option<f64>,
+    pub stdin: StdinMode,
+}
+
+/// Decides whether a lease token names a live client (SPEC §6.3). The
+/// lifecycle layer provides it; without one, no owner is known.
+pub trait OwnerCheck: Send + Sync {
+    fn is_live(&self, token: &str) -> bool;
+}
+
+pub struct Registry {
+    config: Config,
+    logs_dir: PathBuf,
+    default_cwd: PathBuf,
+    procfs: ProcFs,
+    env_policy: EnvPolicy,
+    inherited_env: Vec<(String, String)>,
+    shell: Vec<String>,
+    reaper: Arc<Reaper>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Running sessions plus spawns in progress (the `max_running` gate).
+    running: AtomicUsize,
+    notifications: NotificationQueue,
+    owners: Mutex<Option<Arc<dyn OwnerCheck>>>,
+    fail_after_spawn: bool,
+    me: Weak<Registry>,
+}
+
+impl Registry {
+    pub fn new(options: RegistryOptions) -> std::io::Result<Arc<Registry>> {
+        create_private_dir(&options.logs_dir)?;
+        let shell = resolve_shell(&options.config.shell, &options.inherited_env);
+        let inherited_env = options
+            .inherited_env
+            .into_iter()
+            .filter(|(k, _)| !DAEMON_ONLY_VARS.contains(&k.as_str()))
+            .collect();
+        Ok(Arc::new_cyclic(|me| Registry {
+            env_policy: EnvPolicy::new(&options.config.env_blocklist),
+            config: options.config,
+            logs_dir: options.logs_dir,
+            default_cwd: options.default_cwd,
+            procfs: options.procfs,
+            inherited_env,
+            shell,
+            reaper: Reaper::global(),
+            sessions: Mutex::new(HashMap::new()),
+            running: AtomicUsize::new(0),
+            notifications: NotificationQueue::default(),
+            owners: Mutex::new(None),
+            fail_after_spawn: options.fail_after_spawn,
+            me: me.clone(),
+        }))
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn notifications(&self) -> &NotificationQueue {
+        &self.notifications
+    }
+
+    /// Installs the lease book that validates `owner` tokens.
+    pub fn set_owner_check(&self, check: Arc<dyn OwnerCheck>) {
+        *self.owners.lock().unwrap_or_else(|e| e.into_inner()) = Some(check);
+    }
+
+    fn table(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn all_sessions(&self) -> Vec<Arc<Session>> {
+        let mut all: Vec<Arc<Session>> = self.table().values().cloned().collect();
+        all.sort_by_key(|s| s.started_instant);
+        all
+    }
+
+    /// (running, finished) session counts.
+    pub fn counts(&self) -> (usize, usize) {
+        let table = self.table();
+        let running = table.values().filter(|s| s.is_running()).count();
+        (running, table.len() - running)
+    }
+
+    /// Resolves a full id or a unique prefix (≥ 4 hex chars, `proc_` optional).
+    pub fn find(&self, id: &str) -> Result<Arc<Session>, Error> {
+        let hex = id.strip_prefix("proc_").unwrap_or(id);
+        if hex.len() < 4 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::InvalidParams(format!(
+                "session_id: expected proc_ followed by at least 4 hex characters, got {id:?}"
+            )));
+        }
+        let hex = hex.to_ascii_lowercase();
+        let table = self.table();
+        if let Some(s) = table.get(&format!("proc_{hex}")) {
+            return Ok(s.clone());
+        }
+        let mut matches = table
+            .iter()
+            .filter(|(k, _)| k[5..].starts_with(&hex))
+            .map(|(_, s)| s);
+        match (matches.next(), matches.next()) {
+            (Some(s), None) => Ok(s.clone()),
+            (None, _) => Err(Error::NotFound(format!("no session matches {id:?}"))),
+            (Some(_), Some(_)) => Err(Error::NotFound(format!(
+                "session id prefix {id:?} is ambiguous: give more characters"
+            ))),
+        }
+    }
+
+    // ----- spawn -----------------------------------------------------------
+
+    pub async fn spawn(&self, req: SpawnRequest) -> Result<SpawnResult, Error> {
+        let spec = self.validate(&req)?;
+        if req.pty {
+            return Err(Error::InvalidParams(
+                "pty: PTY sessions are not available in this build".into(),
+            ));
+        }
+        self.prune();
+        // Reserve a running slot first so concurrent spawns cannot overshoot.
+        let max = self.config.max_running;
+        if self
+            .running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(Error::LimitReached(format!(
+                "max_running ({max}) sessions are running; kill one first"
+            )));
+        }
+        let result = self.spawn_reserved(spec, &req.env).await;
+        if result.is_err() {
+            self.running.fetch_sub(1, Ordering::SeqCst);
+        }
+        result
+    }
+
+    fn validate(&self, req: &SpawnRequest) -> Result<SessionSpec, Error> {
+        let n = req.command.len();
+        if n == 0 || n > MAX_COMMAND_BYTES {
+            return Err(Error::InvalidParams(format!(
+                "command: must be 1 to {MAX_COMMAND_BYTES} bytes, got {n}"
+            )));
+        }
+        if req.command.contains('\0') {
+            return Err(Error::InvalidParams("command: contains a NUL byte".into()));
+        }
+        let cwd = match &req.cwd {
+            None => self.default_cwd.clone(),
+            Some(c) if c.contains('\0') => {
+                return Err(Error::InvalidParams("cwd: contains a NUL byte".into()))
+            }
+            Some(c) => self.default_cwd.join(c),
+        };
+        if !cwd.is_dir() {
+            return Err(Error::InvalidParams(format!(
+                "cwd: not an existing directory: {}",
+                cwd.display()
+            )));
+        }
+        if req.env.len() > MAX_ENV_VARS {
+            return Err(Error::InvalidParams(format!(
+                "env: at most {MAX_ENV_VARS} variables, got {}",
+                req.env.len()
+            )));
+        }
+        let env_bytes: usize = req.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+        if env_bytes > MAX_ENV_BYTES {
+            return Err(Error::InvalidParams(format!(
+                "env: at most {MAX_ENV_BYTES} bytes in all, got {env_bytes}"
+            )));
+        }
+        for (k, v) in &req.env {
+            if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+                return Err(Error::InvalidParams(format!(
+                    "env: invalid variable name or value for {k:?}"
+                )));
+            }
+        }
+        let timeout = match req.timeout_s {
+            None => None,
+            Some(t) if t.is_finite() && t > 0.0 => {
+                Some(Duration::from_secs_f64(t.min(MAX_TIMEOUT_S)))
+            }
+            Some(t) => {
+                return Err(Error::InvalidParams(format!(
+                    "timeout_s: must be a positive number of seconds, got {t}"
+                )))
+            }
+        };
+        if let Some(owner) = &req.owner {
+            let check = self
+                .owners
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if !check.is_some_and(|c| c.is_live(owner)) {
+                return Err(Error::InvalidParams(format!(
+                    "owner: unknown owner {owner:?} (no live lease has this token)"
+                )));
+            }
+        }
+        if req.pty && req.stdin == StdinMode::Null {
+            return Err(Error::InvalidParams(
+                "stdin: \"null\" is only for pipe sessions".into(),
+            ));
+        }
+        Ok(SessionSpec {
+            command: req.command.clone(),
+            cwd,
+            task_id: req.task_id.clone(),
+            session_key: req.session_key.clone(),
+            owner: req.owner.clone(),
+            persist: req.persist,
+            pty: req.pty,
+            notify_on_complete: req.notify_on_complete,
+            watch_patterns: req.watch_patterns.clone(),
+            timeout,
+            stdin: req.stdin,
+        })
+    }
+
+    fn new_session_id(&self) -> String {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        loop {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos(),
+            );
+            let id = format!("proc_{:012x}", h.finish() & 0xffff_ffff_ffff);
+            if !self.table().contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    async fn spawn_reserved(
+        &self,
+        spec: SessionSpec,
+        caller_env: &BTreeMap<String, String>,
+    ) -> Result<SpawnResult, Error> {
+        let id = self.new_session_id();
+        let spawn_err = |what: &str, e: std::io::Error| Error::SpawnFailed(format!("{what}: {e}"));
+        let output = Arc::new(
+            OutputStore::create(
+                &self.logs_dir.join(format!("{id}.log")),
+                self.config.max_log_bytes,
+                self.config.memory_tail_bytes,
+            )
+            .map_err(|e| spawn_err("cannot create the session log", e))?,
+        );
+        let env = self
+            .env_policy
+            .build(self.inherited_env.iter().cloned(), caller_env, &id);
+        let script = format!("set +m; {}", rewrite_compound_background(&spec.command));
+
+        let spawned = (|| {
+            let (out_read, out_write) = std::io::pipe()?;
+            let err_write = out_write.try_clone()?;
+            let mut cmd = Command::new(&self.shell[0]);
+            cmd.args(&self.shell[1..])
+                .arg(&script)
+                .env_clear()
+                .envs(&env)
+                .current_dir(&spec.cwd)
+                .stdout(out_write)
+                .stderr(err_write);
+            let stdin_write = match spec.stdin {
+                StdinMode::Pipe => {
+                    let (r, w) = std::io::pipe()?;
+                    cmd.stdin(r);
+                    Some(w)
+                }
+                StdinMode::Null => {
+                    cmd.stdin(Stdio::null());
+                    None
+                }
+            };
+            // SAFETY: the closure runs in the forked child before exec and
+            // calls only setsid(2), which is async-signal-safe; it touches
+            // no memory shared with the parent and allocates nothing.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::unistd::setsid()
+                        .map(drop)
+                        .map_err(std::io::Error::from)
+                });
+            }
+            let procfs = &self.procfs;
+            let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, |pid| {
+                procfs.stat(pid as i32).map(|s| s.start_time).unwrap_or(0)
+            })?;
+            // Our copies of the child's pipe ends must close, or EOF never comes.
+            drop(cmd);
+            Ok::<_, std::io::Error>((
+                child.id() as i32,
+                start_time,
+                exit_rx,
+                out_read,
+                stdin_write,
+            ))
+        })();
+        let (pid, start_time, exit_rx, out_read, stdin_write) = match spawned {
+            Ok(s) => s,
+            Err(e) => {
+                output.delete_log();
+                return Err(spawn_err(&format!("cannot start {:?}", self.shell[0]), e));
+            }
+        };
+        let identity = ProcessIdentity { pid, start_time };
+
+        // From here on the child exists: any failure must kill it first.
+        let setup = (|| {
+            if self.fail_after_spawn {
+                return Err(std::io::Error::other("injected failure after spawn"));
+            }
+            let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(out_read.into())?;
+            let writer = match stdin_write {
+                Some(w) => Some(tokio::net::unix::pipe::Sender::from_owned_fd(w.into())?),
+                None => None,
+            };
+            Ok::<_, std::io::Error>((reader, writer))
+        })();
+        let (reader, writer) = match setup {
+            Ok(s) => s,
+            Err(e) => {
+                let tree = kill::TreeSpec {
+                    root: identity,
+                    pgid: pid,
+                    marker: format!("PROCD_SESSION_ID={id}").into_bytes(),
+                    root_pinned: true,
+                };
+                // Wait for the kill so that no process outlives the error.
+                kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO).await;
+                output.delete_log();
+                return Err(spawn_err(
+                    "session setup failed (the process was killed)",
+                    e,
+                ));
+            }
+        };
+
+        let stdin_tx = writer.map(|pipe| {
+            let (tx, rx) = mpsc::channel(16);
+            tokio::spawn(session::stdin_writer(pipe, rx));
+            tx
+        });
+        let session = Arc::new(Session::new(id.clone(), spec, identity, output, stdin_tx));
+        self.table().insert(id.clone(), session.clone());
+
+        let me = self.me.clone();
+        let noise = NoiseFilter::new(&self.shell[0]);
+        let final_drain = Duration::from_millis(self.config.final_drain_ms);
+        let grace = Duration::from_secs_f64(self.config.kill_grace_s);
+        let on_timeout = {
+            let me = me.clone();
+            move |s: Arc<Session>| {
+                if let Some(reg) = me.upgrade() {
+                    tokio::spawn(async move {
+                        reg.terminate(
+                            &s,
+                            libc::SIGTERM,
+                            grace,
+                            CompletionReason::Timeout,
+                            "timeout",
+                        )
+                        .await;
+                    });
+                }
+            }
+        };
+        let supervised = session.clone();
+        tokio::spawn(async move {
+            let record = session::supervise(
+                supervised.clone(),
+                reader,
+                exit_rx,
+                noise,
+                final_drain,
+                on_timeout,
+            )
+            .await;
+            if let Some(reg) = me.upgrade() {
+                reg.on_exit(&supervised, &record);
+            }
+            supervised.mark_exited(record);
+        });
+
+        Ok(SpawnResult {
+            session_id: id,
+            pid,
+            pty: session.spec.pty,
+            status: SessionStatus::Running,
+            command: session.spec.command.clone(),
+            started_at: rfc3339(session.started_at),
+        })
+    }
+
+    /// Bookkeeping when a session ends, before its state flips to exited
+    /// (so a `wait` that returns sees the completion event already queued).
+    fn on_exit(&self, session: &Session, record: &ExitRecord) {
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        if session.spec.notify_on_complete {
+            self.notifications.push(completion_event(session, record));
+        }
+    }
+
+    // ----- reading -------------------------------------------------------------
+
+    pub fn poll(&self, id: &str) -> Result<PollResult, Error> {
+        let s = self.find(id)?;
+        Ok(poll_result(&s))
+    }
+
+    pub async fn read(
+        &self,
+        id: &str,
+        cursor: Option<u64>,
+        max_bytes: Option<u64>,
+        wait_ms: Option<f64>,
+    ) -> Result<ReadResult, Error> {
+        let s = self.find(id)?;
+        let cursor = cursor.unwrap_or(0);
+        let max_bytes = max_bytes
+            .unwrap_or(DEFAULT_READ_BYTES)
+            .clamp(1, MAX_READ_BYTES);
+        let wait = duration_param(
+            "wait_ms",
+            wait_ms.unwrap_or(0.0) / 1000.0,
+            MAX_READ_WAIT_MS / 1000.0,
+        )?;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Subscribe before looking, so no change between the two is lost.
+            let mut output_changed = s.output.subscribe();
+            let mut state_changed = s.subscribe_state();
+            let state = s.state();
+            let window = s
+                .output
+                .window(cursor, max_bytes)
+                .await
+                .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
+            let exited = state.exit().is_some();
+            let eof = exited && window.end() >= s.output.end();
+            let now = tokio::time::Instant::now();
+            if !window.bytes.is_empty() || eof || now >= deadline {
+                return Ok(ReadResult {
+                    data: String::from_utf8_lossy(&window.bytes).into_owned(),
+                    cursor: window.start,
+                    next_cursor: window.end(),
+                    eof,
+                    status: status_of(&state),
+                    exit_code: state.exit().and_then(|e| e.exit_code),
+                    dropped: window.dropped,
+                });
+            }
+            let wake = if window.partial_pending {
+                deadline.min(
+                    now + s
+                        .output
+                        .partial_line_ready_in()
+                        .max(Duration::from_millis(1)),
+                )
+            } else {
+                deadline
+            };
+            tokio::select! {
+                _ = output_changed.changed() => {}
+                _ = state_changed.changed() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    pub async fn log(
+        &self,
+        id: &str,
+        offset: Option<u64>,
+        limit: Option<u64>,
+    ) -> Result<LogResult, Error> {
+        let s = self.find(id)?;
+        let limit = limit.unwrap_or(200).min(100_000);
+        let (lines, first, total) = s
+            .output
+            .lines(offset, limit)
+            .await
+            .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
+        let n = lines.len() as u64;
+        let showing = if n == 0 {
+            format!("0 lines (of {total})")
+        } else {
+            format!("{n} lines ({}-{} of {total})", first, first + n - 1)
+        };
+        let mut output = strip_ansi(&lines.join("\n"));
+        if n > 0 {
+            output.push('\n');
+        }
+        Ok(LogResult {
+            session_id: s.id.clone(),
+            command: s.spec.command.clone(),
+            status: status_of(&s.state()),
+            output,
+            total_lines: total,
+            showing,
+        })
+    }
+
+    pub async fn wait(&self, id: &str, timeout_s: Option<f64>) -> Result<WaitResult, Error> {
+        let s = self.find(id)?;
+        let timeout = match timeout_s {
+            None => Duration::from_secs_f64(self.config.max_wait_s),
+            Some(t) if t.is_finite() && t > 0.0 => {
+                Duration::from_secs_f64(t.min(self.config.max_wait_s))
+            }
+            Some(t) => {
+                return Err(Error::InvalidParams(format!(
+                    "timeout_s: must be greater than 0, got {t}"
+                )))
+            }
+        };
+        let exited = s.wait_exited(timeout).await;
+        let poll = poll_result(&s);
+        let output =
+            last_chars(&s.output.tail_text(WAIT_OUTPUT_CHARS), WAIT_OUTPUT_CHARS).to_string();
+        Ok(WaitResult {
+            session_id: poll.session_id,
+            command: poll.command,
+            status: if exited.is_some() {
+                WaitStatus::Exited
+            } else {
+                WaitStatus::Timeout
+            },
+            pid: poll.pid,
+            started_at: poll.started_at,
+            uptime_seconds: poll.uptime_seconds,
+            output_preview: poll.output_preview,
+            output,
+            process_running: exited.is_none().then_some(true),
+            exit: poll.exit,
+        })
+    }
+
+    // ----- killing ---------------------------------------------------------
+
+    /// Ends one session's tree; the single path every kill takes.
+    async fn terminate(
+        &self,
+        s: &Arc<Session>,
+        signal: i32,
+        grace: Duration,
+        reason: CompletionReason,
+        source: &str,
+    ) -> KillResult {
+        if !s.is_running() {
+            // Leftovers still in its group or carrying its marker.
+            let out = kill::terminate(&s.tree(), &self.procfs, false, signal, grace).await;
+            let state = s.state();
+            return KillResult {
+                session_id: s.id.clone(),
+                status: KillStatus::AlreadyExited,
+                exit_code: state.exit().and_then(|e| e.exit_code),
+                orphans_killed: (out.signalled - out.survivors.len().min(out.signalled)) as u32,
+                error: None,
+                survivors: out.survivors,
+                process_running: None,
+                exit: exit_info(&state),
+            };
+        }
+        s.request_termination(reason, source);
+        let out = kill::terminate(&s.tree(), &self.procfs, true, signal, grace).await;
+        // The root is dead or being reaped: give the supervisor its drain.
+        let settle = Duration::from_millis(self.config.final_drain_ms) + Duration::from_secs(2);
+        let exited = if out.survivors.contains(&s.pid()) {
+            None
+        } else {
+            s.wait_exited(settle).await
+        };
+        let state = s.state();
+        if !out.survivors.is_empty() || exited.is_none() {
+            if state.exit().is_none() {
+                s.clear_termination();
+            }
+            let mut survivors = out.survivors;
+            if exited.is_none() && !survivors.contains(&s.pid()) {
+                survivors.push(s.pid());
+            }
+            return KillResult {
+                session_id: s.id.clone(),
+                status: KillStatus::Error,
+                exit_code: state.exit().and_then(|e| e.exit_code),
+                orphans_killed: 0,
+                error: Some(format!(
+                    "Kill incomplete: {} process(es) still alive",
+                    survivors.len()
+                )),
+                survivors,
+                process_running: Some(true),
+                exit: exit_info(&state),
+            };
+        }
+        KillResult {
+            session_id: s.id.clone(),
+            status: KillStatus::Killed,
+            exit_code: state.exit().and_then(|e| e.exit_code),
+            orphans_killed: 0,
+            error: None,
+            survivors: Vec::new(),
+            process_running: None,
+            exit: exit_info(&state),
+        }
+    }
+
+    fn grace(&self, grace_s: Option<f64>) -> Duration {
+        let g = grace_s.unwrap_or(self.config.kill_grace_s);
+        let g = if g.is_finite() {
+            g.clamp(0.0, MAX_GRACE_S)
+        } else {
+            0.0
+        };
+        Duration::from_secs_f64(g)
+    }
+
+    pub async fn kill(
+        &self,
+        id: &str,
+        signal: Option<SignalSpec>,
+        grace_s: Option<f64>,
+    ) -> Result<KillResult, Error> {
+        let s = self.find(id)?;
+        let signal = match signal {
+            None => libc::SIGTERM,
+            Some(spec) => parse_signal(&spec)
+                .ok_or_else(|| Error::InvalidParams(format!("signal: unknown signal {spec:?}")))?,
+        };
+        let grace = self.grace(grace_s);
+        Ok(self
+            .terminate(&s, signal, grace, CompletionReason::Killed, "kill")
+            .await)
+    }
+
+    pub async fn signal(&self, id: &str, signal: SignalSpec) -> Result<SignalResult, Error> {
+        let s = self.find(id)?;
+        let sig = parse_signal(&signal)
+            .ok_or_else(|| Error::InvalidParams(format!("signal: unknown signal {signal:?}")))?;
+        if !s.is_running() {
+            return Err(Error::WrongState(format!(
+                "session {} has already exited",
+                s.id
+            )));
+        }
+        let delivered = kill::signal_group(&s.tree(), &self.procfs, sig).await as u32;
+        Ok(SignalResult {
+            session_id: s.id.clone(),
+            status: "ok".into(),
+            signal: signal_name(sig),
+            delivered,
+        })
+    }
+
+    async fn kill_many(&self, victims: Vec<Arc<Session>>, source: &str) -> u32 {
+        let grace = self.grace(None);
+        let kills = victims
+            .iter()
+            .map(|s| self.terminate(s, libc::SIGTERM, grace, CompletionReason::Killed, source));
+        futures::future::join_all(kills)
+            .await
+            .into_iter()
+            .filter(|r| r.status == KillStatus::Killed)
+            .count() as u32
+    }
+
+    pub async fn kill_all(
+        &self,
+        task_id: Option<&str>,
+        exclude_ids: &[String],
+        source: Option<&str>,
+    ) -> u32 {
+        let exclude: HashSet<String> = exclude_ids.iter().map(|i| normalize_id(i)).collect();
+        let victims = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running())
+            .filter(|s| task_id.is_none_or(|t| s.spec.task_id.as_deref() == Some(t)))
+            .filter(|s| !exclude.contains(&s.id))
+            .collect();
+        self.kill_many(victims, source.unwrap_or("kill_all")).await
+    }
+
+    pub async fn kill_started_since(
+        &self,
+        task_id: &str,
+        baseline: &[String],
+        source: Option<&str>,
+    ) -> u32 {
+        let baseline: HashSet<String> = baseline.iter().map(|i| normalize_id(i)).collect();
+        let victims = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running() && s.spec.task_id.as_deref() == Some(task_id))
+            .filter(|s| !baseline.contains(&s.id))
+            .collect();
+        self.kill_many(victims, source.unwrap_or("kill_started_since"))
+            .await
+    }
+
+    /// Terminates every running session (daemon shutdown).
+    pub async fn shutdown_all(&self) -> u32 {
+        let victims = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running())
+            .collect();
+        self.kill_many(victims, "shutdown").await
+    }
+
+    // ----- stdin -----------------------------------------------------------
+
+    pub async fn write_stdin(
+        &self,
+        id: &str,
+        data: &str,
+        submit: bool,
+    ) -> Result<StdinResult, Error> {
+        let s = self.find(id)?;
+        if !s.is_running() {
+            return Ok(already_exited());
+        }
+        if s.spec.stdin == StdinMode::Null {
+            return Err(Error::WrongState(format!(
+                "session {} was spawned with stdin \"null\"",
+                s.id
+            )));
+        }
+        let Some(tx) = s.stdin_sender() else {
+            return Err(Error::WrongState(format!(
+                "stdin of session {} is closed",
+                s.id
+            )));
+        };
+        let mut bytes = data.as_bytes().to_vec();
+        if submit {
+            bytes.push(if s.spec.pty { b'\r' } else { b'\n' });
+        }
+        let n = bytes.len() as u64;
+        let (reply, done) = oneshot::channel();
+        if tx.send(StdinOp::Write(bytes, reply)).await.is_err() {
+            return Ok(already_exited());
+        }
+        match done.await {
+            Ok(Ok(())) => Ok(StdinResult {
+                status: StdinStatus::Ok,
+                bytes_written: n,
+                message: None,
+            }),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                if s.is_running() {
+                    Err(Error::WrongState(format!(
+                        "session {} is no longer reading its stdin",
+                        s.id
+                    )))
+                } else {
+                    Ok(already_exited())
+                }
+            }
+            Ok(Err(e)) => Err(Error::Internal(format!("writing to stdin failed: {e}"))),
+            Err(_) => Ok(already_exited()),
+        }
+    }
+
+    pub async fn close_stdin(&self, id: &str) -> Result<StdinResult, Error> {
+        let s = self.find(id)?;
+        if !s.is_running() {
+            return Ok(already_exited());
+        }
+        if s.spec.stdin == StdinMode::Null {
+            return Err(Error::WrongState(format!(
+                "session {} was spawned with stdin \"null\"",
+                s.id
+            )));
+        }
+        let Some(tx) = s.take_stdin() else {
+            return Err(Error::WrongState(format!(
+                "stdin of session {} is already closed",
+                s.id
+            )));
+        };
+        // Queued writes go first; then the writer drops the pipe.
+        let (reply, done) = oneshot::channel();
+        if tx.send(StdinOp::Close(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+        Ok(StdinResult {
+            status: StdinStatus::Ok,
+            bytes_written: 0,
+            message: Some("stdin closed".into()),
+        })
+    }
+
+    // ----- listing -----------------------------------------------------------
+
+    pub fn list(
+        &self,
+        task_id: Option<&str>,
+        session_key: Option<&str>,
+        filter: ListFilter,
+    ) -> ListResult {
+        let processes = self
+            .all_sessions()
+            .into_iter()
+            .filter_map(|s| {
+                let own_task = task_id.is_none_or(|t| s.spec.task_id.as_deref() == Some(t));
+                let same_key =
+                    session_key.is_some_and(|k| s.spec.session_key.as_deref() == Some(k));
+                let (shown, scoped) = match (task_id, session_key) {
+                    (None, None) => (true, false),
+                    (None, Some(_)) => (same_key, false),
+                    (Some(_), None) => (own_task, false),
+                    (Some(_), Some(_)) => (own_task || same_key, !own_task && same_key),
+                };
+                let running = s.is_running();
+                let wanted = match filter {
+                    ListFilter::All => true,
+                    ListFilter::Running => running,
+                    ListFilter::Exited => !running,
+                };
+                (shown && wanted).then(|| process_entry(&s, scoped))
+            })
+            .collect();
+        ListResult { processes }
+    }
+
+    pub fn has_active(
+        &self,
+        task_id: Option<&str>,
+        session_key: Option<&str>,
+        max_active_age_s: Option<f64>,
+    ) -> HasActiveResult {
+        let max_age = max_active_age_s
+            .filter(|a| a.is_finite() && *a >= 0.0)
+            .map(Duration::from_secs_f64);
+        let count = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running())
+            .filter(|s| match (task_id, session_key) {
+                (None, None) => true,
+                (t, k) => {
+                    t.is_some_and(|t| s.spec.task_id.as_deref() == Some(t))
+                        || k.is_some_and(|k| s.spec.session_key.as_deref() == Some(k))
+                }
+            })
+            .filter(|s| max_age.is_none_or(|age| s.started_instant.elapsed() <= age))
+            .count() as u32;
+        HasActiveResult {
+            active: count > 0,
+            count,
+        }
+    }
+
+    pub fn snapshot_running(&self, task_id: &str) -> SnapshotResult {
+        SnapshotResult {
+            session_ids: self
+                .all_sessions()
+                .into_iter()
+                .filter(|s| s.is_running() && s.spec.task_id.as_deref() == Some(task_id))
+                .map(|s| s.id.clone())
+                .collect(),
+        }
+    }
+
+    pub fn drain_notifications(
+        &self,
+        session_key: Option<&str>,
+        owned_keys: &[String],
+    ) -> DrainResult {
+        DrainResult {
+            events: self.notifications.drain(session_key, owned_keys),
+        }
+    }
+
+    // ----- retention -------------------------------------------------------
+
+    /// Drops finished sessions past the TTL, then the earliest-exited ones
+    /// while more than `max_sessions` are kept. Running sessions stay.
+    pub fn prune(&self) {
+        let ttl = Duration::from_secs_f64(self.config.finished_ttl_s);
+        let mut removed = Vec::new();
+        {
+            let mut table = self.table();
+            let mut finished: Vec<(Instant, String)> = table
+                .values()
+                .filter_map(|s| s.state().exit().map(|e| (e.exited_instant, s.id.clone())))
+                .collect();
+            finished.sort();
+            let mut excess = table.len().saturating_sub(self.config.max_sessions);
+            for (exited, id) in finished {
+                if exited.elapsed() >= ttl || excess > 0 {
+                    if let Some(s) = table.remove(&id) {
+                        removed.push(s);
+                    }
+                    excess = excess.saturating_sub(1);
+                }
+            }
+        }
+        for s in removed {
+            s.output.delete_log();
+        }
+    }
+}
+
+/// Variables that describe the daemon's own supervision and must not leak
+/// into children (a child would otherwise think it was socket-activated).
+const DAEMON_ONLY_VARS: &[&str] = &[
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "NOTIFY_SOCKET",
+];
+
+fn normalize_id(id: &str) -> String {
+    if id.starts_with("proc_") {
+        id.to_ascii_lowercase()
+    } else {
+        format!("proc_{}", id.to_ascii_lowercase())
+    }
+}
+
+fn duration_param(name: &str, secs: f64, max: f64) -> Result<Duration, Error> {
+    if secs.is_nan() || secs < 0.0 {
+        return Err(Error::InvalidParams(format!(
+            "{name}: must not be negative"
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs.min(max)))
+}
+
+fn already_exited() -> StdinResult {
+    StdinResult {
+        status: StdinStatus::AlreadyExited,
+        bytes_written: 0,
+        message: Some("the session has already exited".into()),
+    }
+}
+
+fn status_of(state: &session::SessionState) -> SessionStatus {
+    match state {
+        session::SessionState::Running => SessionStatus::Running,
+        session::SessionState::Exited(_) => SessionStatus::Exited,
+    }
+}
+
+fn exit_info(state: &session::SessionState) -> Option<ExitInfo> {
+    state.exit().map(|e| ExitInfo {
+        exit_code: e.exit_code,
+        signal: e.signal.map(signal_name),
+        completion_reason: e.reason,
+        termination_source: e.source.clone(),
+        exited_at: rfc3339(e.exited_at),
+    })
+}
+
+fn uptime(s: &Session) -> f64 {
+    let end = s
+        .state()
+        .exit()
+        .map(|e| e.exited_instant)
+        .unwrap_or_else(Instant::now);
+    let secs = end
+        .saturating_duration_since(s.started_instant)
+        .as_secs_f64();
+    (secs * 1000.0).round() / 1000.0
+}
+
+fn poll_result(s: &Session) -> PollResult {
+    let state = s.state();
+    PollResult {
+        session_id: s.id.clone(),
+        command: s.spec.command.clone(),
+        status: status_of(&state),
+        pid: s.pid(),
+        started_at: rfc3339(s.started_at),
+        uptime_seconds: uptime(s),
+        output_preview: s.output.tail_text(PREVIEW_CHARS),
+        exit: exit_info(&state),
+    }
+}
+
+fn process_entry(s: &Session, session_scoped: bool) -> ProcessEntry {
+    let state = s.state();
+    ProcessEntry {
+        session_id: s.id.clone(),
+        command: first_chars(&s.spec.command, 200).to_string(),
+        cwd: s.spec.cwd.display().to_string(),
+        pid: s.pid(),
+        status: status_of(&state),
+        exit_code: state.exit().and_then(|e| e.exit_code),
+        started_at: rfc3339(s.started_at),
+        uptime_seconds: uptime(s),
+        output_preview: s.output.tail_text(LIST_PREVIEW_CHARS),
+        task_id: s.spec.task_id.clone(),
+        session_key: s.spec.session_key.clone(),
+        pty: s.spec.pty,
+        persist: s.spec.persist,
+        notify_on_complete: s.spec.notify_on_complete,
+        watch_patterns: s.spec.watch_patterns.clone(),
+        session_scoped,
+    }
+}
+
+fn completion_event(s: &Session, e: &ExitRecord) -> Event {
+    let output = s.output.tail_text(WAIT_OUTPUT_CHARS);
+    let how = match (e.reason, e.exit_code) {
+        (CompletionReason::Exited, Some(0)) => "completed normally (exit code 0)".to_string(),
+        (CompletionReason::Exited, Some(c)) => format!("failed (exit code {c})"),
+        (CompletionReason::Killed, _) => format!(
+            "was killed ({})",
+            e.signal
+                .map(signal_name)
+                .unwrap_or_else(|| "exit code unknown".into())
+        ),
+        (CompletionReason::Timeout, _) => "timed out and was killed".to_string(),
+        _ => "ended; its exit status is unknown".to_string(),
+    };
+    let text = format!(
+        "Background process {} {how}. Command: {}. Output: {}",
+        s.id,
+        first_chars(&s.spec.command, 200),
+        last_chars(&output, 500)
+    );
+    let mut fields = BTreeMap::new();
+    fields.insert("exit_code".into(), serde_json::json!(e.exit_code));
+    fields.insert("completion_reason".into(), serde_json::json!(e.reason));
+    fields.insert("termination_source".into(), serde_json::json!(e.source));
+    fields.insert("output".into(), serde_json::json!(output));
+    fields.insert(
+        "started_at".into(),
+        serde_json::json!(rfc3339(s.started_at)),
+    );
+    fields.insert("exited_at".into(), serde_json::json!(rfc3339(e.exited_at)));
+    Event {
+        kind: "completion".into(),
+        session_id: s.id.clone(),
+        session_key: s.spec.session_key.clone(),
+        task_id: s.spec.task_id.clone(),
+        command: s.spec.command.clone(),
+        text,
+        fields,
+    }
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// The shell argv: the configured one, except that the default `bash`
+/// falls back to /usr/bin/bash, /bin/bash, $SHELL, then /bin/sh -lc.
+fn resolve_shell(configured: &[String], env: &[(String, String)]) -> Vec<String> {
+    if configured.first().map(String::as_str) != Some("bash") {
+        return configured.to_vec();
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/bin:/bin");
+    let in_path = path
+        .split(':')
+        .map(|d| Path::new(d).join("bash"))
+        .find(|p| is_executable(p));
+    let candidates = in_path
+        .into_iter()
+        .chain(["/usr/bin/bash", "/bin/bash"].map(PathBuf::from));
+    for candidate in candidates {
+        if is_executable(&candidate) {
+            let mut argv = configured.to_vec();
+            argv[0] = candidate.display().to_string();
+            return argv;
+        }
+    }
+    if let Some((_, shell)) = env.iter().find(|(k, _)| k == "SHELL") {
+        if is_executable(Path::new(shell)) {
+            let mut argv = configured.to_vec();
+            argv[0] = shell.clone();
+            return argv;
+        }
+    }
+    vec!["/bin/sh".into(), "-lc".into()]
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}

@@ -1,0 +1,321 @@
+//! One supervised process: what was asked for, its identity, its output,
+//! and its state. A session's state changes in exactly one place, the
+//! supervisor task (`supervise`), which owns the child's exit receiver and
+//! output pipe: it moves the state to `Exited` once, after the final drain.
+
+use crate::identity::ProcessIdentity;
+use crate::kill::TreeSpec;
+use crate::noise::NoiseFilter;
+use crate::output::OutputStore;
+use crate::reaper::ChildExit;
+use procd_proto::{CompletionReason, StdinMode};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// What the caller asked for; fixed for the session's life.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    pub command: String,
+    pub cwd: PathBuf,
+    pub task_id: Option<String>,
+    pub session_key: Option<String>,
+    pub owner: Option<String>,
+    pub persist: bool,
+    pub pty: bool,
+    pub notify_on_complete: bool,
+    pub watch_patterns: Vec<String>,
+    pub timeout: Option<Duration>,
+    pub stdin: StdinMode,
+}
+
+/// How a session ended.
+#[derive(Debug, Clone)]
+pub struct ExitRecord {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: CompletionReason,
+    pub source: Option<String>,
+    pub exited_at: SystemTime,
+    pub exited_instant: Instant,
+}
+
+#[derive(Debug, Clone)]
+pub enum SessionState {
+    Running,
+    Exited(Arc<ExitRecord>),
+}
+
+impl SessionState {
+    pub fn exit(&self) -> Option<&Arc<ExitRecord>> {
+        match self {
+            SessionState::Running => None,
+            SessionState::Exited(e) => Some(e),
+        }
+    }
+}
+
+/// A request to the session's stdin writer.
+pub enum StdinOp {
+    Write(Vec<u8>, oneshot::Sender<std::io::Result<()>>),
+    Close(oneshot::Sender<()>),
+}
+
+/// Why a termination was requested (recorded before signalling, so the
+/// supervisor reports the exit as killed/timeout rather than exited).
+#[derive(Debug, Clone)]
+pub struct Termination {
+    pub reason: CompletionReason,
+    pub source: String,
+}
+
+pub struct Session {
+    pub id: String,
+    pub spec: SessionSpec,
+    pub identity: ProcessIdentity,
+    pub started_at: SystemTime,
+    pub started_instant: Instant,
+    pub output: Arc<OutputStore>,
+    state: watch::Sender<SessionState>,
+    /// Set as soon as the root has been reaped (its pid is free again).
+    reaped: AtomicBool,
+    termination: Mutex<Option<Termination>>,
+    /// None once stdin is closed (or was never a pipe).
+    stdin: Mutex<Option<mpsc::Sender<StdinOp>>>,
+}
+
+impl Session {
+    pub fn new(
+        id: String,
+        spec: SessionSpec,
+        identity: ProcessIdentity,
+        output: Arc<OutputStore>,
+        stdin: Option<mpsc::Sender<StdinOp>>,
+    ) -> Session {
+        Session {
+            id,
+            spec,
+            identity,
+            started_at: SystemTime::now(),
+            started_instant: Instant::now(),
+            output,
+            state: watch::channel(SessionState::Running).0,
+            reaped: AtomicBool::new(false),
+            termination: Mutex::new(None),
+            stdin: Mutex::new(stdin),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.identity.pid
+    }
+
+    pub fn state(&self) -> SessionState {
+        self.state.borrow().clone()
+    }
+
+    pub fn is_running(&self) -> bool {
+        matches!(*self.state.borrow(), SessionState::Running)
+    }
+
+    pub fn subscribe_state(&self) -> watch::Receiver<SessionState> {
+        self.state.subscribe()
+    }
+
+    /// Waits until the session has exited (or `limit` passes).
+    pub async fn wait_exited(&self, limit: Duration) -> Option<Arc<ExitRecord>> {
+        let mut rx = self.state.subscribe();
+        let result = tokio::time::timeout(limit, rx.wait_for(|s| s.exit().is_some())).await;
+        match result {
+            Ok(Ok(state)) => state.exit().cloned(),
+            _ => None,
+        }
+    }
+
+    /// What identifies this session's processes for the kill code.
+    pub fn tree(&self) -> TreeSpec {
+        TreeSpec {
+            root: self.identity,
+            pgid: self.identity.pid,
+            marker: format!("PROCD_SESSION_ID={}", self.id).into_bytes(),
+            root_pinned: !self.reaped.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Records why the session is being ended; the first request wins.
+    pub fn request_termination(&self, reason: CompletionReason, source: &str) {
+        let mut t = self.termination.lock().unwrap_or_else(|e| e.into_inner());
+        if t.is_none() {
+            *t = Some(Termination {
+                reason,
+                source: source.to_string(),
+            });
+        }
+    }
+
+    /// Forgets a termination request that did not end the session.
+    pub fn clear_termination(&self) {
+        *self.termination.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    pub fn stdin_sender(&self) -> Option<mpsc::Sender<StdinOp>> {
+        self.stdin.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The one place a session's state changes: Running -> Exited, once.
+    pub(crate) fn mark_exited(&self, record: Arc<ExitRecord>) {
+        // Stdin is useless now; dropping our sender ends the writer task.
+        self.take_stdin();
+        self.state.send_if_modified(|state| match state {
+            SessionState::Running => {
+                *state = SessionState::Exited(record);
+                true
+            }
+            SessionState::Exited(_) => false,
+        });
+    }
+
+    /// Drops our handle to the stdin writer (closing stdin once it is idle).
+    pub fn take_stdin(&self) -> Option<mpsc::Sender<StdinOp>> {
+        self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// Reads the child's output and waits for its exit, and returns how it
+/// ended; the caller records the exit (events) and then calls `mark_exited`. Exit comes from the direct child, never from EOF:
+/// after the exit, what is still readable is drained until `final_drain`
+/// of quiet (or 1 MiB), so a descendant holding the pipe cannot keep the
+/// session running.
+pub async fn supervise(
+    session: Arc<Session>,
+    mut output: tokio::net::unix::pipe::Receiver,
+    mut exit_rx: oneshot::Receiver<ChildExit>,
+    mut noise: NoiseFilter,
+    final_drain: Duration,
+    on_timeout: impl FnOnce(Arc<Session>) + Send + 'static,
+) -> Arc<ExitRecord> {
+    const FINAL_DRAIN_MAX: usize = 1 << 20;
+    let store = session.output.clone();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut filtered = Vec::with_capacity(64 * 1024);
+    let mut eof = false;
+    let timeout = session.spec.timeout;
+    let timer = async move {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(timer);
+    let mut on_timeout = Some(on_timeout);
+
+    let exit = loop {
+        tokio::select! {
+            biased;
+            read = output.read(&mut buf), if !eof => match read {
+                Ok(0) => eof = true,
+                Ok(n) => store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => eof = true,
+            },
+            exit = &mut exit_rx => break exit.ok(),
+            _ = &mut timer, if on_timeout.is_some() => {
+                if let Some(f) = on_timeout.take() {
+                    f(session.clone());
+                }
+            }
+        }
+    };
+    session.reaped.store(true, Ordering::SeqCst);
+
+    // Final drain: everything the child wrote is already in the pipe; a
+    // descendant may add more, but only until it has been quiet a while.
+    let mut drained = 0usize;
+    while !eof && drained < FINAL_DRAIN_MAX {
+        match tokio::time::timeout(final_drain, output.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => {
+                drained += n;
+                store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
+            }
+        }
+    }
+    filtered.clear();
+    noise.finish(&mut filtered);
+    if !filtered.is_empty() && store.append(&filtered) {
+        store.compact().await;
+    }
+
+    let termination = session
+        .termination
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let (exit_code, signal) = match exit {
+        Some(ChildExit::Code(c)) => (Some(c), None),
+        Some(ChildExit::Signal(s)) => (Some(-s), Some(s)),
+        None => (None, None),
+    };
+    let (reason, source) = match (termination, exit) {
+        (Some(t), _) => (t.reason, Some(t.source)),
+        (None, None) => (CompletionReason::Lost, None),
+        (None, Some(_)) => (CompletionReason::Exited, None),
+    };
+    let record = Arc::new(ExitRecord {
+        exit_code,
+        signal,
+        reason,
+        source,
+        exited_at: SystemTime::now(),
+        exited_instant: Instant::now(),
+    });
+    store.finish();
+    record
+}
+
+async fn store_chunk(
+    store: &Arc<OutputStore>,
+    noise: &mut NoiseFilter,
+    chunk: &[u8],
+    filtered: &mut Vec<u8>,
+) {
+    filtered.clear();
+    noise.push(chunk, filtered);
+    if store.append(filtered) {
+        store.compact().await;
+    }
+}
+
+/// Owns the write end of a session's stdin; one write at a time, so a full
+/// pipe blocks only this session's writers, never the daemon.
+pub async fn stdin_writer(
+    mut pipe: tokio::net::unix::pipe::Sender,
+    mut ops: mpsc::Receiver<StdinOp>,
+) {
+    use tokio::io::AsyncWriteExt;
+    while let Some(op) = ops.recv().await {
+        match op {
+            StdinOp::Write(bytes, reply) => {
+                let result = pipe.write_all(&bytes).await;
+                let _ = reply.send(result);
+            }
+            StdinOp::Close(reply) => {
+                drop(pipe);
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
+}
+
+/// Whether termination was requested for `session` (used for reporting).
+pub fn termination_of(session: &Session) -> Option<Termination> {
+    session
+        .termination
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}

@@ -1,0 +1,124 @@
+//! Text helpers for what procd returns: UTF-8 window edges, character
+//! tails and ANSI stripping. Stored output is raw bytes; decoding happens
+//! only on the way out, so a character split across reads is never mangled.
+
+/// The length of `bytes` without a trailing incomplete UTF-8 sequence (one
+/// whose remaining bytes may still arrive). Invalid bytes are not trimmed.
+pub fn complete_utf8_len(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    // A sequence is at most 4 bytes: look back at most 3 for its lead byte.
+    for back in 1..=3.min(n) {
+        let b = bytes[n - back];
+        if b & 0xC0 == 0x80 {
+            continue; // continuation byte: keep looking for the lead
+        }
+        let need = match b {
+            0xC2..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF4 => 4,
+            _ => return n, // ASCII or invalid lead: nothing pending
+        };
+        return if back < need { n - back } else { n };
+    }
+    n
+}
+
+/// The number of leading continuation bytes (a window that starts inside a
+/// character, e.g. the oldest byte of a memory tail).
+pub fn leading_continuations(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .take(3)
+        .take_while(|b| *b & 0xC0 == 0x80)
+        .count()
+}
+
+/// The last `n` characters of `s`.
+pub fn last_chars(s: &str, n: usize) -> &str {
+    match s.char_indices().rev().nth(n.saturating_sub(1)) {
+        Some((i, _)) if n > 0 => &s[i..],
+        _ if n == 0 => "",
+        _ => s,
+    }
+}
+
+/// Truncates to at most `n` characters.
+pub fn first_chars(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Removes ANSI escape sequences (CSI, OSC, and two-byte escapes) and
+/// carriage returns that only precede a newline.
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' => match chars.next() {
+                Some('[') => {
+                    // CSI: parameters and intermediates, then a final byte @..~
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                Some(']') | Some('P') | Some('_') | Some('^') => {
+                    // OSC/DCS/APC/PM: up to BEL or ST (ESC \)
+                    while let Some(c) = chars.next() {
+                        if c == '\x07' {
+                            break;
+                        }
+                        if c == '\x1b' && chars.peek() == Some(&'\\') {
+                            chars.next();
+                            break;
+                        }
+                    }
+                }
+                Some('(') | Some(')') => {
+                    chars.next();
+                }
+                _ => {}
+            },
+            '\r' if chars.peek() == Some(&'\n') => {}
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incomplete_tails_are_held_back() {
+        let euro = "€".as_bytes(); // E2 82 AC
+        assert_eq!(complete_utf8_len(&euro[..1]), 0);
+        assert_eq!(complete_utf8_len(&euro[..2]), 0);
+        assert_eq!(complete_utf8_len(euro), 3);
+        let emoji = "a😀".as_bytes(); // 61 F0 9F 98 80
+        assert_eq!(complete_utf8_len(&emoji[..4]), 1);
+        assert_eq!(complete_utf8_len(emoji), 5);
+        assert_eq!(complete_utf8_len(b"ab\xff"), 3);
+        assert_eq!(complete_utf8_len(b""), 0);
+    }
+
+    #[test]
+    fn char_tails() {
+        assert_eq!(last_chars("héllo", 3), "llo");
+        assert_eq!(last_chars("hé", 5), "hé");
+        assert_eq!(last_chars("abc", 0), "");
+        assert_eq!(first_chars("héllo", 2), "hé");
+    }
+
+    #[test]
+    fn ansi_is_stripped() {
+        assert_eq!(strip_ansi("\x1b[31mred\x1b[0m\r\n"), "red\n");
+        assert_eq!(strip_ansi("\x1b]0;title\x07text"), "text");
+        assert_eq!(strip_ansi("a\x1b[2Kb"), "ab");
+    }
+}

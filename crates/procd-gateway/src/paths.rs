@@ -1,0 +1,123 @@
+//! Every path of an instance, derived from one root (SPEC §2).
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    /// `$PROCD_HOME` when set.
+    pub home: Option<PathBuf>,
+    pub runtime_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub config_file: PathBuf,
+}
+
+impl Paths {
+    /// Paths for `home` (the `--home` flag or `PROCD_HOME`), else the XDG
+    /// directories with their fallbacks.
+    pub fn resolve(home: Option<&Path>) -> Paths {
+        let home = home.map(Path::to_path_buf).or_else(|| {
+            std::env::var_os("PROCD_HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        });
+        if let Some(home) = home {
+            let home = absolute(&home);
+            return Paths {
+                runtime_dir: home.join("run"),
+                state_dir: home.join("state"),
+                config_file: home.join("config.toml"),
+                home: Some(home),
+            };
+        }
+        let uid = nix::unistd::getuid().as_raw();
+        let runtime_dir = dirs::runtime_dir()
+            .map(|d| d.join("procd"))
+            .unwrap_or_else(|| PathBuf::from(format!("/tmp/procd-{uid}")));
+        let state_dir = dirs::state_dir()
+            .or_else(|| dirs::home_dir().map(|h| h.join(".local/state")))
+            .unwrap_or_else(|| PathBuf::from(format!("/tmp/procd-{uid}-state")))
+            .join("procd");
+        let config_file = dirs::config_dir()
+            .or_else(|| dirs::home_dir().map(|h| h.join(".config")))
+            .unwrap_or_else(|| PathBuf::from("/etc"))
+            .join("procd/config.toml");
+        Paths {
+            home: None,
+            runtime_dir,
+            state_dir,
+            config_file,
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.runtime_dir.join("procd.sock")
+    }
+    pub fn gateway_json(&self) -> PathBuf {
+        self.runtime_dir.join("gateway.json")
+    }
+    pub fn clients_json(&self) -> PathBuf {
+        self.runtime_dir.join("gateway.clients.json")
+    }
+    pub fn lifecycle_lock(&self) -> PathBuf {
+        self.runtime_dir.join("gateway.json.lock")
+    }
+    pub fn transition_lock(&self) -> PathBuf {
+        self.runtime_dir.join("gateway.json.transition.lock")
+    }
+    pub fn clients_lock(&self) -> PathBuf {
+        self.runtime_dir.join("gateway.clients.json.lock")
+    }
+    pub fn procs_json(&self) -> PathBuf {
+        self.state_dir.join("procs.json")
+    }
+    pub fn logs_dir(&self) -> PathBuf {
+        self.state_dir.join("logs")
+    }
+    pub fn daemon_log(&self) -> PathBuf {
+        self.state_dir.join("procd.log")
+    }
+
+    /// Creates the runtime and state directories, mode 0700.
+    pub fn create_dirs(&self) -> io::Result<()> {
+        create_private_dir(&self.runtime_dir)?;
+        create_private_dir(&self.state_dir)
+    }
+}
+
+/// Creates `dir` (and parents) and makes it private to the user.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_home_isolates_every_path() {
+        let a = Paths::resolve(Some(Path::new("/tmp/a")));
+        let b = Paths::resolve(Some(Path::new("/tmp/b")));
+        assert_eq!(a.socket(), PathBuf::from("/tmp/a/run/procd.sock"));
+        assert_eq!(a.gateway_json(), PathBuf::from("/tmp/a/run/gateway.json"));
+        assert_eq!(a.logs_dir(), PathBuf::from("/tmp/a/state/logs"));
+        assert_eq!(a.config_file, PathBuf::from("/tmp/a/config.toml"));
+        assert_ne!(a.socket(), b.socket());
+        assert_ne!(a.daemon_log(), b.daemon_log());
+    }
+}

@@ -1,0 +1,126 @@
+//! The method table. jsonrpsee generates the server trait the daemon
+//! implements (`ProcdApiServer`) and a typed client (`ProcdApiClient`).
+//! Params are passed by name (`param_kind = map`); positional arrays are
+//! accepted too, in the order written here.
+
+#![allow(clippy::too_many_arguments)]
+
+use crate::types::*;
+use jsonrpsee::core::RpcResult;
+use jsonrpsee::proc_macros::rpc;
+use std::collections::BTreeMap;
+
+#[rpc(server, client)]
+pub trait ProcdApi {
+    /// Start a session (SPEC §3.1 `spawn`).
+    #[method(name = "spawn", param_kind = map)]
+    async fn spawn(
+        &self,
+        command: String,
+        cwd: Option<String>,
+        env: Option<BTreeMap<String, String>>,
+        pty: Option<bool>,
+        rows: Option<u16>,
+        cols: Option<u16>,
+        task_id: Option<String>,
+        session_key: Option<String>,
+        owner: Option<String>,
+        persist: Option<bool>,
+        notify_on_complete: Option<bool>,
+        watch_patterns: Option<Vec<String>>,
+        timeout_s: Option<f64>,
+        stdin: Option<StdinMode>,
+    ) -> RpcResult<SpawnResult>;
+
+    #[method(name = "poll", param_kind = map)]
+    async fn poll(&self, session_id: String) -> RpcResult<PollResult>;
+
+    /// Incremental output from a byte cursor, optionally long-polling.
+    #[method(name = "read", param_kind = map)]
+    async fn read(
+        &self,
+        session_id: String,
+        cursor: Option<u64>,
+        max_bytes: Option<u64>,
+        wait_ms: Option<f64>,
+    ) -> RpcResult<ReadResult>;
+
+    #[method(name = "log", param_kind = map)]
+    async fn log(
+        &self,
+        session_id: String,
+        offset: Option<u64>,
+        limit: Option<u64>,
+    ) -> RpcResult<LogResult>;
+
+    #[method(name = "wait", param_kind = map)]
+    async fn wait(&self, session_id: String, timeout_s: Option<f64>) -> RpcResult<WaitResult>;
+
+    #[method(name = "kill", param_kind = map)]
+    async fn kill(
+        &self,
+        session_id: String,
+        signal: Option<SignalSpec>,
+        grace_s: Option<f64>,
+    ) -> RpcResult<KillResult>;
+
+    #[method(name = "signal", param_kind = map)]
+    async fn signal(&self, session_id: String, signal: SignalSpec) -> RpcResult<SignalResult>;
+
+    #[method(name = "write_stdin", param_kind = map)]
+    async fn write_stdin(&self, session_id: String, data: String) -> RpcResult<StdinResult>;
+
+    #[method(name = "submit_stdin", param_kind = map)]
+    async fn submit_stdin(&self, session_id: String, data: String) -> RpcResult<StdinResult>;
+
+    #[method(name = "close_stdin", param_kind = map)]
+    async fn close_stdin(&self, session_id: String) -> RpcResult<StdinResult>;
+
+    #[method(name = "list", param_kind = map)]
+    async fn list(
+        &self,
+        task_id: Option<String>,
+        session_key: Option<String>,
+        status: Option<ListFilter>,
+    ) -> RpcResult<ListResult>;
+
+    #[method(name = "has_active", param_kind = map)]
+    async fn has_active(
+        &self,
+        task_id: Option<String>,
+        session_key: Option<String>,
+        max_active_age_s: Option<f64>,
+    ) -> RpcResult<HasActiveResult>;
+
+    #[method(name = "snapshot_running", param_kind = map)]
+    async fn snapshot_running(&self, task_id: String) -> RpcResult<SnapshotResult>;
+
+    #[method(name = "kill_all", param_kind = map)]
+    async fn kill_all(
+        &self,
+        task_id: Option<String>,
+        exclude_ids: Option<Vec<String>>,
+        source: Option<String>,
+    ) -> RpcResult<KilledCount>;
+
+    #[method(name = "kill_started_since", param_kind = map)]
+    async fn kill_started_since(
+        &self,
+        task_id: String,
+        baseline: Vec<String>,
+        source: Option<String>,
+    ) -> RpcResult<KilledCount>;
+
+    #[method(name = "drain_notifications", param_kind = map)]
+    async fn drain_notifications(
+        &self,
+        session_key: Option<String>,
+        owned_keys: Option<Vec<String>>,
+    ) -> RpcResult<DrainResult>;
+
+    #[method(name = "status")]
+    async fn status(&self) -> RpcResult<StatusResult>;
+
+    #[method(name = "shutdown", param_kind = map)]
+    async fn shutdown(&self, timeout_s: Option<f64>) -> RpcResult<ShutdownResult>;
+}

@@ -1,0 +1,13 @@
+//! procd's wire contract: the JSON-RPC method table (the jsonrpsee `#[rpc]`
+//! trait), the result types every method returns, and the error codes.
+//!
+//! This crate is shared by the daemon and every Rust client. It holds no
+//! logic: changing a name here changes the protocol, which other-language
+//! clients are written against (see `docs/protocol.md` and `SPEC.md` §3).
+
+mod api;
+pub mod error;
+mod types;
+
+pub use api::*;
+pub use types::*;

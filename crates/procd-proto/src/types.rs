@@ -1,0 +1,265 @@
+//! Result and parameter types of the wire protocol. Field names are the
+//! protocol's: they are serialized exactly as SPEC §3.1 spells them.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A session is either still running or has exited (exactly once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    Running,
+    Exited,
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionReason {
+    Exited,
+    Killed,
+    Timeout,
+    Lost,
+    FailedStart,
+}
+
+/// A signal as callers name it: "SIGINT", "INT" or 2.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SignalSpec {
+    Number(i32),
+    Name(String),
+}
+
+/// How a session's stdin is wired (pipe mode only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinMode {
+    #[default]
+    Pipe,
+    Null,
+}
+
+/// Filter for `list`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ListFilter {
+    Running,
+    Exited,
+    #[default]
+    All,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpawnResult {
+    pub session_id: String,
+    pub pid: i32,
+    pub pty: bool,
+    pub status: SessionStatus,
+    pub command: String,
+    pub started_at: String,
+}
+
+/// How a session ended; present in results once it has exited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// The exit status, or -N for a death by signal N; null when unknowable.
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub completion_reason: CompletionReason,
+    pub termination_source: Option<String>,
+    pub exited_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PollResult {
+    pub session_id: String,
+    pub command: String,
+    pub status: SessionStatus,
+    pub pid: i32,
+    pub started_at: String,
+    pub uptime_seconds: f64,
+    pub output_preview: String,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadResult {
+    pub data: String,
+    pub cursor: u64,
+    pub next_cursor: u64,
+    pub eof: bool,
+    pub status: SessionStatus,
+    pub exit_code: Option<i32>,
+    pub dropped: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogResult {
+    pub session_id: String,
+    pub command: String,
+    pub status: SessionStatus,
+    pub output: String,
+    pub total_lines: u64,
+    pub showing: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitStatus {
+    Running,
+    Exited,
+    Timeout,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitResult {
+    pub session_id: String,
+    pub command: String,
+    pub status: WaitStatus,
+    pub pid: i32,
+    pub started_at: String,
+    pub uptime_seconds: f64,
+    pub output_preview: String,
+    /// The last 2000 characters of output.
+    pub output: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_running: Option<bool>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitInfo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KillStatus {
+    Killed,
+    AlreadyExited,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KillResult {
+    pub session_id: String,
+    pub status: KillStatus,
+    pub exit_code: Option<i32>,
+    /// Leftover descendants of an already exited session that were ended.
+    #[serde(default)]
+    pub orphans_killed: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub survivors: Vec<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_running: Option<bool>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignalResult {
+    pub session_id: String,
+    pub status: String,
+    pub signal: String,
+    /// How many processes received the signal.
+    pub delivered: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinStatus {
+    Ok,
+    AlreadyExited,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StdinResult {
+    pub status: StdinStatus,
+    #[serde(default)]
+    pub bytes_written: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessEntry {
+    pub session_id: String,
+    pub command: String,
+    pub cwd: String,
+    pub pid: i32,
+    pub status: SessionStatus,
+    pub exit_code: Option<i32>,
+    pub started_at: String,
+    pub uptime_seconds: f64,
+    pub output_preview: String,
+    pub task_id: Option<String>,
+    pub session_key: Option<String>,
+    pub pty: bool,
+    pub persist: bool,
+    pub notify_on_complete: bool,
+    pub watch_patterns: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub session_scoped: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListResult {
+    pub processes: Vec<ProcessEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HasActiveResult {
+    pub active: bool,
+    pub count: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotResult {
+    pub session_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KilledCount {
+    pub killed: u32,
+}
+
+/// A queued notification: a completion, a watch match, or `watch_disabled`.
+/// `kind`-specific fields stay in `fields` so the queue is one plain type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub session_id: String,
+    pub session_key: Option<String>,
+    pub task_id: Option<String>,
+    pub command: String,
+    /// A short human summary for an agent.
+    pub text: String,
+    #[serde(flatten)]
+    pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrainResult {
+    pub events: Vec<Event>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusResult {
+    pub version: String,
+    pub pid: i32,
+    pub started_at: String,
+    pub uptime_seconds: f64,
+    pub launch_mode: String,
+    pub lifetime: String,
+    pub clients: u32,
+    pub running: u32,
+    pub finished: u32,
+    pub socket: String,
+    pub state_dir: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShutdownResult {
+    pub status: String,
+}

@@ -1,0 +1,230 @@
+//! One client connection: line-delimited JSON-RPC 2.0.
+//!
+//! jsonrpsee's `Methods::raw_json_request` executes one request; framing,
+//! batches and notifications are handled here (jsonrpsee parses a single
+//! request only). Requests on one connection run concurrently, so a long
+//! `wait` does not hold up a `poll`; responses carry their ids and are
+//! written as they complete.
+
+use futures::StreamExt;
+use jsonrpsee::types::{ErrorCode, ErrorObject, Id, Response, ResponsePayload};
+use jsonrpsee::Methods;
+use procd_proto::error::{INVALID_PARAMS, INVALID_REQUEST};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+
+/// Requests of one connection that may run at once.
+const MAX_IN_FLIGHT: usize = 64;
+/// Entries allowed in one batch.
+const MAX_BATCH: usize = 256;
+/// Subscription notifications buffered per call (used by subscriptions).
+const SUBSCRIPTION_BUFFER: usize = 64;
+
+pub async fn serve(
+    stream: UnixStream,
+    methods: Methods,
+    max_request_bytes: usize,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (read_half, mut write_half) = stream.into_split();
+    let mut lines = FramedRead::new(
+        read_half,
+        LinesCodec::new_with_max_length(max_request_bytes),
+    );
+    let (out_tx, mut out_rx) = mpsc::channel::<String>(MAX_IN_FLIGHT);
+    let writer = tokio::spawn(async move {
+        while let Some(mut line) = out_rx.recv().await {
+            line.push('\n');
+            if write_half.write_all(line.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+    });
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut tasks = JoinSet::new();
+    let mut stopped = false;
+    loop {
+        tokio::select! {
+            _ = crate::stopped(&mut shutdown) => { stopped = true; break }
+            next = lines.next() => match next {
+                None => break,
+                Some(Ok(line)) => {
+                    let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
+                    let methods = methods.clone();
+                    let out = out_tx.clone();
+                    tasks.spawn(async move {
+                        if let Some(response) = handle_line(&line, &methods).await {
+                            let _ = out.send(response).await;
+                        }
+                        drop(permit);
+                    });
+                }
+                Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                    let msg = format!("request line exceeds max_request_bytes ({max_request_bytes}); closing the connection");
+                    let _ = out_tx.send(error_response(Id::Null, INVALID_REQUEST, &msg)).await;
+                    break;
+                }
+                Some(Err(LinesCodecError::Io(_))) => break,
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+    if stopped {
+        tasks.abort_all();
+    }
+    // A client that half-closed still gets the answers to what it sent.
+    while tasks.join_next().await.is_some() {}
+    drop(out_tx);
+    let _ = writer.await;
+}
+
+/// The response line for one request line, or None (notifications).
+async fn handle_line(line: &str, methods: &Methods) -> Option<String> {
+    let text = line.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text.starts_with('[') {
+        return handle_batch(text, methods).await;
+    }
+    handle_single(text, methods).await
+}
+
+async fn handle_batch(text: &str, methods: &Methods) -> Option<String> {
+    let items: Vec<&RawValue> = match serde_json::from_str(text) {
+        Ok(items) => items,
+        Err(_) => return Some(malformed(text)),
+    };
+    if items.is_empty() {
+        return Some(error_response(Id::Null, INVALID_REQUEST, "empty batch"));
+    }
+    if items.len() > MAX_BATCH {
+        let msg = format!(
+            "batch of {} requests exceeds the limit of {MAX_BATCH}",
+            items.len()
+        );
+        return Some(error_response(Id::Null, INVALID_REQUEST, &msg));
+    }
+    let responses: Vec<String> =
+        futures::future::join_all(items.iter().map(|item| handle_single(item.get(), methods)))
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+    (!responses.is_empty()).then(|| format!("[{}]", responses.join(",")))
+}
+
+#[derive(Deserialize)]
+struct Probe<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+}
+
+/// `"id": null` is an id (not a notification): record presence, not value.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+async fn handle_single(text: &str, methods: &Methods) -> Option<String> {
+    let probe: Probe = match serde_json::from_str(text) {
+        Ok(p) => p,
+        Err(_) => return Some(malformed(text)),
+    };
+    if probe.id.is_none() {
+        // A notification: run it, answer nothing.
+        run_notification(text, methods).await;
+        return None;
+    }
+    match methods.raw_json_request(text, SUBSCRIPTION_BUFFER).await {
+        Ok((response, _notifications)) => Some(clarify_invalid_params(response.get())),
+        Err(_) => Some(error_response(
+            Id::Null,
+            INVALID_REQUEST,
+            "not a JSON-RPC 2.0 request (needs \"jsonrpc\":\"2.0\", a string \"method\", and an id that is a number, string or null)",
+        )),
+    }
+}
+
+async fn run_notification(text: &str, methods: &Methods) {
+    let Ok(serde_json::Value::Object(mut request)) = serde_json::from_str(text) else {
+        return;
+    };
+    request.insert("id".into(), serde_json::Value::from(0));
+    let request = serde_json::Value::Object(request).to_string();
+    let _ = methods
+        .raw_json_request(&request, SUBSCRIPTION_BUFFER)
+        .await;
+}
+
+/// -32700 for text that is not JSON at all, -32600 for JSON that is not a request.
+fn malformed(text: &str) -> String {
+    if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() {
+        error_response(
+            Id::Null,
+            INVALID_REQUEST,
+            "not a JSON-RPC 2.0 request object",
+        )
+    } else {
+        let obj = ErrorObject::from(ErrorCode::ParseError);
+        serde_json::to_string(&Response::new(ResponsePayload::<()>::error(obj), Id::Null))
+            .unwrap_or_default()
+    }
+}
+
+fn error_response(id: Id<'_>, code: i32, message: &str) -> String {
+    let obj = ErrorObject::owned(code, message.to_string(), None::<()>);
+    serde_json::to_string(&Response::new(ResponsePayload::<()>::error(obj), id)).unwrap_or_default()
+}
+
+/// jsonrpsee reports a params problem as message "Invalid params" with the
+/// detail in `data`; the protocol wants the message itself to name it.
+fn clarify_invalid_params(response: &str) -> String {
+    if !response.contains(&format!("\"code\":{INVALID_PARAMS}"))
+        || !response.contains("\"message\":\"Invalid params\"")
+    {
+        return response.to_string();
+    }
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(response) else {
+        return response.to_string();
+    };
+    if let Some(error) = value.get_mut("error") {
+        let detail = error
+            .get("data")
+            .and_then(|d| d.as_str())
+            .map(|d| d.split(" at line ").next().unwrap_or(d).to_string());
+        if let Some(detail) = detail {
+            error["message"] = serde_json::Value::String(format!("Invalid params: {detail}"));
+        }
+    }
+    value.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_params_message_names_the_field() {
+        let raw = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Invalid params","data":"missing field `command` at line 1 column 2"}}"#;
+        let fixed: serde_json::Value = serde_json::from_str(&clarify_invalid_params(raw)).unwrap();
+        assert_eq!(
+            fixed["error"]["message"],
+            "Invalid params: missing field `command`"
+        );
+        assert_eq!(fixed["id"], 1);
+    }
+
+    #[test]
+    fn malformed_input_is_classified() {
+        let v: serde_json::Value = serde_json::from_str(&malformed("{oops")).unwrap();
+        assert_eq!(v["error"]["code"], -32700);
+        let v: serde_json::Value = serde_json::from_str(&malformed("42")).unwrap();
+        assert_eq!(v["error"]["code"], -32600);
+    }
+}

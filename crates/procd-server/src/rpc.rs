@@ -1,0 +1,225 @@
+//! The method table: `ProcdApiServer` implemented over the registry. Each
+//! method only converts parameters and errors; the logic is in procd-core.
+
+use crate::daemon::Daemon;
+use jsonrpsee::core::{async_trait, RpcResult};
+use jsonrpsee::types::ErrorObjectOwned;
+use procd_core::{Error, SpawnRequest};
+use procd_proto::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub struct Api {
+    pub daemon: Arc<Daemon>,
+}
+
+fn rpc_err(e: Error) -> ErrorObjectOwned {
+    procd_proto::error::rpc_error(e.code(), e.message())
+}
+
+#[async_trait]
+impl ProcdApiServer for Api {
+    async fn spawn(
+        &self,
+        command: String,
+        cwd: Option<String>,
+        env: Option<BTreeMap<String, String>>,
+        pty: Option<bool>,
+        rows: Option<u16>,
+        cols: Option<u16>,
+        task_id: Option<String>,
+        session_key: Option<String>,
+        owner: Option<String>,
+        persist: Option<bool>,
+        notify_on_complete: Option<bool>,
+        watch_patterns: Option<Vec<String>>,
+        timeout_s: Option<f64>,
+        stdin: Option<StdinMode>,
+    ) -> RpcResult<SpawnResult> {
+        let req = SpawnRequest {
+            command,
+            cwd,
+            env: env.unwrap_or_default(),
+            pty: pty.unwrap_or(false),
+            rows,
+            cols,
+            task_id,
+            session_key,
+            owner,
+            persist: persist.unwrap_or(false),
+            notify_on_complete: notify_on_complete.unwrap_or(false),
+            watch_patterns: watch_patterns.unwrap_or_default(),
+            timeout_s,
+            stdin: stdin.unwrap_or_default(),
+        };
+        self.daemon.registry.spawn(req).await.map_err(rpc_err)
+    }
+
+    async fn poll(&self, session_id: String) -> RpcResult<PollResult> {
+        self.daemon.registry.poll(&session_id).map_err(rpc_err)
+    }
+
+    async fn read(
+        &self,
+        session_id: String,
+        cursor: Option<u64>,
+        max_bytes: Option<u64>,
+        wait_ms: Option<f64>,
+    ) -> RpcResult<ReadResult> {
+        self.daemon
+            .registry
+            .read(&session_id, cursor, max_bytes, wait_ms)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn log(
+        &self,
+        session_id: String,
+        offset: Option<u64>,
+        limit: Option<u64>,
+    ) -> RpcResult<LogResult> {
+        self.daemon
+            .registry
+            .log(&session_id, offset, limit)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn wait(&self, session_id: String, timeout_s: Option<f64>) -> RpcResult<WaitResult> {
+        self.daemon
+            .registry
+            .wait(&session_id, timeout_s)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn kill(
+        &self,
+        session_id: String,
+        signal: Option<SignalSpec>,
+        grace_s: Option<f64>,
+    ) -> RpcResult<KillResult> {
+        self.daemon
+            .registry
+            .kill(&session_id, signal, grace_s)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn signal(&self, session_id: String, signal: SignalSpec) -> RpcResult<SignalResult> {
+        self.daemon
+            .registry
+            .signal(&session_id, signal)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn write_stdin(&self, session_id: String, data: String) -> RpcResult<StdinResult> {
+        self.daemon
+            .registry
+            .write_stdin(&session_id, &data, false)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn submit_stdin(&self, session_id: String, data: String) -> RpcResult<StdinResult> {
+        self.daemon
+            .registry
+            .write_stdin(&session_id, &data, true)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn close_stdin(&self, session_id: String) -> RpcResult<StdinResult> {
+        self.daemon
+            .registry
+            .close_stdin(&session_id)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn list(
+        &self,
+        task_id: Option<String>,
+        session_key: Option<String>,
+        status: Option<ListFilter>,
+    ) -> RpcResult<ListResult> {
+        Ok(self.daemon.registry.list(
+            task_id.as_deref(),
+            session_key.as_deref(),
+            status.unwrap_or_default(),
+        ))
+    }
+
+    async fn has_active(
+        &self,
+        task_id: Option<String>,
+        session_key: Option<String>,
+        max_active_age_s: Option<f64>,
+    ) -> RpcResult<HasActiveResult> {
+        Ok(self.daemon.registry.has_active(
+            task_id.as_deref(),
+            session_key.as_deref(),
+            max_active_age_s,
+        ))
+    }
+
+    async fn snapshot_running(&self, task_id: String) -> RpcResult<SnapshotResult> {
+        Ok(self.daemon.registry.snapshot_running(&task_id))
+    }
+
+    async fn kill_all(
+        &self,
+        task_id: Option<String>,
+        exclude_ids: Option<Vec<String>>,
+        source: Option<String>,
+    ) -> RpcResult<KilledCount> {
+        let killed = self
+            .daemon
+            .registry
+            .kill_all(
+                task_id.as_deref(),
+                &exclude_ids.unwrap_or_default(),
+                source.as_deref(),
+            )
+            .await;
+        Ok(KilledCount { killed })
+    }
+
+    async fn kill_started_since(
+        &self,
+        task_id: String,
+        baseline: Vec<String>,
+        source: Option<String>,
+    ) -> RpcResult<KilledCount> {
+        let killed = self
+            .daemon
+            .registry
+            .kill_started_since(&task_id, &baseline, source.as_deref())
+            .await;
+        Ok(KilledCount { killed })
+    }
+
+    async fn drain_notifications(
+        &self,
+        session_key: Option<String>,
+        owned_keys: Option<Vec<String>>,
+    ) -> RpcResult<DrainResult> {
+        Ok(self
+            .daemon
+            .registry
+            .drain_notifications(session_key.as_deref(), &owned_keys.unwrap_or_default()))
+    }
+
+    async fn status(&self) -> RpcResult<StatusResult> {
+        Ok(self.daemon.status())
+    }
+
+    async fn shutdown(&self, _timeout_s: Option<f64>) -> RpcResult<ShutdownResult> {
+        self.daemon.request_shutdown("shutdown request");
+        Ok(ShutdownResult {
+            status: "stopping".into(),
+        })
+    }
+}

@@ -1,0 +1,395 @@
+//! Subcommands and their exit codes (SPEC §8): 0 ok, 1 failed, 2 usage,
+//! 3 not running (`status`); `procd wait` exits with the session's code.
+
+use crate::render;
+use clap::{Parser, Subcommand};
+use jsonrpsee::core::client::{Client, Error as ClientError};
+use procd_client::{ProcdApiClient, Starter};
+use procd_gateway::Paths;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILED: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_NOT_RUNNING: i32 = 3;
+/// `procd wait` when the session is still running at the timeout.
+pub const EXIT_WAIT_TIMEOUT: i32 = 124;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "procd",
+    version,
+    about = "Run and supervise background processes for AI coding agents"
+)]
+pub struct Cli {
+    /// Instance root (same as PROCD_HOME): run/, state/ and config.toml live here.
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// Configuration file (default: $PROCD_HOME/config.toml or ~/.config/procd/config.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Machine-readable output: the JSON result on one line.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the daemon in the foreground.
+    Daemon {
+        /// Started by a client that needed a daemon (on-demand lifetime).
+        #[arg(long, hide = true)]
+        on_demand: bool,
+    },
+    /// Start a command as a background session.
+    Spawn {
+        /// Run it on a pseudo-terminal.
+        #[arg(long)]
+        pty: bool,
+        /// Working directory (default: your home).
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<String>,
+        /// Extra environment variable, repeatable.
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
+        /// Task id to group sessions by.
+        #[arg(long = "task", value_name = "T")]
+        task: Option<String>,
+        /// Queue a completion notification when it exits.
+        #[arg(long)]
+        notify: bool,
+        /// Notify when an output line contains PAT, repeatable.
+        #[arg(long = "watch", value_name = "PAT")]
+        watch: Vec<String>,
+        /// Kill the session's tree after this many seconds.
+        #[arg(long, value_name = "S")]
+        timeout: Option<f64>,
+        /// The command: one argument is used as given; several are joined with spaces.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// List sessions.
+    Ps {
+        /// Only this task's sessions.
+        #[arg(long = "task", value_name = "T")]
+        task: Option<String>,
+        /// Only running sessions.
+        #[arg(long)]
+        running: bool,
+    },
+    /// Show one session's state.
+    Poll { id: String },
+    /// Print a session's output.
+    Logs {
+        id: String,
+        /// Follow the output until the session exits.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// How many of the last lines (default 200).
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
+    },
+    /// Wait for a session to exit; exits with its exit code.
+    Wait {
+        id: String,
+        /// Give up after this many seconds (default: the daemon's max_wait_s).
+        #[arg(long, value_name = "S")]
+        timeout: Option<f64>,
+    },
+    /// Terminate a session and everything it started.
+    Kill {
+        id: String,
+        /// Signal to send first (default SIGTERM).
+        #[arg(long)]
+        signal: Option<String>,
+        /// Seconds before SIGKILL (default kill_grace_s).
+        #[arg(long, value_name = "S")]
+        grace: Option<f64>,
+    },
+    /// Type a line into a session's stdin (Enter appended).
+    Send { id: String, text: String },
+    /// Show whether the daemon runs (exit 3 when not).
+    Status,
+}
+
+/// What a client command needs to reach the daemon.
+struct Target {
+    paths: Paths,
+    starter: Starter,
+    json: bool,
+}
+
+impl Target {
+    /// Connects, starting a daemon on demand if `start` is set. None means
+    /// no daemon runs (and none was started).
+    async fn connect(&self, start: bool) -> Result<Option<Client>, String> {
+        if start {
+            procd_client::connect_or_start(&self.paths, &self.starter)
+                .await
+                .map(Some)
+        } else {
+            Ok(procd_client::connect(&self.paths.socket()).await.ok())
+        }
+    }
+
+    fn print<T: Serialize>(&self, value: &T, human: impl FnOnce(&T) -> String) {
+        if self.json {
+            println!("{}", serde_json::to_string(value).unwrap_or_default());
+        } else {
+            let text = human(value);
+            if !text.is_empty() {
+                println!("{}", text.trim_end_matches('\n'));
+            }
+        }
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(f),
+        Err(err) => {
+            eprintln!("procd: cannot start the async runtime: {err}");
+            std::process::exit(EXIT_FAILED);
+        }
+    }
+}
+
+pub fn run(cli: Cli) -> i32 {
+    let paths = Paths::resolve(cli.home.as_deref());
+    if let Command::Daemon { on_demand } = cli.command {
+        return run_daemon(paths, cli.config, on_demand);
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("procd"));
+    let target = Target {
+        starter: Starter {
+            exe,
+            home: paths.home.clone(),
+            config: cli.config.clone(),
+        },
+        paths,
+        json: cli.json,
+    };
+    // One runtime for the whole command: the client's background task
+    // lives on the runtime that created it.
+    block_on(async {
+        let starts_daemon = matches!(cli.command, Command::Spawn { .. } | Command::Send { .. });
+        let client = match target.connect(starts_daemon).await {
+            Ok(Some(client)) => client,
+            Ok(None) => return not_running(&target, matches!(cli.command, Command::Status)),
+            Err(err) => {
+                eprintln!("procd: {err}");
+                return EXIT_FAILED;
+            }
+        };
+        match client_command(&target, &client, cli.command).await {
+            Ok(code) => code,
+            Err(err) => {
+                eprintln!("procd: {}", describe(&err));
+                EXIT_FAILED
+            }
+        }
+    })
+}
+
+fn not_running(target: &Target, is_status: bool) -> i32 {
+    if target.json {
+        println!(
+            "{}",
+            serde_json::json!({"running": false, "reason": "not_started",
+                "socket": target.paths.socket().display().to_string()})
+        );
+    } else {
+        eprintln!("procd is not running");
+    }
+    if is_status {
+        EXIT_NOT_RUNNING
+    } else {
+        EXIT_FAILED
+    }
+}
+
+fn describe(err: &ClientError) -> String {
+    match err {
+        ClientError::Call(obj) => obj.message().to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn run_daemon(paths: Paths, config_path: Option<PathBuf>, on_demand: bool) -> i32 {
+    init_tracing();
+    let explicit = config_path.is_some();
+    let config_path = config_path.unwrap_or_else(|| paths.config_file.clone());
+    let config = match procd_gateway::config::load(&config_path, explicit) {
+        Ok(c) => c,
+        Err(err) => {
+            eprintln!("procd: {err}");
+            return EXIT_USAGE;
+        }
+    };
+    let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+    procd_server::run(procd_server::DaemonOptions {
+        paths,
+        config,
+        mode: if on_demand {
+            procd_server::LaunchMode::OnDemand
+        } else {
+            procd_server::LaunchMode::Foreground
+        },
+        command_line,
+    })
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PROCD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+}
+
+async fn client_command(
+    target: &Target,
+    client: &Client,
+    command: Command,
+) -> Result<i32, ClientError> {
+    match command {
+        Command::Daemon { .. } => Ok(EXIT_USAGE),
+        Command::Spawn {
+            pty,
+            cwd,
+            env,
+            task,
+            notify,
+            watch,
+            timeout,
+            command,
+        } => {
+            let mut vars = BTreeMap::new();
+            for kv in env {
+                match kv.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => {
+                        vars.insert(k.to_string(), v.to_string());
+                    }
+                    _ => {
+                        eprintln!("procd: --env takes NAME=VALUE, got {kv:?}");
+                        return Ok(EXIT_USAGE);
+                    }
+                }
+            }
+            let r = client
+                .spawn(
+                    command.join(" "),
+                    cwd,
+                    (!vars.is_empty()).then_some(vars),
+                    Some(pty),
+                    None,
+                    None,
+                    task,
+                    None,
+                    None,
+                    None,
+                    Some(notify),
+                    (!watch.is_empty()).then_some(watch),
+                    timeout,
+                    None,
+                )
+                .await?;
+            target.print(&r, render::spawned);
+            Ok(EXIT_OK)
+        }
+        Command::Ps { task, running } => {
+            let filter = running.then_some(procd_proto::ListFilter::Running);
+            let r = client.list(task, None, filter).await?;
+            target.print(&r, render::table);
+            Ok(EXIT_OK)
+        }
+        Command::Poll { id } => {
+            let r = client.poll(id).await?;
+            target.print(&r, render::poll);
+            Ok(EXIT_OK)
+        }
+        Command::Logs { id, follow, limit } => {
+            if follow {
+                return follow_output(target, client, id).await;
+            }
+            let r = client.log(id, None, limit).await?;
+            target.print(&r, |r| r.output.clone());
+            Ok(EXIT_OK)
+        }
+        Command::Wait { id, timeout } => {
+            let r = client.wait(id, timeout).await?;
+            target.print(&r, render::waited);
+            Ok(match r.status {
+                procd_proto::WaitStatus::Exited => wait_exit_code(r.exit.and_then(|e| e.exit_code)),
+                _ => EXIT_WAIT_TIMEOUT,
+            })
+        }
+        Command::Kill { id, signal, grace } => {
+            let r = client
+                .kill(id, signal.map(procd_proto::SignalSpec::Name), grace)
+                .await?;
+            target.print(&r, render::killed);
+            Ok(match r.status {
+                procd_proto::KillStatus::Error => EXIT_FAILED,
+                _ => EXIT_OK,
+            })
+        }
+        Command::Send { id, text } => {
+            let r = client.submit_stdin(id, text).await?;
+            target.print(&r, |r| match r.status {
+                procd_proto::StdinStatus::Ok => format!("sent {} bytes", r.bytes_written),
+                procd_proto::StdinStatus::AlreadyExited => "the session has already exited".into(),
+            });
+            Ok(match r.status {
+                procd_proto::StdinStatus::Ok => EXIT_OK,
+                procd_proto::StdinStatus::AlreadyExited => EXIT_FAILED,
+            })
+        }
+        Command::Status => {
+            let r = client.status().await?;
+            target.print(&r, render::status);
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+/// A shell-style status: the code itself, or 128+N for a death by signal N.
+fn wait_exit_code(code: Option<i32>) -> i32 {
+    match code {
+        Some(c) if c >= 0 => c & 0xff,
+        Some(c) => 128 + (-c & 0x7f),
+        None => EXIT_FAILED,
+    }
+}
+
+/// `procd logs -f`: reads by cursor with a long-poll until the session ends.
+async fn follow_output(target: &Target, client: &Client, id: String) -> Result<i32, ClientError> {
+    use std::io::Write;
+    let mut cursor = 0u64;
+    loop {
+        let r = client
+            .read(id.clone(), Some(cursor), None, Some(30_000.0))
+            .await?;
+        if target.json {
+            println!("{}", serde_json::to_string(&r).unwrap_or_default());
+        } else {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(r.data.as_bytes());
+            let _ = out.flush();
+        }
+        cursor = r.next_cursor;
+        if r.eof {
+            return Ok(EXIT_OK);
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The `procd` binary: `procd daemon` runs the server (procd-server); every
+//! other subcommand is a thin client of it (procd-client). Argument parsing
+//! and human-readable output live here; no logic does.
+
+mod cli;
+mod render;
+
+use clap::Parser;
+
+fn main() {
+    let args = cli::Cli::parse();
+    std::process::exit(cli::run(args));
+}

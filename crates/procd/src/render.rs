@@ -1,0 +1,100 @@
+//! Human-readable renderings of results (the `--json` form is the result).
+
+use procd_proto::*;
+
+fn exit_summary(exit: &Option<ExitInfo>) -> String {
+    match exit {
+        None => String::new(),
+        Some(e) => {
+            let code = e
+                .exit_code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "unknown".into());
+            let reason = serde_json::to_value(e.completion_reason)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            format!("exit code {code} ({reason})")
+        }
+    }
+}
+
+pub fn spawned(r: &SpawnResult) -> String {
+    format!("{}  pid {}  {}", r.session_id, r.pid, r.command)
+}
+
+pub fn poll(r: &PollResult) -> String {
+    let status = match r.status {
+        SessionStatus::Running => format!("running for {:.1}s", r.uptime_seconds),
+        SessionStatus::Exited => format!("exited: {}", exit_summary(&r.exit)),
+    };
+    let mut out = format!(
+        "{}  pid {}  {status}\n$ {}\n",
+        r.session_id, r.pid, r.command
+    );
+    if !r.output_preview.is_empty() {
+        out.push_str(&r.output_preview);
+    }
+    out
+}
+
+pub fn waited(r: &WaitResult) -> String {
+    match r.status {
+        WaitStatus::Exited => format!("{} exited: {}", r.session_id, exit_summary(&r.exit)),
+        _ => format!("{} is still running (timed out waiting)", r.session_id),
+    }
+}
+
+pub fn killed(r: &KillResult) -> String {
+    match r.status {
+        KillStatus::Killed => format!("{} killed ({})", r.session_id, exit_summary(&r.exit)),
+        KillStatus::AlreadyExited if r.orphans_killed > 0 => format!(
+            "{} had already exited; ended {} leftover process(es)",
+            r.session_id, r.orphans_killed
+        ),
+        KillStatus::AlreadyExited => format!("{} had already exited", r.session_id),
+        KillStatus::Error => format!(
+            "{}: {} (pids {:?})",
+            r.session_id,
+            r.error.clone().unwrap_or_default(),
+            r.survivors
+        ),
+    }
+}
+
+pub fn status(r: &StatusResult) -> String {
+    format!(
+        "procd {} running (pid {}, {} {}), up {:.0}s\nsessions: {} running, {} finished\nsocket: {}",
+        r.version,
+        r.pid,
+        r.launch_mode,
+        r.lifetime,
+        r.uptime_seconds,
+        r.running,
+        r.finished,
+        r.socket
+    )
+}
+
+pub fn table(r: &ListResult) -> String {
+    if r.processes.is_empty() {
+        return "no sessions".into();
+    }
+    let mut out = format!(
+        "{:<17} {:<8} {:>8} {:>9}  {}\n",
+        "ID", "STATUS", "PID", "UPTIME", "COMMAND"
+    );
+    for p in &r.processes {
+        let status = match (p.status, p.exit_code) {
+            (SessionStatus::Running, _) => "running".to_string(),
+            (SessionStatus::Exited, Some(c)) => format!("exit {c}"),
+            (SessionStatus::Exited, None) => "exited".to_string(),
+        };
+        let command: String = p.command.chars().take(60).collect();
+        out.push_str(&format!(
+            "{:<17} {:<8} {:>8} {:>8.1}s  {}\n",
+            p.session_id, status, p.pid, p.uptime_seconds, command
+        ));
+    }
+    out
+}
