@@ -193,7 +193,6 @@ impl Registry {
                 "pty: PTY sessions are not available in this build".into(),
             ));
         }
-        self.prune();
         // Reserve a running slot first so concurrent spawns cannot overshoot.
         let max = self.config.max_running;
         if self
@@ -430,6 +429,8 @@ impl Registry {
         });
         let session = Arc::new(Session::new(id.clone(), spec, identity, output, stdin_tx));
         self.table().insert(id.clone(), session.clone());
+        // Make room: the new session counts towards max_sessions.
+        self.prune();
 
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
@@ -641,7 +642,6 @@ impl Registry {
             return KillResult {
                 session_id: s.id.clone(),
                 status: KillStatus::AlreadyExited,
-                exit_code: state.exit().and_then(|e| e.exit_code),
                 orphans_killed: (out.signalled - out.survivors.len().min(out.signalled)) as u32,
                 error: None,
                 survivors: out.survivors,
@@ -670,7 +670,6 @@ impl Registry {
             return KillResult {
                 session_id: s.id.clone(),
                 status: KillStatus::Error,
-                exit_code: state.exit().and_then(|e| e.exit_code),
                 orphans_killed: 0,
                 error: Some(format!(
                     "Kill incomplete: {} process(es) still alive",
@@ -684,7 +683,6 @@ impl Registry {
         KillResult {
             session_id: s.id.clone(),
             status: KillStatus::Killed,
-            exit_code: state.exit().and_then(|e| e.exit_code),
             orphans_killed: 0,
             error: None,
             survivors: Vec::new(),

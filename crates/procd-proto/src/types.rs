@@ -142,7 +142,6 @@ pub enum KillStatus {
 pub struct KillResult {
     pub session_id: String,
     pub status: KillStatus,
-    pub exit_code: Option<i32>,
     /// Leftover descendants of an already exited session that were ended.
     #[serde(default)]
     pub orphans_killed: u32,
@@ -152,6 +151,7 @@ pub struct KillResult {
     pub survivors: Vec<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_running: Option<bool>,
+    /// How the session ended (`exit_code`, `signal`, …) once it has.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
 }

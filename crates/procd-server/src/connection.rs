@@ -13,7 +13,7 @@ use procd_proto::error::{INVALID_PARAMS, INVALID_REQUEST};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -23,6 +23,8 @@ use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 const MAX_IN_FLIGHT: usize = 64;
 /// Entries allowed in one batch.
 const MAX_BATCH: usize = 256;
+/// How long a refused connection's remaining input is discarded.
+const DISCARD_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
 /// Subscription notifications buffered per call (used by subscriptions).
 const SUBSCRIPTION_BUFFER: usize = 64;
 
@@ -45,10 +47,13 @@ pub async fn serve(
                 break;
             }
         }
+        // FIN after the last answer, so the peer sees them and then EOF.
+        let _ = write_half.shutdown().await;
     });
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut tasks = JoinSet::new();
     let mut stopped = false;
+    let mut refused = false;
     loop {
         tokio::select! {
             _ = crate::stopped(&mut shutdown) => { stopped = true; break }
@@ -68,6 +73,7 @@ pub async fn serve(
                 Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
                     let msg = format!("request line exceeds max_request_bytes ({max_request_bytes}); closing the connection");
                     let _ = out_tx.send(error_response(Id::Null, INVALID_REQUEST, &msg)).await;
+                    refused = true;
                     break;
                 }
                 Some(Err(LinesCodecError::Io(_))) => break,
@@ -82,6 +88,17 @@ pub async fn serve(
     while tasks.join_next().await.is_some() {}
     drop(out_tx);
     let _ = writer.await;
+    if refused {
+        // Closing with unread input would reset the connection and destroy
+        // the error answer in flight: discard what the peer still sends,
+        // briefly, then close.
+        let mut rest = lines.into_inner();
+        let mut sink = [0u8; 8192];
+        let _ = tokio::time::timeout(DISCARD_WINDOW, async {
+            while matches!(rest.read(&mut sink).await, Ok(n) if n > 0) {}
+        })
+        .await;
+    }
 }
 
 /// The response line for one request line, or None (notifications).

@@ -106,8 +106,8 @@ enum Command {
         /// Signal to send first (default SIGTERM).
         #[arg(long)]
         signal: Option<String>,
-        /// Seconds before SIGKILL (default kill_grace_s).
-        #[arg(long, value_name = "S")]
+        /// Seconds before SIGKILL (default kill_grace_s; 0 = no escalation).
+        #[arg(long, value_name = "S", allow_hyphen_values = true)]
         grace: Option<f64>,
     },
     /// Type a line into a session's stdin (Enter appended).

@@ -1,0 +1,214 @@
+//! The `procd` command line (SPEC §8): round trips, exit codes, on-demand start.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::process::{Command, Output, Stdio};
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn json_out(o: &Output) -> Value {
+    serde_json::from_str(stdout(o).trim()).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {:?} / {:?}",
+            stdout(o),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+/// A home with no daemon yet; any daemon a CLI call starts there is
+/// stopped on drop.
+struct EmptyHome(tempfile::TempDir);
+
+impl EmptyHome {
+    fn new() -> EmptyHome {
+        EmptyHome(short_tempdir())
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .arg("--home")
+            .arg(self.0.path())
+            .args(args)
+            .env("HOME", self.0.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run procd")
+    }
+}
+
+impl Drop for EmptyHome {
+    fn drop(&mut self) {
+        stop_recorded_daemon(self.0.path());
+    }
+}
+
+#[test]
+fn spawn_wait_logs_round_trip() {
+    let d = Daemon::start();
+    let out = d.cli(&[
+        "spawn", "--json", "--", "echo", "hello", "world;", "exit", "3",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let spawned = json_out(&out);
+    let id = spawned["session_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        spawned["command"], "echo hello world; exit 3",
+        "arguments are joined"
+    );
+
+    let waited = d.cli(&["wait", &id, "--timeout", "20"]);
+    assert_eq!(
+        waited.status.code(),
+        Some(3),
+        "wait exits with the session's code"
+    );
+    assert!(stdout(&waited).contains("exit code 3"));
+
+    let logs = d.cli(&["logs", &id]);
+    assert!(logs.status.success());
+    assert_eq!(stdout(&logs), "hello world\n");
+
+    let polled = json_out(&d.cli(&["poll", "--json", &id[..9]]));
+    assert_eq!(polled["status"], "exited");
+    assert_eq!(polled["exit_code"], 3);
+
+    let ps = d.cli(&["ps"]);
+    let table = stdout(&ps);
+    assert!(table.starts_with("ID"), "{table}");
+    assert!(table.contains(&id) && table.contains("exit 3"), "{table}");
+}
+
+#[test]
+fn one_argument_is_the_command_as_given() {
+    let d = Daemon::start();
+    let id = json_out(&d.cli(&["spawn", "--json", "--", "printf '%s|' a 'b c'"]))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(d.cli(&["wait", &id]).status.code(), Some(0));
+    assert_eq!(stdout(&d.cli(&["logs", &id])), "a|b c|\n");
+}
+
+#[test]
+fn send_kill_and_follow() {
+    let d = Daemon::start();
+    let id = json_out(&d.cli(&[
+        "spawn",
+        "--json",
+        "--",
+        "read line; echo got $line; sleep 300",
+    ]))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sent = d.cli(&["send", &id, "ping"]);
+    assert!(sent.status.success(), "{sent:?}");
+    d.read_until(&id, "got ping");
+    let follower = Command::new(BIN)
+        .arg("--home")
+        .arg(d.home.path())
+        .args(["logs", "-f", &id])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("logs -f");
+    let killed = json_out(&d.cli(&["kill", "--json", &id]));
+    assert_eq!(killed["status"], "killed");
+    let followed = follower.wait_with_output().expect("follower");
+    assert!(followed.status.success());
+    assert_eq!(
+        stdout(&followed),
+        "got ping\n",
+        "logs -f ends when the session does"
+    );
+    assert_eq!(d.cli(&["send", &id, "late"]).status.code(), Some(1));
+}
+
+#[test]
+fn status_exit_codes() {
+    let home = EmptyHome::new();
+    let out = home.cli(&["status"]);
+    assert_eq!(out.status.code(), Some(3), "not running");
+    let d = Daemon::start();
+    let out = d.cli(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let s = json_out(&out);
+    assert_eq!(s["launch_mode"], "foreground");
+    assert_eq!(s["lifetime"], "explicit");
+    assert_eq!(s["pid"].as_u64(), Some(u64::from(d.pid())));
+}
+
+#[test]
+fn read_only_commands_do_not_start_a_daemon() {
+    let home = EmptyHome::new();
+    for args in [
+        &["ps"][..],
+        &["poll", "proc_abcd"],
+        &["logs", "abcd"],
+        &["wait", "abcd"],
+        &["kill", "abcd"],
+    ] {
+        let out = home.cli(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("procd is not running"));
+    }
+    assert!(!home.0.path().join("run/gateway.json").exists());
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let home = EmptyHome::new();
+    assert_eq!(home.cli(&["spawn"]).status.code(), Some(2));
+    assert_eq!(home.cli(&["frobnicate"]).status.code(), Some(2));
+}
+
+#[test]
+fn spawn_starts_a_daemon_on_demand() {
+    let home = EmptyHome::new();
+    let out = home.cli(&["spawn", "--json", "--", "echo", "on-demand"]);
+    assert!(out.status.success(), "{out:?}");
+    let id = json_out(&out)["session_id"].as_str().unwrap().to_string();
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.0.path().join("run/gateway.json")).expect("state"),
+    )
+    .expect("json");
+    assert_eq!(state["launch_mode"], "background");
+    let pid = state["pid"].as_i64().unwrap() as i32;
+    assert!(alive(pid));
+    let status = json_out(&home.cli(&["status", "--json"]));
+    assert_eq!(status["lifetime"], "on_demand");
+    assert_eq!(home.cli(&["wait", &id]).status.code(), Some(0));
+    assert_eq!(stdout(&home.cli(&["logs", &id])), "on-demand\n");
+}
+
+#[test]
+fn concurrent_clients_start_exactly_one_daemon() {
+    let home = EmptyHome::new();
+    let children: Vec<_> = (0..4)
+        .map(|i| {
+            Command::new(BIN)
+                .arg("--home")
+                .arg(home.0.path())
+                .args(["spawn", "--json", "--", &format!("echo {i}")])
+                .env("HOME", home.0.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn client")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("client");
+        assert!(out.status.success(), "{out:?}");
+    }
+    let listed = json_out(&home.cli(&["ps", "--json"]));
+    assert_eq!(
+        listed["processes"].as_array().unwrap().len(),
+        4,
+        "all four in one daemon"
+    );
+}

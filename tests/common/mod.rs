@@ -1,0 +1,347 @@
+//! Test harness: a real `procd daemon` in a temp PROCD_HOME, driven over its
+//! Unix socket with plain line-delimited JSON (as any client would), and
+//! helpers that look at what really happened in /proc.
+//!
+//! Every `Daemon` is shut down on drop and waited for; the daemon ends its
+//! sessions' trees on shutdown, so no process outlives a test.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_procd");
+
+/// Generous bound for conditions on a loaded 2-core machine.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Waits until `cond` holds, or panics with `what` after `PATIENCE`.
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub struct Daemon {
+    pub home: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        Daemon::with_config("")
+    }
+
+    /// A daemon whose config.toml holds `config` (TOML).
+    pub fn with_config(config: &str) -> Daemon {
+        Daemon::in_home(short_tempdir(), config)
+    }
+
+    /// A daemon on an existing home (which may hold leftovers to handle).
+    pub fn in_home(home: tempfile::TempDir, config: &str) -> Daemon {
+        if !config.is_empty() {
+            std::fs::write(home.path().join("config.toml"), config).expect("write config");
+        }
+        let mut d = Daemon { home, child: None };
+        d.child = Some(d.spawn_daemon());
+        let socket = d.socket();
+        wait_until("the daemon accepts connections", || {
+            UnixStream::connect(&socket).is_ok()
+        });
+        d
+    }
+
+    /// Starts `procd daemon` on this home (does not wait for it).
+    /// HOME is the temp home too: sessions run `bash -lic`, and the tests
+    /// must not depend on (or be slowed by) the developer's dotfiles.
+    pub fn spawn_daemon(&self) -> Child {
+        let err = std::fs::File::create(self.home.path().join("daemon.err")).expect("stderr file");
+        Command::new(BIN)
+            .args(["daemon", "--home"])
+            .arg(self.home.path())
+            .env("HOME", self.home.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("start procd daemon")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.home.path().join("run/procd.sock")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.home.path().join("state")
+    }
+
+    pub fn connect(&self) -> Conn {
+        Conn::open(&self.socket())
+    }
+
+    /// Sends one request on a fresh connection; returns the whole response.
+    pub fn call(&self, method: &str, params: Value) -> Value {
+        self.connect().call(method, params)
+    }
+
+    /// The `result` of a call that must succeed.
+    pub fn ok(&self, method: &str, params: Value) -> Value {
+        let resp = self.call(method, params.clone());
+        match resp.get("result") {
+            Some(r) => r.clone(),
+            None => panic!("{method}({params}) failed: {resp}"),
+        }
+    }
+
+    /// (code, message) of a call that must fail.
+    pub fn err(&self, method: &str, params: Value) -> (i64, String) {
+        let resp = self.call(method, params.clone());
+        let e = resp
+            .get("error")
+            .unwrap_or_else(|| panic!("{method}({params}) should fail: {resp}"));
+        (
+            e["code"].as_i64().unwrap_or(0),
+            e["message"].as_str().unwrap_or("").to_string(),
+        )
+    }
+
+    /// Spawns `command` and returns its session id.
+    pub fn spawn(&self, command: &str) -> String {
+        self.spawn_with(json!({ "command": command }))
+    }
+
+    pub fn spawn_with(&self, params: Value) -> String {
+        let r = self.ok("spawn", params);
+        r["session_id"].as_str().expect("session_id").to_string()
+    }
+
+    /// Waits for the session to exit (or panics) and returns the result.
+    pub fn wait_exit(&self, id: &str) -> Value {
+        let r = self.ok(
+            "wait",
+            json!({"session_id": id, "timeout_s": PATIENCE.as_secs()}),
+        );
+        assert_eq!(r["status"], "exited", "session {id} did not exit: {r}");
+        r
+    }
+
+    /// Reads from `cursor` until `needle` appears in the collected text.
+    pub fn read_until(&self, id: &str, needle: &str) -> String {
+        let mut text = String::new();
+        let mut cursor = 0u64;
+        let deadline = Instant::now() + PATIENCE;
+        while !text.contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "output of {id} never contained {needle:?}: {text:?}"
+            );
+            let r = self.ok(
+                "read",
+                json!({"session_id": id, "cursor": cursor, "wait_ms": 1000}),
+            );
+            text.push_str(r["data"].as_str().unwrap_or(""));
+            cursor = r["next_cursor"].as_u64().unwrap_or(cursor);
+            if r["eof"] == true && !text.contains(needle) {
+                panic!("{id} ended without printing {needle:?}: {text:?}");
+            }
+        }
+        text
+    }
+
+    /// Runs the CLI against this daemon's home.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .arg("--home")
+            .arg(self.home.path())
+            .env("HOME", self.home.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run procd")
+    }
+
+    /// Stops the daemon (SIGTERM) and returns its exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("daemon did not stop on SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for the daemon child to exit by itself.
+    pub fn wait_exit_code(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "daemon did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.stop();
+        }
+        // A daemon a CLI test started on demand in this home.
+        stop_recorded_daemon(self.home.path());
+    }
+}
+
+/// Stops the daemon recorded in `<home>/run/gateway.json`, if it is alive
+/// and still the recorded process (it was started by this test).
+pub fn stop_recorded_daemon(home: &Path) {
+    let Ok(text) = std::fs::read_to_string(home.join("run/gateway.json")) else {
+        return;
+    };
+    let Ok(state) = serde_json::from_str::<Value>(&text) else {
+        return;
+    };
+    let pid = state["pid"].as_i64().unwrap_or(0) as i32;
+    let recorded_start = state["identity"]
+        .as_str()
+        .and_then(|i| i.split(':').nth(1))
+        .and_then(|s| s.parse::<u64>().ok());
+    if pid <= 1 || recorded_start.is_none() || start_time(pid) != recorded_start {
+        return;
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    wait_until("the recorded daemon exits", || !alive(pid));
+}
+
+/// A temp dir with a short path (Unix socket paths must fit 108 bytes).
+pub fn short_tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("pd")
+        .tempdir_in("/tmp")
+        .expect("tempdir")
+}
+
+/// One connection speaking line-delimited JSON-RPC.
+pub struct Conn {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    next_id: u64,
+}
+
+impl Conn {
+    pub fn open(socket: &Path) -> Conn {
+        let stream = UnixStream::connect(socket).expect("connect to procd");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        Conn {
+            reader: BufReader::new(stream.try_clone().expect("clone")),
+            writer: stream,
+            next_id: 1,
+        }
+    }
+
+    pub fn send_raw(&mut self, line: &str) {
+        self.writer.write_all(line.as_bytes()).expect("write");
+        self.writer.write_all(b"\n").expect("write");
+    }
+
+    /// The next line the daemon sends, or None at end of stream.
+    pub fn recv_raw(&mut self) -> Option<String> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(line),
+            Err(e) => panic!("reading from procd failed: {e}"),
+        }
+    }
+
+    pub fn recv(&mut self) -> Value {
+        let line = self.recv_raw().expect("procd closed the connection");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad JSON {line:?}: {e}"))
+    }
+
+    pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let req = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_raw(&req.to_string());
+        self.recv()
+    }
+}
+
+// ----- /proc observations ----------------------------------------------------
+
+fn stat_fields(pid: i32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some((
+        fields.first()?.chars().next()?,
+        fields.get(19)?.parse().ok()?,
+    ))
+}
+
+pub fn start_time(pid: i32) -> Option<u64> {
+    stat_fields(pid).map(|f| f.1)
+}
+
+/// Whether `pid` is a live (non-zombie) process.
+pub fn alive(pid: i32) -> bool {
+    matches!(stat_fields(pid), Some((state, _)) if state != 'Z' && state != 'X')
+}
+
+/// Live pids whose environment carries `PROCD_SESSION_ID=<id>`.
+pub fn session_pids(id: &str) -> Vec<i32> {
+    let marker = format!("PROCD_SESSION_ID={id}");
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|e| e == marker.as_bytes()) && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+pub fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}

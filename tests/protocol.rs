@@ -1,0 +1,266 @@
+//! The wire protocol (SPEC §3): framing, JSON-RPC errors, batches,
+//! notifications, limits, access — and the daemon keeps serving after each.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+
+fn assert_still_serving(d: &Daemon) {
+    let status = d.ok("status", json!({}));
+    assert_eq!(status["pid"].as_u64(), Some(u64::from(d.pid())));
+}
+
+#[test]
+fn malformed_json_is_a_parse_error() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    c.send_raw("{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": ");
+    let r = c.recv();
+    assert_eq!(r["error"]["code"], -32700);
+    assert_eq!(r["id"], Value::Null);
+    // Same connection keeps working.
+    assert!(c.call("status", json!({}))["result"].is_object());
+    assert_still_serving(&d);
+}
+
+#[test]
+fn json_that_is_not_a_request_is_invalid_request() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    for bad in [
+        "42",
+        "\"x\"",
+        "{\"id\": 1, \"method\": \"status\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1}",
+    ] {
+        c.send_raw(bad);
+        let r = c.recv();
+        assert_eq!(r["error"]["code"], -32600, "{bad} -> {r}");
+    }
+    assert_still_serving(&d);
+}
+
+#[test]
+fn unknown_method_is_method_not_found() {
+    // R22
+    let d = Daemon::start();
+    let r = d.call("frobnicate", json!({}));
+    assert_eq!(r["error"]["code"], -32601);
+    assert_eq!(r["id"], 1);
+    assert_still_serving(&d);
+}
+
+#[test]
+fn bad_params_name_the_field() {
+    let d = Daemon::start();
+    let (code, msg) = d.err("spawn", json!({}));
+    assert_eq!(code, -32602);
+    assert!(msg.contains("command"), "{msg}");
+    let (code, msg) = d.err("spawn", json!({"command": 5}));
+    assert_eq!(code, -32602);
+    assert!(msg.contains("invalid type"), "{msg}");
+    let (code, msg) = d.err("spawn", json!({"command": "true", "cwd": "/no/such/dir"}));
+    assert_eq!(code, -32602);
+    assert!(msg.contains("cwd"), "{msg}");
+    let (code, msg) = d.err(
+        "wait",
+        json!({"session_id": "proc_000000000000", "timeout_s": 1}),
+    );
+    assert_eq!(code, -32001, "{msg}");
+    assert_still_serving(&d);
+}
+
+#[test]
+fn a_notification_gets_no_response_but_runs() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    // A notification (no id) that spawns: no answer, but the session exists.
+    c.send_raw(r#"{"jsonrpc":"2.0","method":"spawn","params":{"command":"echo from-notification","task_id":"n"}}"#);
+    c.send_raw(r#"{"jsonrpc":"2.0","method":"no_such_method"}"#);
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"after","method":"status"}"#);
+    let r = c.recv();
+    assert_eq!(
+        r["id"], "after",
+        "the first line answered must be the request: {r}"
+    );
+    wait_until("the notification's spawn is listed", || {
+        d.ok("list", json!({"task_id": "n"}))["processes"]
+            .as_array()
+            .is_some_and(|p| p.len() == 1)
+    });
+}
+
+#[test]
+fn a_null_id_is_a_request_not_a_notification() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    c.send_raw(r#"{"jsonrpc":"2.0","id":null,"method":"status"}"#);
+    let r = c.recv();
+    assert!(r["result"].is_object(), "{r}");
+    assert_eq!(r["id"], Value::Null);
+}
+
+#[test]
+fn batches_answer_each_request_and_skip_notifications() {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    c.send_raw(
+        r#"[{"jsonrpc":"2.0","id":1,"method":"status"},
+            {"jsonrpc":"2.0","method":"status"},
+            {"jsonrpc":"2.0","id":2,"method":"nope"},
+            7]"#
+        .replace('\n', " ")
+        .as_str(),
+    );
+    let r = c.recv();
+    let items = r.as_array().expect("a batch answer is an array");
+    assert_eq!(items.len(), 3, "{r}");
+    let by_id = |id: Value| items.iter().find(|i| i["id"] == id).cloned();
+    assert!(by_id(json!(1)).expect("id 1")["result"].is_object());
+    assert_eq!(by_id(json!(2)).expect("id 2")["error"]["code"], -32601);
+    assert!(items.iter().any(|i| i["error"]["code"] == -32600));
+
+    c.send_raw("[]");
+    assert_eq!(c.recv()["error"]["code"], -32600);
+    c.send_raw(r#"[{"jsonrpc":"2.0","method":"status"}]"#);
+    c.send_raw(r#"{"jsonrpc":"2.0","id":3,"method":"status"}"#);
+    assert_eq!(
+        c.recv()["id"],
+        3,
+        "an all-notification batch gets no answer"
+    );
+}
+
+#[test]
+fn an_over_long_line_is_refused_and_the_connection_closed() {
+    let d = Daemon::with_config("max_request_bytes = 4096");
+    let mut c = d.connect();
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"spawn","params":{{"command":"echo {}"}}}}"#,
+        "x".repeat(10_000)
+    );
+    c.send_raw(&big);
+    let r = c.recv();
+    assert_eq!(r["error"]["code"], -32600);
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("max_request_bytes"));
+    assert!(c.recv_raw().is_none(), "the connection is closed");
+    assert_eq!(d.ok("list", json!({}))["processes"], json!([]));
+    assert_still_serving(&d);
+}
+
+#[test]
+fn requests_on_one_connection_run_concurrently() {
+    let d = Daemon::start();
+    let id = d.spawn("sleep 30");
+    let mut c = d.connect();
+    c.send_raw(
+        &json!({"jsonrpc":"2.0","id":1,"method":"wait","params":{"session_id":id,"timeout_s":60}})
+            .to_string(),
+    );
+    c.send_raw(
+        &json!({"jsonrpc":"2.0","id":2,"method":"poll","params":{"session_id":id}}).to_string(),
+    );
+    let first = c.recv();
+    assert_eq!(
+        first["id"], 2,
+        "poll is answered while wait is pending: {first}"
+    );
+    d.ok("kill", json!({"session_id": id}));
+    let second = c.recv();
+    assert_eq!(second["id"], 1);
+    assert_eq!(second["result"]["status"], "exited");
+}
+
+#[test]
+fn files_are_private_and_a_second_daemon_exits_17() {
+    let d = Daemon::start();
+    let run = d.home.path().join("run");
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&run), 0o700);
+    assert_eq!(mode(&d.socket()), 0o600);
+    assert_eq!(mode(&d.state_dir()), 0o700);
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("gateway.json")).expect("state"))
+            .expect("json");
+    assert_eq!(state["pid"].as_u64(), Some(u64::from(d.pid())));
+    assert_eq!(state["launch_mode"], "foreground");
+    let identity = state["identity"].as_str().expect("identity");
+    let start = start_time(d.pid() as i32).expect("start time");
+    assert!(identity.ends_with(&format!(":{start}")), "{identity}");
+
+    let out = std::process::Command::new(BIN)
+        .args(["daemon", "--home"])
+        .arg(d.home.path())
+        .output()
+        .expect("second daemon");
+    assert_eq!(out.status.code(), Some(17));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("procd is already running (pid {})", d.pid())),
+        "{stderr}"
+    );
+    let after: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("gateway.json")).expect("state"))
+            .expect("json");
+    assert_eq!(after, state, "the first daemon's state is untouched");
+    assert_still_serving(&d);
+}
+
+#[test]
+fn a_stale_socket_and_state_are_replaced() {
+    let home = short_tempdir();
+    let run = home.path().join("run");
+    std::fs::create_dir_all(&run).expect("mkdir");
+    // A socket file nobody listens on, and a state naming a dead process.
+    drop(std::os::unix::net::UnixListener::bind(run.join("procd.sock")).expect("bind"));
+    std::fs::write(
+        run.join("gateway.json"),
+        r#"{"pid": 999999, "identity": "999999:1", "started_at": "", "launch_mode": "foreground", "socket": ""}"#,
+    )
+    .expect("state");
+    let d = Daemon::in_home(home, "");
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(d.home.path().join("run/gateway.json")).expect("state"),
+    )
+    .expect("json");
+    assert_eq!(state["pid"].as_u64(), Some(u64::from(d.pid())));
+    assert_still_serving(&d);
+}
+
+#[test]
+fn shutdown_ends_sessions_and_removes_socket_and_state() {
+    let mut d = Daemon::start();
+    let id = d.spawn("sleep 300 & sleep 300");
+    let pids = {
+        let mut pids = Vec::new();
+        wait_until("both sleeps run", || {
+            pids = session_pids(&id);
+            pids.len() >= 3
+        });
+        pids
+    };
+    assert_eq!(d.ok("shutdown", json!({}))["status"], "stopping");
+    assert_eq!(d.wait_exit_code(), Some(0));
+    for pid in pids {
+        assert!(!alive(pid), "pid {pid} outlived the daemon");
+    }
+    assert!(!d.socket().exists());
+    assert!(!d.home.path().join("run/gateway.json").exists());
+}
+
+#[test]
+fn sigterm_stops_the_daemon_cleanly() {
+    let mut d = Daemon::start();
+    let id = d.spawn("sleep 300");
+    wait_until("sleep runs", || !session_pids(&id).is_empty());
+    let pids = session_pids(&id);
+    assert_eq!(d.stop(), Some(0));
+    assert!(pids.iter().all(|p| !alive(*p)));
+    assert!(!d.home.path().join("run/gateway.json").exists());
+}

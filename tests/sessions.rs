@@ -1,0 +1,573 @@
+//! Sessions over the socket: spawn, poll, read, log, wait, stdin, list,
+//! notifications and retention (SPEC §3.1, §4).
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+#[test]
+fn poll_shows_a_running_session_then_its_exit() {
+    // R5, R6
+    let d = Daemon::start();
+    let id = d.spawn("echo first-line; read _; exit 7");
+    d.read_until(&id, "first-line");
+    let p = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(p["status"], "running");
+    assert_eq!(p["command"], "echo first-line; read _; exit 7");
+    assert!(p["output_preview"].as_str().unwrap().contains("first-line"));
+    assert!(
+        p.get("exit_code").is_none(),
+        "no exit fields while running: {p}"
+    );
+    d.ok("submit_stdin", json!({"session_id": id, "data": ""}));
+    d.wait_exit(&id);
+    let p = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(p["status"], "exited");
+    assert_eq!(p["exit_code"], 7);
+    assert_eq!(p["completion_reason"], "exited");
+    assert_eq!(p["signal"], Value::Null);
+    assert!(p["exited_at"].as_str().unwrap().ends_with('Z'));
+}
+
+#[test]
+fn output_streams_as_it_arrives() {
+    // R8: each line shows up while the process is still running.
+    let d = Daemon::start();
+    let id = d.spawn("for i in 1 2 3 4 5; do echo tick-$i; sleep 0.1; done; sleep 0.5");
+    let mut cursor = 0;
+    let mut seen_running = Vec::new();
+    loop {
+        let r = d.ok(
+            "read",
+            json!({"session_id": id, "cursor": cursor, "wait_ms": 5000}),
+        );
+        let data = r["data"].as_str().unwrap();
+        if r["status"] == "running" {
+            seen_running.extend(data.lines().map(String::from));
+        }
+        cursor = r["next_cursor"].as_u64().unwrap();
+        if r["eof"] == true {
+            break;
+        }
+    }
+    let expected: Vec<String> = (1..=5).map(|i| format!("tick-{i}")).collect();
+    assert_eq!(
+        seen_running, expected,
+        "every line was readable before exit"
+    );
+}
+
+#[test]
+fn utf8_split_across_reads_is_decoded_whole() {
+    // R9 (pipe): 2-byte char split, 4-byte char split three ways,
+    // invalid byte, truncated sequence at EOF.
+    let d = Daemon::start();
+    let cmd = r"printf 'a\xc3'; sleep 0.2; printf '\xa9b\n'; printf '\xf0'; sleep 0.1; printf '\x9f\x98'; sleep 0.1; printf '\x80\n'; printf 'x\xffy\n'; printf 'end\xe2\x82'";
+    let id = d.spawn(cmd);
+    let mut text = String::new();
+    let mut cursor = 0;
+    loop {
+        let r = d.ok(
+            "read",
+            json!({"session_id": id, "cursor": cursor, "wait_ms": 5000}),
+        );
+        let data = r["data"].as_str().unwrap();
+        if r["status"] == "running" {
+            assert!(
+                !data.contains('\u{FFFD}') || data.contains("x\u{FFFD}y"),
+                "a split character was mangled: {data:?}"
+            );
+        }
+        text.push_str(data);
+        cursor = r["next_cursor"].as_u64().unwrap();
+        if r["eof"] == true {
+            break;
+        }
+    }
+    assert_eq!(text, "aéb\n😀\nx\u{FFFD}y\nend\u{FFFD}");
+}
+
+#[test]
+fn a_descendant_holding_the_pipe_does_not_keep_the_session_running() {
+    // R10, R29
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({
+        "command": "sleep 30 & echo started",
+        "notify_on_complete": true,
+    }));
+    let started = Instant::now();
+    let w = d.ok("wait", json!({"session_id": id, "timeout_s": 20}));
+    assert_eq!(w["status"], "exited", "{w}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "exit seen long before the sleep ends"
+    );
+    assert_eq!(w["exit_code"], 0);
+    assert_eq!(w["completion_reason"], "exited");
+    assert!(w["output"].as_str().unwrap().contains("started"));
+    let leftover = session_pids(&id);
+    assert_eq!(leftover.len(), 1, "the background sleep still runs");
+    let events = d.ok("drain_notifications", json!({}))["events"].clone();
+    let completions: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "completion" && e["session_id"] == id.as_str())
+        .collect();
+    assert_eq!(completions.len(), 1, "exactly one completion: {events}");
+    assert_eq!(completions[0]["exit_code"], 0);
+    assert!(completions[0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("completed normally"));
+    // Killing the exited session ends the leftover.
+    let k = d.ok("kill", json!({"session_id": id}));
+    assert_eq!(k["status"], "already_exited");
+    assert_eq!(k["orphans_killed"], 1);
+    assert!(!alive(leftover[0]));
+}
+
+#[test]
+fn a_pending_wait_is_woken_by_the_exit() {
+    // R10: the wait in progress returns at the exit, not at its timeout.
+    let d = Daemon::start();
+    let id = d.spawn("read _");
+    let mut c = d.connect();
+    c.send_raw(
+        &json!({"jsonrpc":"2.0","id":1,"method":"wait","params":{"session_id":id,"timeout_s":600}})
+            .to_string(),
+    );
+    d.ok("submit_stdin", json!({"session_id": id, "data": "go"}));
+    let r = c.recv();
+    assert_eq!(r["result"]["status"], "exited", "{r}");
+}
+
+#[test]
+fn log_counts_lines_and_honours_offset_and_limit() {
+    // R11
+    let d = Daemon::start();
+    let id = d.spawn("seq 1 100");
+    d.wait_exit(&id);
+    let r = d.ok("log", json!({"session_id": id, "offset": 10, "limit": 5}));
+    assert_eq!(r["total_lines"], 100);
+    assert_eq!(r["output"], "11\n12\n13\n14\n15\n");
+    assert!(r["showing"].as_str().unwrap().contains("5 lines"), "{r}");
+    let r = d.ok("log", json!({"session_id": id, "limit": 3}));
+    assert_eq!(r["output"], "98\n99\n100\n");
+    let r = d.ok("log", json!({"session_id": id, "offset": 100}));
+    assert_eq!(r["output"], "");
+    assert!(r["showing"].as_str().unwrap().contains("0 lines"));
+}
+
+#[test]
+fn log_strips_ansi_escapes() {
+    let d = Daemon::start();
+    let id = d.spawn(r"printf '\033[31mred\033[0m plain\n'");
+    d.wait_exit(&id);
+    let r = d.ok("log", json!({"session_id": id}));
+    assert_eq!(r["output"], "red plain\n");
+}
+
+#[test]
+fn shell_noise_is_not_output() {
+    let d = Daemon::start();
+    let id = d.spawn("sleep 0.01 & echo real; exit 0");
+    d.wait_exit(&id);
+    let r = d.ok("read", json!({"session_id": id}));
+    assert_eq!(
+        r["data"], "real\n",
+        "job-control warnings, job notices and logout are dropped"
+    );
+}
+
+#[test]
+fn read_cursors_and_long_poll() {
+    let d = Daemon::start();
+    let id = d.spawn("echo one; read _; echo two");
+    d.read_until(&id, "one");
+    let r = d.ok("read", json!({"session_id": id, "cursor": 0}));
+    assert_eq!(r["data"], "one\n");
+    assert_eq!(r["cursor"], 0);
+    assert_eq!(r["next_cursor"], 4);
+    assert_eq!(r["eof"], false);
+    // Nothing new: an immediate read is empty; a long-poll is woken by output.
+    let r = d.ok("read", json!({"session_id": id, "cursor": 4}));
+    assert_eq!(r["data"], "");
+    let mut c = d.connect();
+    c.send_raw(&json!({"jsonrpc":"2.0","id":9,"method":"read","params":{"session_id":id,"cursor":4,"wait_ms":60000}}).to_string());
+    d.ok("submit_stdin", json!({"session_id": id, "data": ""}));
+    let r = c.recv();
+    assert_eq!(r["result"]["data"], "two\n", "{r}");
+    d.wait_exit(&id);
+    let r = d.ok("read", json!({"session_id": id, "cursor": 8}));
+    assert_eq!(r["eof"], true);
+    assert_eq!(r["exit_code"], 0);
+    // Reading does not consume: a second reader sees everything.
+    let r = d.ok("read", json!({"session_id": id, "max_bytes": 3}));
+    assert_eq!(
+        r["data"], "one",
+        "max_bytes cuts a long line only when it has no newline"
+    );
+}
+
+#[test]
+fn a_prompt_without_newline_is_returned_once_quiet() {
+    let d = Daemon::start();
+    let id = d.spawn("printf 'Name: '; read name; echo hi $name");
+    let r = d.ok("read", json!({"session_id": id, "wait_ms": 10000}));
+    assert_eq!(r["data"], "Name: ");
+    d.ok("submit_stdin", json!({"session_id": id, "data": "ann"}));
+    d.wait_exit(&id);
+    let r = d.ok(
+        "read",
+        json!({"session_id": id, "cursor": r["next_cursor"]}),
+    );
+    assert_eq!(r["data"], "hi ann\n");
+}
+
+#[test]
+fn stdin_write_submit_close() {
+    // R4 (pipe), R12 (pipe)
+    let d = Daemon::start();
+    let id = d.spawn("cat");
+    let w = d.ok("write_stdin", json!({"session_id": id, "data": "abc"}));
+    assert_eq!(w["status"], "ok");
+    assert_eq!(w["bytes_written"], 3);
+    let s = d.ok("submit_stdin", json!({"session_id": id, "data": "def"}));
+    assert_eq!(
+        s["bytes_written"], 4,
+        "Enter is \\n in pipe mode and counted"
+    );
+    d.read_until(&id, "abcdef\n");
+    let c = d.ok("close_stdin", json!({"session_id": id}));
+    assert_eq!(c["message"], "stdin closed");
+    let w = d.wait_exit(&id);
+    assert_eq!(w["exit_code"], 0, "cat ends at EOF");
+    let r = d.ok("write_stdin", json!({"session_id": id, "data": "late"}));
+    assert_eq!(r["status"], "already_exited");
+
+    let id = d.spawn("sleep 30");
+    d.ok("close_stdin", json!({"session_id": id}));
+    let (code, _) = d.err("write_stdin", json!({"session_id": id, "data": "x"}));
+    assert_eq!(code, -32002, "writing to closed stdin");
+    let (code, _) = d.err("close_stdin", json!({"session_id": id}));
+    assert_eq!(code, -32002);
+    d.ok("kill", json!({"session_id": id}));
+
+    let id = d.spawn_with(json!({"command": "sleep 30", "stdin": "null"}));
+    for method in ["write_stdin", "submit_stdin"] {
+        let (code, _) = d.err(method, json!({"session_id": id, "data": "x"}));
+        assert_eq!(code, -32002);
+    }
+    let (code, _) = d.err("close_stdin", json!({"session_id": id}));
+    assert_eq!(code, -32002);
+    d.ok("kill", json!({"session_id": id}));
+}
+
+#[test]
+fn a_full_stdin_pipe_blocks_only_that_write() {
+    let d = Daemon::start();
+    let id = d.spawn("sleep 600");
+    let mut c = d.connect();
+    let big = "x".repeat(1 << 20); // far more than a pipe holds
+    c.send_raw(&json!({"jsonrpc":"2.0","id":1,"method":"write_stdin","params":{"session_id":id,"data":big}}).to_string());
+    // The daemon still answers everything else meanwhile.
+    let other = d.spawn("echo fine");
+    d.wait_exit(&other);
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
+    d.ok("kill", json!({"session_id": id}));
+    let r = c.recv();
+    assert!(
+        r["result"]["status"] == "already_exited" || r["error"].is_object(),
+        "{r}"
+    );
+}
+
+#[test]
+fn session_ids_resolve_by_unique_prefix() {
+    let d = Daemon::start();
+    let id = d.spawn("true");
+    d.wait_exit(&id);
+    let hex = &id[5..];
+    for form in [&id[..], &id[..9], &hex[..4], &hex.to_uppercase()[..]] {
+        let p = d.ok("poll", json!({"session_id": form}));
+        assert_eq!(p["session_id"], id.as_str(), "{form}");
+    }
+    let (code, msg) = d.err("poll", json!({"session_id": &hex[..3]}));
+    assert_eq!(code, -32602, "{msg}");
+    let other = if hex.starts_with("ffff") {
+        "0000"
+    } else {
+        "ffff"
+    };
+    let (code, _) = d.err("poll", json!({"session_id": other}));
+    assert_eq!(code, -32001);
+}
+
+#[test]
+fn list_filters_by_task_and_session_key() {
+    // R13
+    let d = Daemon::start();
+    let a = d.spawn_with(json!({"command": "sleep 30", "task_id": "t1", "session_key": "k"}));
+    let b = d.spawn_with(json!({"command": "sleep 30", "task_id": "t2", "session_key": "k"}));
+    let c = d.spawn_with(json!({"command": "sleep 30", "task_id": "t3", "session_key": "other"}));
+    let ids = |v: &Value| -> Vec<String> {
+        v["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["session_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let only = d.ok("list", json!({"task_id": "t1"}));
+    assert_eq!(ids(&only), vec![a.clone()]);
+    let scoped = d.ok("list", json!({"task_id": "t1", "session_key": "k"}));
+    assert_eq!(ids(&scoped), vec![a.clone(), b.clone()]);
+    let procs = scoped["processes"].as_array().unwrap();
+    assert!(procs[0].get("session_scoped").is_none());
+    assert_eq!(procs[1]["session_scoped"], true);
+    assert_eq!(ids(&d.ok("list", json!({}))).len(), 3);
+    let entry = &only["processes"][0];
+    for field in [
+        "cwd",
+        "pid",
+        "started_at",
+        "uptime_seconds",
+        "output_preview",
+        "pty",
+        "persist",
+        "notify_on_complete",
+        "watch_patterns",
+    ] {
+        assert!(
+            entry.get(field).is_some(),
+            "list entry lacks {field}: {entry}"
+        );
+    }
+    assert_eq!(d.ok("kill_all", json!({}))["killed"], 3);
+    assert_eq!(ids(&d.ok("list", json!({"status": "running"}))).len(), 0);
+    assert_eq!(
+        ids(&d.ok("list", json!({"status": "exited"}))),
+        vec![a, b, c]
+    );
+}
+
+#[test]
+fn has_active_by_task_key_and_age() {
+    // R14
+    let d = Daemon::start();
+    d.spawn_with(json!({"command": "sleep 30", "task_id": "t", "session_key": "k"}));
+    let r = d.ok("has_active", json!({"task_id": "t"}));
+    assert_eq!(r, json!({"active": true, "count": 1}));
+    assert_eq!(
+        d.ok("has_active", json!({"task_id": "nope"}))["active"],
+        false
+    );
+    assert_eq!(
+        d.ok(
+            "has_active",
+            json!({"session_key": "k", "max_active_age_s": 3600})
+        )["count"],
+        1
+    );
+    // Older than an age of 0 s: ignored.
+    assert_eq!(
+        d.ok(
+            "has_active",
+            json!({"session_key": "k", "max_active_age_s": 0})
+        )["active"],
+        false
+    );
+    d.ok("kill_all", json!({"task_id": "t"}));
+    assert_eq!(d.ok("has_active", json!({"task_id": "t"}))["active"], false);
+}
+
+#[test]
+fn retention_keeps_at_most_max_sessions_earliest_exited_first() {
+    // R15 (count)
+    let d = Daemon::with_config("max_sessions = 3");
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let id = d.spawn(&format!("echo {i}"));
+        d.wait_exit(&id);
+        ids.push(id);
+    }
+    let running = d.spawn("sleep 30");
+    let listed = || -> Vec<String> {
+        d.ok("list", json!({}))["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["session_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let now = listed();
+    assert_eq!(now.len(), 3, "{now:?}");
+    assert!(
+        !now.contains(&ids[0]),
+        "the earliest-exited session was pruned"
+    );
+    assert!(now.contains(&running));
+    assert!(
+        !d.state_dir().join(format!("logs/{}.log", ids[0])).exists(),
+        "its log is deleted"
+    );
+    d.ok("kill", json!({"session_id": running}));
+}
+
+#[test]
+fn retention_prunes_finished_sessions_after_the_ttl() {
+    // R15 (TTL)
+    let d = Daemon::with_config("finished_ttl_s = 0.3\nmonitor_interval_s = 0.1");
+    let done = d.spawn("true");
+    let alive_one = d.spawn("sleep 30");
+    d.wait_exit(&done);
+    wait_until("the finished session is pruned", || {
+        d.call("poll", json!({"session_id": done}))["error"]["code"] == -32001
+    });
+    assert_eq!(
+        d.ok("poll", json!({"session_id": alive_one}))["status"],
+        "running"
+    );
+    d.ok("kill", json!({"session_id": alive_one}));
+}
+
+#[test]
+fn max_running_refuses_with_limit_reached() {
+    let d = Daemon::with_config("max_running = 2");
+    let a = d.spawn("sleep 30");
+    let b = d.spawn("sleep 30");
+    let (code, msg) = d.err("spawn", json!({"command": "sleep 30"}));
+    assert_eq!(code, -32004, "{msg}");
+    d.ok("kill", json!({"session_id": a}));
+    let c = d.spawn("sleep 30");
+    d.ok("kill_all", json!({}));
+    let _ = (b, c);
+}
+
+#[test]
+fn a_failed_spawn_leaves_nothing() {
+    // R17
+    let d = Daemon::with_config("shell = [\"/nonexistent/shell\", \"-c\"]");
+    let (code, msg) = d.err("spawn", json!({"command": "echo hi"}));
+    assert_eq!(code, -32003);
+    assert!(
+        msg.contains("No such file"),
+        "the OS error is carried: {msg}"
+    );
+    assert_eq!(d.ok("list", json!({}))["processes"], json!([]));
+    let logs: Vec<_> = std::fs::read_dir(d.state_dir().join("logs"))
+        .unwrap()
+        .collect();
+    assert!(logs.is_empty(), "no log file is left behind");
+}
+
+#[test]
+fn environment_is_sanitised_and_marked() {
+    // R16 (daemon side: caller env, force prefix, marker, PYTHONUNBUFFERED)
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({
+        "command": "echo \"custom=$MY_VAR secret=${STRIPE_SECRET:-none} forced=${GH_TOKEN:-none} force_name=${PROCD_FORCE_GH_TOKEN:-none} py=$PYTHONUNBUFFERED id=$PROCD_SESSION_ID\"",
+        "env": {"MY_VAR": "kept", "STRIPE_SECRET": "dropped", "PROCD_FORCE_GH_TOKEN": "forced-value"},
+    }));
+    d.wait_exit(&id);
+    let out = d.ok("read", json!({"session_id": id}))["data"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        out.trim(),
+        format!("custom=kept secret=none forced=forced-value force_name=none py=1 id={id}")
+    );
+}
+
+#[test]
+fn compound_background_is_rewritten_but_recorded_as_given() {
+    // R19: `A && B &` must not leave a subshell holding the output pipe.
+    let d = Daemon::start();
+    let cmd = "cd /tmp && sleep 30 &>/dev/null &";
+    let id = d.spawn(cmd);
+    d.wait_exit(&id);
+    let pids = session_pids(&id);
+    let names: Vec<String> = pids.iter().map(|p| comm(*p)).collect();
+    assert_eq!(names, vec!["sleep"], "only the sleep remains, no subshell");
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["command"], cmd);
+    d.ok("kill", json!({"session_id": id}));
+    assert!(pids.iter().all(|p| !alive(*p)));
+}
+
+#[test]
+fn drain_notifications_respects_session_keys() {
+    // R23
+    let d = Daemon::start();
+    let spawn = |key: Option<&str>, tag: &str| {
+        let mut p = json!({"command": format!("echo {tag}"), "notify_on_complete": true});
+        if let Some(k) = key {
+            p["session_key"] = json!(k);
+        }
+        let id = d.spawn_with(p);
+        d.wait_exit(&id);
+        id
+    };
+    let a1 = spawn(Some("a"), "a1");
+    let b1 = spawn(Some("b"), "b1");
+    let free = spawn(None, "free");
+    let a2 = spawn(Some("a"), "a2");
+    let old = spawn(Some("a-old"), "old");
+    let got = |v: Value| -> Vec<String> {
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["session_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        got(d.ok("drain_notifications", json!({"session_key": "a"}))),
+        vec![a1, free, a2]
+    );
+    assert_eq!(
+        got(d.ok("drain_notifications", json!({"session_key": "c"}))),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        got(d.ok(
+            "drain_notifications",
+            json!({"session_key": "a", "owned_keys": ["a-old"]})
+        )),
+        vec![old]
+    );
+    assert_eq!(
+        got(d.ok("drain_notifications", json!({"session_key": "b"}))),
+        vec![b1]
+    );
+    assert_eq!(
+        got(d.ok("drain_notifications", json!({}))),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn the_log_cap_drops_the_oldest_output_and_says_so() {
+    let d = Daemon::with_config("max_log_bytes = 8192\nmemory_tail_bytes = 1024");
+    let id = d.spawn("seq 1 5000");
+    d.wait_exit(&id);
+    let r = d.ok(
+        "read",
+        json!({"session_id": id, "cursor": 0, "max_bytes": 100}),
+    );
+    let dropped = r["dropped"].as_u64().unwrap();
+    assert!(dropped > 0, "{r}");
+    assert_eq!(r["cursor"].as_u64().unwrap(), dropped);
+    let size = std::fs::metadata(d.state_dir().join(format!("logs/{id}.log")))
+        .unwrap()
+        .len();
+    assert!(size <= 8192, "log file capped: {size}");
+    let tail = d.ok("log", json!({"session_id": id, "limit": 1}));
+    assert_eq!(tail["output"], "5000\n");
+    let end = d.ok("read", json!({"session_id": id, "cursor": 23_893 - 5}));
+    assert_eq!(end["data"], "5000\n");
+    assert_eq!(end["eof"], true);
+}
