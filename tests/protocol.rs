@@ -264,3 +264,37 @@ fn sigterm_stops_the_daemon_cleanly() {
     assert!(pids.iter().all(|p| !alive(*p)));
     assert!(!d.home.path().join("run/gateway.json").exists());
 }
+
+#[test]
+fn a_peer_with_another_uid_is_refused_before_any_request() {
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start();
+    // Open the way past file permissions so that only the uid check remains.
+    let run = d.home.path().join("run");
+    for (path, mode) in [(d.home.path().to_path_buf(), 0o755), (run, 0o755), (d.socket(), 0o777)] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let probe = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"status"}\n')
+s.settimeout(10)
+try:
+    data = s.recv(4096)
+except ConnectionResetError:
+    data = b''
+print("answer:" + data.decode())
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", probe])
+        .arg(d.socket())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("probe as nobody");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text.trim(), "answer:", "a foreign uid gets nothing: {text}");
+    assert_still_serving(&d);
+}
