@@ -271,7 +271,11 @@ fn a_peer_with_another_uid_is_refused_before_any_request() {
     let d = Daemon::start();
     // Open the way past file permissions so that only the uid check remains.
     let run = d.home.path().join("run");
-    for (path, mode) in [(d.home.path().to_path_buf(), 0o755), (run, 0o755), (d.socket(), 0o777)] {
+    for (path, mode) in [
+        (d.home.path().to_path_buf(), 0o755),
+        (run, 0o755),
+        (d.socket(), 0o777),
+    ] {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
     }
     let probe = r#"

@@ -21,6 +21,7 @@ pub mod registry;
 pub mod rewrite;
 pub mod session;
 pub mod text;
+pub mod watch;
 
 pub use config::Config;
 pub use error::Error;

@@ -15,8 +15,9 @@ const MAX_QUEUED: usize = 1000;
 
 pub struct NotificationQueue {
     queue: Mutex<VecDeque<Event>>,
-    /// Every event as it is queued, for live subscribers (never consumed).
-    live: broadcast::Sender<Event>,
+    /// Every event as it is queued, plus live-only ones (started, exited,
+    /// close_terminal), for subscribers; never consumed.
+    live: broadcast::Sender<serde_json::Value>,
 }
 
 impl Default for NotificationQueue {
@@ -30,7 +31,11 @@ impl Default for NotificationQueue {
 
 impl NotificationQueue {
     pub fn push(&self, event: Event) {
-        let _ = self.live.send(event.clone());
+        if self.live.receiver_count() > 0 {
+            if let Ok(value) = serde_json::to_value(&event) {
+                let _ = self.live.send(value);
+            }
+        }
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         if queue.len() >= MAX_QUEUED {
             queue.pop_front();
@@ -52,8 +57,18 @@ impl NotificationQueue {
         taken
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+    /// Sends an event to live subscribers only (it is not queued).
+    pub fn publish(&self, event: serde_json::Value) {
+        let _ = self.live.send(event);
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<serde_json::Value> {
         self.live.subscribe()
+    }
+
+    /// How many event subscribers are connected.
+    pub fn subscribers(&self) -> usize {
+        self.live.receiver_count()
     }
 
     pub fn len(&self) -> usize {

@@ -15,8 +15,9 @@ use crate::output::OutputStore;
 use crate::procfs::ProcFs;
 use crate::reaper::Reaper;
 use crate::rewrite::rewrite_compound_background;
-use crate::session::{self, ExitRecord, Session, SessionSpec, StdinOp};
+use crate::session::{self, ExitRecord, PtyReader, Session, SessionSpec, StdinOp, StdinSink};
 use crate::text::{first_chars, last_chars, strip_ansi};
+use crate::watch::{WatchMatcher, WatchOutcome};
 use crate::Config;
 use procd_proto::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -34,6 +35,8 @@ pub const MAX_COMMAND_BYTES: usize = 65_536;
 /// Largest caller environment accepted.
 pub const MAX_ENV_VARS: usize = 1_024;
 pub const MAX_ENV_BYTES: usize = 256 * 1024;
+pub const MAX_WATCH_PATTERNS: usize = 32;
+pub const MAX_WATCH_PATTERN_BYTES: usize = 1024;
 const MAX_READ_BYTES: u64 = 1 << 20;
 const DEFAULT_READ_BYTES: u64 = 65_536;
 const MAX_READ_WAIT_MS: f64 = 300_000.0;
@@ -188,11 +191,6 @@ impl Registry {
 
     pub async fn spawn(&self, req: SpawnRequest) -> Result<SpawnResult, Error> {
         let spec = self.validate(&req)?;
-        if req.pty {
-            return Err(Error::InvalidParams(
-                "pty: PTY sessions are not available in this build".into(),
-            ));
-        }
         // Reserve a running slot first so concurrent spawns cannot overshoot.
         let max = self.config.max_running;
         if self
@@ -278,6 +276,29 @@ impl Registry {
                 )));
             }
         }
+        if req.watch_patterns.len() > MAX_WATCH_PATTERNS {
+            return Err(Error::InvalidParams(format!(
+                "watch_patterns: at most {MAX_WATCH_PATTERNS} patterns, got {}",
+                req.watch_patterns.len()
+            )));
+        }
+        if let Some(bad) = req
+            .watch_patterns
+            .iter()
+            .find(|p| p.is_empty() || p.len() > MAX_WATCH_PATTERN_BYTES || p.contains('\n'))
+        {
+            return Err(Error::InvalidParams(format!(
+                "watch_patterns: each pattern must be 1 to {MAX_WATCH_PATTERN_BYTES} bytes on one line, got {bad:?}"
+            )));
+        }
+        let (rows, cols) = (req.rows.unwrap_or(30), req.cols.unwrap_or(120));
+        for (name, v) in [("rows", rows), ("cols", cols)] {
+            if !(1..=4096).contains(&v) {
+                return Err(Error::InvalidParams(format!(
+                    "{name}: must be 1 to 4096, got {v}"
+                )));
+            }
+        }
         if req.pty && req.stdin == StdinMode::Null {
             return Err(Error::InvalidParams(
                 "stdin: \"null\" is only for pipe sessions".into(),
@@ -291,6 +312,8 @@ impl Registry {
             owner: req.owner.clone(),
             persist: req.persist,
             pty: req.pty,
+            rows,
+            cols,
             notify_on_complete: req.notify_on_complete,
             watch_patterns: req.watch_patterns.clone(),
             timeout,
@@ -336,75 +359,25 @@ impl Registry {
             .build(self.inherited_env.iter().cloned(), caller_env, &id);
         let script = format!("set +m; {}", rewrite_compound_background(&spec.command));
 
-        let spawned = (|| {
-            let (out_read, out_write) = std::io::pipe()?;
-            let err_write = out_write.try_clone()?;
-            let mut cmd = Command::new(&self.shell[0]);
-            cmd.args(&self.shell[1..])
-                .arg(&script)
-                .env_clear()
-                .envs(&env)
-                .current_dir(&spec.cwd)
-                .stdout(out_write)
-                .stderr(err_write);
-            let stdin_write = match spec.stdin {
-                StdinMode::Pipe => {
-                    let (r, w) = std::io::pipe()?;
-                    cmd.stdin(r);
-                    Some(w)
-                }
-                StdinMode::Null => {
-                    cmd.stdin(Stdio::null());
-                    None
-                }
-            };
-            // SAFETY: the closure runs in the forked child before exec and
-            // calls only setsid(2), which is async-signal-safe; it touches
-            // no memory shared with the parent and allocates nothing.
-            unsafe {
-                cmd.pre_exec(|| {
-                    nix::unistd::setsid()
-                        .map(drop)
-                        .map_err(std::io::Error::from)
-                });
-            }
-            let procfs = &self.procfs;
-            let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, |pid| {
-                procfs.stat(pid as i32).map(|s| s.start_time).unwrap_or(0)
-            })?;
-            // Our copies of the child's pipe ends must close, or EOF never comes.
-            drop(cmd);
-            Ok::<_, std::io::Error>((
-                child.id() as i32,
-                start_time,
-                exit_rx,
-                out_read,
-                stdin_write,
-            ))
-        })();
-        let (pid, start_time, exit_rx, out_read, stdin_write) = match spawned {
+        let started = self.start_child(&spec, &env, &script);
+        let started = match started {
             Ok(s) => s,
             Err(e) => {
                 output.delete_log();
                 return Err(spawn_err(&format!("cannot start {:?}", self.shell[0]), e));
             }
         };
-        let identity = ProcessIdentity { pid, start_time };
+        let (pid, identity, exit_rx) = (started.pid, started.identity, started.exit_rx);
 
         // From here on the child exists: any failure must kill it first.
         let setup = (|| {
             if self.fail_after_spawn {
                 return Err(std::io::Error::other("injected failure after spawn"));
             }
-            let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(out_read.into())?;
-            let writer = match stdin_write {
-                Some(w) => Some(tokio::net::unix::pipe::Sender::from_owned_fd(w.into())?),
-                None => None,
-            };
-            Ok::<_, std::io::Error>((reader, writer))
+            Ok::<_, std::io::Error>(started.io)
         })();
-        let (reader, writer) = match setup {
-            Ok(s) => s,
+        let io = match setup {
+            Ok(io) => io,
             Err(e) => {
                 let tree = kill::TreeSpec {
                     root: identity,
@@ -421,16 +394,39 @@ impl Registry {
                 ));
             }
         };
+        let (reader, writer) = match io {
+            ChildIo::Pipe { output, stdin } => {
+                (OutputReader::Pipe(output), stdin.map(StdinSink::Pipe))
+            }
+            ChildIo::Pty {
+                reader,
+                writer,
+                master,
+            } => (
+                OutputReader::Pty(PtyReader(reader)),
+                Some(StdinSink::Pty(writer, master)),
+            ),
+        };
 
-        let stdin_tx = writer.map(|pipe| {
+        let stdin_tx = writer.map(|sink| {
             let (tx, rx) = mpsc::channel(16);
-            tokio::spawn(session::stdin_writer(pipe, rx));
+            tokio::spawn(session::stdin_writer(sink, rx));
             tx
         });
         let session = Arc::new(Session::new(id.clone(), spec, identity, output, stdin_tx));
         self.table().insert(id.clone(), session.clone());
         // Make room: the new session counts towards max_sessions.
         self.prune();
+        self.notifications.publish(serde_json::json!({
+            "type": "started",
+            "session_id": id,
+            "pid": pid,
+            "command": session.spec.command,
+            "task_id": session.spec.task_id,
+            "session_key": session.spec.session_key,
+            "pty": session.spec.pty,
+            "started_at": rfc3339(session.started_at),
+        }));
 
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
@@ -453,6 +449,21 @@ impl Registry {
                 }
             }
         };
+        let watch = WatchMatcher::new(
+            &session.spec.watch_patterns,
+            Duration::from_secs_f64(self.config.watch_min_interval_s),
+            self.config.watch_max_deliveries,
+        )
+        .map(|matcher| {
+            let me = me.clone();
+            let watched = Arc::downgrade(&session);
+            let deliver: Box<dyn FnMut(WatchOutcome) + Send> = Box::new(move |outcome| {
+                if let (Some(reg), Some(s)) = (me.upgrade(), watched.upgrade()) {
+                    reg.deliver_watch(&s, outcome);
+                }
+            });
+            session::Watch { matcher, deliver }
+        });
         let supervised = session.clone();
         tokio::spawn(async move {
             let record = session::supervise(
@@ -462,6 +473,7 @@ impl Registry {
                 noise,
                 final_drain,
                 on_timeout,
+                watch,
             )
             .await;
             if let Some(reg) = me.upgrade() {
@@ -480,13 +492,194 @@ impl Registry {
         })
     }
 
+    /// Forks the session's root: `setsid`, stdio on pipes or on a new PTY
+    /// (then the PTY is its controlling terminal). Runs under the reaper's
+    /// lock, so the start time is read before the child can be reaped.
+    fn start_child(
+        &self,
+        spec: &SessionSpec,
+        env: &BTreeMap<String, String>,
+        script: &str,
+    ) -> std::io::Result<StartedChild> {
+        let mut cmd = Command::new(&self.shell[0]);
+        cmd.args(&self.shell[1..])
+            .arg(script)
+            .env_clear()
+            .envs(env)
+            .current_dir(&spec.cwd);
+        let procfs = &self.procfs;
+        let inspect = |pid: u32| procfs.stat(pid as i32).map(|s| s.start_time).unwrap_or(0);
+        let (child, start_time, exit_rx, io) = if spec.pty {
+            use std::os::fd::AsFd;
+            let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
+            pty.resize(pty_process::Size::new(spec.rows, spec.cols))
+                .map_err(std::io::Error::other)?;
+            let slave = pts.as_fd();
+            cmd.stdin(slave.try_clone_to_owned()?)
+                .stdout(slave.try_clone_to_owned()?)
+                .stderr(slave.try_clone_to_owned()?);
+            if !env.contains_key("TERM") {
+                cmd.env("TERM", "xterm-256color");
+            }
+            for pager in ["PAGER", "GIT_PAGER"] {
+                if !env.contains_key(pager) {
+                    cmd.env(pager, "cat");
+                }
+            }
+            // SAFETY: runs in the forked child before exec, after std has
+            // put the PTY slave on fds 0-2; setsid(2) and ioctl(2) are
+            // async-signal-safe and touch no memory shared with the parent.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::unistd::setsid().map_err(std::io::Error::from)?;
+                    if libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, inspect)?;
+            // Only the child may hold the slave: EIO then marks the end.
+            drop(cmd);
+            drop(pts);
+            let master = pty.as_fd().try_clone_to_owned()?;
+            let (reader, writer) = pty.into_split();
+            (
+                child,
+                start_time,
+                exit_rx,
+                ChildIo::Pty {
+                    reader,
+                    writer,
+                    master,
+                },
+            )
+        } else {
+            let (out_read, out_write) = std::io::pipe()?;
+            let err_write = out_write.try_clone()?;
+            cmd.stdout(out_write).stderr(err_write);
+            let stdin_write = match spec.stdin {
+                StdinMode::Pipe => {
+                    let (r, w) = std::io::pipe()?;
+                    cmd.stdin(r);
+                    Some(w)
+                }
+                StdinMode::Null => {
+                    cmd.stdin(Stdio::null());
+                    None
+                }
+            };
+            // SAFETY: runs in the forked child before exec and calls only
+            // setsid(2), which is async-signal-safe; it touches no memory
+            // shared with the parent and allocates nothing.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::unistd::setsid()
+                        .map(drop)
+                        .map_err(std::io::Error::from)
+                });
+            }
+            let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, inspect)?;
+            // Our copies of the child's pipe ends must close, or EOF never comes.
+            drop(cmd);
+            let io = (|| {
+                Ok::<_, std::io::Error>(ChildIo::Pipe {
+                    output: tokio::net::unix::pipe::Receiver::from_owned_fd(out_read.into())?,
+                    stdin: match stdin_write {
+                        Some(w) => Some(tokio::net::unix::pipe::Sender::from_owned_fd(w.into())?),
+                        None => None,
+                    },
+                })
+            })();
+            match io {
+                Ok(io) => (child, start_time, exit_rx, io),
+                Err(e) => {
+                    // The child exists but cannot be supervised: end it.
+                    let root = ProcessIdentity {
+                        pid: child.id() as i32,
+                        start_time,
+                    };
+                    if let Some(fd) = root.open(procfs) {
+                        let _ = fd.send_signal(libc::SIGKILL);
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        let pid = child.id() as i32;
+        Ok(StartedChild {
+            pid,
+            identity: ProcessIdentity { pid, start_time },
+            exit_rx,
+            io,
+        })
+    }
+
+    /// Queues a watch event; when the delivery cap is reached, watching
+    /// stops and the session is switched to notify on completion instead.
+    fn deliver_watch(&self, s: &Session, outcome: WatchOutcome) {
+        let mut fields = BTreeMap::new();
+        let (kind, text) = match outcome {
+            WatchOutcome::Match {
+                pattern,
+                output,
+                suppressed,
+            } => {
+                let text = format!(
+                    "Background process {} printed a line matching {pattern:?}{}: {}",
+                    s.id,
+                    if suppressed > 0 {
+                        format!(" ({suppressed} more matches suppressed)")
+                    } else {
+                        String::new()
+                    },
+                    first_chars(&output, 300)
+                );
+                fields.insert("pattern".into(), serde_json::json!(pattern));
+                fields.insert("output".into(), serde_json::json!(output));
+                fields.insert("suppressed".into(), serde_json::json!(suppressed));
+                ("watch_match", text)
+            }
+            WatchOutcome::Disabled { deliveries } => {
+                s.enable_notify_on_complete();
+                fields.insert("deliveries".into(), serde_json::json!(deliveries));
+                let text = format!(
+                    "Background process {}: watch patterns matched {deliveries} times, so watching stopped; you will be notified when it completes.",
+                    s.id
+                );
+                ("watch_disabled", text)
+            }
+        };
+        self.notifications.push(Event {
+            kind: kind.into(),
+            session_id: s.id.clone(),
+            session_key: s.spec.session_key.clone(),
+            task_id: s.spec.task_id.clone(),
+            command: s.spec.command.clone(),
+            text,
+            fields,
+        });
+    }
+
     /// Bookkeeping when a session ends, before its state flips to exited
     /// (so a `wait` that returns sees the completion event already queued).
     fn on_exit(&self, session: &Session, record: &ExitRecord) {
         self.running.fetch_sub(1, Ordering::SeqCst);
-        if session.spec.notify_on_complete {
+        if session.notify_on_complete() {
             self.notifications.push(completion_event(session, record));
         }
+        self.notifications.publish(serde_json::json!({
+            "type": "exited",
+            "session_id": session.id,
+            "command": session.spec.command,
+            "task_id": session.spec.task_id,
+            "session_key": session.spec.session_key,
+            "exit_code": record.exit_code,
+            "signal": record.signal.map(signal_name),
+            "completion_reason": record.reason,
+            "termination_source": record.source,
+            "exited_at": rfc3339(record.exited_at),
+        }));
     }
 
     // ----- reading -------------------------------------------------------------
@@ -806,18 +999,7 @@ impl Registry {
         if !s.is_running() {
             return Ok(already_exited());
         }
-        if s.spec.stdin == StdinMode::Null {
-            return Err(Error::WrongState(format!(
-                "session {} was spawned with stdin \"null\"",
-                s.id
-            )));
-        }
-        let Some(tx) = s.stdin_sender() else {
-            return Err(Error::WrongState(format!(
-                "stdin of session {} is closed",
-                s.id
-            )));
-        };
+        let tx = self.stdin_of(&s)?;
         let mut bytes = data.as_bytes().to_vec();
         if submit {
             bytes.push(if s.spec.pty { b'\r' } else { b'\n' });
@@ -833,7 +1015,7 @@ impl Registry {
                 bytes_written: n,
                 message: None,
             }),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            Ok(Err(e)) if !s.is_running() || e.kind() == std::io::ErrorKind::BrokenPipe => {
                 if s.is_running() {
                     Err(Error::WrongState(format!(
                         "session {} is no longer reading its stdin",
@@ -848,33 +1030,83 @@ impl Registry {
         }
     }
 
-    pub async fn close_stdin(&self, id: &str) -> Result<StdinResult, Error> {
-        let s = self.find(id)?;
-        if !s.is_running() {
-            return Ok(already_exited());
-        }
+    /// The session's stdin writer, or -32002 when it has none or is closed.
+    fn stdin_of(&self, s: &Session) -> Result<mpsc::Sender<StdinOp>, Error> {
         if s.spec.stdin == StdinMode::Null {
             return Err(Error::WrongState(format!(
                 "session {} was spawned with stdin \"null\"",
                 s.id
             )));
         }
-        let Some(tx) = s.take_stdin() else {
+        match s.stdin_sender() {
+            Some(tx) if !s.stdin_closed() => Ok(tx),
+            _ => Err(Error::WrongState(format!(
+                "stdin of session {} is closed",
+                s.id
+            ))),
+        }
+    }
+
+    pub async fn close_stdin(&self, id: &str) -> Result<StdinResult, Error> {
+        let s = self.find(id)?;
+        if !s.is_running() {
+            return Ok(already_exited());
+        }
+        let tx = self.stdin_of(&s)?;
+        if !s.mark_stdin_closed() {
             return Err(Error::WrongState(format!(
                 "stdin of session {} is already closed",
                 s.id
             )));
-        };
-        // Queued writes go first; then the writer drops the pipe.
-        let (reply, done) = oneshot::channel();
-        if tx.send(StdinOp::Close(reply)).await.is_ok() {
-            let _ = done.await;
         }
-        Ok(StdinResult {
-            status: StdinStatus::Ok,
-            bytes_written: 0,
-            message: Some("stdin closed".into()),
-        })
+        if !s.spec.pty {
+            // The pipe's writer ends after the close; a PTY keeps its writer
+            // (resize goes through it).
+            s.take_stdin();
+        }
+        // Queued writes go first.
+        let (reply, done) = oneshot::channel();
+        if tx.send(StdinOp::Close(reply)).await.is_err() {
+            return Ok(already_exited());
+        }
+        match done.await {
+            Ok(Ok(message)) => Ok(StdinResult {
+                status: StdinStatus::Ok,
+                bytes_written: 0,
+                message: Some(message.into()),
+            }),
+            Ok(Err(e)) => Err(Error::Internal(format!("closing stdin failed: {e}"))),
+            Err(_) => Ok(already_exited()),
+        }
+    }
+
+    pub async fn resize(&self, id: &str, rows: u16, cols: u16) -> Result<(), Error> {
+        let s = self.find(id)?;
+        if !s.spec.pty {
+            return Err(Error::WrongState(format!(
+                "session {} is not a PTY session",
+                s.id
+            )));
+        }
+        for (name, v) in [("rows", rows), ("cols", cols)] {
+            if !(1..=4096).contains(&v) {
+                return Err(Error::InvalidParams(format!(
+                    "{name}: must be 1 to 4096, got {v}"
+                )));
+            }
+        }
+        let Some(tx) = s.stdin_sender().filter(|_| s.is_running()) else {
+            return Err(Error::WrongState(format!("session {} has exited", s.id)));
+        };
+        let (reply, done) = oneshot::channel();
+        if tx.send(StdinOp::Resize(rows, cols, reply)).await.is_err() {
+            return Err(Error::WrongState(format!("session {} has exited", s.id)));
+        }
+        match done.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::Internal(format!("resize failed: {e}"))),
+            Err(_) => Err(Error::WrongState(format!("session {} has exited", s.id))),
+        }
     }
 
     // ----- listing -----------------------------------------------------------
@@ -949,6 +1181,25 @@ impl Registry {
         }
     }
 
+    /// A UI drops its view of a session: an event to UI subscribers; the
+    /// process is untouched. Without a subscriber there is no UI to tell.
+    pub fn close_terminal(&self, id: &str) -> Result<CloseTerminalResult, Error> {
+        let s = self.find(id)?;
+        if self.notifications.subscribers() == 0 {
+            return Err(Error::WrongState(
+                "no UI is attached (nobody is subscribed to events)".into(),
+            ));
+        }
+        self.notifications.publish(serde_json::json!({
+            "type": "close_terminal",
+            "session_id": s.id,
+        }));
+        Ok(CloseTerminalResult {
+            status: "ok".into(),
+            closed: s.id.clone(),
+        })
+    }
+
     pub fn drain_notifications(
         &self,
         session_key: Option<&str>,
@@ -985,6 +1236,44 @@ impl Registry {
         }
         for s in removed {
             s.output.delete_log();
+        }
+    }
+}
+
+/// A child that exists, with its I/O not yet wired to tasks.
+struct StartedChild {
+    pid: i32,
+    identity: ProcessIdentity,
+    exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
+    io: ChildIo,
+}
+
+enum ChildIo {
+    Pipe {
+        output: tokio::net::unix::pipe::Receiver,
+        stdin: Option<tokio::net::unix::pipe::Sender>,
+    },
+    Pty {
+        reader: pty_process::OwnedReadPty,
+        writer: pty_process::OwnedWritePty,
+        master: std::os::fd::OwnedFd,
+    },
+}
+
+enum OutputReader {
+    Pipe(tokio::net::unix::pipe::Receiver),
+    Pty(PtyReader),
+}
+
+impl tokio::io::AsyncRead for OutputReader {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            OutputReader::Pipe(r) => std::pin::Pin::new(r).poll_read(cx, buf),
+            OutputReader::Pty(r) => std::pin::Pin::new(r).poll_read(cx, buf),
         }
     }
 }
@@ -1082,7 +1371,7 @@ fn process_entry(s: &Session, session_scoped: bool) -> ProcessEntry {
         session_key: s.spec.session_key.clone(),
         pty: s.spec.pty,
         persist: s.spec.persist,
-        notify_on_complete: s.spec.notify_on_complete,
+        notify_on_complete: s.notify_on_complete(),
         watch_patterns: s.spec.watch_patterns.clone(),
         session_scoped,
     }

@@ -8,6 +8,7 @@ use crate::kill::TreeSpec;
 use crate::noise::NoiseFilter;
 use crate::output::OutputStore;
 use crate::reaper::ChildExit;
+use crate::watch::{WatchMatcher, WatchOutcome};
 use procd_proto::{CompletionReason, StdinMode};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +27,9 @@ pub struct SessionSpec {
     pub owner: Option<String>,
     pub persist: bool,
     pub pty: bool,
+    /// PTY window size.
+    pub rows: u16,
+    pub cols: u16,
     pub notify_on_complete: bool,
     pub watch_patterns: Vec<String>,
     pub timeout: Option<Duration>,
@@ -58,10 +62,28 @@ impl SessionState {
     }
 }
 
+/// Watch patterns of a session: the matcher and where its events go.
+pub struct Watch {
+    pub matcher: WatchMatcher,
+    pub deliver: Box<dyn FnMut(WatchOutcome) + Send>,
+}
+
 /// A request to the session's stdin writer.
 pub enum StdinOp {
     Write(Vec<u8>, oneshot::Sender<std::io::Result<()>>),
-    Close(oneshot::Sender<()>),
+    /// Pipe: close the pipe. PTY: type the terminal's EOF character at the
+    /// start of a line. Answers with the message for the caller.
+    Close(oneshot::Sender<std::io::Result<&'static str>>),
+    /// PTY only: set the window size (the child gets SIGWINCH).
+    Resize(u16, u16, oneshot::Sender<std::io::Result<()>>),
+}
+
+/// Where a session's input goes.
+pub enum StdinSink {
+    Pipe(tokio::net::unix::pipe::Sender),
+    /// The master's write half, and a duplicate of the master descriptor
+    /// for reading the terminal's settings (the half does not expose it).
+    Pty(pty_process::OwnedWritePty, std::os::fd::OwnedFd),
 }
 
 /// Why a termination was requested (recorded before signalling, so the
@@ -83,8 +105,12 @@ pub struct Session {
     /// Set as soon as the root has been reaped (its pid is free again).
     reaped: AtomicBool,
     termination: Mutex<Option<Termination>>,
-    /// None once stdin is closed (or was never a pipe).
+    /// The stdin writer; None once a pipe is closed (or stdin is null).
     stdin: Mutex<Option<mpsc::Sender<StdinOp>>>,
+    /// Set by close_stdin (a PTY keeps its writer for resizes).
+    stdin_closed: AtomicBool,
+    /// Starts as asked; switched on when watch patterns are exhausted.
+    notify_on_complete: AtomicBool,
 }
 
 impl Session {
@@ -97,7 +123,6 @@ impl Session {
     ) -> Session {
         Session {
             id,
-            spec,
             identity,
             started_at: SystemTime::now(),
             started_instant: Instant::now(),
@@ -106,6 +131,9 @@ impl Session {
             reaped: AtomicBool::new(false),
             termination: Mutex::new(None),
             stdin: Mutex::new(stdin),
+            stdin_closed: AtomicBool::new(false),
+            notify_on_complete: AtomicBool::new(spec.notify_on_complete),
+            spec,
         }
     }
 
@@ -161,6 +189,23 @@ impl Session {
         *self.termination.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
+    pub fn notify_on_complete(&self) -> bool {
+        self.notify_on_complete.load(Ordering::SeqCst)
+    }
+
+    pub fn enable_notify_on_complete(&self) {
+        self.notify_on_complete.store(true, Ordering::SeqCst);
+    }
+
+    pub fn stdin_closed(&self) -> bool {
+        self.stdin_closed.load(Ordering::SeqCst)
+    }
+
+    /// Marks stdin closed; false if it already was.
+    pub fn mark_stdin_closed(&self) -> bool {
+        !self.stdin_closed.swap(true, Ordering::SeqCst)
+    }
+
     pub fn stdin_sender(&self) -> Option<mpsc::Sender<StdinOp>> {
         self.stdin.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -189,13 +234,14 @@ impl Session {
 /// after the exit, what is still readable is drained until `final_drain`
 /// of quiet (or 1 MiB), so a descendant holding the pipe cannot keep the
 /// session running.
-pub async fn supervise(
+pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     session: Arc<Session>,
-    mut output: tokio::net::unix::pipe::Receiver,
+    mut output: R,
     mut exit_rx: oneshot::Receiver<ChildExit>,
     mut noise: NoiseFilter,
     final_drain: Duration,
     on_timeout: impl FnOnce(Arc<Session>) + Send + 'static,
+    mut watch: Option<Watch>,
 ) -> Arc<ExitRecord> {
     const FINAL_DRAIN_MAX: usize = 1 << 20;
     let store = session.output.clone();
@@ -217,7 +263,10 @@ pub async fn supervise(
             biased;
             read = output.read(&mut buf), if !eof => match read {
                 Ok(0) => eof = true,
-                Ok(n) => store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await,
+                Ok(n) => {
+                    store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
+                    watch_chunk(&mut watch, &filtered);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => eof = true,
             },
@@ -240,6 +289,7 @@ pub async fn supervise(
             Ok(Ok(n)) => {
                 drained += n;
                 store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
+                watch_chunk(&mut watch, &filtered);
             }
         }
     }
@@ -248,6 +298,9 @@ pub async fn supervise(
     if !filtered.is_empty() && store.append(&filtered) {
         store.compact().await;
     }
+    // A last line without a newline still counts as a line.
+    filtered.push(b'\n');
+    watch_chunk(&mut watch, &filtered);
 
     let termination = session
         .termination
@@ -276,6 +329,14 @@ pub async fn supervise(
     record
 }
 
+fn watch_chunk(watch: &mut Option<Watch>, stored: &[u8]) {
+    if let Some(w) = watch {
+        for outcome in w.matcher.feed(stored, Instant::now()) {
+            (w.deliver)(outcome);
+        }
+    }
+}
+
 async fn store_chunk(
     store: &Arc<OutputStore>,
     noise: &mut NoiseFilter,
@@ -291,22 +352,73 @@ async fn store_chunk(
 
 /// Owns the write end of a session's stdin; one write at a time, so a full
 /// pipe blocks only this session's writers, never the daemon.
-pub async fn stdin_writer(
-    mut pipe: tokio::net::unix::pipe::Sender,
-    mut ops: mpsc::Receiver<StdinOp>,
-) {
+pub async fn stdin_writer(mut sink: StdinSink, mut ops: mpsc::Receiver<StdinOp>) {
     use tokio::io::AsyncWriteExt;
+    // Whether the cursor is at the start of a line (for the PTY EOF rule).
+    let mut at_line_start = true;
     while let Some(op) = ops.recv().await {
         match op {
             StdinOp::Write(bytes, reply) => {
-                let result = pipe.write_all(&bytes).await;
+                let result = match &mut sink {
+                    StdinSink::Pipe(p) => p.write_all(&bytes).await,
+                    StdinSink::Pty(p, _) => p.write_all(&bytes).await,
+                };
+                if let Some(last) = bytes.last() {
+                    at_line_start = matches!(last, b'\n' | b'\r');
+                }
                 let _ = reply.send(result);
             }
-            StdinOp::Close(reply) => {
-                drop(pipe);
-                let _ = reply.send(());
-                return;
+            StdinOp::Close(reply) => match sink {
+                StdinSink::Pipe(pipe) => {
+                    drop(pipe);
+                    let _ = reply.send(Ok("stdin closed"));
+                    return;
+                }
+                StdinSink::Pty(ref mut pty, ref master) => {
+                    let eof = pty_eof_char(master);
+                    // At a line start one EOF ends input; mid-line the first
+                    // one only submits the pending text.
+                    let bytes: &[u8] = if at_line_start { &[eof] } else { &[eof, eof] };
+                    let result = pty.write_all(bytes).await.map(|()| "EOF sent");
+                    at_line_start = true;
+                    let _ = reply.send(result);
+                }
+            },
+            StdinOp::Resize(rows, cols, reply) => {
+                let result = match &sink {
+                    StdinSink::Pty(p, _) => p
+                        .resize(pty_process::Size::new(rows, cols))
+                        .map_err(std::io::Error::other),
+                    StdinSink::Pipe(_) => Err(std::io::Error::other("not a PTY session")),
+                };
+                let _ = reply.send(result);
             }
+        }
+    }
+}
+
+/// The terminal's EOF character (VEOF), ^D unless the child changed it.
+fn pty_eof_char(master: &std::os::fd::OwnedFd) -> u8 {
+    match nix::sys::termios::tcgetattr(master) {
+        Ok(t) => t.control_chars[nix::sys::termios::SpecialCharacterIndices::VEOF as usize],
+        Err(_) => 4,
+    }
+}
+
+/// A PTY master's read half; EIO (no slave left) is the end of output.
+pub struct PtyReader(pub pty_process::OwnedReadPty);
+
+impl tokio::io::AsyncRead for PtyReader {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match std::pin::Pin::new(&mut self.0).poll_read(cx, buf) {
+            std::task::Poll::Ready(Err(e)) if e.raw_os_error() == Some(libc::EIO) => {
+                std::task::Poll::Ready(Ok(()))
+            }
+            other => other,
         }
     }
 }

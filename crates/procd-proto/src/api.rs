@@ -6,7 +6,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use crate::types::*;
-use jsonrpsee::core::RpcResult;
+use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::proc_macros::rpc;
 use std::collections::BTreeMap;
 
@@ -75,6 +75,24 @@ pub trait ProcdApi {
 
     #[method(name = "close_stdin", param_kind = map)]
     async fn close_stdin(&self, session_id: String) -> RpcResult<StdinResult>;
+
+    /// PTY sessions: set the window size (the child gets SIGWINCH).
+    #[method(name = "resize", param_kind = map)]
+    async fn resize(&self, session_id: String, rows: u16, cols: u16) -> RpcResult<ResizeResult>;
+
+    /// A UI drops its view of a session; the process keeps running.
+    #[method(name = "close_terminal", param_kind = map)]
+    async fn close_terminal(&self, session_id: String) -> RpcResult<CloseTerminalResult>;
+
+    /// Streams output from `cursor` as it arrives, then one exit item.
+    #[subscription(name = "subscribe_output" => "output", unsubscribe = "unsubscribe_output", item = OutputItem, param_kind = map)]
+    async fn subscribe_output(&self, session_id: String, cursor: Option<u64>)
+        -> SubscriptionResult;
+
+    /// Streams every event as it is queued (without consuming it), plus
+    /// `started`/`exited` for every session and `close_terminal`.
+    #[subscription(name = "subscribe_events" => "event", unsubscribe = "unsubscribe_events", item = serde_json::Value)]
+    async fn subscribe_events(&self) -> SubscriptionResult;
 
     #[method(name = "list", param_kind = map)]
     async fn list(

@@ -263,3 +263,40 @@ pub struct StatusResult {
 pub struct ShutdownResult {
     pub status: String,
 }
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResizeResult {
+    pub status: String,
+    pub rows: u16,
+    pub cols: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloseTerminalResult {
+    pub status: String,
+    pub closed: String,
+}
+
+/// One item of a `subscribe_output` stream: output, then one exit record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OutputItem {
+    Output {
+        data: String,
+        cursor: u64,
+        next_cursor: u64,
+        /// Bytes lost to the log cap before `cursor` (rarely non-zero).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        dropped: u64,
+    },
+    Exit {
+        exited: bool,
+        exit_code: Option<i32>,
+        signal: Option<String>,
+        completion_reason: Option<CompletionReason>,
+    },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}

@@ -18,6 +18,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::sync::CancellationToken;
 
 /// Requests of one connection that may run at once.
 const MAX_IN_FLIGHT: usize = 64;
@@ -54,6 +55,9 @@ pub async fn serve(
     let mut tasks = JoinSet::new();
     let mut stopped = false;
     let mut refused = false;
+    // Cancelled when the client stops sending: its subscriptions end (their
+    // receivers drop, which frees the subscription tasks in jsonrpsee).
+    let client_gone = CancellationToken::new();
     loop {
         tokio::select! {
             _ = crate::stopped(&mut shutdown) => { stopped = true; break }
@@ -63,11 +67,25 @@ pub async fn serve(
                     let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
                     let methods = methods.clone();
                     let out = out_tx.clone();
+                    let gone = client_gone.clone();
                     tasks.spawn(async move {
-                        if let Some(response) = handle_line(&line, &methods).await {
+                        let (response, notifications) = handle_line(&line, &methods).await;
+                        if let Some(response) = response {
                             let _ = out.send(response).await;
                         }
                         drop(permit);
+                        // A subscription streams until it ends or the client goes.
+                        if let Some(mut rx) = notifications {
+                            loop {
+                                tokio::select! {
+                                    item = rx.recv() => match item {
+                                        Some(item) => if out.send(item.get().to_string()).await.is_err() { break },
+                                        None => break,
+                                    },
+                                    _ = gone.cancelled() => break,
+                                }
+                            }
+                        }
                     });
                 }
                 Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
@@ -81,6 +99,7 @@ pub async fn serve(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
     }
+    client_gone.cancel();
     if stopped {
         tasks.abort_all();
     }
@@ -101,14 +120,19 @@ pub async fn serve(
     }
 }
 
-/// The response line for one request line, or None (notifications).
-async fn handle_line(line: &str, methods: &Methods) -> Option<String> {
+/// Notifications a subscription sends after its response.
+type Notifications = mpsc::Receiver<Box<RawValue>>;
+
+/// The response line for one request line (None for notifications), and
+/// the stream of a subscription it started. Subscriptions inside a batch
+/// are not streamed (their receivers drop, ending them).
+async fn handle_line(line: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
     let text = line.trim();
     if text.is_empty() {
-        return None;
+        return (None, None);
     }
     if text.starts_with('[') {
-        return handle_batch(text, methods).await;
+        return (handle_batch(text, methods).await, None);
     }
     handle_single(text, methods).await
 }
@@ -132,7 +156,7 @@ async fn handle_batch(text: &str, methods: &Methods) -> Option<String> {
         futures::future::join_all(items.iter().map(|item| handle_single(item.get(), methods)))
             .await
             .into_iter()
-            .flatten()
+            .filter_map(|(response, _)| response)
             .collect();
     (!responses.is_empty()).then(|| format!("[{}]", responses.join(",")))
 }
@@ -148,23 +172,26 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValu
     <&RawValue>::deserialize(d).map(Some)
 }
 
-async fn handle_single(text: &str, methods: &Methods) -> Option<String> {
+async fn handle_single(text: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
     let probe: Probe = match serde_json::from_str(text) {
         Ok(p) => p,
-        Err(_) => return Some(malformed(text)),
+        Err(_) => return (Some(malformed(text)), None),
     };
     if probe.id.is_none() {
         // A notification: run it, answer nothing.
         run_notification(text, methods).await;
-        return None;
+        return (None, None);
     }
     match methods.raw_json_request(text, SUBSCRIPTION_BUFFER).await {
-        Ok((response, _notifications)) => Some(clarify_invalid_params(response.get())),
-        Err(_) => Some(error_response(
+        Ok((response, notifications)) => (
+            Some(clarify_invalid_params(response.get())),
+            Some(notifications),
+        ),
+        Err(_) => (Some(error_response(
             Id::Null,
             INVALID_REQUEST,
             "not a JSON-RPC 2.0 request (needs \"jsonrpc\":\"2.0\", a string \"method\", and an id that is a number, string or null)",
-        )),
+        )), None),
     }
 }
 

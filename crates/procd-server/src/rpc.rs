@@ -2,8 +2,9 @@
 //! method only converts parameters and errors; the logic is in procd-core.
 
 use crate::daemon::Daemon;
-use jsonrpsee::core::{async_trait, RpcResult};
+use jsonrpsee::core::{async_trait, RpcResult, SubscriptionResult};
 use jsonrpsee::types::ErrorObjectOwned;
+use jsonrpsee::{PendingSubscriptionSink, SubscriptionSink};
 use procd_core::{Error, SpawnRequest};
 use procd_proto::*;
 use std::collections::BTreeMap;
@@ -139,6 +140,94 @@ impl ProcdApiServer for Api {
             .map_err(rpc_err)
     }
 
+    async fn resize(&self, session_id: String, rows: u16, cols: u16) -> RpcResult<ResizeResult> {
+        self.daemon
+            .registry
+            .resize(&session_id, rows, cols)
+            .await
+            .map_err(rpc_err)?;
+        Ok(ResizeResult {
+            status: "ok".into(),
+            rows,
+            cols,
+        })
+    }
+
+    async fn close_terminal(&self, session_id: String) -> RpcResult<CloseTerminalResult> {
+        self.daemon
+            .registry
+            .close_terminal(&session_id)
+            .map_err(rpc_err)
+    }
+
+    async fn subscribe_output(
+        &self,
+        pending: PendingSubscriptionSink,
+        session_id: String,
+        cursor: Option<u64>,
+    ) -> SubscriptionResult {
+        let registry = self.daemon.registry.clone();
+        let session = match registry.find(&session_id) {
+            Ok(s) => s,
+            Err(e) => {
+                pending.reject(rpc_err(e)).await;
+                return Ok(());
+            }
+        };
+        let sink = pending.accept().await?;
+        let mut cursor = cursor.unwrap_or(0);
+        loop {
+            // The same window rules as `read`; a slow subscriber only falls
+            // behind by cursor, it never holds up ingestion.
+            let read = tokio::select! {
+                r = registry.read(&session.id, Some(cursor), None, Some(LONG_POLL_MS)) => r,
+                _ = sink.closed() => return Ok(()),
+            };
+            let Ok(r) = read else { return Ok(()) };
+            if !r.data.is_empty() || r.dropped > 0 {
+                let item = OutputItem::Output {
+                    data: r.data,
+                    cursor: r.cursor,
+                    next_cursor: r.next_cursor,
+                    dropped: r.dropped,
+                };
+                send(&sink, &item).await?;
+            }
+            cursor = r.next_cursor;
+            if r.eof {
+                let exit = registry.poll(&session.id).ok().and_then(|p| p.exit);
+                let item = OutputItem::Exit {
+                    exited: true,
+                    exit_code: exit.as_ref().and_then(|e| e.exit_code),
+                    signal: exit.as_ref().and_then(|e| e.signal.clone()),
+                    completion_reason: exit.map(|e| e.completion_reason),
+                };
+                send(&sink, &item).await?;
+                return Ok(());
+            }
+        }
+    }
+
+    async fn subscribe_events(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
+        // Subscribe before accepting, so nothing queued meanwhile is missed.
+        let mut events = self.daemon.registry.notifications().subscribe();
+        let sink = pending.accept().await?;
+        loop {
+            let event = tokio::select! {
+                e = events.recv() => e,
+                _ = sink.closed() => return Ok(()),
+            };
+            match event {
+                Ok(value) => send(&sink, &value).await?,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                    let note = serde_json::json!({"type": "lagged", "missed": missed});
+                    send(&sink, &note).await?;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+            }
+        }
+    }
+
     async fn list(
         &self,
         task_id: Option<String>,
@@ -222,4 +311,13 @@ impl ProcdApiServer for Api {
             status: "stopping".into(),
         })
     }
+}
+
+/// How long one internal read of a subscription waits before looping.
+const LONG_POLL_MS: f64 = 60_000.0;
+
+async fn send<T: serde::Serialize>(sink: &SubscriptionSink, item: &T) -> SubscriptionResult {
+    let raw = serde_json::value::to_raw_value(item)?;
+    sink.send(raw).await?;
+    Ok(())
 }

@@ -114,6 +114,10 @@ enum Command {
     Send { id: String, text: String },
     /// Show whether the daemon runs (exit 3 when not).
     Status,
+    /// Print events (completions, watch matches, starts and exits) as they happen.
+    Events,
+    /// Connect this terminal to a session; Ctrl-] detaches and leaves it running.
+    Attach { id: String },
 }
 
 /// What a client command needs to reach the daemon.
@@ -179,7 +183,10 @@ pub fn run(cli: Cli) -> i32 {
     // One runtime for the whole command: the client's background task
     // lives on the runtime that created it.
     block_on(async {
-        let starts_daemon = matches!(cli.command, Command::Spawn { .. } | Command::Send { .. });
+        let starts_daemon = matches!(
+            cli.command,
+            Command::Spawn { .. } | Command::Send { .. } | Command::Attach { .. }
+        );
         let client = match target.connect(starts_daemon).await {
             Ok(Some(client)) => client,
             Ok(None) => return not_running(&target, matches!(cli.command, Command::Status)),
@@ -360,6 +367,15 @@ async fn client_command(
             target.print(&r, render::status);
             Ok(EXIT_OK)
         }
+        Command::Events => {
+            let mut events = client.subscribe_events().await?;
+            while let Some(event) = events.next().await {
+                let Ok(event) = event else { continue };
+                target.print(&event, render::event);
+            }
+            Ok(EXIT_OK)
+        }
+        Command::Attach { id } => crate::attach::run(client, id).await,
     }
 }
 

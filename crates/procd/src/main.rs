@@ -2,6 +2,7 @@
 //! other subcommand is a thin client of it (procd-client). Argument parsing
 //! and human-readable output live here; no logic does.
 
+mod attach;
 mod cli;
 mod render;
 

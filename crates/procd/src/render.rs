@@ -98,3 +98,23 @@ pub fn table(r: &ListResult) -> String {
     }
     out
 }
+
+pub fn event(e: &serde_json::Value) -> String {
+    let kind = e["type"].as_str().unwrap_or("event");
+    let id = e["session_id"].as_str().unwrap_or("");
+    match e["text"].as_str() {
+        Some(text) => format!("{kind:<14} {text}"),
+        None => {
+            let detail = match kind {
+                "started" => format!("pid {}  {}", e["pid"], e["command"].as_str().unwrap_or("")),
+                "exited" => format!(
+                    "exit code {} ({})",
+                    e["exit_code"],
+                    e["completion_reason"].as_str().unwrap_or("")
+                ),
+                _ => String::new(),
+            };
+            format!("{kind:<14} {id}  {detail}")
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! `procd attach ID`: this terminal becomes the session's terminal. The
+//! local tty goes raw; keystrokes are written to the session, its output is
+//! streamed through `subscribe_output`, the window size follows SIGWINCH.
+//! Ctrl-] detaches and leaves the session running.
+
+use crate::cli::{EXIT_FAILED, EXIT_OK};
+use jsonrpsee::core::client::{Client, Error as ClientError};
+use nix::sys::termios::{self, SetArg, Termios};
+use procd_client::ProcdApiClient;
+use procd_proto::OutputItem;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+
+/// Ctrl-] (0x1d), as telnet and docker use.
+const DETACH: u8 = 0x1d;
+/// Recent output replayed on attach.
+const REPLAY_BYTES: u64 = 8 * 1024;
+
+/// Restores the terminal's settings when dropped.
+struct RawMode(Termios);
+
+impl RawMode {
+    fn enter() -> Option<RawMode> {
+        let stdin = std::io::stdin();
+        let saved = termios::tcgetattr(stdin.as_fd()).ok()?;
+        let mut raw = saved.clone();
+        termios::cfmakeraw(&mut raw);
+        termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw).ok()?;
+        Some(RawMode(saved))
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, &self.0);
+    }
+}
+
+fn window_size() -> Option<(u16, u16)> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into the struct we pass; fd 0
+    // is only read. A non-tty fd 0 makes it fail with ENOTTY, handled.
+    let ok = unsafe { libc::ioctl(0, libc::TIOCGWINSZ, &mut ws) } == 0;
+    (ok && ws.ws_row > 0 && ws.ws_col > 0).then_some((ws.ws_row, ws.ws_col))
+}
+
+pub async fn run(client: &Client, id: String) -> Result<i32, ClientError> {
+    let polled = client.poll(id.clone()).await?;
+    let id = polled.session_id.clone();
+    if polled.exit.is_some() {
+        eprintln!("procd: {id} has already exited");
+        return Ok(EXIT_FAILED);
+    }
+    // Start a little before the end, so the screen has some context.
+    let end = client
+        .read(id.clone(), Some(u64::MAX), Some(1), None)
+        .await?
+        .next_cursor;
+    let start = end.saturating_sub(REPLAY_BYTES);
+    let mut output = client.subscribe_output(id.clone(), Some(start)).await?;
+    if let Some((rows, cols)) = window_size() {
+        let _ = client.resize(id.clone(), rows, cols).await;
+    }
+    let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+        .map_err(|e| ClientError::Custom(e.to_string()))?;
+
+    let raw = RawMode::enter();
+    eprint!("[procd: attached to {id}; Ctrl-] detaches]\r\n");
+
+    // Keystrokes come from a thread: stdin reads block.
+    let (keys_tx, mut keys) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 1024];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if keys_tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+
+    let mut stdout = std::io::stdout();
+    let code = loop {
+        tokio::select! {
+            item = output.next() => match item {
+                Some(Ok(OutputItem::Output { data, .. })) => {
+                    let _ = stdout.write_all(data.as_bytes());
+                    let _ = stdout.flush();
+                }
+                Some(Ok(OutputItem::Exit { exit_code, .. })) => {
+                    drop(raw);
+                    let code = exit_code.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into());
+                    eprintln!("\r\n[procd: {id} exited with code {code}]");
+                    return Ok(EXIT_OK);
+                }
+                Some(Err(_)) => continue,
+                None => break EXIT_FAILED,
+            },
+            keys = keys.recv() => match keys {
+                Some(bytes) => {
+                    let (send, detach) = match bytes.iter().position(|b| *b == DETACH) {
+                        Some(i) => (&bytes[..i], true),
+                        None => (&bytes[..], false),
+                    };
+                    if !send.is_empty() {
+                        let text = String::from_utf8_lossy(send).into_owned();
+                        let _ = client.write_stdin(id.clone(), text).await;
+                    }
+                    if detach {
+                        break EXIT_OK;
+                    }
+                }
+                None => break EXIT_OK,
+            },
+            _ = winch.recv() => {
+                if let Some((rows, cols)) = window_size() {
+                    let _ = client.resize(id.clone(), rows, cols).await;
+                }
+            }
+        }
+    };
+    drop(raw);
+    eprintln!("\r\n[procd: detached from {id}; it keeps running]");
+    Ok(code)
+}
