@@ -402,3 +402,19 @@ fn attach_types_streams_resizes_and_detaches() {
     assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
     d.ok("kill", json!({"session_id": id}));
 }
+
+#[test]
+fn a_subscriber_that_never_reads_does_not_slow_ingestion() {
+    let d = Daemon::start();
+    let id = d.spawn("sleep 0.2; seq 1 200000; echo finished");
+    // Subscribe and then never read: its buffers fill up and it lags.
+    let mut stalled = d.connect();
+    stalled.call("subscribe_output", json!({"session_id": id}));
+    let w = d.wait_exit(&id);
+    assert_eq!(w["exit_code"], 0);
+    let tail = d.ok("log", json!({"session_id": id, "limit": 2}));
+    assert_eq!(tail["output"], "200000\nfinished\n", "all output was ingested");
+    assert_eq!(tail["total_lines"], 200_001);
+    drop(stalled);
+    assert!(d.ok("status", json!({}))["pid"].is_number());
+}
