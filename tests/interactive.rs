@@ -413,7 +413,10 @@ fn a_subscriber_that_never_reads_does_not_slow_ingestion() {
     let w = d.wait_exit(&id);
     assert_eq!(w["exit_code"], 0);
     let tail = d.ok("log", json!({"session_id": id, "limit": 2}));
-    assert_eq!(tail["output"], "200000\nfinished\n", "all output was ingested");
+    assert_eq!(
+        tail["output"], "200000\nfinished\n",
+        "all output was ingested"
+    );
     assert_eq!(tail["total_lines"], 200_001);
     drop(stalled);
     assert!(d.ok("status", json!({}))["pid"].is_number());

@@ -10,7 +10,7 @@ use jsonrpsee::core::client::{
 };
 use procd_gateway::Paths;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -21,8 +21,6 @@ pub use procd_proto::ProcdApiClient;
 /// How long a request may take before the client gives up; long enough for
 /// the longest `wait` (600 s) and `read` long-poll (300 s).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
-/// How long a started daemon may take to accept connections.
-const START_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct LineSender(OwnedWriteHalf);
 struct LineReceiver(Lines<BufReader<OwnedReadHalf>>);
@@ -63,80 +61,73 @@ pub async fn connect(socket: &Path) -> io::Result<Client> {
         ))
 }
 
-/// How to start a daemon when none answers.
-#[derive(Debug, Clone)]
-pub struct Starter {
-    /// The procd executable.
-    pub exe: PathBuf,
-    /// Passed as `--home` (None: the daemon resolves its own paths).
-    pub home: Option<PathBuf>,
-    /// Passed as `--config`.
-    pub config: Option<PathBuf>,
-}
+pub use procd_gateway::control::Launcher;
+pub use procd_gateway::lease::Released;
 
-/// Connects, starting an on-demand daemon first if none answers.
-pub async fn connect_or_start(paths: &Paths, starter: &Starter) -> Result<Client, String> {
+/// Connects, starting an on-demand daemon first if none answers. Call it
+/// while holding a `Lease`: a daemon with no lease and no session may stop
+/// itself at any moment.
+pub async fn connect_or_start(paths: &Paths, launcher: &Launcher) -> Result<Client, String> {
     if let Ok(client) = connect(&paths.socket()).await {
         return Ok(client);
     }
-    start_detached(paths, starter)?;
-    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-    let mut pause = Duration::from_millis(5);
-    loop {
-        match connect(&paths.socket()).await {
-            Ok(client) => return Ok(client),
-            Err(err) if tokio::time::Instant::now() >= deadline => {
-                return Err(format!(
-                    "started procd, but its socket {} did not accept within {}s ({err}); see {}",
-                    paths.socket().display(),
-                    START_TIMEOUT.as_secs(),
-                    paths.daemon_log().display()
-                ))
-            }
-            // No event tells us when another process starts listening:
-            // retry with a short, growing pause until the deadline.
-            Err(_) => tokio::time::sleep(pause).await,
-        }
-        pause = (pause * 2).min(Duration::from_millis(50));
+    let (p, l) = (paths.clone(), launcher.clone());
+    tokio::task::spawn_blocking(move || {
+        let t = procd_gateway::lease::Transition::begin(&p).map_err(|e| e.to_string())?;
+        procd_gateway::lease::wait_out_stopping(&p, &t).map_err(|e| e.to_string())?;
+        procd_gateway::control::start_on_demand(&p, &t, &l).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    connect(&paths.socket()).await.map_err(|e| {
+        format!(
+            "procd started but {} refused: {e}",
+            paths.socket().display()
+        )
+    })
+}
+
+/// A client lease (SPEC §6.3): while it is held, an on-demand daemon stays
+/// up and sessions spawned with `owner = lease.token()` live; when it is
+/// released (or this process dies) the daemon ends those sessions unless
+/// they were spawned with `persist`.
+#[derive(Debug)]
+pub struct Lease {
+    paths: Paths,
+    token: String,
+}
+
+impl Lease {
+    /// Records a lease for this process (waits out a stopping daemon).
+    pub async fn acquire(paths: &Paths, kind: &str) -> io::Result<Lease> {
+        let p = paths.clone();
+        let kind = kind.to_string();
+        let pid = std::process::id() as i32;
+        let token =
+            tokio::task::spawn_blocking(move || procd_gateway::lease::acquire(&p, &kind, pid))
+                .await
+                .map_err(io::Error::other)??;
+        Ok(Lease {
+            paths: paths.clone(),
+            token,
+        })
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Ends the lease. As the last client of an on-demand daemon it stops
+    /// the daemon when `wait_for_stop`, else leaves that to its monitor.
+    pub async fn release(self, wait_for_stop: bool) -> io::Result<Released> {
+        let Lease { paths, token } = self;
+        tokio::task::spawn_blocking(move || {
+            procd_gateway::lease::release(&paths, &token, wait_for_stop, STOP_TIMEOUT)
+        })
+        .await
+        .map_err(io::Error::other)?
     }
 }
 
-/// Starts `procd daemon --on-demand` in a new session with its output in
-/// procd.log. A shell in between exits at once, so the daemon is not our
-/// child (nothing to reap, it outlives us).
-fn start_detached(paths: &Paths, starter: &Starter) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
-    paths
-        .create_dirs()
-        .map_err(|e| format!("cannot create {}: {e}", paths.state_dir.display()))?;
-    let mut args: Vec<std::ffi::OsString> = vec!["daemon".into(), "--on-demand".into()];
-    if let Some(home) = &starter.home {
-        args.push("--home".into());
-        args.push(home.into());
-    }
-    if let Some(config) = &starter.config {
-        args.push("--config".into());
-        args.push(config.into());
-    }
-    let mut cmd = std::process::Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg("\"$0\" \"$@\" </dev/null >>\"$PROCD_DAEMON_LOG\" 2>&1 &")
-        .arg(&starter.exe)
-        .args(&args)
-        .env("PROCD_DAEMON_LOG", paths.daemon_log())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: runs in the forked child before exec; setsid(2) is
-    // async-signal-safe and touches no shared memory.
-    unsafe {
-        cmd.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
-    }
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot start procd ({}): {e}", starter.exe.display()))?;
-    if !status.success() {
-        return Err(format!("starting procd failed ({status})"));
-    }
-    Ok(())
-}
+/// How long a last client's release waits for the daemon to stop.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);

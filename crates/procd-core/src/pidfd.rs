@@ -77,6 +77,30 @@ impl PidFd {
         ret > 0 && pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
     }
 
+    /// Blocks until the process exits or `limit` passes (for blocking
+    /// callers such as the CLI). True if it exited.
+    pub fn wait_exit_blocking(&self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let mut pfd = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd on our stack, count 1.
+            let ret = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if ret > 0 {
+                return true;
+            }
+            if ret == 0 || left.is_zero() {
+                return self.has_exited();
+            }
+            // EINTR: go round again with what is left.
+        }
+    }
+
     /// Waits until the process exits, or `limit` passes. True if it exited.
     pub async fn wait_exit(&self, limit: Duration) -> bool {
         // SAFETY: the BorrowedFd borrows `self.fd`, so the descriptor stays

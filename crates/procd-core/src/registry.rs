@@ -80,12 +80,6 @@ pub struct SpawnRequest {
     pub stdin: StdinMode,
 }
 
-/// Decides whether a lease token names a live client (SPEC §6.3). The
-/// lifecycle layer provides it; without one, no owner is known.
-pub trait OwnerCheck: Send + Sync {
-    fn is_live(&self, token: &str) -> bool;
-}
-
 pub struct Registry {
     config: Config,
     logs_dir: PathBuf,
@@ -99,7 +93,8 @@ pub struct Registry {
     /// Running sessions plus spawns in progress (the `max_running` gate).
     running: AtomicUsize,
     notifications: NotificationQueue,
-    owners: Mutex<Option<Arc<dyn OwnerCheck>>>,
+    /// Set when the daemon is shutting down: spawns are refused.
+    closing: std::sync::atomic::AtomicBool,
     fail_after_spawn: bool,
     me: Weak<Registry>,
 }
@@ -125,7 +120,7 @@ impl Registry {
             sessions: Mutex::new(HashMap::new()),
             running: AtomicUsize::new(0),
             notifications: NotificationQueue::default(),
-            owners: Mutex::new(None),
+            closing: std::sync::atomic::AtomicBool::new(false),
             fail_after_spawn: options.fail_after_spawn,
             me: me.clone(),
         }))
@@ -139,9 +134,9 @@ impl Registry {
         &self.notifications
     }
 
-    /// Installs the lease book that validates `owner` tokens.
-    pub fn set_owner_check(&self, check: Arc<dyn OwnerCheck>) {
-        *self.owners.lock().unwrap_or_else(|e| e.into_inner()) = Some(check);
+    /// Refuse new sessions from now on (the daemon is shutting down).
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
     }
 
     fn table(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
@@ -190,6 +185,9 @@ impl Registry {
     // ----- spawn -----------------------------------------------------------
 
     pub async fn spawn(&self, req: SpawnRequest) -> Result<SpawnResult, Error> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(Error::WrongState("procd is shutting down".into()));
+        }
         let spec = self.validate(&req)?;
         // Reserve a running slot first so concurrent spawns cannot overshoot.
         let max = self.config.max_running;
@@ -264,18 +262,7 @@ impl Registry {
                 )))
             }
         };
-        if let Some(owner) = &req.owner {
-            let check = self
-                .owners
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            if !check.is_some_and(|c| c.is_live(owner)) {
-                return Err(Error::InvalidParams(format!(
-                    "owner: unknown owner {owner:?} (no live lease has this token)"
-                )));
-            }
-        }
+        // `owner` is checked against the leases by the daemon (procd-server).
         if req.watch_patterns.len() > MAX_WATCH_PATTERNS {
             return Err(Error::InvalidParams(format!(
                 "watch_patterns: at most {MAX_WATCH_PATTERNS} patterns, got {}",
@@ -975,6 +962,22 @@ impl Registry {
             .collect();
         self.kill_many(victims, source.unwrap_or("kill_started_since"))
             .await
+    }
+
+    /// Ends the non-persistent sessions of owners whose lease is gone.
+    pub async fn kill_orphaned_owners(&self, live_owners: &HashSet<String>) -> u32 {
+        let victims = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running() && !s.spec.persist)
+            .filter(|s| {
+                s.spec
+                    .owner
+                    .as_ref()
+                    .is_some_and(|o| !live_owners.contains(o))
+            })
+            .collect();
+        self.kill_many(victims, "owner_released").await
     }
 
     /// Terminates every running session (daemon shutdown).

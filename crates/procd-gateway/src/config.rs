@@ -16,6 +16,37 @@ pub fn load(path: &Path, explicit: bool) -> Result<Config, String> {
     parse(&text).map_err(|e| format!("config {}: {e}", path.display()))
 }
 
+/// `load`, then `KEY=VALUE` overrides (values in TOML syntax; a bare word
+/// is taken as a string).
+pub fn load_with(path: &Path, explicit: bool, overrides: &[String]) -> Result<Config, String> {
+    if overrides.is_empty() {
+        return load(path, explicit);
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => String::new(),
+        Err(e) => return Err(format!("cannot read config {}: {e}", path.display())),
+    };
+    let mut table: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("config {}: {}", path.display(), e.message()))?;
+    for kv in overrides {
+        let (key, raw) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--set takes KEY=VALUE, got {kv:?}"))?;
+        let key = key.trim();
+        let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+        table.insert(key.to_string(), value);
+    }
+    let config: Config = table
+        .try_into()
+        .map_err(|e: toml::de::Error| e.message().to_string())?;
+    config.validate()?;
+    Ok(config)
+}
+
 pub fn parse(text: &str) -> Result<Config, String> {
     let config: Config = toml::from_str(text).map_err(|e| e.message().to_string())?;
     config.validate()?;
@@ -44,5 +75,23 @@ mod tests {
         let err = parse("kill_grace_s = -1").unwrap_err();
         assert!(err.contains("kill_grace_s"), "{err}");
         assert_eq!(parse("max_sessions = 3").unwrap().max_sessions, 3);
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "kill_grace_s = 1.0\nmax_sessions = 5\n").unwrap();
+        let c = load_with(
+            &path,
+            true,
+            &["kill_grace_s=4".into(), "redact=false".into()],
+        )
+        .unwrap();
+        assert_eq!(c.kill_grace_s, 4.0);
+        assert!(!c.redact);
+        assert_eq!(c.max_sessions, 5);
+        let err = load_with(&path, true, &["nope=1".into()]).unwrap_err();
+        assert!(err.contains("nope"), "{err}");
     }
 }

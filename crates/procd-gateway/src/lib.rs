@@ -7,6 +7,8 @@
 
 pub mod atomic;
 pub mod config;
+pub mod control;
+pub mod lease;
 pub mod lock;
 pub mod paths;
 pub mod state;

@@ -2,9 +2,12 @@
 //!
 //! Start-up claims the instance under the lifecycle lock (a live recorded
 //! daemon means exit 17; a stale socket is removed only while the lock is
-//! held), binds the socket 0600, and records `gateway.json`. Shutdown —
-//! SIGTERM, SIGINT or the `shutdown` method — stops accepting, ends every
-//! session's tree, removes the socket and (if still ours) the state file.
+//! held), binds the socket 0600 — or takes the one systemd passes — and
+//! records `gateway.json`. The monitor reads the leases off the event loop:
+//! it ends sessions whose owner's lease is gone and stops an on-demand
+//! daemon that has nothing left to do. Shutdown — SIGTERM, SIGINT, the
+//! `shutdown` method or the monitor — stops accepting, ends every session's
+//! tree, removes the socket and (if still ours) the state file.
 
 use crate::rpc::Api;
 use procd_core::clock::rfc3339;
@@ -12,8 +15,9 @@ use procd_core::procfs::ProcFs;
 use procd_core::{Config, Registry, RegistryOptions};
 use procd_gateway::lock::FileLock;
 use procd_gateway::state::{self, GatewayState, Liveness};
-use procd_gateway::{atomic, Paths};
+use procd_gateway::{atomic, lease, Paths};
 use procd_proto::{ProcdApiServer, StatusResult};
+use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -26,21 +30,16 @@ pub const EXIT_ALREADY_RUNNING: i32 = 17;
 pub enum LaunchMode {
     /// `procd daemon`: explicit, in the foreground (also under systemd).
     Foreground,
-    /// Started detached by a client that needed a daemon (on-demand).
-    OnDemand,
+    /// Detached by `procd start` or by a client that needed a daemon; the
+    /// lifetime (explicit or on-demand) is the lease file's `auto_stop`.
+    Background,
 }
 
 impl LaunchMode {
     fn launch_mode(self) -> &'static str {
         match self {
             LaunchMode::Foreground => "foreground",
-            LaunchMode::OnDemand => "background",
-        }
-    }
-    fn lifetime(self) -> &'static str {
-        match self {
-            LaunchMode::Foreground => "explicit",
-            LaunchMode::OnDemand => "on_demand",
+            LaunchMode::Background => "background",
         }
     }
 }
@@ -62,6 +61,8 @@ pub struct Daemon {
     started_at: SystemTime,
     started: Instant,
     shutdown: watch::Sender<bool>,
+    /// The leases as the monitor last read them.
+    leases: std::sync::Mutex<lease::LeaseSnapshot>,
 }
 
 impl Daemon {
@@ -69,19 +70,54 @@ impl Daemon {
         if !*self.shutdown.borrow() {
             tracing::info!(why, "shutting down");
         }
+        self.registry.close();
         self.shutdown.send_replace(true);
+    }
+
+    fn leases(&self) -> lease::LeaseSnapshot {
+        self.leases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Re-reads the lease file (off the event loop).
+    pub async fn refresh_leases(&self) -> Option<lease::LeaseSnapshot> {
+        let paths = self.paths.clone();
+        let snap = tokio::task::spawn_blocking(move || lease::snapshot(&paths))
+            .await
+            .ok()?
+            .map_err(|err| tracing::warn!(%err, "cannot read the lease file"))
+            .ok()?;
+        *self.leases.lock().unwrap_or_else(|e| e.into_inner()) = snap.clone();
+        Some(snap)
+    }
+
+    /// Whether `token` names a live lease (read fresh: it may be brand new).
+    pub async fn owner_is_live(&self, token: &str) -> bool {
+        if self.leases().tokens.iter().any(|t| t == token) {
+            return true;
+        }
+        self.refresh_leases()
+            .await
+            .is_some_and(|s| s.tokens.iter().any(|t| t == token))
     }
 
     pub fn status(&self) -> StatusResult {
         let (running, finished) = self.registry.counts();
+        let leases = self.leases();
         StatusResult {
             version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id() as i32,
             started_at: rfc3339(self.started_at),
             uptime_seconds: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
             launch_mode: self.mode.launch_mode().to_string(),
-            lifetime: self.mode.lifetime().to_string(),
-            clients: 0,
+            lifetime: if leases.auto_stop && self.mode == LaunchMode::Background {
+                "on_demand".to_string()
+            } else {
+                "explicit".to_string()
+            },
+            clients: leases.clients as u32,
             running: running as u32,
             finished: finished as u32,
             socket: self.paths.socket().display().to_string(),
@@ -92,6 +128,12 @@ impl Daemon {
 
 /// Runs the daemon to completion and returns its exit status.
 pub fn run(options: DaemonOptions) -> i32 {
+    if options.mode == LaunchMode::Background {
+        // Lead a session (and group) of our own: detached from whoever
+        // started us, and our pgid in gateway.json is our own pid. EPERM
+        // means we already lead a group; that is fine too.
+        let _ = nix::unistd::setsid();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -112,12 +154,18 @@ pub fn run(options: DaemonOptions) -> i32 {
 }
 
 enum Claim {
-    Claimed(std::os::unix::net::UnixListener),
+    Claimed(Listening),
     AlreadyRunning(i32),
 }
 
+/// The listening socket and whether we made it (else systemd passed it).
+struct Listening {
+    listener: std::os::unix::net::UnixListener,
+    activated: bool,
+}
+
 /// Under the lifecycle lock: refuse if a live daemon is recorded, else
-/// remove a stale socket, bind, and record ourselves.
+/// remove a stale socket, bind (or take systemd's socket), record ourselves.
 fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
     let paths = &options.paths;
     paths
@@ -133,24 +181,34 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
         Liveness::Stale(_) | Liveness::NotStarted => {}
     }
     let socket = paths.socket();
-    match std::fs::remove_file(&socket) {
-        Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(format!(
-                "cannot remove stale socket {}: {e}",
-                socket.display()
-            ))
+    let (listener, activated) = match crate::systemd::take_listen_fd() {
+        Some(listener) => (listener, true),
+        None => {
+            match std::fs::remove_file(&socket) {
+                Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(format!(
+                        "cannot remove stale socket {}: {e}",
+                        socket.display()
+                    ))
+                }
+            }
+            let listener = std::os::unix::net::UnixListener::bind(&socket)
+                .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+            (listener, false)
         }
-    }
-    let listener = std::os::unix::net::UnixListener::bind(&socket)
-        .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+    };
     let fail = |msg: String| {
-        let _ = std::fs::remove_file(&socket);
+        if !activated {
+            let _ = std::fs::remove_file(&socket);
+        }
         msg
     };
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| fail(format!("cannot restrict {}: {e}", socket.display())))?;
+    if !activated {
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| fail(format!("cannot restrict {}: {e}", socket.display())))?;
+    }
     let pid = std::process::id() as i32;
     let identity = state::process_identity(&procfs, pid)
         .ok()
@@ -164,7 +222,7 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
         socket: socket.display().to_string(),
         version: env!("CARGO_PKG_VERSION").into(),
         command: options.command_line.clone(),
-        log_path: matches!(options.mode, LaunchMode::OnDemand)
+        log_path: (options.mode == LaunchMode::Background)
             .then(|| paths.daemon_log().display().to_string()),
     };
     atomic::write_json(&paths.gateway_json(), &record).map_err(|e| {
@@ -173,19 +231,38 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
             paths.gateway_json().display()
         ))
     })?;
-    Ok(Claim::Claimed(listener))
+    if options.mode == LaunchMode::Foreground {
+        // An explicit daemon: a leftover on-demand lifetime (or the
+        // "stopping" mark of a daemon that is gone) no longer applies.
+        if let Err(err) = lease::with_clients(paths, |f| {
+            f.auto_stop = false;
+            f.stopping = false;
+        }) {
+            tracing::warn!(%err, "cannot update the lease file");
+        }
+    }
+    Ok(Claim::Claimed(Listening {
+        listener,
+        activated,
+    }))
 }
 
-/// Removes our socket and state (if they are still ours).
-fn release_instance(paths: &Paths) {
+/// Removes our socket (unless systemd owns it) and state (if still ours),
+/// and lifts the "stopping" mark so waiting clients may start a new one.
+fn release_instance(paths: &Paths, activated: bool) {
     let pid = std::process::id() as i32;
     let _lock = FileLock::acquire(&paths.lifecycle_lock());
     let ours =
         atomic::read_json::<GatewayState>(&paths.gateway_json()).is_none_or(|s| s.pid == pid);
-    if ours {
+    if ours && !activated {
         let _ = std::fs::remove_file(paths.socket());
     }
     state::release_if_own(paths, pid);
+    if ours {
+        if let Err(err) = lease::with_clients(paths, |f| f.stopping = false) {
+            tracing::warn!(%err, "cannot update the lease file");
+        }
+    }
 }
 
 async fn serve(options: DaemonOptions) -> Result<i32, String> {
@@ -193,24 +270,23 @@ async fn serve(options: DaemonOptions) -> Result<i32, String> {
     let claim = tokio::task::spawn_blocking(move || claim_instance(&claim_opts))
         .await
         .map_err(|e| format!("start-up failed: {e}"))??;
-    let std_listener = match claim {
+    let listening = match claim {
         Claim::AlreadyRunning(pid) => {
             eprintln!("procd is already running (pid {pid})");
             return Ok(EXIT_ALREADY_RUNNING);
         }
-        Claim::Claimed(listener) => listener,
+        Claim::Claimed(listening) => listening,
     };
     let paths = options.paths.clone();
-    let result = serve_claimed(options, std_listener).await;
-    let release_paths = paths.clone();
-    let _ = tokio::task::spawn_blocking(move || release_instance(&release_paths)).await;
+    let activated = listening.activated;
+    let result = serve_claimed(options, listening).await;
+    crate::systemd::notify("STOPPING=1");
+    let _ = tokio::task::spawn_blocking(move || release_instance(&paths, activated)).await;
     result
 }
 
-async fn serve_claimed(
-    options: DaemonOptions,
-    std_listener: std::os::unix::net::UnixListener,
-) -> Result<i32, String> {
+async fn serve_claimed(options: DaemonOptions, listening: Listening) -> Result<i32, String> {
+    let std_listener = listening.listener;
     // Orphaned descendants of sessions are reparented to us and reaped.
     nix::sys::prctl::set_child_subreaper(true)
         .map_err(|e| format!("cannot become a child subreaper: {e}"))?;
@@ -238,7 +314,14 @@ async fn serve_claimed(
         started_at: SystemTime::now(),
         started: Instant::now(),
         shutdown,
+        leases: std::sync::Mutex::new(lease::LeaseSnapshot {
+            auto_stop: false,
+            clients: 0,
+            stopping: false,
+            tokens: Vec::new(),
+        }),
     });
+    daemon.refresh_leases().await;
     let methods: jsonrpsee::Methods = Api {
         daemon: daemon.clone(),
     }
@@ -249,9 +332,11 @@ async fn serve_claimed(
     let monitor = tokio::spawn(monitor(
         daemon.clone(),
         Duration::from_secs_f64(options.config.monitor_interval_s),
+        Duration::from_secs_f64(options.config.on_demand_idle_s),
         shutdown_rx.clone(),
     ));
     tracing::info!(socket = %options.paths.socket().display(), pid = std::process::id(), "procd is serving");
+    crate::systemd::notify("READY=1");
 
     crate::listener::serve(
         listener,
@@ -262,7 +347,9 @@ async fn serve_claimed(
     .await;
 
     // Stop accepting first (the listener is gone), then end every session.
-    let _ = std::fs::remove_file(options.paths.socket());
+    if !listening.activated {
+        let _ = std::fs::remove_file(options.paths.socket());
+    }
     let killed = registry.shutdown_all().await;
     tracing::info!(killed, "sessions terminated; exiting");
     monitor.abort();
@@ -282,14 +369,59 @@ fn spawn_signal_handlers(daemon: Arc<Daemon>) -> Result<(), String> {
     Ok(())
 }
 
-/// The daemon's only periodic work: retention (and, later, leases).
-async fn monitor(daemon: Arc<Daemon>, every: Duration, mut shutdown: watch::Receiver<bool>) {
+/// The daemon's only periodic work: retention, ended leases, auto-stop.
+async fn monitor(
+    daemon: Arc<Daemon>,
+    every: Duration,
+    idle_grace: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut idle_since: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = crate::stopped(&mut shutdown) => return,
-            _ = tick.tick() => daemon.registry.prune(),
+            _ = tick.tick() => {}
+        }
+        daemon.registry.prune();
+        let Some(leases) = daemon.refresh_leases().await else {
+            continue;
+        };
+        let live: HashSet<String> = leases.tokens.iter().cloned().collect();
+        let ended = daemon.registry.kill_orphaned_owners(&live).await;
+        if ended > 0 {
+            tracing::info!(ended, "ended sessions whose owner's lease is gone");
+        }
+        let (running, _) = daemon.registry.counts();
+        let idle = daemon.mode == LaunchMode::Background
+            && leases.auto_stop
+            && leases.clients == 0
+            && running == 0;
+        if !idle {
+            idle_since = None;
+            continue;
+        }
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < idle_grace {
+            continue;
+        }
+        // Mark "stopping" under the clients lock, re-checking that no
+        // client arrived meanwhile; a client acquiring now waits for us.
+        let paths = daemon.paths.clone();
+        let marked = tokio::task::spawn_blocking(move || {
+            lease::with_clients(&paths, |f| {
+                let stop = f.auto_stop && f.clients.is_empty();
+                if stop {
+                    f.stopping = true;
+                }
+                stop
+            })
+        })
+        .await;
+        if matches!(marked, Ok(Ok(true))) && daemon.registry.counts().0 == 0 {
+            daemon.request_shutdown("on-demand daemon is idle");
+            return;
         }
     }
 }

@@ -8,6 +8,7 @@ mod connection;
 mod daemon;
 mod listener;
 mod rpc;
+mod systemd;
 
 pub use daemon::{run, DaemonOptions, LaunchMode, EXIT_ALREADY_RUNNING};
 

@@ -37,6 +37,13 @@ impl ProcdApiServer for Api {
         timeout_s: Option<f64>,
         stdin: Option<StdinMode>,
     ) -> RpcResult<SpawnResult> {
+        if let Some(token) = &owner {
+            if !self.daemon.owner_is_live(token).await {
+                return Err(procd_proto::error::invalid_params(format!(
+                    "owner: unknown owner {token:?} (no live lease has this token)"
+                )));
+            }
+        }
         let req = SpawnRequest {
             command,
             cwd,
@@ -302,6 +309,8 @@ impl ProcdApiServer for Api {
     }
 
     async fn status(&self) -> RpcResult<StatusResult> {
+        // Leases change from outside (start promotes, clients come and go).
+        self.daemon.refresh_leases().await;
         Ok(self.daemon.status())
     }
 

@@ -1,10 +1,11 @@
 //! Subcommands and their exit codes (SPEC §8): 0 ok, 1 failed, 2 usage,
 //! 3 not running (`status`); `procd wait` exits with the session's code.
 
+use crate::lifecycle;
 use crate::render;
 use clap::{Parser, Subcommand};
 use jsonrpsee::core::client::{Client, Error as ClientError};
-use procd_client::{ProcdApiClient, Starter};
+use procd_client::{Launcher, ProcdApiClient};
 use procd_gateway::Paths;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -41,10 +42,29 @@ pub struct Cli {
 enum Command {
     /// Run the daemon in the foreground.
     Daemon {
-        /// Started by a client that needed a daemon (on-demand lifetime).
-        #[arg(long, hide = true)]
-        on_demand: bool,
+        /// Detached by `procd start` or a client (launch_mode "background").
+        #[arg(long, hide = true, alias = "on-demand")]
+        background: bool,
+        /// Override a configuration key, e.g. --set kill_grace_s=5 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
     },
+    /// Start the daemon in the background (explicit lifetime).
+    Start,
+    /// Stop the daemon: SIGTERM, then SIGKILL after the timeout.
+    Stop {
+        /// Seconds to wait for a graceful exit (default stop_timeout_s, 20).
+        #[arg(long, value_name = "S")]
+        timeout: Option<f64>,
+    },
+    /// Restart a running background daemon.
+    Restart {
+        #[arg(long, value_name = "S")]
+        timeout: Option<f64>,
+    },
+    /// Client leases, for agents written in other languages.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
     /// Start a command as a background session.
     Spawn {
         /// Run it on a pseudo-terminal.
@@ -120,10 +140,39 @@ enum Command {
     Attach { id: String },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum LeaseCommand {
+    /// Record a lease for a process; prints its token.
+    Acquire {
+        /// What kind of client holds it (e.g. "agent").
+        #[arg(long, default_value = "client")]
+        kind: String,
+        /// The process that holds it (default: the parent of this command).
+        #[arg(long)]
+        pid: Option<i32>,
+        /// Also mark the daemon's lifetime on-demand.
+        #[arg(long)]
+        ephemeral: bool,
+    },
+    /// End a lease; the last client of an on-demand daemon stops it.
+    Release {
+        token: String,
+        /// Leave the stop to the daemon's monitor instead of waiting for it.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Mark the daemon's lifetime on-demand (it stops when nothing is left).
+    Ephemeral,
+    /// Show the leases (dead or recycled holders are pruned first).
+    Snapshot,
+}
+
+pub use LeaseCommand as LeaseCmd;
+
 /// What a client command needs to reach the daemon.
 struct Target {
     paths: Paths,
-    starter: Starter,
+    launcher: Launcher,
     json: bool,
 }
 
@@ -132,7 +181,7 @@ impl Target {
     /// no daemon runs (and none was started).
     async fn connect(&self, start: bool) -> Result<Option<Client>, String> {
         if start {
-            procd_client::connect_or_start(&self.paths, &self.starter)
+            procd_client::connect_or_start(&self.paths, &self.launcher)
                 .await
                 .map(Some)
         } else {
@@ -152,7 +201,7 @@ impl Target {
     }
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -167,12 +216,9 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 pub fn run(cli: Cli) -> i32 {
     let paths = Paths::resolve(cli.home.as_deref());
-    if let Command::Daemon { on_demand } = cli.command {
-        return run_daemon(paths, cli.config, on_demand);
-    }
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("procd"));
     let target = Target {
-        starter: Starter {
+        launcher: Launcher {
             exe,
             home: paths.home.clone(),
             config: cli.config.clone(),
@@ -180,6 +226,23 @@ pub fn run(cli: Cli) -> i32 {
         paths,
         json: cli.json,
     };
+    match cli.command {
+        Command::Daemon { background, set } => {
+            return run_daemon(target.paths, cli.config, background, &set)
+        }
+        Command::Start => return lifecycle::start(&target.paths, &target.launcher, target.json),
+        Command::Stop { timeout } => {
+            let timeout = timeout.unwrap_or_else(|| stop_timeout(&target.paths, &cli.config));
+            return lifecycle::stop(&target.paths, timeout, target.json);
+        }
+        Command::Restart { timeout } => {
+            let timeout = timeout.unwrap_or_else(|| stop_timeout(&target.paths, &cli.config));
+            return lifecycle::restart(&target.paths, &target.launcher, timeout, target.json);
+        }
+        Command::Lease(cmd) => return lifecycle::lease(&target.paths, cmd, target.json),
+        Command::Status => return lifecycle::status(&target.paths, target.json),
+        _ => {}
+    }
     // One runtime for the whole command: the client's background task
     // lives on the runtime that created it.
     block_on(async {
@@ -187,25 +250,49 @@ pub fn run(cli: Cli) -> i32 {
             cli.command,
             Command::Spawn { .. } | Command::Send { .. } | Command::Attach { .. }
         );
-        let client = match target.connect(starts_daemon).await {
-            Ok(Some(client)) => client,
-            Ok(None) => return not_running(&target, matches!(cli.command, Command::Status)),
+        // A command that may start the daemon holds a lease meanwhile, so
+        // an on-demand daemon cannot stop between our start and request.
+        let lease = if starts_daemon {
+            match procd_client::Lease::acquire(&target.paths, "cli").await {
+                Ok(lease) => Some(lease),
+                Err(err) => {
+                    eprintln!("procd: cannot take a client lease: {err}");
+                    return EXIT_FAILED;
+                }
+            }
+        } else {
+            None
+        };
+        let code = match target.connect(starts_daemon).await {
+            Ok(Some(client)) => match client_command(&target, &client, cli.command).await {
+                Ok(code) => code,
+                Err(err) => {
+                    eprintln!("procd: {}", describe(&err));
+                    EXIT_FAILED
+                }
+            },
+            Ok(None) => not_running(&target),
             Err(err) => {
                 eprintln!("procd: {err}");
-                return EXIT_FAILED;
-            }
-        };
-        match client_command(&target, &client, cli.command).await {
-            Ok(code) => code,
-            Err(err) => {
-                eprintln!("procd: {}", describe(&err));
                 EXIT_FAILED
             }
+        };
+        if let Some(lease) = lease {
+            let _ = lease.release(false).await;
         }
+        code
     })
 }
 
-fn not_running(target: &Target, is_status: bool) -> i32 {
+/// `stop_timeout_s` from the configuration (20 s when it cannot be read).
+fn stop_timeout(paths: &Paths, config: &Option<PathBuf>) -> f64 {
+    let path = config.clone().unwrap_or_else(|| paths.config_file.clone());
+    procd_gateway::config::load(&path, config.is_some())
+        .map(|c| c.stop_timeout_s)
+        .unwrap_or(20.0)
+}
+
+fn not_running(target: &Target) -> i32 {
     if target.json {
         println!(
             "{}",
@@ -215,11 +302,7 @@ fn not_running(target: &Target, is_status: bool) -> i32 {
     } else {
         eprintln!("procd is not running");
     }
-    if is_status {
-        EXIT_NOT_RUNNING
-    } else {
-        EXIT_FAILED
-    }
+    EXIT_FAILED
 }
 
 fn describe(err: &ClientError) -> String {
@@ -229,11 +312,11 @@ fn describe(err: &ClientError) -> String {
     }
 }
 
-fn run_daemon(paths: Paths, config_path: Option<PathBuf>, on_demand: bool) -> i32 {
+fn run_daemon(paths: Paths, config_path: Option<PathBuf>, background: bool, set: &[String]) -> i32 {
     init_tracing();
     let explicit = config_path.is_some();
     let config_path = config_path.unwrap_or_else(|| paths.config_file.clone());
-    let config = match procd_gateway::config::load(&config_path, explicit) {
+    let config = match procd_gateway::config::load_with(&config_path, explicit, set) {
         Ok(c) => c,
         Err(err) => {
             eprintln!("procd: {err}");
@@ -244,8 +327,8 @@ fn run_daemon(paths: Paths, config_path: Option<PathBuf>, on_demand: bool) -> i3
     procd_server::run(procd_server::DaemonOptions {
         paths,
         config,
-        mode: if on_demand {
-            procd_server::LaunchMode::OnDemand
+        mode: if background {
+            procd_server::LaunchMode::Background
         } else {
             procd_server::LaunchMode::Foreground
         },
@@ -270,7 +353,12 @@ async fn client_command(
     command: Command,
 ) -> Result<i32, ClientError> {
     match command {
-        Command::Daemon { .. } => Ok(EXIT_USAGE),
+        Command::Daemon { .. }
+        | Command::Start
+        | Command::Stop { .. }
+        | Command::Restart { .. }
+        | Command::Lease(_)
+        | Command::Status => Ok(EXIT_USAGE),
         Command::Spawn {
             pty,
             cwd,
@@ -361,11 +449,6 @@ async fn client_command(
                 procd_proto::StdinStatus::Ok => EXIT_OK,
                 procd_proto::StdinStatus::AlreadyExited => EXIT_FAILED,
             })
-        }
-        Command::Status => {
-            let r = client.status().await?;
-            target.print(&r, render::status);
-            Ok(EXIT_OK)
         }
         Command::Events => {
             let mut events = client.subscribe_events().await?;

@@ -4,6 +4,7 @@
 
 mod attach;
 mod cli;
+mod lifecycle;
 mod render;
 
 use clap::Parser;

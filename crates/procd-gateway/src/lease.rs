@@ -1,0 +1,244 @@
+//! Client leases (SPEC §6.3): `gateway.clients.json`.
+//!
+//! A long-lived client (an agent) records itself here by pid and identity
+//! and gets a token it passes as `owner` when spawning. When its lease ends
+//! (released, or its process died or was recycled) the daemon kills its
+//! non-persistent sessions. `auto_stop` is the on-demand lifetime: with it
+//! set, the daemon stops once no live lease and no running session remain,
+//! marking `stopping` first so that a client arriving meanwhile waits for
+//! the old daemon to exit instead of talking to a dying one.
+//!
+//! Every read-modify-write holds the clients lock; transitions (acquire,
+//! release-with-stop, start, stop) also hold the transition lock, taken
+//! first. All of it blocks: async callers use `spawn_blocking`.
+
+use crate::atomic;
+use crate::lock::FileLock;
+use crate::paths::Paths;
+use crate::state::{self, identity_matches, process_identity};
+use procd_core::procfs::ProcFs;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseFile {
+    #[serde(default)]
+    pub auto_stop: bool,
+    #[serde(default)]
+    pub clients: BTreeMap<String, ClientEntry>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopping: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientEntry {
+    pub pid: i32,
+    /// "<pgid>:<starttime>"; None when it could not be read at acquire.
+    pub identity: Option<String>,
+    pub kind: String,
+}
+
+/// What the lease file says right now (after pruning).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseSnapshot {
+    pub auto_stop: bool,
+    pub clients: usize,
+    pub stopping: bool,
+    pub tokens: Vec<String>,
+}
+
+/// Whether a recorded client is still the same live process. An identity
+/// that cannot be read now keeps the entry (fail safe: never drop a live
+/// client's lease because /proc was briefly unreadable).
+fn entry_is_live(procfs: &ProcFs, entry: &ClientEntry) -> bool {
+    match process_identity(procfs, entry.pid) {
+        Ok(None) => false,
+        Err(_) => true,
+        Ok(Some(actual)) => match &entry.identity {
+            Some(recorded) => identity_matches(recorded, &actual),
+            None => true,
+        },
+    }
+}
+
+/// Reads, prunes dead or recycled clients, lets `f` change the file, and
+/// writes it back (removing it when it says nothing), all under the clients
+/// lock.
+pub fn with_clients<T>(paths: &Paths, f: impl FnOnce(&mut LeaseFile) -> T) -> io::Result<T> {
+    paths.create_dirs()?;
+    let _lock = FileLock::acquire(&paths.clients_lock())?;
+    let path = paths.clients_json();
+    let before: LeaseFile = atomic::read_json(&path).unwrap_or_default();
+    let mut file = before.clone();
+    let procfs = ProcFs::default();
+    file.clients
+        .retain(|_, entry| entry_is_live(&procfs, entry));
+    let result = f(&mut file);
+    if file != before || !path.exists() {
+        if file == LeaseFile::default() {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        } else {
+            atomic::write_json(&path, &file)?;
+        }
+    }
+    Ok(result)
+}
+
+/// The pruned state of the lease file.
+pub fn snapshot(paths: &Paths) -> io::Result<LeaseSnapshot> {
+    with_clients(paths, |f| LeaseSnapshot {
+        auto_stop: f.auto_stop,
+        clients: f.clients.len(),
+        stopping: f.stopping,
+        tokens: f.clients.keys().cloned().collect(),
+    })
+}
+
+/// Held across a lifecycle transition (start, stop, acquire, release).
+pub struct Transition {
+    _lock: FileLock,
+}
+
+impl Transition {
+    pub fn begin(paths: &Paths) -> io::Result<Transition> {
+        paths.create_dirs()?;
+        Ok(Transition {
+            _lock: FileLock::acquire(&paths.transition_lock())?,
+        })
+    }
+}
+
+/// How long a client waits for a stopping daemon to exit.
+const STOPPING_WAIT: Duration = Duration::from_secs(30);
+
+/// If a daemon is shutting down because it was idle, waits until it has
+/// exited, then clears the flag. Needs the transition held.
+pub fn wait_out_stopping(paths: &Paths, _t: &Transition) -> io::Result<()> {
+    let deadline = Instant::now() + STOPPING_WAIT;
+    let procfs = ProcFs::default();
+    loop {
+        let stopping = with_clients(paths, |f| f.stopping)?;
+        if !stopping {
+            return Ok(());
+        }
+        let daemon = state::inspect(paths, &procfs);
+        if !daemon.is_running() {
+            return with_clients(paths, |f| f.stopping = false);
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the previous procd is still stopping; try again",
+            ));
+        }
+        // The daemon is not our child: watch its pidfd for the exit.
+        if let Liveness::Running(s) | Liveness::IdentityUnavailable(s) = daemon {
+            if let Ok(fd) = procd_core::pidfd::PidFd::open(s.pid) {
+                fd.wait_exit_blocking(Duration::from_millis(200));
+                continue;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+use crate::state::Liveness;
+
+fn new_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    format!("lease_{:016x}", h.finish())
+}
+
+/// Records a lease for process `pid`; waits out a stopping daemon first.
+pub fn acquire(paths: &Paths, kind: &str, pid: i32) -> io::Result<String> {
+    let t = Transition::begin(paths)?;
+    acquire_in(paths, &t, kind, pid)
+}
+
+/// `acquire` within a transition the caller already holds.
+pub fn acquire_in(paths: &Paths, t: &Transition, kind: &str, pid: i32) -> io::Result<String> {
+    wait_out_stopping(paths, t)?;
+    let identity = process_identity(&ProcFs::default(), pid)?;
+    if identity.is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no live process {pid} to hold a lease"),
+        ));
+    }
+    let token = new_token();
+    with_clients(paths, |f| {
+        f.clients.insert(
+            token.clone(),
+            ClientEntry {
+                pid,
+                identity,
+                kind: kind.to_string(),
+            },
+        );
+    })?;
+    Ok(token)
+}
+
+/// Sets the on-demand lifetime (the daemon may stop when idle).
+pub fn mark_ephemeral(paths: &Paths) -> io::Result<()> {
+    with_clients(paths, |f| f.auto_stop = true)
+}
+
+/// What `release` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    /// Other clients remain, or the daemon is explicit.
+    Kept,
+    /// This was the last client of an on-demand daemon, which was stopped.
+    Stopped,
+    /// Last client; the stop is left to the daemon's monitor.
+    LeftToMonitor,
+    /// Last client; the stop failed. `auto_stop` stays set (retryable).
+    StopFailed(String),
+}
+
+/// Ends a lease. The last client of an on-demand daemon stops it (when
+/// `wait_for_stop`), or leaves that to the daemon's monitor.
+pub fn release(
+    paths: &Paths,
+    token: &str,
+    wait_for_stop: bool,
+    stop_timeout: Duration,
+) -> io::Result<Released> {
+    let t = Transition::begin(paths)?;
+    let last = with_clients(paths, |f| {
+        f.clients.remove(token);
+        f.auto_stop && f.clients.is_empty()
+    })?;
+    if !last {
+        return Ok(Released::Kept);
+    }
+    if !wait_for_stop {
+        return Ok(Released::LeftToMonitor);
+    }
+    match crate::control::stop_in(paths, &t, stop_timeout) {
+        Ok(_) => {
+            with_clients(paths, |f| {
+                if f.clients.is_empty() {
+                    *f = LeaseFile::default();
+                }
+            })?;
+            Ok(Released::Stopped)
+        }
+        Err(e) => Ok(Released::StopFailed(e.to_string())),
+    }
+}

@@ -1,0 +1,221 @@
+//! `procd start|stop|restart|status|lease`: the daemon's lifecycle from
+//! the outside (SPEC §6.2, §6.3). The work is procd-gateway's; this file
+//! words the outcomes and picks the exit codes.
+
+use crate::cli::{LeaseCmd, EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_OK};
+use procd_gateway::control::{self, ControlError, Launcher, Started, Stopped};
+use procd_gateway::lease;
+use procd_gateway::state::Liveness;
+use procd_gateway::Paths;
+use procd_proto::ProcdApiClient;
+use serde_json::json;
+use std::time::Duration;
+
+fn say(json: bool, value: serde_json::Value, text: &str) {
+    if json {
+        println!("{value}");
+    } else {
+        println!("{text}");
+    }
+}
+
+fn fail(json: bool, err: &ControlError) -> i32 {
+    let reason = match err {
+        ControlError::IdentityUnavailable(_) => "identity_unavailable",
+        ControlError::StopTimeout(_) => "stop_timeout",
+        ControlError::NotRunning => "not_running",
+        ControlError::Foreground(_) => "foreground",
+        ControlError::Io(_) => "error",
+    };
+    if json {
+        println!(
+            "{}",
+            json!({"ok": false, "reason": reason, "message": err.to_string()})
+        );
+    } else {
+        eprintln!("procd: {err}");
+    }
+    EXIT_FAILED
+}
+
+pub fn start(paths: &Paths, launcher: &Launcher, as_json: bool) -> i32 {
+    match control::start_background(paths, launcher) {
+        Ok(Started::Started(pid)) => {
+            say(
+                as_json,
+                json!({"ok": true, "status": "started", "pid": pid}),
+                &format!("procd started (pid {pid})"),
+            );
+            EXIT_OK
+        }
+        Ok(Started::AlreadyRunning(pid)) => {
+            say(
+                as_json,
+                json!({"ok": true, "status": "already_running", "pid": pid}),
+                &format!("procd is already running (pid {pid})"),
+            );
+            EXIT_OK
+        }
+        Ok(Started::Promoted(pid)) => {
+            say(
+                as_json,
+                json!({"ok": true, "status": "already_running", "promoted": true, "pid": pid}),
+                &format!("procd is already running (pid {pid}); it now stays up until stopped"),
+            );
+            EXIT_OK
+        }
+        Err(err) => fail(as_json, &err),
+    }
+}
+
+pub fn stop(paths: &Paths, timeout_s: f64, as_json: bool) -> i32 {
+    let timeout = Duration::from_secs_f64(timeout_s.max(0.0));
+    match control::stop(paths, timeout) {
+        Ok(Stopped::NotRunning) => {
+            say(
+                as_json,
+                json!({"ok": true, "status": "not_running"}),
+                "procd is not running",
+            );
+            EXIT_OK
+        }
+        Ok(Stopped::Stopped(pid)) => {
+            say(
+                as_json,
+                json!({"ok": true, "status": "stopped", "pid": pid}),
+                &format!("procd stopped (pid {pid})"),
+            );
+            EXIT_OK
+        }
+        Err(err) => fail(as_json, &err),
+    }
+}
+
+pub fn restart(paths: &Paths, launcher: &Launcher, timeout_s: f64, as_json: bool) -> i32 {
+    let timeout = Duration::from_secs_f64(timeout_s.max(0.0));
+    match control::restart(paths, launcher, timeout) {
+        Ok(Started::Started(pid)) => {
+            say(
+                as_json,
+                json!({"ok": true, "status": "restarted", "pid": pid}),
+                &format!("procd restarted (pid {pid})"),
+            );
+            EXIT_OK
+        }
+        Ok(other) => {
+            say(
+                as_json,
+                json!({"ok": true, "status": format!("{other:?}")}),
+                &format!("{other:?}"),
+            );
+            EXIT_OK
+        }
+        Err(err) => fail(as_json, &err),
+    }
+}
+
+/// Exit 0 when running, 3 when not (as `systemctl status`).
+pub fn status(paths: &Paths, as_json: bool) -> i32 {
+    let liveness = control::status(paths);
+    let record = match &liveness {
+        Liveness::NotStarted | Liveness::Stale(_) => {
+            say(
+                as_json,
+                json!({"running": false, "reason": liveness.reason(),
+                       "socket": paths.socket().display().to_string()}),
+                "procd is not running",
+            );
+            return EXIT_NOT_RUNNING;
+        }
+        Liveness::Running(s) | Liveness::IdentityUnavailable(s) => s.clone(),
+    };
+    let live = crate::cli::block_on(async {
+        let client = procd_client::connect(&paths.socket()).await.ok()?;
+        tokio::time::timeout(Duration::from_secs(5), client.status())
+            .await
+            .ok()?
+            .ok()
+    });
+    let mut value = match &live {
+        Some(s) => serde_json::to_value(s).unwrap_or_default(),
+        None => json!({"pid": record.pid, "launch_mode": record.launch_mode,
+                       "started_at": record.started_at, "socket": record.socket}),
+    };
+    value["running"] = json!(true);
+    value["reason"] = json!(liveness.reason());
+    let text = match &live {
+        Some(s) => crate::render::status(s),
+        None => format!(
+            "procd is running (pid {}, {}), but its socket does not answer ({})",
+            record.pid,
+            record.launch_mode,
+            liveness.reason()
+        ),
+    };
+    say(as_json, value, &text);
+    EXIT_OK
+}
+
+pub fn lease(paths: &Paths, cmd: LeaseCmd, as_json: bool) -> i32 {
+    let result = match cmd {
+        LeaseCmd::Acquire {
+            kind,
+            pid,
+            ephemeral,
+        } => {
+            let pid = pid.unwrap_or_else(|| nix::unistd::getppid().as_raw());
+            lease::acquire(paths, &kind, pid).and_then(|token| {
+                if ephemeral {
+                    lease::mark_ephemeral(paths)?;
+                }
+                say(
+                    as_json,
+                    json!({"token": token, "pid": pid, "kind": kind}),
+                    &token,
+                );
+                Ok(())
+            })
+        }
+        LeaseCmd::Release { token, no_wait } => {
+            lease::release(paths, &token, !no_wait, Duration::from_secs(20)).map(|r| {
+                let (status, text) = match &r {
+                    lease::Released::Kept => ("released", "lease released".to_string()),
+                    lease::Released::Stopped => (
+                        "stopped",
+                        "lease released; the on-demand daemon stopped".to_string(),
+                    ),
+                    lease::Released::LeftToMonitor => (
+                        "left_to_monitor",
+                        "lease released; the daemon stops itself when idle".to_string(),
+                    ),
+                    lease::Released::StopFailed(e) => (
+                        "stop_failed",
+                        format!("lease released, but stopping the daemon failed: {e}"),
+                    ),
+                };
+                say(as_json, json!({"status": status}), &text);
+            })
+        }
+        LeaseCmd::Ephemeral => lease::mark_ephemeral(paths).map(|()| {
+            say(
+                as_json,
+                json!({"auto_stop": true}),
+                "the daemon's lifetime is on-demand",
+            );
+        }),
+        LeaseCmd::Snapshot => lease::snapshot(paths).map(|s| {
+            let text = format!(
+                "{} client(s), auto_stop {}, stopping {}",
+                s.clients, s.auto_stop, s.stopping
+            );
+            say(as_json, serde_json::to_value(&s).unwrap_or_default(), &text);
+        }),
+    };
+    match result {
+        Ok(()) => EXIT_OK,
+        Err(err) => {
+            eprintln!("procd: {err}");
+            EXIT_FAILED
+        }
+    }
+}

@@ -1,0 +1,741 @@
+//! Daemon lifecycle (SPEC §6, G1–G25): state file and identity, start /
+//! stop / restart / status, client leases, on-demand auto-stop, systemd
+//! socket activation and readiness. Real daemons, real processes.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A home whose daemons (started by the CLI) are stopped on drop.
+struct Home(tempfile::TempDir);
+
+impl Home {
+    fn new() -> Home {
+        Home(short_tempdir())
+    }
+
+    fn with_config(config: &str) -> Home {
+        let h = Home::new();
+        std::fs::write(h.path().join("config.toml"), config).expect("config");
+        h
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("--home")
+            .arg(self.path())
+            .args(args)
+            .env("HOME", self.path())
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run procd")
+    }
+
+    fn gateway(&self) -> Option<Value> {
+        read_json(&self.path().join("run/gateway.json"))
+    }
+
+    fn leases(&self) -> Option<Value> {
+        read_json(&self.path().join("run/gateway.clients.json"))
+    }
+
+    fn write_gateway(&self, value: Value) {
+        std::fs::create_dir_all(self.path().join("run")).expect("run dir");
+        std::fs::write(self.path().join("run/gateway.json"), value.to_string()).expect("write");
+    }
+
+    fn write_leases(&self, value: Value) {
+        std::fs::create_dir_all(self.path().join("run")).expect("run dir");
+        std::fs::write(
+            self.path().join("run/gateway.clients.json"),
+            value.to_string(),
+        )
+        .expect("write");
+    }
+
+    fn daemon_pid(&self) -> i32 {
+        self.gateway().expect("gateway.json")["pid"]
+            .as_i64()
+            .expect("pid") as i32
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        stop_recorded_daemon(self.path());
+    }
+}
+
+fn read_json(path: &Path) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json_out(o: &Output) -> Value {
+    serde_json::from_str(stdout(o).trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {o:?}"))
+}
+
+fn identity_of(pid: i32) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let f: Vec<&str> = text[text.rfind(')').unwrap() + 2..].split(' ').collect();
+    format!("{}:{}", f[2], f[19])
+}
+
+fn state_for(pid: i32, identity: Option<&str>, mode: &str) -> Value {
+    json!({"pid": pid, "identity": identity, "started_at": "", "launch_mode": mode, "socket": ""})
+}
+
+/// A process of our own to stand in for some recorded pid.
+struct Stand(std::process::Child);
+
+impl Stand {
+    fn sleep() -> Stand {
+        Stand(Command::new("sleep").arg("300").spawn().expect("sleep"))
+    }
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Stand {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn session_of(pid: i32) -> i32 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let f: Vec<&str> = text[text.rfind(')').unwrap() + 2..].split(' ').collect();
+    f[3].parse().expect("sid")
+}
+
+// ----- state, identity, start/stop ------------------------------------------
+
+#[test]
+fn separate_homes_are_separate_instances() {
+    // G1
+    let a = Daemon::start();
+    let b = Daemon::start();
+    assert_ne!(a.socket(), b.socket());
+    for d in [&a, &b] {
+        let state = read_json(&d.home.path().join("run/gateway.json")).expect("state");
+        assert_eq!(state["pid"].as_u64(), Some(u64::from(d.pid())));
+        assert_eq!(
+            d.ok("status", json!({}))["pid"].as_u64(),
+            Some(u64::from(d.pid()))
+        );
+    }
+}
+
+#[test]
+fn start_runs_a_background_daemon_in_its_own_session_and_stop_ends_it() {
+    // G2, G7, G9
+    let home = Home::new();
+    let out = home.cli(&["start", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json_out(&out)["status"], "started");
+    let state = home.gateway().expect("state");
+    let pid = state["pid"].as_i64().unwrap() as i32;
+    assert_eq!(state["launch_mode"], "background");
+    assert_eq!(state["identity"], identity_of(pid));
+    assert_eq!(session_of(pid), pid, "runs in a new session");
+    assert!(home.path().join("state/procd.log").exists());
+    let status = json_out(&home.cli(&["status", "--json"]));
+    assert_eq!(status["lifetime"], "explicit");
+    assert_eq!(status["launch_mode"], "background");
+
+    let started = Instant::now();
+    let out = home.cli(&["stop", "--timeout", "30"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains(&format!("procd stopped (pid {pid})")));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stop does not sleep out its timeout"
+    );
+    assert!(!alive(pid));
+    assert!(home.gateway().is_none(), "state removed");
+    let again = home.cli(&["stop"]);
+    assert_eq!(again.status.code(), Some(0));
+    assert!(stdout(&again).contains("not running"));
+}
+
+#[test]
+fn a_foreground_daemon_is_discoverable_and_stops_cleanly() {
+    // G3, G7
+    let mut d = Daemon::start();
+    let status = json_out(&d.cli(&["status", "--json"]));
+    assert_eq!(status["pid"].as_u64(), Some(u64::from(d.pid())));
+    assert_eq!(status["launch_mode"], "foreground");
+    assert_eq!(status["lifetime"], "explicit");
+    assert_eq!(status["reason"], "running");
+    let out = d.cli(&["stop"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        d.wait_exit_code(),
+        Some(0),
+        "it shut down cleanly on SIGTERM"
+    );
+    assert!(!d.home.path().join("run/gateway.json").exists());
+    assert_eq!(d.cli(&["status"]).status.code(), Some(3));
+}
+
+#[test]
+fn an_explicit_daemon_clears_a_stale_on_demand_lifetime() {
+    // G4
+    let home = short_tempdir();
+    std::fs::create_dir_all(home.path().join("run")).unwrap();
+    std::fs::write(
+        home.path().join("run/gateway.clients.json"),
+        json!({"auto_stop": true, "clients": {}, "stopping": true}).to_string(),
+    )
+    .unwrap();
+    let d = Daemon::in_home(home, "");
+    assert_eq!(
+        json_out(&d.cli(&["status", "--json"]))["lifetime"],
+        "explicit"
+    );
+    let leases = read_json(&d.home.path().join("run/gateway.clients.json"));
+    let cleared = leases
+        .as_ref()
+        .is_none_or(|l| l["auto_stop"] != true && l.get("stopping").is_none());
+    assert!(cleared, "{leases:?}");
+}
+
+#[test]
+fn a_daemon_leaves_a_replacement_state_alone() {
+    // G5
+    let mut d = Daemon::start();
+    let stand = Stand::sleep();
+    let replacement = state_for(stand.pid(), Some(&identity_of(stand.pid())), "foreground");
+    std::fs::write(
+        d.home.path().join("run/gateway.json"),
+        replacement.to_string(),
+    )
+    .unwrap();
+    assert_eq!(d.stop(), Some(0));
+    let kept = read_json(&d.home.path().join("run/gateway.json")).expect("kept");
+    assert_eq!(kept, replacement);
+}
+
+#[test]
+fn a_failed_start_up_leaves_no_state() {
+    // G6: the logs directory cannot be created (a file is in the way).
+    let home = Home::new();
+    std::fs::create_dir_all(home.path().join("state")).unwrap();
+    std::fs::write(home.path().join("state/logs"), "in the way").unwrap();
+    let out = home.cli(&["daemon"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(home.gateway().is_none());
+    assert!(!home.path().join("run/procd.sock").exists());
+}
+
+#[test]
+fn concurrent_starts_create_exactly_one_daemon() {
+    // G10
+    let home = Home::new();
+    let a = home
+        .cmd(&["start", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = home
+        .cmd(&["start", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+    let statuses: Vec<String> = outs
+        .iter()
+        .map(|o| {
+            assert!(o.status.success(), "{o:?}");
+            json_out(o)["status"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let mut sorted = statuses.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["already_running", "started"]);
+    let pids: Vec<i64> = outs
+        .iter()
+        .map(|o| json_out(o)["pid"].as_i64().unwrap())
+        .collect();
+    assert_eq!(pids[0], pids[1], "both name the one daemon");
+}
+
+#[test]
+fn restart_needs_a_running_background_daemon() {
+    // G11
+    let home = Home::new();
+    let out = home.cli(&["restart"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not running"));
+    assert!(home.gateway().is_none(), "nothing was started");
+
+    let d = Daemon::start();
+    let out = d.cli(&["restart"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("foreground"), "{out:?}");
+    assert_eq!(
+        d.ok("status", json!({}))["pid"].as_u64(),
+        Some(u64::from(d.pid()))
+    );
+
+    assert!(home.cli(&["start"]).status.success());
+    let first = home.daemon_pid();
+    let out = home.cli(&["restart", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let second = home.daemon_pid();
+    assert_ne!(first, second);
+    assert!(!alive(first));
+    assert!(alive(second));
+}
+
+#[test]
+fn stale_and_zombie_state_is_cleared_by_status() {
+    // G20, G21
+    let home = Home::new();
+    home.write_gateway(state_for(999_999, Some("999999:1"), "foreground"));
+    let out = home.cli(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(json_out(&out)["reason"], "stale_state");
+    assert!(home.gateway().is_none(), "stale state deleted");
+
+    // A live pid whose identity changed (recycled).
+    let stand = Stand::sleep();
+    let wrong = format!("{}9", identity_of(stand.pid()));
+    home.write_gateway(state_for(stand.pid(), Some(&wrong), "foreground"));
+    assert_eq!(home.cli(&["status"]).status.code(), Some(3));
+    assert!(home.gateway().is_none());
+
+    // A zombie: exited, not yet reaped by its parent (us).
+    let mut zombie = Command::new("true").spawn().unwrap();
+    let zpid = zombie.id() as i32;
+    wait_until("the child is a zombie", || !alive(zpid));
+    home.write_gateway(state_for(zpid, Some(&format!("{zpid}:1")), "foreground"));
+    assert_eq!(home.cli(&["status"]).status.code(), Some(3));
+    assert!(home.gateway().is_none());
+    zombie.wait().unwrap();
+
+    // Alive but no identity recorded: assumed running, state kept.
+    home.write_gateway(state_for(stand.pid(), None, "foreground"));
+    let out = home.cli(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json_out(&out)["reason"], "identity_unavailable");
+    assert!(home.gateway().is_some());
+    std::fs::remove_file(home.path().join("run/gateway.json")).unwrap();
+}
+
+#[test]
+fn stop_refuses_to_signal_an_unverifiable_pid() {
+    // G22
+    let home = Home::new();
+    let stand = Stand::sleep();
+    home.write_gateway(state_for(stand.pid(), None, "background"));
+    let out = home.cli(&["stop", "--timeout", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("identity"), "{out:?}");
+    assert!(alive(stand.pid()), "it was not signalled");
+    assert!(home.gateway().is_some());
+    std::fs::remove_file(home.path().join("run/gateway.json")).unwrap();
+}
+
+#[test]
+fn a_legacy_pgid_only_identity_still_matches() {
+    // G23
+    let home = Home::new();
+    assert!(home.cli(&["start"]).status.success());
+    let mut state = home.gateway().unwrap();
+    let full = state["identity"].as_str().unwrap().to_string();
+    let pgid = full.split(':').next().unwrap().to_string();
+    assert_eq!(full, identity_of(home.daemon_pid()));
+    state["identity"] = json!(pgid);
+    home.write_gateway(state);
+    assert_eq!(home.cli(&["status"]).status.code(), Some(0));
+    let pid = home.daemon_pid();
+    assert!(home.cli(&["stop"]).status.success());
+    assert!(!alive(pid));
+}
+
+#[test]
+fn a_stop_that_times_out_keeps_the_state() {
+    // G24. Kernel threads ignore every signal, SIGKILL included: kthreadd
+    // (pid 2) is a real process that a stop cannot end. Nothing happens
+    // to it; the point is procd's honest report.
+    let Some(identity) = std::fs::read_to_string("/proc/2/stat")
+        .ok()
+        .map(|_| identity_of(2))
+    else {
+        return;
+    };
+    let home = Home::new();
+    home.write_gateway(state_for(2, Some(&identity), "background"));
+    let out = home.cli(&["stop", "--timeout", "0.2", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json_out(&out)["reason"], "stop_timeout");
+    assert!(home.gateway().is_some(), "state kept");
+    std::fs::remove_file(home.path().join("run/gateway.json")).unwrap();
+}
+
+#[test]
+fn a_process_that_ignores_sigterm_is_stopped_with_sigkill() {
+    // G24 (the exit right at the deadline counts), G25
+    let home = Home::new();
+    assert!(home.cli(&["start"]).status.success());
+    let pid = home.daemon_pid();
+    // Make the daemon deaf to SIGTERM: stop it (SIGSTOP) so the TERM stays
+    // pending; only SIGKILL ends it.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let out = home.cli(&["stop", "--timeout", "0.3"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!alive(pid));
+    assert!(
+        home.gateway().is_none(),
+        "the stopper released the dead daemon's state"
+    );
+}
+
+// ----- leases and the on-demand lifetime -------------------------------------
+
+fn lease(home: &Home, pid: i32) -> String {
+    let out = home.cli(&["lease", "acquire", "--pid", &pid.to_string(), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    json_out(&out)["token"].as_str().unwrap().to_string()
+}
+
+/// Starts an on-demand daemon the way a client does (`procd spawn`).
+fn start_on_demand(home: &Home) -> (i32, String) {
+    let out = home.cli(&["spawn", "--json", "--", "true"]);
+    assert!(out.status.success(), "{out:?}");
+    let id = json_out(&out)["session_id"].as_str().unwrap().to_string();
+    (home.daemon_pid(), id)
+}
+
+#[test]
+fn the_on_demand_lifetime_is_recorded_before_the_daemon_starts() {
+    // G15: the daemon reads the leases once before it serves; with a long
+    // monitor interval it would report "explicit" if the mark came later.
+    let home = Home::with_config("monitor_interval_s = 600");
+    let holder = std::process::id() as i32;
+    let token = lease(&home, holder);
+    let (pid, _) = start_on_demand(&home);
+    let status = json_out(&home.cli(&["status", "--json"]));
+    assert_eq!(status["lifetime"], "on_demand");
+    assert_eq!(home.leases().unwrap()["auto_stop"], true);
+    let out = home.cli(&["lease", "release", &token, "--json"]);
+    assert_eq!(json_out(&out)["status"], "stopped");
+    assert!(!alive(pid));
+}
+
+#[test]
+fn the_last_clients_release_stops_an_on_demand_daemon() {
+    // G12
+    let home = Home::new();
+    let me = std::process::id() as i32;
+    let first = lease(&home, me);
+    let second = lease(&home, me);
+    let (pid, _) = start_on_demand(&home);
+    let out = home.cli(&["lease", "release", &first, "--json"]);
+    assert_eq!(json_out(&out)["status"], "released");
+    assert!(alive(pid), "another client remains");
+    let out = home.cli(&["lease", "release", &second, "--json"]);
+    assert_eq!(json_out(&out)["status"], "stopped");
+    assert!(!alive(pid));
+    assert!(home.gateway().is_none());
+    assert!(home.leases().is_none(), "nothing left to record");
+}
+
+#[test]
+fn the_last_client_can_leave_the_stop_to_the_monitor() {
+    // G12 (deferred)
+    let home = Home::with_config("monitor_interval_s = 0.1");
+    let token = lease(&home, std::process::id() as i32);
+    let (pid, _) = start_on_demand(&home);
+    let out = home.cli(&["lease", "release", &token, "--no-wait", "--json"]);
+    assert_eq!(json_out(&out)["status"], "left_to_monitor");
+    wait_until("the monitor stops the idle daemon", || !alive(pid));
+    assert!(home.gateway().is_none());
+}
+
+#[test]
+fn an_explicit_daemon_survives_its_last_client() {
+    // G16: promoting an on-demand daemon with `procd start`.
+    let home = Home::with_config("monitor_interval_s = 0.1");
+    let token = lease(&home, std::process::id() as i32);
+    let (pid, _) = start_on_demand(&home);
+    let out = home.cli(&["start", "--json"]);
+    assert_eq!(json_out(&out)["promoted"], true);
+    let out = home.cli(&["lease", "release", &token, "--json"]);
+    assert_eq!(json_out(&out)["status"], "released");
+    assert_eq!(
+        json_out(&home.cli(&["status", "--json"]))["lifetime"],
+        "explicit"
+    );
+    // Several monitor ticks later it still runs.
+    let deadline = Instant::now() + Duration::from_millis(600);
+    while Instant::now() < deadline {
+        assert!(alive(pid));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_failed_last_client_stop_stays_retryable() {
+    // G17 (the stop refuses: the recorded identity cannot be verified)
+    let home = Home::new();
+    let stand = Stand::sleep();
+    home.write_gateway(state_for(stand.pid(), None, "background"));
+    let me = std::process::id() as i32;
+    home.write_leases(json!({"auto_stop": true, "clients": {
+        "tok": {"pid": me, "identity": identity_of(me), "kind": "test"}}}));
+    let out = home.cli(&["lease", "release", "tok", "--json"]);
+    assert_eq!(json_out(&out)["status"], "stop_failed");
+    assert_eq!(
+        home.leases().unwrap(),
+        json!({"auto_stop": true, "clients": {}})
+    );
+    assert!(alive(stand.pid()));
+    std::fs::remove_file(home.path().join("run/gateway.json")).unwrap();
+}
+
+#[test]
+fn dead_and_recycled_lease_holders_are_pruned() {
+    // G18
+    let home = Home::new();
+    let stand = Stand::sleep();
+    let me = std::process::id() as i32;
+    home.write_leases(json!({"auto_stop": true, "clients": {
+        "dead": {"pid": 999_999, "identity": "999999:1", "kind": "t"},
+        "recycled": {"pid": stand.pid(), "identity": format!("{}9", identity_of(stand.pid())), "kind": "t"},
+        "live": {"pid": me, "identity": identity_of(me), "kind": "t"},
+        "unknown-identity": {"pid": stand.pid(), "identity": null, "kind": "t"},
+    }}));
+    let snap = json_out(&home.cli(&["lease", "snapshot", "--json"]));
+    let mut tokens: Vec<String> = snap["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().into())
+        .collect();
+    tokens.sort();
+    assert_eq!(tokens, ["live", "unknown-identity"]);
+    let file = home.leases().unwrap();
+    assert!(file["clients"].get("dead").is_none() && file["clients"].get("recycled").is_none());
+}
+
+#[test]
+fn an_explicit_stop_clears_the_leases() {
+    // G14
+    let home = Home::new();
+    assert!(home.cli(&["start"]).status.success());
+    let old = lease(&home, std::process::id() as i32);
+    assert!(home.cli(&["stop"]).status.success());
+    assert!(home
+        .leases()
+        .is_none_or(|l| l["clients"].get(&old).is_none()));
+    let new = lease(&home, std::process::id() as i32);
+    let clients = home.leases().unwrap()["clients"].clone();
+    assert_eq!(
+        clients.as_object().unwrap().keys().collect::<Vec<_>>(),
+        vec![&new]
+    );
+}
+
+#[test]
+fn a_lease_whose_holder_dies_ends_its_sessions() {
+    // SPEC §6.3: owned, non-persistent sessions end with their owner.
+    let d = Daemon::with_config("monitor_interval_s = 0.1");
+    let holder = Stand::sleep();
+    let out = d.cli(&["lease", "acquire", "--pid", &holder.pid().to_string()]);
+    let token = stdout(&out).trim().to_string();
+    let owned = d.spawn_with(json!({"command": "sleep 300", "owner": token}));
+    let kept = d.spawn_with(json!({"command": "sleep 300", "owner": token, "persist": true}));
+    let unowned = d.spawn("sleep 300");
+    let (code, msg) = d.err("spawn", json!({"command": "true", "owner": "lease_nope"}));
+    assert_eq!(code, -32602);
+    assert!(msg.contains("unknown owner"), "{msg}");
+    drop(holder); // the client process dies
+    wait_until("the owned session is ended", || {
+        d.ok("poll", json!({"session_id": owned}))["status"] == "exited"
+    });
+    let p = d.ok("poll", json!({"session_id": owned}));
+    assert_eq!(p["termination_source"], "owner_released");
+    assert_eq!(
+        d.ok("poll", json!({"session_id": kept}))["status"],
+        "running"
+    );
+    assert_eq!(
+        d.ok("poll", json!({"session_id": unowned}))["status"],
+        "running"
+    );
+    assert_eq!(json_out(&d.cli(&["status", "--json"]))["clients"], 0);
+    d.ok("kill_all", json!({}));
+}
+
+#[test]
+fn the_monitor_stops_an_orphaned_on_demand_daemon() {
+    // G19: the lease holder dies; nothing runs; the daemon stops itself.
+    let home = Home::with_config("monitor_interval_s = 0.1");
+    let holder = Stand::sleep();
+    lease(&home, holder.pid());
+    let (pid, _) = start_on_demand(&home);
+    assert!(alive(pid));
+    drop(holder);
+    wait_until("the orphaned daemon stops", || !alive(pid));
+    assert!(home.gateway().is_none());
+    assert!(
+        home.leases().is_none_or(|l| l.get("stopping").is_none()),
+        "the mark is lifted on exit"
+    );
+}
+
+#[test]
+fn a_client_arriving_while_the_daemon_stops_waits_for_it() {
+    // G13, G19: "stopping" is set; a new lease waits until the old daemon
+    // has exited, and survives it.
+    let home = Home::new();
+    assert!(home.cli(&["start"]).status.success());
+    let pid = home.daemon_pid();
+    // The mark a monitor sets when it decides to stop (auto_stop itself is
+    // left off here, so this daemon's own monitor does not act on it).
+    home.write_leases(json!({"auto_stop": false, "clients": {}, "stopping": true}));
+    let waiting = home
+        .cmd(&[
+            "lease",
+            "acquire",
+            "--pid",
+            &std::process::id().to_string(),
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiter = waiting.id() as i32;
+    // Still waiting while the old daemon lives.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(waiter), "the acquire waits for the stopping daemon");
+    assert!(alive(pid));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = waiting.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        !alive(pid),
+        "the acquire returned only after the old daemon exited"
+    );
+    let token = json_out(&out)["token"].as_str().unwrap().to_string();
+    let file = home.leases().unwrap();
+    assert!(file.get("stopping").is_none());
+    assert_eq!(
+        file["clients"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        vec![&token]
+    );
+}
+
+// ----- systemd ------------------------------------------------------------------
+
+#[test]
+fn socket_activation_and_readiness_notification() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let home = Home::new();
+    std::fs::create_dir_all(home.path().join("run")).unwrap();
+    let socket = home.path().join("run/procd.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let notify_path: PathBuf = home.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("notify socket");
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+
+    // As systemd does: the socket is fd 3, LISTEN_PID is the daemon's pid
+    // (`exec` keeps the shell's pid), LISTEN_FDS=1.
+    let fd = listener.as_raw_fd();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg("LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" daemon --home \"$1\"")
+        .arg(BIN)
+        .arg(home.path())
+        .env("HOME", home.path())
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: dup2(2)/fcntl(2) in the forked child before exec are
+    // async-signal-safe; they put the listener on fd 3 without
+    // close-on-exec (dup2 onto itself would keep the flag, hence fcntl).
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = if fd == 3 {
+                nix::libc::fcntl(3, nix::libc::F_SETFD, 0)
+            } else {
+                nix::libc::dup2(fd, 3)
+            };
+            if r == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut daemon = cmd.spawn().expect("daemon");
+    let mut buf = [0u8; 64];
+    let n = notify.recv(&mut buf).expect("READY=1 arrives");
+    assert_eq!(&buf[..n], b"READY=1");
+    drop(listener); // only the daemon holds the socket now
+
+    let mut c = Conn::open(&socket);
+    let status = c.call("status", json!({}));
+    assert_eq!(
+        status["result"]["pid"].as_u64(),
+        Some(u64::from(daemon.id()))
+    );
+    let id = c.call(
+        "spawn",
+        json!({"command": "echo $LISTEN_FDS-$NOTIFY_SOCKET-"}),
+    )["result"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = c.call("wait", json!({"session_id": id, "timeout_s": 20}));
+    assert_eq!(
+        out["result"]["output"], "--\n",
+        "children do not inherit the systemd variables"
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let n = notify.recv(&mut buf).expect("STOPPING=1 arrives");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    assert!(daemon.wait().unwrap().success());
+    assert!(socket.exists(), "systemd's socket path is left in place");
+}
