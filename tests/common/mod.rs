@@ -31,6 +31,8 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 pub struct Daemon {
     pub home: tempfile::TempDir,
     child: Option<Child>,
+    /// Extra environment for the daemon process.
+    env: Vec<(String, String)>,
 }
 
 impl Daemon {
@@ -45,10 +47,27 @@ impl Daemon {
 
     /// A daemon on an existing home (which may hold leftovers to handle).
     pub fn in_home(home: tempfile::TempDir, config: &str) -> Daemon {
+        Daemon::in_home_with_env(home, config, &[])
+    }
+
+    /// A daemon whose own environment also holds `env`.
+    pub fn with_env(config: &str, env: &[(&str, &str)]) -> Daemon {
+        Daemon::in_home_with_env(short_tempdir(), config, env)
+    }
+
+    pub fn in_home_with_env(home: tempfile::TempDir, config: &str, env: &[(&str, &str)]) -> Daemon {
         if !config.is_empty() {
             std::fs::write(home.path().join("config.toml"), config).expect("write config");
         }
-        let mut d = Daemon { home, child: None };
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut d = Daemon {
+            home,
+            child: None,
+            env,
+        };
         d.child = Some(d.spawn_daemon());
         let socket = d.socket();
         wait_until("the daemon accepts connections", || {
@@ -66,6 +85,7 @@ impl Daemon {
             .args(["daemon", "--home"])
             .arg(self.home.path())
             .env("HOME", self.home.path())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
@@ -189,6 +209,23 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Kills the daemon with SIGKILL (a crash): it cannot clean anything up.
+    pub fn crash(&mut self) {
+        let mut child = self.child.take().expect("daemon");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts a new daemon on the same home (after `crash` or `stop`).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the previous daemon still runs");
+        self.child = Some(self.spawn_daemon());
+        let socket = self.socket();
+        wait_until("the new daemon accepts connections", || {
+            UnixStream::connect(&socket).is_ok()
+        });
     }
 
     /// Waits for the daemon child to exit by itself.

@@ -204,10 +204,16 @@ async fn wait_all(fds: Vec<PidFd>, limit: Duration) -> Vec<PidFd> {
     alive
 }
 
+/// SIGKILL rounds after the grace: each re-collects the tree, so a child
+/// forked between one collection and its parent's death is caught next.
+const KILL_ROUNDS: usize = 4;
+
 /// Terminates the session's tree: `signal` to every target (children first,
 /// root last), up to `grace` for them to exit, then SIGKILL to survivors and
-/// to anything forked meanwhile, then up to 1 s to confirm. With a zero grace
-/// there is no escalation: survivors of the signal are reported.
+/// to anything forked meanwhile — re-collecting until a round finds nothing
+/// new — then up to 1 s to confirm. With a zero grace (and a signal other
+/// than SIGKILL) there is no escalation: survivors of the signal are
+/// reported.
 pub async fn terminate(
     spec: &TreeSpec,
     procfs: &ProcFs,
@@ -218,24 +224,31 @@ pub async fn terminate(
     let plan = collect_blocking(spec, procfs, include_root).await;
     let fds = signal_all(spec, &plan.targets, procfs, signal);
     let signalled = fds.len();
-    let escalate = signal != libc::SIGKILL && !grace.is_zero();
-    let first_wait = if escalate { grace } else { CONFIRM_WINDOW };
+    let escalate = signal == libc::SIGKILL || !grace.is_zero();
+    let first_wait = if signal == libc::SIGKILL || !escalate {
+        CONFIRM_WINDOW
+    } else {
+        grace
+    };
     let mut alive = wait_all(fds, first_wait).await;
-
     if escalate {
-        // Re-collect: the tree may have forked while we waited.
-        let again = collect_blocking(spec, procfs, include_root).await;
-        let known: HashSet<i32> = alive.iter().map(PidFd::pid).collect();
-        for fd in &alive {
-            let _ = fd.send_signal(libc::SIGKILL);
+        for _ in 0..KILL_ROUNDS {
+            let again = collect_blocking(spec, procfs, include_root).await;
+            let known: HashSet<i32> = alive.iter().map(PidFd::pid).collect();
+            let fresh: Vec<ProcessIdentity> = again
+                .targets
+                .into_iter()
+                .filter(|t| !known.contains(&t.pid))
+                .collect();
+            if alive.is_empty() && fresh.is_empty() {
+                break;
+            }
+            for fd in &alive {
+                let _ = fd.send_signal(libc::SIGKILL);
+            }
+            alive.extend(signal_all(spec, &fresh, procfs, libc::SIGKILL));
+            alive = wait_all(alive, CONFIRM_WINDOW).await;
         }
-        let fresh: Vec<ProcessIdentity> = again
-            .targets
-            .into_iter()
-            .filter(|t| !known.contains(&t.pid))
-            .collect();
-        alive.extend(signal_all(spec, &fresh, procfs, libc::SIGKILL));
-        alive = wait_all(alive, CONFIRM_WINDOW).await;
     }
     KillOutcome {
         signalled,

@@ -5,6 +5,8 @@
 //! sockets, JSON-RPC framing or daemon lifecycle: the server crate turns
 //! requests into calls on `Registry` and its results into responses.
 
+pub mod atomic;
+pub mod checkpoint;
 pub mod clock;
 pub mod config;
 pub mod env;
@@ -17,6 +19,7 @@ pub mod output;
 pub mod pidfd;
 pub mod procfs;
 pub mod reaper;
+pub mod redact;
 pub mod registry;
 pub mod rewrite;
 pub mod session;

@@ -96,6 +96,28 @@ impl OutputStore {
         ))
     }
 
+    /// Opens the log of a session recovered after a daemon restart: what
+    /// it holds is readable; cursors count from its first kept byte.
+    pub fn open_existing(
+        path: &Path,
+        max_log_bytes: u64,
+        tail_cap: usize,
+    ) -> io::Result<OutputStore> {
+        let mut file = OpenOptions::new().read(true).append(true).open(path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let newlines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+        let store = Self::with_file(path, Some(file), 0, newlines, max_log_bytes, tail_cap);
+        {
+            let mut inner = store.lock();
+            inner.end = bytes.len() as u64;
+            let skip = bytes.len().saturating_sub(tail_cap);
+            inner.tail.extend(&bytes[skip..]);
+        }
+        store.changed.send_replace(bytes.len() as u64);
+        Ok(store)
+    }
+
     fn with_file(
         path: &Path,
         file: Option<File>,

@@ -4,6 +4,7 @@
 //! The session table is a std mutex held only for lookups and inserts,
 //! never across an await or a syscall that can block.
 
+use crate::checkpoint::{Checkpoint, CheckpointEntry};
 use crate::clock::rfc3339;
 use crate::env::EnvPolicy;
 use crate::error::Error;
@@ -14,6 +15,7 @@ use crate::notify::NotificationQueue;
 use crate::output::OutputStore;
 use crate::procfs::ProcFs;
 use crate::reaper::Reaper;
+use crate::redact::{is_env_dump, Redactor};
 use crate::rewrite::rewrite_compound_background;
 use crate::session::{self, ExitRecord, PtyReader, Session, SessionSpec, StdinOp, StdinSink};
 use crate::text::{first_chars, last_chars, strip_ansi};
@@ -57,6 +59,8 @@ pub struct RegistryOptions {
     /// The environment children inherit before sanitising.
     pub inherited_env: Vec<(String, String)>,
     pub procfs: ProcFs,
+    /// Where the checkpoint of running sessions goes (None: not kept).
+    pub checkpoint: Option<PathBuf>,
     /// Test hook: fail every spawn right after the child exists (R18).
     pub fail_after_spawn: bool,
 }
@@ -93,6 +97,11 @@ pub struct Registry {
     /// Running sessions plus spawns in progress (the `max_running` gate).
     running: AtomicUsize,
     notifications: NotificationQueue,
+    redactor: Redactor,
+    checkpoint: Option<Checkpoint>,
+    /// Entries kept in the checkpoint though not tracked: dead sessions
+    /// whose systemd scope could not be stopped (retried next start).
+    retained: Mutex<Vec<CheckpointEntry>>,
     /// Set when the daemon is shutting down: spawns are refused.
     closing: std::sync::atomic::AtomicBool,
     fail_after_spawn: bool,
@@ -110,6 +119,11 @@ impl Registry {
             .collect();
         Ok(Arc::new_cyclic(|me| Registry {
             env_policy: EnvPolicy::new(&options.config.env_blocklist),
+            redactor: Redactor {
+                enabled: options.config.redact,
+            },
+            checkpoint: options.checkpoint.map(Checkpoint::new),
+            retained: Mutex::new(Vec::new()),
             config: options.config,
             logs_dir: options.logs_dir,
             default_cwd: options.default_cwd,
@@ -408,7 +422,7 @@ impl Registry {
             "type": "started",
             "session_id": id,
             "pid": pid,
-            "command": session.spec.command,
+            "command": self.redactor.command(&session.spec.command),
             "task_id": session.spec.task_id,
             "session_key": session.spec.session_key,
             "pty": session.spec.pty,
@@ -452,6 +466,7 @@ impl Registry {
             session::Watch { matcher, deliver }
         });
         let supervised = session.clone();
+        let checkpointed = self.write_checkpoint().await;
         tokio::spawn(async move {
             let record = session::supervise(
                 supervised.clone(),
@@ -469,12 +484,29 @@ impl Registry {
             supervised.mark_exited(record);
         });
 
+        if let Err(e) = checkpointed {
+            // The session cannot be recovered after a crash: refuse it
+            // rather than run something procd could lose track of.
+            self.terminate(
+                &session,
+                libc::SIGKILL,
+                Duration::ZERO,
+                CompletionReason::FailedStart,
+                "spawn",
+            )
+            .await;
+            self.table().remove(&id);
+            session.output.delete_log();
+            return Err(Error::SpawnFailed(format!(
+                "cannot write the checkpoint (the process was killed): {e}"
+            )));
+        }
         Ok(SpawnResult {
             session_id: id,
             pid,
             pty: session.spec.pty,
             status: SessionStatus::Running,
-            command: session.spec.command.clone(),
+            command: self.redactor.command(&session.spec.command).into_owned(),
             started_at: rfc3339(session.started_at),
         })
     }
@@ -612,6 +644,10 @@ impl Registry {
                 output,
                 suppressed,
             } => {
+                let output = self
+                    .redactor
+                    .output(&output, is_env_dump(&s.spec.command))
+                    .into_owned();
                 let text = format!(
                     "Background process {} printed a line matching {pattern:?}{}: {}",
                     s.id,
@@ -642,7 +678,7 @@ impl Registry {
             session_id: s.id.clone(),
             session_key: s.spec.session_key.clone(),
             task_id: s.spec.task_id.clone(),
-            command: s.spec.command.clone(),
+            command: self.redactor.command(&s.spec.command).into_owned(),
             text,
             fields,
         });
@@ -652,13 +688,21 @@ impl Registry {
     /// (so a `wait` that returns sees the completion event already queued).
     fn on_exit(&self, session: &Session, record: &ExitRecord) {
         self.running.fetch_sub(1, Ordering::SeqCst);
+        if let Some(me) = self.me.upgrade() {
+            tokio::spawn(async move {
+                if let Err(err) = me.write_checkpoint().await {
+                    tracing::warn!(%err, "cannot write the checkpoint");
+                }
+            });
+        }
         if session.notify_on_complete() {
-            self.notifications.push(completion_event(session, record));
+            self.notifications
+                .push(completion_event(&self.redactor, session, record));
         }
         self.notifications.publish(serde_json::json!({
             "type": "exited",
             "session_id": session.id,
-            "command": session.spec.command,
+            "command": self.redactor.command(&session.spec.command),
             "task_id": session.spec.task_id,
             "session_key": session.spec.session_key,
             "exit_code": record.exit_code,
@@ -669,11 +713,153 @@ impl Registry {
         }));
     }
 
+    // ----- checkpoint and recovery ----------------------------------------------
+
+    /// Writes `procs.json`: every running session (command redacted), plus
+    /// retained entries whose scope still needs stopping.
+    pub async fn write_checkpoint(&self) -> std::io::Result<()> {
+        let Some(checkpoint) = &self.checkpoint else {
+            return Ok(());
+        };
+        checkpoint.write(|| self.checkpoint_entries()).await
+    }
+
+    fn checkpoint_entries(&self) -> Vec<CheckpointEntry> {
+        let mut entries: Vec<CheckpointEntry> = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running())
+            .map(|s| CheckpointEntry {
+                session_id: s.id.clone(),
+                command: self.redactor.command(&s.spec.command).into_owned(),
+                pid: s.pid(),
+                start_time: s.identity.start_time,
+                identity: crate::identity::identity_string(s.pid(), s.identity.start_time),
+                pgid: s.pid(),
+                cwd: s.spec.cwd.display().to_string(),
+                started_at: rfc3339(s.started_at),
+                task_id: s.spec.task_id.clone(),
+                session_key: s.spec.session_key.clone(),
+                owner: s.spec.owner.clone(),
+                persist: s.spec.persist,
+                pty: s.spec.pty,
+                notify_on_complete: s.notify_on_complete(),
+                watch_patterns: s.spec.watch_patterns.clone(),
+                systemd_unit: None,
+                log_path: s.output.path().display().to_string(),
+            })
+            .collect();
+        entries.extend(
+            self.retained
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
+        entries
+    }
+
+    /// Re-adopts the sessions of a previous daemon from the checkpoint:
+    /// a pid still alive with the recorded start time (and, where readable,
+    /// this session's marker) becomes a detached session; anything else is
+    /// dropped. Then the checkpoint is rewritten to exactly what is tracked.
+    /// Returns (recovered, dropped).
+    pub async fn recover(&self) -> std::io::Result<(usize, usize)> {
+        let Some(checkpoint) = &self.checkpoint else {
+            return Ok((0, 0));
+        };
+        let path = checkpoint.path().to_path_buf();
+        let (entries, skipped) = tokio::task::spawn_blocking(move || Checkpoint::read(&path))
+            .await
+            .map_err(std::io::Error::other)?;
+        let mut recovered = 0;
+        let mut dropped = skipped;
+        for entry in entries {
+            match self.adopt(&entry).await {
+                Some(()) => recovered += 1,
+                None => dropped += 1,
+            }
+        }
+        self.write_checkpoint().await?;
+        Ok((recovered, dropped))
+    }
+
+    /// Adopts one checkpoint entry if its process is still the same one.
+    async fn adopt(&self, e: &CheckpointEntry) -> Option<()> {
+        let hex = e.session_id.strip_prefix("proc_")?;
+        if hex.len() != 12 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let identity = ProcessIdentity {
+            pid: e.pid,
+            start_time: e.start_time,
+        };
+        let pidfd = identity.open(&self.procfs)?;
+        if pidfd.has_exited() {
+            return None;
+        }
+        // Where the environment is readable it must carry this session's
+        // marker: a process that merely shares pid and start time with a
+        // record from another system (a restored snapshot) is not ours.
+        let marker = format!("PROCD_SESSION_ID={}", e.session_id);
+        let environ = self.procfs.root().join(e.pid.to_string()).join("environ");
+        if std::fs::metadata(&environ).is_ok()
+            && std::fs::read(&environ).is_ok_and(|env| !env.is_empty())
+            && !self.procfs.environ_has(e.pid, marker.as_bytes())
+        {
+            return None;
+        }
+        let log_path = PathBuf::from(&e.log_path);
+        let (max, tail) = (self.config.max_log_bytes, self.config.memory_tail_bytes);
+        let lp = log_path.clone();
+        let output = tokio::task::spawn_blocking(move || {
+            OutputStore::open_existing(&lp, max, tail)
+                .or_else(|_| OutputStore::create(&lp, max, tail))
+        })
+        .await
+        .ok()?
+        .ok()?;
+        let spec = SessionSpec {
+            command: e.command.clone(),
+            cwd: PathBuf::from(&e.cwd),
+            task_id: e.task_id.clone(),
+            session_key: e.session_key.clone(),
+            owner: e.owner.clone(),
+            persist: e.persist,
+            pty: e.pty,
+            rows: 30,
+            cols: 120,
+            notify_on_complete: e.notify_on_complete,
+            watch_patterns: e.watch_patterns.clone(),
+            timeout: None,
+            stdin: StdinMode::Null,
+        };
+        let started_at = parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
+        let session = Arc::new(Session::recovered(
+            e.session_id.clone(),
+            spec,
+            identity,
+            Arc::new(output),
+            started_at,
+        ));
+        self.running.fetch_add(1, Ordering::SeqCst);
+        self.table().insert(session.id.clone(), session.clone());
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            let record = session::supervise_detached(session.clone(), pidfd).await;
+            if let Some(reg) = me.upgrade() {
+                reg.on_exit(&session, &record);
+            }
+            session.mark_exited(record);
+        });
+        Some(())
+    }
+
     // ----- reading -------------------------------------------------------------
 
     pub fn poll(&self, id: &str) -> Result<PollResult, Error> {
         let s = self.find(id)?;
-        Ok(poll_result(&s))
+        Ok(poll_result(&self.redactor, &s))
     }
 
     pub async fn read(
@@ -708,8 +894,13 @@ impl Registry {
             let eof = exited && window.end() >= s.output.end();
             let now = tokio::time::Instant::now();
             if !window.bytes.is_empty() || eof || now >= deadline {
+                let text = String::from_utf8_lossy(&window.bytes);
+                let data = self
+                    .redactor
+                    .output(&text, is_env_dump(&s.spec.command))
+                    .into_owned();
                 return Ok(ReadResult {
-                    data: String::from_utf8_lossy(&window.bytes).into_owned(),
+                    data,
                     cursor: window.start,
                     next_cursor: window.end(),
                     eof,
@@ -759,9 +950,13 @@ impl Registry {
         if n > 0 {
             output.push('\n');
         }
+        let output = self
+            .redactor
+            .output(&output, is_env_dump(&s.spec.command))
+            .into_owned();
         Ok(LogResult {
             session_id: s.id.clone(),
-            command: s.spec.command.clone(),
+            command: self.redactor.command(&s.spec.command).into_owned(),
             status: status_of(&s.state()),
             output,
             total_lines: total,
@@ -783,9 +978,14 @@ impl Registry {
             }
         };
         let exited = s.wait_exited(timeout).await;
-        let poll = poll_result(&s);
-        let output =
-            last_chars(&s.output.tail_text(WAIT_OUTPUT_CHARS), WAIT_OUTPUT_CHARS).to_string();
+        let poll = poll_result(&self.redactor, &s);
+        let output = self
+            .redactor
+            .output(
+                &s.output.tail_text(WAIT_OUTPUT_CHARS),
+                is_env_dump(&s.spec.command),
+            )
+            .into_owned();
         Ok(WaitResult {
             session_id: poll.session_id,
             command: poll.command,
@@ -1002,6 +1202,12 @@ impl Registry {
         if !s.is_running() {
             return Ok(already_exited());
         }
+        if s.is_detached() {
+            return Err(Error::WrongState(format!(
+                "session {} was recovered after a procd restart; its stdin is not available",
+                s.id
+            )));
+        }
         let tx = self.stdin_of(&s)?;
         let mut bytes = data.as_bytes().to_vec();
         if submit {
@@ -1139,7 +1345,7 @@ impl Registry {
                     ListFilter::Running => running,
                     ListFilter::Exited => !running,
                 };
-                (shown && wanted).then(|| process_entry(&s, scoped))
+                (shown && wanted).then(|| process_entry(&self.redactor, &s, scoped))
             })
             .collect();
         ListResult { processes }
@@ -1290,6 +1496,27 @@ const DAEMON_ONLY_VARS: &[&str] = &[
     "NOTIFY_SOCKET",
 ];
 
+/// Parses what `rfc3339` writes (`YYYY-MM-DDTHH:MM:SS.mmmZ`).
+fn parse_rfc3339(text: &str) -> Option<std::time::SystemTime> {
+    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, millis) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    let millis: i64 = millis.parse().ok()?;
+    // Days from civil (H. Hinnant), the inverse of clock::civil_from_days.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    let ms = u64::try_from(secs * 1000 + millis).ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::from_millis(ms))
+}
+
 fn normalize_id(id: &str) -> String {
     if id.starts_with("proc_") {
         id.to_ascii_lowercase()
@@ -1344,32 +1571,39 @@ fn uptime(s: &Session) -> f64 {
     (secs * 1000.0).round() / 1000.0
 }
 
-fn poll_result(s: &Session) -> PollResult {
+fn poll_result(r: &Redactor, s: &Session) -> PollResult {
     let state = s.state();
+    let env_dump = is_env_dump(&s.spec.command);
     PollResult {
         session_id: s.id.clone(),
-        command: s.spec.command.clone(),
+        command: r.command(&s.spec.command).into_owned(),
         status: status_of(&state),
         pid: s.pid(),
         started_at: rfc3339(s.started_at),
         uptime_seconds: uptime(s),
-        output_preview: s.output.tail_text(PREVIEW_CHARS),
+        output_preview: r
+            .output(&s.output.tail_text(PREVIEW_CHARS), env_dump)
+            .into_owned(),
+        note: s.note.clone(),
         exit: exit_info(&state),
     }
 }
 
-fn process_entry(s: &Session, session_scoped: bool) -> ProcessEntry {
+fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> ProcessEntry {
     let state = s.state();
+    let env_dump = is_env_dump(&s.spec.command);
     ProcessEntry {
         session_id: s.id.clone(),
-        command: first_chars(&s.spec.command, 200).to_string(),
+        command: first_chars(&r.command(&s.spec.command), 200).to_string(),
         cwd: s.spec.cwd.display().to_string(),
         pid: s.pid(),
         status: status_of(&state),
         exit_code: state.exit().and_then(|e| e.exit_code),
         started_at: rfc3339(s.started_at),
         uptime_seconds: uptime(s),
-        output_preview: s.output.tail_text(LIST_PREVIEW_CHARS),
+        output_preview: r
+            .output(&s.output.tail_text(LIST_PREVIEW_CHARS), env_dump)
+            .into_owned(),
         task_id: s.spec.task_id.clone(),
         session_key: s.spec.session_key.clone(),
         pty: s.spec.pty,
@@ -1377,11 +1611,18 @@ fn process_entry(s: &Session, session_scoped: bool) -> ProcessEntry {
         notify_on_complete: s.notify_on_complete(),
         watch_patterns: s.spec.watch_patterns.clone(),
         session_scoped,
+        note: s.note.clone(),
     }
 }
 
-fn completion_event(s: &Session, e: &ExitRecord) -> Event {
-    let output = s.output.tail_text(WAIT_OUTPUT_CHARS);
+fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Event {
+    let output = r
+        .output(
+            &s.output.tail_text(WAIT_OUTPUT_CHARS),
+            is_env_dump(&s.spec.command),
+        )
+        .into_owned();
+    let command = r.command(&s.spec.command).into_owned();
     let how = match (e.reason, e.exit_code) {
         (CompletionReason::Exited, Some(0)) => "completed normally (exit code 0)".to_string(),
         (CompletionReason::Exited, Some(c)) => format!("failed (exit code {c})"),
@@ -1397,7 +1638,7 @@ fn completion_event(s: &Session, e: &ExitRecord) -> Event {
     let text = format!(
         "Background process {} {how}. Command: {}. Output: {}",
         s.id,
-        first_chars(&s.spec.command, 200),
+        first_chars(&command, 200),
         last_chars(&output, 500)
     );
     let mut fields = BTreeMap::new();
@@ -1415,7 +1656,7 @@ fn completion_event(s: &Session, e: &ExitRecord) -> Event {
         session_id: s.id.clone(),
         session_key: s.spec.session_key.clone(),
         task_id: s.spec.task_id.clone(),
-        command: s.spec.command.clone(),
+        command,
         text,
         fields,
     }

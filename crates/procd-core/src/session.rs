@@ -111,6 +111,9 @@ pub struct Session {
     stdin_closed: AtomicBool,
     /// Starts as asked; switched on when watch patterns are exhausted.
     notify_on_complete: AtomicBool,
+    /// Set for a session recovered after a daemon restart: procd no longer
+    /// holds its output pipe, so this says what is (un)available.
+    pub note: Option<String>,
 }
 
 impl Session {
@@ -133,8 +136,39 @@ impl Session {
             stdin: Mutex::new(stdin),
             stdin_closed: AtomicBool::new(false),
             notify_on_complete: AtomicBool::new(spec.notify_on_complete),
+            note: None,
             spec,
         }
+    }
+
+    /// A session re-adopted from the checkpoint: not our child, no stdin,
+    /// output only as far as its log reached.
+    pub fn recovered(
+        id: String,
+        spec: SessionSpec,
+        identity: ProcessIdentity,
+        output: Arc<OutputStore>,
+        started_at: SystemTime,
+    ) -> Session {
+        let mut s = Session::new(id, spec, identity, output, None);
+        s.started_at = started_at;
+        // The monotonic start is unknown; uptime counts from the wall clock.
+        s.started_instant = SystemTime::now()
+            .duration_since(started_at)
+            .ok()
+            .and_then(|age| Instant::now().checked_sub(age))
+            .unwrap_or_else(Instant::now);
+        s.reaped.store(true, Ordering::SeqCst); // never our child: no pin
+        s.stdin_closed.store(true, Ordering::SeqCst);
+        s.note = Some(
+            "recovered after a procd restart: output up to the restart is in the log; live output and stdin are unavailable"
+                .into(),
+        );
+        s
+    }
+
+    pub fn is_detached(&self) -> bool {
+        self.note.is_some()
     }
 
     pub fn pid(&self) -> i32 {
@@ -227,6 +261,29 @@ impl Session {
     pub fn take_stdin(&self) -> Option<mpsc::Sender<StdinOp>> {
         self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
+}
+
+/// Waits for a recovered session's process to exit (through its pidfd,
+/// which also guards against pid reuse). Its exit status is not knowable:
+/// it was never our child.
+pub async fn supervise_detached(
+    session: Arc<Session>,
+    pidfd: crate::pidfd::PidFd,
+) -> Arc<ExitRecord> {
+    while !pidfd.wait_exit(Duration::from_secs(3600)).await {}
+    let termination = termination_of(&session);
+    session.output.finish();
+    Arc::new(ExitRecord {
+        exit_code: None,
+        signal: None,
+        reason: termination
+            .as_ref()
+            .map(|t| t.reason)
+            .unwrap_or(CompletionReason::Lost),
+        source: termination.map(|t| t.source),
+        exited_at: SystemTime::now(),
+        exited_instant: Instant::now(),
+    })
 }
 
 /// Reads the child's output and waits for its exit, and returns how it

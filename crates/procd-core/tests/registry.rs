@@ -38,6 +38,7 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
         default_cwd: dir.path().to_path_buf(),
         inherited_env: std::env::vars().collect(),
         procfs: ProcFs::default(),
+        checkpoint: None,
         fail_after_spawn: true,
     })
     .unwrap();

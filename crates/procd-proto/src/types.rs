@@ -80,6 +80,9 @@ pub struct PollResult {
     pub started_at: String,
     pub uptime_seconds: f64,
     pub output_preview: String,
+    /// Set for a session recovered after a daemon restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
 }
@@ -200,6 +203,8 @@ pub struct ProcessEntry {
     pub watch_patterns: Vec<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub session_scoped: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

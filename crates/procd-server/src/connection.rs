@@ -9,7 +9,7 @@
 use futures::StreamExt;
 use jsonrpsee::types::{ErrorCode, ErrorObject, Id, Response, ResponsePayload};
 use jsonrpsee::Methods;
-use procd_proto::error::{INVALID_PARAMS, INVALID_REQUEST};
+use procd_proto::error::{INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
 /// Requests of one connection that may run at once.
@@ -36,10 +36,16 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (read_half, mut write_half) = stream.into_split();
-    let mut lines = FramedRead::new(
-        read_half,
-        LinesCodec::new_with_max_length(max_request_bytes),
+    // Framed on bytes, not str: a line that is not UTF-8 gets a parse
+    // error and the connection carries on (a str codec would end it).
+    let codec = AnyDelimiterCodec::new_with_max_length(
+        b"
+"
+        .to_vec(),
+        Vec::new(),
+        max_request_bytes,
     );
+    let mut lines = FramedRead::new(read_half, codec);
     let (out_tx, mut out_rx) = mpsc::channel::<String>(MAX_IN_FLIGHT);
     let writer = tokio::spawn(async move {
         while let Some(mut line) = out_rx.recv().await {
@@ -63,7 +69,12 @@ pub async fn serve(
             _ = crate::stopped(&mut shutdown) => { stopped = true; break }
             next = lines.next() => match next {
                 None => break,
-                Some(Ok(line)) => {
+                Some(Ok(bytes)) => {
+                    let Ok(line) = String::from_utf8(bytes.to_vec()) else {
+                        let msg = "Parse error: the request is not valid UTF-8";
+                        let _ = out_tx.send(error_response(Id::Null, PARSE_ERROR, msg)).await;
+                        continue;
+                    };
                     let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
                     let methods = methods.clone();
                     let out = out_tx.clone();
@@ -88,13 +99,13 @@ pub async fn serve(
                         }
                     });
                 }
-                Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                     let msg = format!("request line exceeds max_request_bytes ({max_request_bytes}); closing the connection");
                     let _ = out_tx.send(error_response(Id::Null, INVALID_REQUEST, &msg)).await;
                     refused = true;
                     break;
                 }
-                Some(Err(LinesCodecError::Io(_))) => break,
+                Some(Err(AnyDelimiterCodecError::Io(_))) => break,
             },
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }

@@ -302,9 +302,19 @@ async fn serve_claimed(options: DaemonOptions, listening: Listening) -> Result<i
         default_cwd: dirs_home(),
         inherited_env: std::env::vars().collect(),
         procfs: ProcFs::default(),
+        checkpoint: Some(options.paths.procs_json()),
         fail_after_spawn: false,
     })
     .map_err(|e| format!("cannot create {}: {e}", options.paths.logs_dir().display()))?;
+    // Re-adopt what a previous daemon left running, and rewrite the
+    // checkpoint to what we track, before the first request is served.
+    match registry.recover().await {
+        Ok((0, 0)) => {}
+        Ok((recovered, dropped)) => {
+            tracing::info!(recovered, dropped, "recovered sessions from the checkpoint")
+        }
+        Err(err) => return Err(format!("cannot write the checkpoint: {err}")),
+    }
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let daemon = Arc::new(Daemon {

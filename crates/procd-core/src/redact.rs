@@ -1,0 +1,283 @@
+//! Secret redaction (SPEC §5.3) for everything procd returns: output,
+//! commands, events — and commands in the checkpoint. It runs on the way
+//! out, never on ingestion; the log files keep the raw bytes (mode 0600).
+//!
+//! Masks: known token prefixes, JWTs, Authorization / Proxy-Authorization
+//! and x-api-key-style header values, `scheme://user:password@host`
+//! passwords, PEM private keys; for env-dump commands also `NAME=value`
+//! where NAME looks like a credential. A masked value keeps its first 6 and
+//! last 4 characters when it is 18 or longer, else it becomes `***`.
+
+use regex::{Captures, Regex};
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+/// Whether and how to redact.
+#[derive(Debug, Clone, Copy)]
+pub struct Redactor {
+    pub enabled: bool,
+}
+
+struct Rules {
+    pem: Regex,
+    auth_header: Regex,
+    key_header: Regex,
+    url_password: Regex,
+    jwt: Regex,
+    prefixed: Regex,
+    env_line: Regex,
+    env_assignment: Regex,
+}
+
+static RULES: LazyLock<Rules> = LazyLock::new(|| {
+    Rules {
+    pem: Regex::new(
+        r"(?s)(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----).*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)",
+    )
+    .expect("pem"),
+    auth_header: Regex::new(
+        r#"(?i)\b((?:proxy-)?authorization["']?\s*[:=]\s*["']?(?:(?:bearer|basic|token|digest|bot)\s+)?)([^\s'",;]+)"#,
+    )
+    .expect("auth header"),
+    key_header: Regex::new(
+        r#"(?i)\b((?:x-api-key|x-goog-api-key|x-auth-token|x-access-token|api-key|apikey|x-api-token)["']?\s*[:=]\s*["']?)([^\s'",;]+)"#,
+    )
+    .expect("key header"),
+    url_password: Regex::new(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(@)")
+        .expect("url password"),
+    jwt: Regex::new(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}")
+        .expect("jwt"),
+    prefixed: Regex::new(concat!(
+        r"\b(?:",
+        r"sk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}",
+        r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}",
+        r"|xox[baprs]-[A-Za-z0-9-]{10,}",
+        r"|AIza[0-9A-Za-z_-]{30,}",
+        r"|(?:AKIA|ASIA)[0-9A-Z]{16}",
+        r"|hf_[A-Za-z0-9]{20,}|npm_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_-]{20,}",
+        r"|glpat-[A-Za-z0-9_-]{20,}|xai-[A-Za-z0-9_-]{20,}|gsk_[A-Za-z0-9]{20,}",
+        r"|(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",
+        r"|SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}",
+        r"|dop_v1_[a-f0-9]{40,}|shp(?:at|ss|ca)_[a-fA-F0-9]{20,}|ya29\.[A-Za-z0-9_-]{20,}",
+        r")"
+    ))
+    .expect("prefixed tokens"),
+    env_line: Regex::new(r"(?m)^(\s*(?:export\s+|declare\s+-[a-zA-Z]+\s+)?)([A-Za-z_][A-Za-z0-9_]*)=(.*?)(\r?)$")
+        .expect("env line"),
+    env_assignment: Regex::new(r#"\b([A-Za-z_][A-Za-z0-9_]*)=("[^"]*"|'[^']*'|[^\s;&|]+)"#)
+        .expect("env assignment"),
+}
+});
+
+/// The mask of a secret value.
+pub fn mask(value: &str) -> String {
+    let n = value.chars().count();
+    if n >= 18 {
+        let head: String = value.chars().take(6).collect();
+        let tail: String = value.chars().skip(n - 4).collect();
+        format!("{head}...{tail}")
+    } else {
+        "***".to_string()
+    }
+}
+
+/// Whether a variable name looks like it holds a credential.
+fn credential_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "CREDENTIAL",
+        "AUTH",
+    ]
+    .iter()
+    .any(|w| upper.contains(w))
+}
+
+/// Whether a command dumps the environment: a pipeline segment starting
+/// with env, printenv, set, export or declare.
+pub fn is_env_dump(command: &str) -> bool {
+    command
+        .split(['|', ';', '&', '\n', '(', ')', '{', '}', '`'])
+        .filter_map(|segment| segment.split_whitespace().next())
+        .map(|word| word.rsplit('/').next().unwrap_or(word))
+        .any(|word| matches!(word, "env" | "printenv" | "set" | "export" | "declare"))
+}
+
+impl Redactor {
+    /// Masks secrets in output text; `env_dump` adds the `NAME=value` pass.
+    pub fn output<'a>(&self, text: &'a str, env_dump: bool) -> Cow<'a, str> {
+        if !self.enabled || text.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let mut out = common(text);
+        if env_dump {
+            out = replace(out, &RULES.env_line, |c| {
+                if credential_name(&c[2]) {
+                    let value = &c[3];
+                    format!("{}{}={}{}", &c[1], &c[2], mask(trim_quotes(value)), &c[4])
+                } else {
+                    c[0].to_string()
+                }
+            });
+        }
+        out
+    }
+
+    /// Masks secrets in a command line (assignments to credential-looking
+    /// names are masked for env-dump commands, e.g. `export X_TOKEN=…`).
+    pub fn command<'a>(&self, command: &'a str) -> Cow<'a, str> {
+        if !self.enabled || command.is_empty() {
+            return Cow::Borrowed(command);
+        }
+        let mut out = common(command);
+        if is_env_dump(command) {
+            out = replace(out, &RULES.env_assignment, |c| {
+                if credential_name(&c[1]) {
+                    format!("{}={}", &c[1], mask(trim_quotes(&c[2])))
+                } else {
+                    c[0].to_string()
+                }
+            });
+        }
+        out
+    }
+}
+
+fn trim_quotes(v: &str) -> &str {
+    let v = v.trim();
+    v.strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .or_else(|| v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+        .unwrap_or(v)
+}
+
+/// The passes that apply to every text.
+fn common(text: &str) -> Cow<'_, str> {
+    let r = &*RULES;
+    let mut out = Cow::Borrowed(text);
+    out = replace(out, &r.pem, |c| format!("{}\n***\n{}", &c[1], &c[2]));
+    out = replace(out, &r.auth_header, |c| format!("{}{}", &c[1], mask(&c[2])));
+    out = replace(out, &r.key_header, |c| format!("{}{}", &c[1], mask(&c[2])));
+    out = replace(out, &r.url_password, |c| {
+        format!("{}{}{}", &c[1], mask(&c[2]), &c[3])
+    });
+    out = replace(out, &r.jwt, |c| mask(&c[0]));
+    out = replace(out, &r.prefixed, |c| mask(&c[0]));
+    out
+}
+
+fn replace<'a>(text: Cow<'a, str>, re: &Regex, f: impl Fn(&Captures) -> String) -> Cow<'a, str> {
+    if !re.is_match(&text) {
+        return text;
+    }
+    Cow::Owned(re.replace_all(&text, |c: &Captures| f(c)).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ON: Redactor = Redactor { enabled: true };
+
+    #[test]
+    fn every_pattern_is_masked() {
+        let secrets = [
+            "sk-proj-abc123def456ghi789jkl012",
+            "sk-ant-api03-abcdefghijklmnop1234",
+            "sk-abcdefghijklmnopqrstuvwx",
+            "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+            "gho_abcdefghijklmnopqrstuvwxyz012345",
+            "xoxb-123456789012-abcdefghijkl",
+            "AIzaSyA1234567890abcdefghijklmnopqrstu",
+            "AKIAIOSFODNN7EXAMPLE",
+            "hf_abcdefghijklmnopqrstuvwxyz",
+            "npm_abcdefghijklmnopqrstuvwxyz0123456789",
+            "pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdo",
+            "glpat-abcdefghijklmnopqrst",
+            "xai-abcdefghijklmnopqrstuvwxyz",
+            "gsk_abcdefghijklmnopqrstuvwxyz",
+            "sk_live_abcdefghijklmnop1234",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        ];
+        for secret in secrets {
+            let text = format!("token: {secret} done");
+            let out = ON.output(&text, false);
+            assert!(!out.contains(secret), "{secret} leaked: {out}");
+            assert!(
+                out.starts_with("token: ") && out.ends_with(" done"),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn headers_urls_and_keys() {
+        let out = ON.output(
+            "curl -H 'Authorization: Bearer abcdefghijklmnopqrstuvwxyz'",
+            false,
+        );
+        assert_eq!(out, "curl -H 'Authorization: Bearer abcdef...wxyz'");
+        let out = ON.output("Proxy-Authorization: Basic dXNlcjpwYXNz", false);
+        assert_eq!(out, "Proxy-Authorization: Basic ***");
+        let out = ON.output("x-api-key: short", false);
+        assert_eq!(out, "x-api-key: ***");
+        let out = ON.output("postgres://app:hunter2@db:5432/x", false);
+        assert_eq!(out, "postgres://app:***@db:5432/x");
+        let pem =
+            "a\n-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\ndef\n-----END RSA PRIVATE KEY-----\nb";
+        let out = ON.output(pem, false);
+        assert_eq!(
+            out,
+            "a\n-----BEGIN RSA PRIVATE KEY-----\n***\n-----END RSA PRIVATE KEY-----\nb"
+        );
+    }
+
+    #[test]
+    fn env_dumps_mask_credential_assignments_only() {
+        let text = "MY_SERVICE_TOKEN=abc123randomopaquetokenvalue999\nHOME=/home/u\nDB_PASSWORD=\"x\"\r\nPATH=/bin";
+        let out = ON.output(text, true);
+        assert!(!out.contains("abc123randomopaquetokenvalue999"));
+        assert!(out.contains("MY_SERVICE_TOKEN=abc123...e999"));
+        assert!(out.contains("HOME=/home/u\n"));
+        assert!(out.contains("DB_PASSWORD=***\r\n"));
+        assert!(out.ends_with("PATH=/bin"));
+        // Not an env dump: NAME=value text is left alone.
+        assert_eq!(
+            ON.output("MY_TOKEN=opaquevalue", false),
+            "MY_TOKEN=opaquevalue"
+        );
+        assert!(is_env_dump("printenv | grep X"));
+        assert!(is_env_dump("cd x && env"));
+        assert!(is_env_dump("/usr/bin/env"));
+        assert!(!is_env_dump("python app.py --env prod"));
+        let cmd = ON.command("export MY_TOKEN=opaque-value-123456789 && ./run.sh");
+        assert_eq!(cmd, "export MY_TOKEN=opaque...6789 && ./run.sh");
+    }
+
+    #[test]
+    fn ordinary_text_is_untouched() {
+        for text in [
+            "commit 3f2a9b1c0d4e5f60718293a4b5c6d7e8f9012345",
+            "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "id 123e4567-e89b-12d3-a456-426614174000",
+            "/home/u/project/src/tasks/risk-assessment-document.md",
+            "HOME=/home/u",
+            "https://example.com/path?q=1",
+            "user@example.com",
+            "task-123 desk-lamp sk-short",
+            "Authorization header missing",
+        ] {
+            assert_eq!(ON.output(text, false), text, "{text}");
+        }
+        let off = Redactor { enabled: false };
+        let raw = "sk-proj-abc123def456ghi789jkl012 MY_TOKEN=x";
+        assert_eq!(off.output(raw, true), raw);
+        assert_eq!(off.command(raw), raw);
+    }
+}

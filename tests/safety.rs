@@ -1,0 +1,509 @@
+//! Safe by default (SPEC §5, §7): credentials, redaction, checkpoint and
+//! crash recovery, hostile input.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::process::Command;
+
+fn checkpoint(d: &Daemon) -> Value {
+    let text = std::fs::read_to_string(d.state_dir().join("procs.json")).expect("procs.json");
+    serde_json::from_str(&text).expect("procs.json is JSON")
+}
+
+fn checkpoint_ids(d: &Daemon) -> Vec<String> {
+    checkpoint(d)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["session_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn identity_of(pid: i32) -> (i32, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let f: Vec<&str> = text[text.rfind(')').unwrap() + 2..].split(' ').collect();
+    (f[2].parse().unwrap(), f[19].parse().unwrap())
+}
+
+/// A process of the test's own, optionally carrying a session marker.
+struct Stand(std::process::Child);
+
+impl Stand {
+    fn sleep(marker: Option<&str>) -> Stand {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("300");
+        if let Some(id) = marker {
+            cmd.env("PROCD_SESSION_ID", id);
+        }
+        Stand(cmd.spawn().expect("sleep"))
+    }
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Stand {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn entry(id: &str, pid: i32, start_time: u64, log: &std::path::Path) -> Value {
+    json!({
+        "session_id": id, "command": "sleep 300", "pid": pid, "start_time": start_time,
+        "identity": format!("{pid}:{start_time}"), "pgid": pid, "cwd": "/tmp",
+        "started_at": "2026-11-29T12:00:00.000Z", "task_id": "t", "session_key": null,
+        "owner": null, "persist": false, "pty": false, "notify_on_complete": true,
+        "watch_patterns": [], "systemd_unit": null, "log_path": log,
+    })
+}
+
+// ----- environment ----------------------------------------------------------
+
+#[test]
+fn daemon_credentials_are_not_inherited() {
+    // R16 (daemon side)
+    let d = Daemon::with_env(
+        "",
+        &[
+            ("OPENAI_API_KEY", "sk-daemon-secret"),
+            ("GITHUB_TOKEN", "ghp_daemon"),
+            ("STRIPE_SECRET_KEY", "sk_live_x"),
+            ("AWS_SECRET_ACCESS_KEY", "aws-kept"),
+            ("MY_SETTING", "kept"),
+        ],
+    );
+    let id = d.spawn("echo \"openai=${OPENAI_API_KEY:-none} gh=${GITHUB_TOKEN:-none} stripe=${STRIPE_SECRET_KEY:-none} aws=$AWS_SECRET_ACCESS_KEY my=$MY_SETTING\"");
+    d.wait_exit(&id);
+    let out = d.ok("read", json!({"session_id": id}))["data"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        out.trim(),
+        "openai=none gh=none stripe=none aws=aws-kept my=kept"
+    );
+}
+
+// ----- redaction ----------------------------------------------------------------
+
+#[test]
+fn redaction_masks_secrets_in_everything_returned() {
+    // R28
+    let d = Daemon::start();
+    let secret = "sk-proj-abc123def456ghi789jkl012";
+    let cmd = "echo \"leaked $KEY here\"; echo 'Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123'; read _";
+    let id = d.spawn_with(json!({
+        "command": cmd,
+        "env": {"KEY": secret},
+        "notify_on_complete": true,
+        "task_id": "r",
+    }));
+    d.read_until(&id, "Authorization");
+    let poll = d.ok("poll", json!({"session_id": id}));
+    let preview = poll["output_preview"].as_str().unwrap();
+    assert!(!preview.contains("abc123def456"), "{preview}");
+    assert!(preview.contains("leaked sk-pro...l012 here"), "{preview}");
+    assert!(!preview.contains("abcdefghijklmnopqrstuvwxyz0123"));
+    let listed = d.ok("list", json!({"task_id": "r"}))["processes"][0].clone();
+    assert!(!listed["output_preview"]
+        .as_str()
+        .unwrap()
+        .contains("abc123def456"));
+    let log = d.ok("log", json!({"session_id": id}))["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !log.contains(secret) && log.contains("sk-pro...l012"),
+        "{log}"
+    );
+    let read = d.ok("read", json!({"session_id": id}))["data"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!read.contains(secret));
+    d.ok("submit_stdin", json!({"session_id": id, "data": ""}));
+    let w = d.wait_exit(&id);
+    assert!(!w["output"].as_str().unwrap().contains(secret));
+    let events = d.ok("drain_notifications", json!({}))["events"].clone();
+    assert!(!events.to_string().contains(secret), "{events}");
+    // The raw bytes are on disk (mode 0600) — redaction is on the way out.
+    let raw = std::fs::read_to_string(d.state_dir().join(format!("logs/{id}.log"))).unwrap();
+    assert!(raw.contains(secret));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.state_dir().join(format!("logs/{id}.log")))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn env_dumps_mask_opaque_tokens_and_commands_are_masked_in_list() {
+    // R28
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({
+        "command": "env | grep -E '^(MY_SERVICE_TOKEN|HOME)=' | sort",
+        "env": {"PROCD_FORCE_MY_SERVICE_TOKEN": "abc123randomopaquetokenvalue999", "HOME": "/home/u"},
+    }));
+    d.wait_exit(&id);
+    let log = d.ok("log", json!({"session_id": id}))["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(log, "HOME=/home/u\nMY_SERVICE_TOKEN=abc123...e999\n");
+
+    let cmd = "curl -s -H 'Authorization: Bearer sk-abc123def456ghi789jkl012345' http://127.0.0.1:9/ ; true";
+    let id = d.spawn_with(json!({"command": cmd, "task_id": "c"}));
+    let entry = d.ok("list", json!({"task_id": "c"}))["processes"][0].clone();
+    let shown = entry["command"].as_str().unwrap();
+    assert!(!shown.contains("sk-abc123def456ghi789jkl012345"), "{shown}");
+    assert!(shown.starts_with("curl"));
+    assert!(!d.ok("poll", json!({"session_id": id}))["command"]
+        .as_str()
+        .unwrap()
+        .contains("ghi789"));
+}
+
+#[test]
+fn with_redaction_off_output_passes_through() {
+    // R28
+    let d = Daemon::with_config("redact = false");
+    let id2 = d.spawn_with(json!({
+        "command": "env | grep CUSTOM_TOKEN",
+        "env": {"PROCD_FORCE_CUSTOM_TOKEN": "zzzopaque1234567890abcdef"},
+    }));
+    d.wait_exit(&id2);
+    let log = d.ok("log", json!({"session_id": id2}))["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(log, "CUSTOM_TOKEN=zzzopaque1234567890abcdef\n");
+}
+
+// ----- checkpoint and recovery ---------------------------------------------------
+
+#[test]
+fn the_checkpoint_tracks_running_sessions_with_commands_redacted() {
+    // R20 (redaction in the file)
+    let d = Daemon::start();
+    let secret = "abcdefghijklmnopqrstuvwxyz123";
+    let id = d.spawn(&format!(
+        "echo 'Authorization: Bearer {secret}' >/dev/null; sleep 300"
+    ));
+    let cp = checkpoint(&d);
+    let e = cp
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["session_id"] == id.as_str())
+        .expect("entry");
+    assert!(!e["command"].as_str().unwrap().contains(secret), "{e}");
+    let pid = e["pid"].as_i64().unwrap() as i32;
+    let (_, start) = identity_of(pid);
+    assert_eq!(e["start_time"].as_u64(), Some(start));
+    assert_eq!(e["identity"], format!("{pid}:{start}"));
+    for field in [
+        "pgid",
+        "cwd",
+        "started_at",
+        "task_id",
+        "session_key",
+        "owner",
+        "persist",
+        "pty",
+        "notify_on_complete",
+        "watch_patterns",
+        "systemd_unit",
+        "log_path",
+    ] {
+        assert!(e.get(field).is_some(), "checkpoint entry lacks {field}");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.state_dir().join("procs.json"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    d.ok("kill", json!({"session_id": id}));
+    wait_until("the exit is checkpointed", || checkpoint_ids(&d).is_empty());
+}
+
+#[test]
+fn a_crashed_daemons_sessions_are_recovered_and_killable() {
+    // R21 (detached kill), SPEC §7: spawn, kill -9 the daemon, restart.
+    let mut d = Daemon::start();
+    let id = d.spawn("echo before-crash; exec sleep 300");
+    d.read_until(&id, "before-crash");
+    wait_until("sleep runs", || {
+        session_pids(&id).iter().any(|p| comm(*p) == "sleep")
+    });
+    let pid = session_pids(&id)[0];
+    wait_until("the session is checkpointed", || {
+        checkpoint_ids(&d).contains(&id)
+    });
+    d.crash();
+    assert!(alive(pid), "the session outlived its daemon");
+    d.restart();
+
+    let listed = d.ok("list", json!({}))["processes"].clone();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["session_id"], id.as_str());
+    assert_eq!(listed[0]["status"], "running");
+    assert!(listed[0]["note"].as_str().unwrap().contains("recovered"));
+    let log = d.ok("log", json!({"session_id": id}));
+    assert_eq!(log["output"], "before-crash\n");
+    let (code, _) = d.err("write_stdin", json!({"session_id": id, "data": "x"}));
+    assert_eq!(code, -32002);
+    assert_eq!(
+        checkpoint_ids(&d),
+        vec![id.clone()],
+        "rewritten to what is tracked"
+    );
+
+    let k = d.ok("kill", json!({"session_id": id}));
+    assert_eq!(k["status"], "killed", "{k}");
+    assert!(!alive(pid), "the kill really ended the sleep");
+    wait_until("the checkpoint is empty", || checkpoint_ids(&d).is_empty());
+}
+
+#[test]
+fn recovery_drops_dead_recycled_and_foreign_entries() {
+    // R20, R26
+    let home = short_tempdir();
+    let state = home.path().join("state");
+    std::fs::create_dir_all(state.join("logs")).unwrap();
+    let log = state.join("logs/x.log");
+    let recycled = Stand::sleep(Some("proc_bbbbbbbbbbbb"));
+    let (_, rstart) = identity_of(recycled.pid());
+    let foreign = Stand::sleep(None);
+    let (_, fstart) = identity_of(foreign.pid());
+    let entries = json!([
+        entry("proc_aaaaaaaaaaaa", 999_999, 1, &log),
+        entry("proc_bbbbbbbbbbbb", recycled.pid(), rstart + 1, &log),
+        entry("proc_cccccccccccc", foreign.pid(), fstart, &log),
+        {"session_id": "proc_dddddddddddd", "pid": 1, "pid_scope": "sandbox"},
+        "not even an object",
+    ]);
+    std::fs::write(state.join("procs.json"), entries.to_string()).unwrap();
+    let d = Daemon::in_home(home, "");
+    assert_eq!(d.ok("list", json!({}))["processes"], json!([]));
+    assert_eq!(checkpoint(&d), json!([]));
+    assert!(
+        alive(recycled.pid()) && alive(foreign.pid()),
+        "nothing was signalled"
+    );
+}
+
+#[test]
+fn a_recovered_session_whose_process_ends_is_marked_exited() {
+    // R26 (a detached session's pid ends: exited, reason lost, code null)
+    let home = short_tempdir();
+    let state = home.path().join("state");
+    std::fs::create_dir_all(state.join("logs")).unwrap();
+    let log = state.join("logs/proc_eeeeeeeeeeee.log");
+    std::fs::write(&log, "old output\n").unwrap();
+    let mut stand = Stand::sleep(Some("proc_eeeeeeeeeeee"));
+    let (_, start) = identity_of(stand.pid());
+    std::fs::write(
+        state.join("procs.json"),
+        json!([entry("proc_eeeeeeeeeeee", stand.pid(), start, &log)]).to_string(),
+    )
+    .unwrap();
+    let d = Daemon::in_home(home, "");
+    let p = d.ok("poll", json!({"session_id": "proc_eeeeeeeeeeee"}));
+    assert_eq!(p["status"], "running");
+    assert_eq!(p["output_preview"], "old output\n");
+    stand.0.kill().unwrap();
+    stand.0.wait().unwrap();
+    let w = d.ok(
+        "wait",
+        json!({"session_id": "proc_eeeeeeeeeeee", "timeout_s": 20}),
+    );
+    assert_eq!(w["status"], "exited");
+    assert_eq!(w["completion_reason"], "lost");
+    assert_eq!(w["exit_code"], Value::Null);
+    let events = d.ok("drain_notifications", json!({}))["events"].clone();
+    assert_eq!(
+        events[0]["type"], "completion",
+        "notify_on_complete survives recovery"
+    );
+}
+
+// ----- hostile input -------------------------------------------------------------
+
+/// A small deterministic generator (xorshift64*), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+fn hostile_line(rng: &mut Rng) -> Vec<u8> {
+    let methods = [
+        "spawn",
+        "poll",
+        "read",
+        "log",
+        "wait",
+        "kill",
+        "signal",
+        "write_stdin",
+        "list",
+        "drain_notifications",
+        "resize",
+        "subscribe_output",
+        "kill_all",
+        "nope",
+        "",
+    ];
+    let values = [
+        "null",
+        "true",
+        "-1",
+        "1e309",
+        "18446744073709551616",
+        "-9223372036854775809",
+        "\"\"",
+        "\"proc_\"",
+        "\"proc_zzzz\"",
+        "\"\\u0000\"",
+        "[]",
+        "{}",
+        "[[[[[[]]]]]]",
+        "\"x\"",
+        "0.5",
+        "\"SIGKILL\"",
+        "99999",
+    ];
+    let fields = [
+        "session_id",
+        "command",
+        "cursor",
+        "max_bytes",
+        "wait_ms",
+        "timeout_s",
+        "signal",
+        "data",
+        "rows",
+        "cols",
+        "env",
+        "grace_s",
+        "cwd",
+        "owner",
+        "watch_patterns",
+    ];
+    match rng.below(8) {
+        0 => (0..rng.below(200))
+            .map(|_| rng.below(256) as u8)
+            .filter(|b| *b != b'\n')
+            .collect(),
+        1 => {
+            let depth = 1 + rng.below(5000) as usize;
+            format!("{}{}", "[".repeat(depth), "]".repeat(depth)).into_bytes()
+        }
+        2 => {
+            let mut v =
+                br#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{"session_id":""#.to_vec();
+            v.extend([0xff, 0xfe, 0xc3]);
+            v.extend(br#""}}"#);
+            v
+        }
+        3 => format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"{}"}}"#,
+            rng.pick(&values),
+            rng.pick(&methods)
+        )
+        .into_bytes(),
+        _ => {
+            let mut params = String::from("{");
+            for i in 0..rng.below(4) {
+                if i > 0 {
+                    params.push(',');
+                }
+                params.push_str(&format!("\"{}\":{}", rng.pick(&fields), rng.pick(&values)));
+            }
+            params.push('}');
+            let params = if rng.below(5) == 0 {
+                rng.pick(&values).to_string()
+            } else {
+                params
+            };
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{},"method":"{}","params":{}}}"#,
+                rng.below(1000),
+                rng.pick(&methods),
+                params
+            )
+            .into_bytes()
+        }
+    }
+}
+
+#[test]
+fn thousands_of_hostile_requests_leave_the_daemon_serving_and_clean() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::with_config("max_request_bytes = 65536");
+    let fds_before = std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+        .unwrap()
+        .count();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut sent = 0;
+    while sent < 3000 {
+        let stream = std::os::unix::net::UnixStream::connect(d.socket()).expect("connect");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let mut reader = BufReader::new(stream);
+        for _ in 0..100 {
+            let mut line = hostile_line(&mut rng);
+            line.push(b'\n');
+            if writer.write_all(&line).is_err() {
+                break;
+            }
+            sent += 1;
+            // Every line that is not a notification gets exactly one answer.
+            let is_notification =
+                line.starts_with(b"{") && !line.windows(5).any(|w| w == b"\"id\":");
+            if !is_notification {
+                let mut answer = String::new();
+                match reader.read_line(&mut answer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let v: Value = serde_json::from_str(&answer)
+                            .unwrap_or_else(|e| panic!("bad answer {answer:?}: {e}"));
+                        assert!(v.is_object() || v.is_array(), "{v}");
+                    }
+                }
+            }
+        }
+    }
+    // Still serving, nothing running, nothing leaked.
+    assert!(d.ok("status", json!({}))["pid"].is_number());
+    let running = d.ok("list", json!({"status": "running"}))["processes"].clone();
+    for p in running.as_array().unwrap() {
+        d.ok("kill", json!({"session_id": p["session_id"]}));
+    }
+    wait_until("connections are closed", || {
+        std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+            .unwrap()
+            .count()
+            <= fds_before + 2
+    });
+}
