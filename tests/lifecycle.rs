@@ -664,57 +664,23 @@ fn a_client_arriving_while_the_daemon_stops_waits_for_it() {
 
 #[test]
 fn socket_activation_and_readiness_notification() {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
     let home = Home::new();
-    std::fs::create_dir_all(home.path().join("run")).unwrap();
-    let socket = home.path().join("run/procd.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
     let notify_path: PathBuf = home.path().join("notify.sock");
     let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("notify socket");
     notify
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-
-    // As systemd does: the socket is fd 3, LISTEN_PID is the daemon's pid
-    // (`exec` keeps the shell's pid), LISTEN_FDS=1.
-    let fd = listener.as_raw_fd();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg("LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" daemon --home \"$1\"")
-        .arg(BIN)
-        .arg(home.path())
-        .env("HOME", home.path())
-        .env("NOTIFY_SOCKET", &notify_path)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: dup2(2)/fcntl(2) in the forked child before exec are
-    // async-signal-safe; they put the listener on fd 3 without
-    // close-on-exec (dup2 onto itself would keep the flag, hence fcntl).
-    unsafe {
-        cmd.pre_exec(move || {
-            let r = if fd == 3 {
-                nix::libc::fcntl(3, nix::libc::F_SETFD, 0)
-            } else {
-                nix::libc::dup2(fd, 3)
-            };
-            if r == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut daemon = cmd.spawn().expect("daemon");
+    let notify_env = notify_path.display().to_string();
+    let mut daemon = Activated::start(home.path(), &[("NOTIFY_SOCKET", notify_env.as_str())]);
     let mut buf = [0u8; 64];
     let n = notify.recv(&mut buf).expect("READY=1 arrives");
     assert_eq!(&buf[..n], b"READY=1");
-    drop(listener); // only the daemon holds the socket now
 
-    let mut c = Conn::open(&socket);
+    let mut c = daemon.connect();
     let status = c.call("status", json!({}));
     assert_eq!(
         status["result"]["pid"].as_u64(),
-        Some(u64::from(daemon.id()))
+        Some(u64::from(daemon.child.id()))
     );
     let id = c.call(
         "spawn",
@@ -729,13 +695,11 @@ fn socket_activation_and_readiness_notification() {
         "children do not inherit the systemd variables"
     );
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    assert_eq!(daemon.stop(), Some(0));
     let n = notify.recv(&mut buf).expect("STOPPING=1 arrives");
     assert_eq!(&buf[..n], b"STOPPING=1");
-    assert!(daemon.wait().unwrap().success());
-    assert!(socket.exists(), "systemd's socket path is left in place");
+    assert!(
+        daemon.socket.exists(),
+        "systemd's socket path is left in place"
+    );
 }

@@ -507,3 +507,126 @@ fn thousands_of_hostile_requests_leave_the_daemon_serving_and_clean() {
             <= fds_before + 2
     });
 }
+
+// ----- systemd scopes (R30) ------------------------------------------------------
+
+fn calls(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn under_the_unit_sessions_run_in_scopes_and_kill_stops_them() {
+    let home = short_tempdir();
+    let bin = home.path().join("bin");
+    let log = systemd_stand_ins(&bin, 0);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let daemon = Activated::start(home.path(), &[("PATH", path.as_str())]);
+    let mut c = daemon.connect();
+    let id = c.call("spawn", json!({"command": "echo scoped"}))["result"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let w = c.call("wait", json!({"session_id": id, "timeout_s": 20}))["result"].clone();
+    assert_eq!(w["output"], "scoped\n");
+    assert_eq!(w["exit_code"], 0);
+    let line = calls(&log)
+        .into_iter()
+        .find(|l| l.contains(&format!("--unit procd-worker-{id} ")))
+        .expect("the session was wrapped");
+    let max: u64 = line
+        .split("MemoryMax=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("MemoryMax");
+    assert!(max > 0 && max <= 4096 * 1024 * 1024);
+    let expected_prefix = format!(
+        "systemd-run --user --scope --quiet --collect --unit procd-worker-{id} --property MemoryAccounting=yes --property MemoryMax={max} --property OOMPolicy=kill -- "
+    );
+    assert!(line.starts_with(&expected_prefix), "{line}");
+    assert!(
+        line.ends_with("bash -lic set +m; echo scoped"),
+        "then the shell argv: {line}"
+    );
+
+    // PTY sessions are scoped too, in a new session; kill stops the scope.
+    let pty = c.call("spawn", json!({"command": "sleep 300", "pty": true}))["result"].clone();
+    let pid = pty["pid"].as_i64().unwrap() as i32;
+    let pid_id = pty["session_id"].as_str().unwrap().to_string();
+    assert!(calls(&log)
+        .iter()
+        .any(|l| l.contains(&format!("--unit procd-worker-{pid_id} "))));
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let sid: i32 = stat[stat.rfind(')').unwrap() + 2..]
+        .split(' ')
+        .nth(3)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(sid, pid, "the session leads its own session");
+    let cp: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.path().join("state/procs.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cp[0]["systemd_unit"], format!("procd-worker-{pid_id}"));
+    let k = c.call("kill", json!({"session_id": pid_id}))["result"].clone();
+    assert_eq!(k["status"], "killed");
+    assert!(calls(&log).contains(&format!(
+        "systemctl --user stop procd-worker-{pid_id}.scope"
+    )));
+}
+
+#[test]
+fn without_the_unit_there_are_no_scopes_even_with_an_invocation_id() {
+    let bin = short_tempdir();
+    let log = systemd_stand_ins(bin.path(), 0);
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let d = Daemon::with_env(
+        "",
+        &[("PATH", &path), ("INVOCATION_ID", "0123456789abcdef")],
+    );
+    let id = d.spawn("echo plain");
+    assert_eq!(d.wait_exit(&id)["output"], "plain\n");
+    assert!(
+        calls(&log).is_empty(),
+        "systemd-run was not even probed: {:?}",
+        calls(&log)
+    );
+}
+
+#[test]
+fn when_systemd_run_does_not_work_sessions_run_unscoped() {
+    let home = short_tempdir();
+    let bin = home.path().join("bin");
+    let log = systemd_stand_ins(&bin, 1);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let daemon = Activated::start(home.path(), &[("PATH", path.as_str())]);
+    let mut c = daemon.connect();
+    let id = c.call("spawn", json!({"command": "echo unscoped"}))["result"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let w = c.call("wait", json!({"session_id": id, "timeout_s": 20}))["result"].clone();
+    assert_eq!(w["output"], "unscoped\n");
+    let all = calls(&log);
+    assert!(
+        !all.is_empty() && all.iter().all(|l| l.ends_with("-- true")),
+        "only the probe ran: {all:?}"
+    );
+}

@@ -293,7 +293,10 @@ pub struct Conn {
 
 impl Conn {
     pub fn open(socket: &Path) -> Conn {
-        let stream = UnixStream::connect(socket).expect("connect to procd");
+        Conn::from_stream(UnixStream::connect(socket).expect("connect to procd"))
+    }
+
+    pub fn from_stream(stream: UnixStream) -> Conn {
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .expect("timeout");
@@ -381,4 +384,104 @@ pub fn comm(pid: i32) -> String {
         .unwrap_or_default()
         .trim()
         .to_string()
+}
+
+/// A daemon started the way systemd socket activation starts it: the
+/// listening socket on fd 3, `LISTEN_PID` = the daemon's pid (a shell
+/// `exec`s it, keeping its pid), `LISTEN_FDS=1`. Stopped on drop.
+pub struct Activated {
+    pub child: Child,
+    pub socket: PathBuf,
+}
+
+impl Activated {
+    pub fn start(home: &Path, env: &[(&str, &str)]) -> Activated {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        std::fs::create_dir_all(home.join("run")).expect("run dir");
+        let socket = home.join("run/procd.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let fd = listener.as_raw_fd();
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg("LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" daemon --home \"$1\"")
+            .arg(BIN)
+            .arg(home)
+            .env("HOME", home)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: dup2(2)/fcntl(2) in the forked child before exec are
+        // async-signal-safe; they put the listener on fd 3 without
+        // close-on-exec (dup2 onto itself would keep the flag, hence fcntl).
+        unsafe {
+            cmd.pre_exec(move || {
+                let r = if fd == 3 {
+                    nix::libc::fcntl(3, nix::libc::F_SETFD, 0)
+                } else {
+                    nix::libc::dup2(fd, 3)
+                };
+                if r == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("activated daemon");
+        drop(listener); // only the daemon holds the socket now
+        let a = Activated { child, socket };
+        wait_until("the activated daemon answers", || {
+            UnixStream::connect(&a.socket)
+                .ok()
+                .and_then(|s| {
+                    let mut c = Conn::from_stream(s);
+                    c.call("status", serde_json::json!({}))["result"]["pid"].as_u64()
+                })
+                .is_some()
+        });
+        a
+    }
+
+    pub fn connect(&self) -> Conn {
+        Conn::open(&self.socket)
+    }
+
+    pub fn stop(&mut self) -> Option<i32> {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        self.child.wait().ok()?.code()
+    }
+}
+
+impl Drop for Activated {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.stop();
+        }
+    }
+}
+
+/// Stand-in `systemd-run` and `systemctl` in `dir` that append their argv
+/// to `dir/calls`. systemd-run answers the availability probe (`-- true`)
+/// with `probe_exit` and otherwise runs the command after `--`.
+pub fn systemd_stand_ins(dir: &Path, probe_exit: i32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).expect("dir");
+    let calls = dir.join("calls");
+    let run = format!(
+        "#!/bin/sh\necho \"systemd-run $*\" >> {c}\nwhile [ \"$1\" != -- ]; do shift; done; shift\n[ \"$1\" = true ] && exit {probe_exit}\nexec \"$@\"\n",
+        c = calls.display()
+    );
+    let ctl = format!(
+        "#!/bin/sh\necho \"systemctl $*\" >> {}\nexit 0\n",
+        calls.display()
+    );
+    for (name, body) in [("systemd-run", run), ("systemctl", ctl)] {
+        let p = dir.join(name);
+        std::fs::write(&p, body).expect("stand-in");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    calls
 }

@@ -387,9 +387,9 @@ mod tests {
     #[tokio::test]
     async fn unreadable_proc_still_terminates_a_pinned_root() {
         // R25: the tree cannot be walked, the root still gets SIGTERM.
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
+        // (Spawned through the reaper, which owns wait(2) in this process.)
+        let (child, (), exit) = crate::reaper::Reaper::global()
+            .spawn(std::process::Command::new("sleep").arg("30"), |_| ())
             .expect("sleep");
         let pid = child.id() as i32;
         let spec = TreeSpec {
@@ -401,9 +401,8 @@ mod tests {
         let bogus = ProcFs::at("/nonexistent-proc");
         let outcome = terminate(&spec, &bogus, true, libc::SIGTERM, Duration::from_secs(2)).await;
         assert_eq!(outcome.signalled, 1);
-        let status = child.wait().expect("wait");
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        let status = exit.await.expect("exit");
+        assert_eq!(status, crate::reaper::ChildExit::Signal(libc::SIGTERM));
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod reaper;
 pub mod redact;
 pub mod registry;
 pub mod rewrite;
+pub mod scope;
 pub mod session;
 pub mod text;
 pub mod watch;

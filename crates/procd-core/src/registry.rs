@@ -17,6 +17,7 @@ use crate::procfs::ProcFs;
 use crate::reaper::Reaper;
 use crate::redact::{is_env_dump, Redactor};
 use crate::rewrite::rewrite_compound_background;
+use crate::scope::{unit_name, Scopes};
 use crate::session::{self, ExitRecord, PtyReader, Session, SessionSpec, StdinOp, StdinSink};
 use crate::text::{first_chars, last_chars, strip_ansi};
 use crate::watch::{WatchMatcher, WatchOutcome};
@@ -61,6 +62,10 @@ pub struct RegistryOptions {
     pub procfs: ProcFs,
     /// Where the checkpoint of running sessions goes (None: not kept).
     pub checkpoint: Option<PathBuf>,
+    /// Wrap sessions in systemd scopes (the daemon runs under its unit).
+    pub scopes: Option<Arc<Scopes>>,
+    /// Test hook: fail every PTY spawn right after the child exists.
+    pub fail_pty_after_spawn: bool,
     /// Test hook: fail every spawn right after the child exists (R18).
     pub fail_after_spawn: bool,
 }
@@ -99,6 +104,8 @@ pub struct Registry {
     notifications: NotificationQueue,
     redactor: Redactor,
     checkpoint: Option<Checkpoint>,
+    scopes: Option<Arc<Scopes>>,
+    fail_pty_after_spawn: bool,
     /// Entries kept in the checkpoint though not tracked: dead sessions
     /// whose systemd scope could not be stopped (retried next start).
     retained: Mutex<Vec<CheckpointEntry>>,
@@ -123,6 +130,8 @@ impl Registry {
                 enabled: options.config.redact,
             },
             checkpoint: options.checkpoint.map(Checkpoint::new),
+            scopes: options.scopes,
+            fail_pty_after_spawn: options.fail_pty_after_spawn,
             retained: Mutex::new(Vec::new()),
             config: options.config,
             logs_dir: options.logs_dir,
@@ -360,7 +369,31 @@ impl Registry {
             .build(self.inherited_env.iter().cloned(), caller_env, &id);
         let script = format!("set +m; {}", rewrite_compound_background(&spec.command));
 
-        let started = self.start_child(&spec, &env, &script);
+        let mut spec = spec;
+        let mut unit = match &self.scopes {
+            Some(scopes) if scopes.available().await => Some(unit_name(&id)),
+            _ => None,
+        };
+        let started = match self.start_child(&spec, &env, &script, unit.as_deref()) {
+            Err(e) if spec.pty => {
+                // The PTY spawn failed, perhaps after its scope was created:
+                // stop that scope before a pipe spawn under a distinct unit,
+                // and never run the command twice.
+                if let (Some(u), Some(scopes)) = (&unit, &self.scopes) {
+                    if !scopes.stop(u).await {
+                        output.delete_log();
+                        return Err(Error::SpawnFailed(format!(
+                            "PTY spawn failed ({e}) and its scope {u} could not be reaped; not retrying without a PTY"
+                        )));
+                    }
+                }
+                tracing::warn!(session = %id, %e, "PTY spawn failed; falling back to pipes");
+                spec.pty = false;
+                unit = unit.map(|u| format!("{u}-pipe-fallback"));
+                self.start_child(&spec, &env, &script, unit.as_deref())
+            }
+            other => other,
+        };
         let started = match started {
             Ok(s) => s,
             Err(e) => {
@@ -388,6 +421,9 @@ impl Registry {
                 };
                 // Wait for the kill so that no process outlives the error.
                 kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO).await;
+                if let (Some(u), Some(scopes)) = (&unit, &self.scopes) {
+                    scopes.stop(u).await;
+                }
                 output.delete_log();
                 return Err(spawn_err(
                     "session setup failed (the process was killed)",
@@ -414,7 +450,9 @@ impl Registry {
             tokio::spawn(session::stdin_writer(sink, rx));
             tx
         });
-        let session = Arc::new(Session::new(id.clone(), spec, identity, output, stdin_tx));
+        let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx);
+        session.systemd_unit = unit;
+        let session = Arc::new(session);
         self.table().insert(id.clone(), session.clone());
         // Make room: the new session counts towards max_sessions.
         self.prune();
@@ -478,10 +516,14 @@ impl Registry {
                 watch,
             )
             .await;
-            if let Some(reg) = me.upgrade() {
+            let reg = me.upgrade();
+            if let Some(reg) = &reg {
                 reg.on_exit(&supervised, &record);
             }
             supervised.mark_exited(record);
+            if let Some(reg) = reg {
+                reg.checkpoint_soon();
+            }
         });
 
         if let Err(e) = checkpointed {
@@ -519,10 +561,15 @@ impl Registry {
         spec: &SessionSpec,
         env: &BTreeMap<String, String>,
         script: &str,
+        unit: Option<&str>,
     ) -> std::io::Result<StartedChild> {
-        let mut cmd = Command::new(&self.shell[0]);
-        cmd.args(&self.shell[1..])
-            .arg(script)
+        let mut argv: Vec<String> = self.shell.clone();
+        argv.push(script.to_string());
+        if let (Some(unit), Some(scopes)) = (unit, &self.scopes) {
+            argv = scopes.wrap(unit, &argv);
+        }
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
             .env_clear()
             .envs(env)
             .current_dir(&spec.cwd);
@@ -557,11 +604,22 @@ impl Registry {
                     Ok(())
                 });
             }
+            // Duplicated before the fork, so nothing can fail after it.
+            let master = pty.as_fd().try_clone_to_owned()?;
             let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, inspect)?;
             // Only the child may hold the slave: EIO then marks the end.
             drop(cmd);
             drop(pts);
-            let master = pty.as_fd().try_clone_to_owned()?;
+            if self.fail_pty_after_spawn {
+                let root = ProcessIdentity {
+                    pid: child.id() as i32,
+                    start_time,
+                };
+                if let Some(fd) = root.open(procfs) {
+                    let _ = fd.send_signal(libc::SIGKILL);
+                }
+                return Err(std::io::Error::other("injected PTY failure after spawn"));
+            }
             let (reader, writer) = pty.into_split();
             (
                 child,
@@ -688,13 +746,6 @@ impl Registry {
     /// (so a `wait` that returns sees the completion event already queued).
     fn on_exit(&self, session: &Session, record: &ExitRecord) {
         self.running.fetch_sub(1, Ordering::SeqCst);
-        if let Some(me) = self.me.upgrade() {
-            tokio::spawn(async move {
-                if let Err(err) = me.write_checkpoint().await {
-                    tracing::warn!(%err, "cannot write the checkpoint");
-                }
-            });
-        }
         if session.notify_on_complete() {
             self.notifications
                 .push(completion_event(&self.redactor, session, record));
@@ -714,6 +765,18 @@ impl Registry {
     }
 
     // ----- checkpoint and recovery ----------------------------------------------
+
+    /// Records an exit in the checkpoint (called after the state flipped,
+    /// so the snapshot no longer lists the session).
+    fn checkpoint_soon(&self) {
+        if let Some(me) = self.me.upgrade() {
+            tokio::spawn(async move {
+                if let Err(err) = me.write_checkpoint().await {
+                    tracing::warn!(%err, "cannot write the checkpoint");
+                }
+            });
+        }
+    }
 
     /// Writes `procs.json`: every running session (command redacted), plus
     /// retained entries whose scope still needs stopping.
@@ -745,7 +808,7 @@ impl Registry {
                 pty: s.spec.pty,
                 notify_on_complete: s.notify_on_complete(),
                 watch_patterns: s.spec.watch_patterns.clone(),
-                systemd_unit: None,
+                systemd_unit: s.systemd_unit.clone(),
                 log_path: s.output.path().display().to_string(),
             })
             .collect();
@@ -777,7 +840,27 @@ impl Registry {
         for entry in entries {
             match self.adopt(&entry).await {
                 Some(()) => recovered += 1,
-                None => dropped += 1,
+                None => {
+                    dropped += 1;
+                    // A dead session's scope is stopped; if that fails the
+                    // entry stays in the checkpoint to be retried next start.
+                    if let Some(unit) = &entry.systemd_unit {
+                        let stopped = match &self.scopes {
+                            Some(scopes) => scopes.stop(unit).await,
+                            None => {
+                                Scopes::new(self.config.worker_memory_max_mb)
+                                    .stop(unit)
+                                    .await
+                            }
+                        };
+                        if !stopped {
+                            self.retained
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(entry);
+                        }
+                    }
+                }
             }
         }
         self.write_checkpoint().await?;
@@ -835,22 +918,28 @@ impl Registry {
             stdin: StdinMode::Null,
         };
         let started_at = parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
-        let session = Arc::new(Session::recovered(
+        let mut session = Session::recovered(
             e.session_id.clone(),
             spec,
             identity,
             Arc::new(output),
             started_at,
-        ));
+        );
+        session.systemd_unit = e.systemd_unit.clone();
+        let session = Arc::new(session);
         self.running.fetch_add(1, Ordering::SeqCst);
         self.table().insert(session.id.clone(), session.clone());
         let me = self.me.clone();
         tokio::spawn(async move {
             let record = session::supervise_detached(session.clone(), pidfd).await;
-            if let Some(reg) = me.upgrade() {
+            let reg = me.upgrade();
+            if let Some(reg) = &reg {
                 reg.on_exit(&session, &record);
             }
             session.mark_exited(record);
+            if let Some(reg) = reg {
+                reg.checkpoint_soon();
+            }
         });
         Some(())
     }
@@ -1018,6 +1107,7 @@ impl Registry {
         if !s.is_running() {
             // Leftovers still in its group or carrying its marker.
             let out = kill::terminate(&s.tree(), &self.procfs, false, signal, grace).await;
+            self.stop_scope(s).await;
             let state = s.state();
             return KillResult {
                 session_id: s.id.clone(),
@@ -1031,6 +1121,9 @@ impl Registry {
         }
         s.request_termination(reason, source);
         let out = kill::terminate(&s.tree(), &self.procfs, true, signal, grace).await;
+        if out.survivors.is_empty() {
+            self.stop_scope(s).await;
+        }
         // The root is dead or being reaped: give the supervisor its drain.
         let settle = Duration::from_millis(self.config.final_drain_ms) + Duration::from_secs(2);
         let exited = if out.survivors.contains(&s.pid()) {
@@ -1068,6 +1161,14 @@ impl Registry {
             survivors: Vec::new(),
             process_running: None,
             exit: exit_info(&state),
+        }
+    }
+
+    /// Stops the session's systemd scope, if it has one.
+    async fn stop_scope(&self, s: &Session) -> bool {
+        match (&s.systemd_unit, &self.scopes) {
+            (Some(unit), Some(scopes)) => scopes.stop(unit).await,
+            _ => true,
         }
     }
 

@@ -114,6 +114,8 @@ pub struct Session {
     /// Set for a session recovered after a daemon restart: procd no longer
     /// holds its output pipe, so this says what is (un)available.
     pub note: Option<String>,
+    /// The systemd scope the session runs in, if any.
+    pub systemd_unit: Option<String>,
 }
 
 impl Session {
@@ -137,6 +139,7 @@ impl Session {
             stdin_closed: AtomicBool::new(false),
             notify_on_complete: AtomicBool::new(spec.notify_on_complete),
             note: None,
+            systemd_unit: None,
             spec,
         }
     }

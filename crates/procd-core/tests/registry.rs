@@ -39,6 +39,8 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
         inherited_env: std::env::vars().collect(),
         procfs: ProcFs::default(),
         checkpoint: None,
+        scopes: None,
+        fail_pty_after_spawn: false,
         fail_after_spawn: true,
     })
     .unwrap();
@@ -68,9 +70,9 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
 #[tokio::test]
 async fn a_recycled_pid_is_never_signalled() {
     // R26: the recorded start time differs from the live process's.
-    let mut stranger = std::process::Command::new("sleep")
-        .arg("300")
-        .spawn()
+    // Spawned through the reaper, which owns wait(2) in this process.
+    let (stranger, (), exited) = procd_core::reaper::Reaper::global()
+        .spawn(std::process::Command::new("sleep").arg("300"), |_| ())
         .unwrap();
     let pid = stranger.id() as i32;
     let real = ProcessIdentity::of(&ProcFs::default(), pid).unwrap();
@@ -95,6 +97,212 @@ async fn a_recycled_pid_is_never_signalled() {
     assert_eq!(out.signalled, 0, "nothing is signalled");
     assert!(real.is_alive(&ProcFs::default()), "the stranger lives");
     assert!(started.elapsed() < Duration::from_secs(5));
-    stranger.kill().unwrap();
-    stranger.wait().unwrap();
+    real.open(&ProcFs::default())
+        .unwrap()
+        .send_signal(libc::SIGKILL)
+        .unwrap();
+    exited.await.unwrap();
+}
+
+// ----- systemd scopes (R30), through stand-in systemd-run / systemctl -----------
+
+use procd_core::scope::Scopes;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Stand-ins that record their argv in `calls`; systemd-run then runs the
+/// command after `--` (after a pause, so an injected kill lands first).
+fn stand_ins(dir: &Path, systemctl_ok: bool) -> (PathBuf, PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let calls = dir.join("calls");
+    let run = dir.join("systemd-run");
+    std::fs::write(
+        &run,
+        format!(
+            "#!/bin/sh\necho \"systemd-run $*\" >> {c}\nwhile [ \"$1\" != -- ]; do shift; done; shift\n[ \"$1\" = true ] && exit 0\nsleep 0.3\nexec \"$@\"\n",
+            c = calls.display()
+        ),
+    )
+    .unwrap();
+    let ctl = dir.join("systemctl");
+    let tail = if systemctl_ok {
+        "exit 0"
+    } else {
+        "echo 'Access denied' >&2; exit 1"
+    };
+    std::fs::write(
+        &ctl,
+        format!(
+            "#!/bin/sh\necho \"systemctl $*\" >> {}\n{tail}\n",
+            calls.display()
+        ),
+    )
+    .unwrap();
+    for p in [&run, &ctl] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (run, ctl, calls)
+}
+
+fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Registry>, PathBuf) {
+    let (run, ctl, calls) = stand_ins(dir, systemctl_ok);
+    let registry = Registry::new(RegistryOptions {
+        config: Config::default(),
+        logs_dir: dir.join("logs"),
+        default_cwd: dir.to_path_buf(),
+        inherited_env: std::env::vars().collect(),
+        procfs: ProcFs::default(),
+        checkpoint: Some(dir.join("procs.json")),
+        scopes: Some(Arc::new(Scopes::with_programs(
+            run,
+            ctl,
+            4096,
+            procd_core::scope::PROBE_TTL,
+        ))),
+        fail_pty_after_spawn: fail_pty,
+        fail_after_spawn: false,
+    })
+    .unwrap();
+    (registry, calls)
+}
+
+fn calls(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pty_spawn_stops_its_scope_and_falls_back_to_pipes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (registry, log) = scoped_registry(dir.path(), true, true);
+    let ran = dir.path().join("ran");
+    let r = registry
+        .spawn(SpawnRequest {
+            command: format!("echo once >> {}", ran.display()),
+            pty: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!r.pty, "fell back to pipes");
+    let id = r.session_id;
+    registry.wait(&id, Some(20.0)).await.unwrap();
+    let c = calls(&log);
+    let unit = format!("procd-worker-{id}");
+    // (The PTY attempt itself may not get to record its call: the injected
+    // failure kills it at once.)
+    let stop = c
+        .iter()
+        .position(|l| l == &format!("systemctl --user stop {unit}.scope"))
+        .expect("the PTY attempt's scope is stopped");
+    let fallback = c
+        .iter()
+        .position(|l| l.contains(&format!("--unit {unit}-pipe-fallback ")))
+        .expect("the pipe spawn runs under a distinct unit");
+    assert!(stop < fallback, "{c:?}");
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap(),
+        "once\n",
+        "the command ran exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn if_the_scope_cannot_be_stopped_the_spawn_fails_and_nothing_runs_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let (registry, log) = scoped_registry(dir.path(), false, true);
+    let ran = dir.path().join("ran");
+    let err = registry
+        .spawn(SpawnRequest {
+            command: format!("echo once >> {}", ran.display()),
+            pty: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("could not be reaped"), "{err}");
+    assert!(!calls(&log).iter().any(|l| l.contains("-pipe-fallback")));
+    assert!(!ran.exists(), "the command did not run");
+    assert_eq!(registry.counts(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_stops_dead_sessions_scopes_and_retries_failed_stops() {
+    for systemctl_ok in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = serde_json::json!([{
+            "session_id": "proc_dead00000000", "command": "x", "pid": 999_999, "start_time": 1,
+            "identity": "999999:1", "pgid": 999_999, "cwd": "/", "started_at": "2026-01-01T00:00:00.000Z",
+            "systemd_unit": "procd-worker-proc_dead00000000", "log_path": "/nonexistent",
+        }]);
+        std::fs::write(dir.path().join("procs.json"), entry.to_string()).unwrap();
+        let (registry, log) = scoped_registry(dir.path(), systemctl_ok, false);
+        assert_eq!(registry.recover().await.unwrap(), (0, 1));
+        assert!(calls(&log)
+            .contains(&"systemctl --user stop procd-worker-proc_dead00000000.scope".to_string()));
+        let after: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("procs.json")).unwrap())
+                .unwrap();
+        if systemctl_ok {
+            assert_eq!(
+                after,
+                serde_json::json!([]),
+                "dropped once its scope is gone"
+            );
+        } else {
+            assert_eq!(
+                after.as_array().unwrap().len(),
+                1,
+                "kept for the next start"
+            );
+            assert_eq!(after[0]["session_id"], "proc_dead00000000");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_recovered_exited_session_still_stops_its_scope() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stand, (), exited) = procd_core::reaper::Reaper::global()
+        .spawn(
+            std::process::Command::new("sleep")
+                .arg("300")
+                .env("PROCD_SESSION_ID", "proc_aaaa00000000"),
+            |_| (),
+        )
+        .unwrap();
+    let pid = stand.id() as i32;
+    let start = ProcFs::default().stat(pid).unwrap().start_time;
+    let entry = serde_json::json!([{
+        "session_id": "proc_aaaa00000000", "command": "sleep 300", "pid": pid, "start_time": start,
+        "identity": format!("{pid}:{start}"), "pgid": pid, "cwd": "/", "started_at": "2026-01-01T00:00:00.000Z",
+        "systemd_unit": "procd-worker-proc_aaaa00000000", "log_path": dir.path().join("a.log"),
+    }]);
+    std::fs::write(dir.path().join("procs.json"), entry.to_string()).unwrap();
+    let (registry, log) = scoped_registry(dir.path(), true, false);
+    assert_eq!(registry.recover().await.unwrap(), (1, 0));
+    ProcessIdentity {
+        pid,
+        start_time: start,
+    }
+    .open(&ProcFs::default())
+    .unwrap()
+    .send_signal(libc::SIGKILL)
+    .unwrap();
+    exited.await.unwrap();
+    let w = registry
+        .wait("proc_aaaa00000000", Some(20.0))
+        .await
+        .unwrap();
+    assert_eq!(w.status, procd_proto::WaitStatus::Exited);
+    let k = registry
+        .kill("proc_aaaa00000000", None, None)
+        .await
+        .unwrap();
+    assert_eq!(k.status, procd_proto::KillStatus::AlreadyExited);
+    assert!(calls(&log)
+        .contains(&"systemctl --user stop procd-worker-proc_aaaa00000000.scope".to_string()));
 }

@@ -303,6 +303,14 @@ async fn serve_claimed(options: DaemonOptions, listening: Listening) -> Result<i
         inherited_env: std::env::vars().collect(),
         procfs: ProcFs::default(),
         checkpoint: Some(options.paths.procs_json()),
+        // Scopes only when systemd started us (its unit, or socket
+        // activation): an inherited INVOCATION_ID alone proves nothing.
+        scopes: (listening.activated || procd_core::scope::started_by_unit()).then(|| {
+            Arc::new(procd_core::scope::Scopes::new(
+                options.config.worker_memory_max_mb,
+            ))
+        }),
+        fail_pty_after_spawn: false,
         fail_after_spawn: false,
     })
     .map_err(|e| format!("cannot create {}: {e}", options.paths.logs_dir().display()))?;
