@@ -38,7 +38,7 @@ impl NoiseFilter {
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         let mut rest = chunk;
         while !rest.is_empty() {
-            let (line, complete) = match rest.iter().position(|b| *b == b'\n') {
+            let (line, complete) = match memchr::memchr(b'\n', rest) {
                 Some(i) => (&rest[..=i], true),
                 None => (rest, false),
             };

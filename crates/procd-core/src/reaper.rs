@@ -117,7 +117,7 @@ impl Reaper {
                     let table = self.lock();
                     let _unused = self
                         .spawned
-                        .wait_timeout_while(table, std::time::Duration::from_secs(5), |t| {
+                        .wait_timeout_while(table, std::time::Duration::from_secs(60), |t| {
                             t.generation == seen
                         })
                         .unwrap_or_else(|e| e.into_inner());

@@ -633,6 +633,9 @@ impl Registry {
             )
         } else {
             let (out_read, out_write) = std::io::pipe()?;
+            // A larger pipe lets a chatty child write bigger bursts between
+            // our reads (fewer wake-ups); it is only a hint.
+            let _ = nix::fcntl::fcntl(&out_read, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
             let err_write = out_write.try_clone()?;
             cmd.stdout(out_write).stderr(err_write);
             let stdin_write = match spec.stdin {
@@ -1263,6 +1266,13 @@ impl Registry {
             .collect();
         self.kill_many(victims, source.unwrap_or("kill_started_since"))
             .await
+    }
+
+    /// Whether a running session has an owner (whose lease must be watched).
+    pub fn has_owned_sessions(&self) -> bool {
+        self.table()
+            .values()
+            .any(|s| s.spec.owner.is_some() && s.is_running())
     }
 
     /// Ends the non-persistent sessions of owners whose lease is gone.

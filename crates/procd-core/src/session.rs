@@ -304,8 +304,10 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     mut watch: Option<Watch>,
 ) -> Arc<ExitRecord> {
     const FINAL_DRAIN_MAX: usize = 1 << 20;
+    const MAX_READ_BUF: usize = 1 << 20;
     let store = session.output.clone();
-    let mut buf = vec![0u8; 64 * 1024];
+    // Starts small (many idle sessions), doubles while reads fill it.
+    let mut buf = vec![0u8; 16 * 1024];
     let mut filtered = Vec::with_capacity(64 * 1024);
     let mut eof = false;
     let timeout = session.spec.timeout;
@@ -326,6 +328,9 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
                 Ok(n) => {
                     store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
                     watch_chunk(&mut watch, &filtered);
+                    if n == buf.len() && buf.len() < MAX_READ_BUF {
+                        buf.resize(buf.len() * 2, 0);
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => eof = true,

@@ -6,7 +6,7 @@
 //! `wait` does not hold up a `poll`; responses carry their ids and are
 //! written as they complete.
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use jsonrpsee::types::{ErrorCode, ErrorObject, Id, Response, ResponsePayload};
 use jsonrpsee::Methods;
 use procd_proto::error::{INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -35,73 +36,71 @@ pub async fn serve(
     max_request_bytes: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (read_half, mut write_half) = stream.into_split();
+    let (read_half, mut writer) = stream.into_split();
     // Framed on bytes, not str: a line that is not UTF-8 gets a parse
     // error and the connection carries on (a str codec would end it).
-    let codec = AnyDelimiterCodec::new_with_max_length(
-        b"
-"
-        .to_vec(),
-        Vec::new(),
-        max_request_bytes,
-    );
+    let codec =
+        AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), max_request_bytes);
     let mut lines = FramedRead::new(read_half, codec);
+    // Answers of requests that had to wait, and subscription items.
     let (out_tx, mut out_rx) = mpsc::channel::<String>(MAX_IN_FLIGHT);
-    let writer = tokio::spawn(async move {
-        while let Some(mut line) = out_rx.recv().await {
-            line.push('\n');
-            if write_half.write_all(line.as_bytes()).await.is_err() {
-                break;
-            }
-        }
-        // FIN after the last answer, so the peer sees them and then EOF.
-        let _ = write_half.shutdown().await;
-    });
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut tasks = JoinSet::new();
-    let mut stopped = false;
-    let mut refused = false;
     // Cancelled when the client stops sending: its subscriptions end (their
     // receivers drop, which frees the subscription tasks in jsonrpsee).
     let client_gone = CancellationToken::new();
+    let mut stopped = false;
+    let mut refused = false;
+    let mut broken = false;
     loop {
         tokio::select! {
             _ = crate::stopped(&mut shutdown) => { stopped = true; break }
+            Some(answer) = out_rx.recv() => {
+                if write_line(&mut writer, answer).await.is_err() { broken = true; break }
+            }
             next = lines.next() => match next {
                 None => break,
                 Some(Ok(bytes)) => {
                     let Ok(line) = String::from_utf8(bytes.to_vec()) else {
                         let msg = "Parse error: the request is not valid UTF-8";
-                        let _ = out_tx.send(error_response(Id::Null, PARSE_ERROR, msg)).await;
+                        if write_line(&mut writer, error_response(Id::Null, PARSE_ERROR, msg)).await.is_err() {
+                            broken = true;
+                            break;
+                        }
                         continue;
                     };
-                    let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
                     let methods = methods.clone();
+                    let mut request = Box::pin(async move { handle_line(&line, &methods).await });
+                    // Most requests finish at once: answer them right here,
+                    // without handing them to another task (and thread).
+                    if let Some((answer, notifications)) = (&mut request).now_or_never() {
+                        if let Some(answer) = answer {
+                            if write_line(&mut writer, answer).await.is_err() { broken = true; break }
+                        }
+                        if let Some(rx) = notifications.filter(|rx| !rx.is_closed() || !rx.is_empty()) {
+                            tasks.spawn(forward(rx, out_tx.clone(), client_gone.clone()));
+                        }
+                        continue;
+                    }
+                    // It waits (a long poll, `wait`, a full stdin pipe): let
+                    // it finish on its own while this connection reads on.
+                    let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
                     let out = out_tx.clone();
                     let gone = client_gone.clone();
                     tasks.spawn(async move {
-                        let (response, notifications) = handle_line(&line, &methods).await;
-                        if let Some(response) = response {
-                            let _ = out.send(response).await;
+                        let (answer, notifications) = request.await;
+                        if let Some(answer) = answer {
+                            let _ = out.send(answer).await;
                         }
                         drop(permit);
-                        // A subscription streams until it ends or the client goes.
-                        if let Some(mut rx) = notifications {
-                            loop {
-                                tokio::select! {
-                                    item = rx.recv() => match item {
-                                        Some(item) => if out.send(item.get().to_string()).await.is_err() { break },
-                                        None => break,
-                                    },
-                                    _ = gone.cancelled() => break,
-                                }
-                            }
+                        if let Some(rx) = notifications {
+                            forward(rx, out, gone).await;
                         }
                     });
                 }
                 Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                     let msg = format!("request line exceeds max_request_bytes ({max_request_bytes}); closing the connection");
-                    let _ = out_tx.send(error_response(Id::Null, INVALID_REQUEST, &msg)).await;
+                    let _ = write_line(&mut writer, error_response(Id::Null, INVALID_REQUEST, &msg)).await;
                     refused = true;
                     break;
                 }
@@ -111,13 +110,30 @@ pub async fn serve(
         }
     }
     client_gone.cancel();
-    if stopped {
+    if stopped || broken {
         tasks.abort_all();
     }
     // A client that half-closed still gets the answers to what it sent.
-    while tasks.join_next().await.is_some() {}
     drop(out_tx);
-    let _ = writer.await;
+    if !broken {
+        loop {
+            tokio::select! {
+                answer = out_rx.recv() => match answer {
+                    Some(answer) => if write_line(&mut writer, answer).await.is_err() { break },
+                    None => break,
+                },
+                joined = tasks.join_next() => if joined.is_none() && out_rx.is_empty() {
+                    // Every task is done; anything they sent is drained next.
+                    while let Ok(answer) = out_rx.try_recv() {
+                        if write_line(&mut writer, answer).await.is_err() { break }
+                    }
+                    break;
+                },
+            }
+        }
+    }
+    // FIN after the last answer, so the peer sees them and then EOF.
+    let _ = writer.shutdown().await;
     if refused {
         // Closing with unread input would reset the connection and destroy
         // the error answer in flight: discard what the peer still sends,
@@ -128,6 +144,24 @@ pub async fn serve(
             while matches!(rest.read(&mut sink).await, Ok(n) if n > 0) {}
         })
         .await;
+    }
+}
+
+async fn write_line(writer: &mut OwnedWriteHalf, mut line: String) -> std::io::Result<()> {
+    line.push('\n');
+    writer.write_all(line.as_bytes()).await
+}
+
+/// Streams a subscription's items until it ends or the client goes away.
+async fn forward(mut rx: Notifications, out: mpsc::Sender<String>, gone: CancellationToken) {
+    loop {
+        tokio::select! {
+            item = rx.recv() => match item {
+                Some(item) => if out.send(item.get().to_string()).await.is_err() { return },
+                None => return,
+            },
+            _ = gone.cancelled() => return,
+        }
     }
 }
 
@@ -184,6 +218,18 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValu
 }
 
 async fn handle_single(text: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
+    // The common case, a request with an id, is parsed once (by jsonrpsee);
+    // anything it rejects is classified below.
+    if text.contains("\"id\"") {
+        if let Ok((response, notifications)) =
+            methods.raw_json_request(text, SUBSCRIPTION_BUFFER).await
+        {
+            return (
+                Some(clarify_invalid_params(response.get())),
+                Some(notifications),
+            );
+        }
+    }
     let probe: Probe = match serde_json::from_str(text) {
         Ok(p) => p,
         Err(_) => return (Some(malformed(text)), None),

@@ -1,0 +1,680 @@
+//! procd-bench: measures procd against its baselines in one run.
+//!
+//! Each figure is measured together with its baseline, alternating them
+//! over several rounds, and reported as median/p99 and a ratio. The daemon
+//! is this very binary re-executed as `--daemon-child HOME` (it links the
+//! same daemon library as `procd`), so `cargo run --release -p procd-bench`
+//! needs nothing else. Sessions and baselines run with a temp HOME so that
+//! `bash -lic` reads no dotfiles in either.
+//!
+//! Usage: procd-bench [--quick] [--json]
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Clone, Serialize)]
+struct Row {
+    metric: String,
+    /// procd's figure.
+    value: f64,
+    /// The baseline measured in the same run (when there is one).
+    baseline: Option<f64>,
+    ratio: Option<f64>,
+    unit: String,
+    target: String,
+    met: bool,
+    /// How the figure was taken (median, p99, rounds…).
+    detail: String,
+}
+
+struct Sizes {
+    rounds: usize,
+    polls: usize,
+    ingest_bytes: u64,
+    ingest_rounds: usize,
+    latency_lines: usize,
+    idle: Duration,
+    many: usize,
+}
+
+const QUICK: Sizes = Sizes {
+    rounds: 8,
+    polls: 300,
+    ingest_bytes: 32 << 20,
+    ingest_rounds: 1,
+    latency_lines: 20,
+    idle: Duration::from_secs(2),
+    many: 40,
+};
+
+const FULL: Sizes = Sizes {
+    rounds: 60,
+    polls: 5000,
+    ingest_bytes: 1 << 30,
+    ingest_rounds: 3,
+    latency_lines: 200,
+    idle: Duration::from_secs(10),
+    many: 500,
+};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--daemon-child") {
+        let home = PathBuf::from(args.get(i + 1).expect("--daemon-child HOME"));
+        std::process::exit(run_daemon(&home));
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let as_json = args.iter().any(|a| a == "--json");
+    let sizes = if quick { QUICK } else { FULL };
+    let rows = run_all(&sizes);
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
+    } else {
+        print_table(&rows, quick);
+    }
+}
+
+fn run_daemon(home: &Path) -> i32 {
+    let paths = procd_gateway::Paths::resolve(Some(home));
+    let config = match procd_gateway::config::load(&paths.config_file, false) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("procd-bench daemon: {e}");
+            return 2;
+        }
+    };
+    procd_server::run(procd_server::DaemonOptions {
+        paths,
+        config,
+        mode: procd_server::LaunchMode::Foreground,
+        command_line: "procd-bench --daemon-child".into(),
+    })
+}
+
+// ----- the daemon under test ------------------------------------------------------
+
+struct Daemon {
+    home: tempfile::TempDir,
+    child: Child,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        Daemon::with_config("")
+    }
+
+    fn with_config(extra: &str) -> Daemon {
+        let home = tempfile::Builder::new()
+            .prefix("pb")
+            .tempdir_in("/tmp")
+            .expect("temp home");
+        std::fs::write(
+            home.path().join("config.toml"),
+            format!("max_running = 2000\nmax_sessions = 4000\nfinished_ttl_s = 3600\n{extra}"),
+        )
+        .expect("config");
+        let exe = std::env::current_exe().expect("own path");
+        let child = Command::new(exe)
+            .arg("--daemon-child")
+            .arg(home.path())
+            .env("HOME", home.path())
+            .env("PROCD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the daemon");
+        let d = Daemon { home, child };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while UnixStream::connect(d.socket()).is_err() {
+            assert!(Instant::now() < deadline, "the daemon did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        d
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.home.path().join("run/procd.sock")
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn connect(&self) -> Line {
+        Line::open(&self.socket())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal line client: the same code talks to procd and to the echo
+/// baseline, so the ratio measures the servers, not the clients.
+struct Line {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    buf: String,
+}
+
+impl Line {
+    fn open(socket: &Path) -> Line {
+        let s = UnixStream::connect(socket).expect("connect");
+        Line {
+            reader: BufReader::new(s.try_clone().expect("clone")),
+            writer: s,
+            buf: String::new(),
+        }
+    }
+
+    fn round_trip(&mut self, line: &str) -> &str {
+        self.writer.write_all(line.as_bytes()).expect("write");
+        self.buf.clear();
+        self.reader.read_line(&mut self.buf).expect("read");
+        &self.buf
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+            .to_string()
+            + "\n";
+        let resp: Value = serde_json::from_str(self.round_trip(&req)).expect("JSON answer");
+        match resp.get("result") {
+            Some(r) => r.clone(),
+            None => panic!("{method} failed: {resp}"),
+        }
+    }
+}
+
+// ----- statistics ----------------------------------------------------------------
+
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    let mut v = samples.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((v.len() - 1) as f64 * p).round() as usize;
+    v[idx]
+}
+
+fn median(samples: &[f64]) -> f64 {
+    percentile(samples, 0.5)
+}
+
+fn now_epoch() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+// ----- the measurements ------------------------------------------------------------
+
+fn run_all(s: &Sizes) -> Vec<Row> {
+    let d = Daemon::start();
+    let mut rows = Vec::new();
+    rows.push(spawn_wait(&d, s));
+    let (poll_row, poll_p50) = poll_round_trip(&d, s);
+    rows.push(poll_row);
+    rows.push(exit_to_wait(&d, s));
+    rows.push(ingest(&d, s));
+    rows.push(output_to_read(&d, s));
+    rows.extend(idle(&d, s));
+    rows.extend(many_sessions(&d, s, poll_p50));
+    rows
+}
+
+/// The argv procd runs for `command` (see procd-core's registry).
+fn shell_argv(command: &str) -> (String, Vec<String>) {
+    let bash = ["/usr/bin/bash", "/bin/bash"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("bash");
+    (
+        bash.into(),
+        vec!["-lic".into(), format!("set +m; {command}")],
+    )
+}
+
+fn spawn_wait(d: &Daemon, s: &Sizes) -> Row {
+    let mut c = d.connect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (bash, args) = shell_argv("true");
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..s.rounds {
+        let t = Instant::now();
+        let id = c.call("spawn", json!({"command": "true"}))["session_id"].clone();
+        let w = c.call("wait", json!({"session_id": id, "timeout_s": 30}));
+        assert_eq!(w["status"], "exited");
+        ours.push(t.elapsed().as_secs_f64() * 1e3);
+
+        let t = Instant::now();
+        rt.block_on(async {
+            let mut child = tokio::process::Command::new(&bash)
+                .args(&args)
+                .env("HOME", d.home.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("baseline spawn");
+            let mut out = child.stdout.take().expect("stdout");
+            let mut sink = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut out, &mut sink).await;
+            child.wait().await.expect("baseline wait")
+        });
+        base.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (v, b) = (median(&ours), median(&base));
+    Row {
+        metric: "spawn + wait of `true` (2 RPCs)".into(),
+        value: v,
+        baseline: Some(b),
+        ratio: Some(v / b),
+        unit: "ms".into(),
+        target: "<= 1.5x".into(),
+        met: v / b <= 1.5,
+        detail: format!(
+            "median of {} rounds; baseline: tokio Command spawn + wait of the same bash -lic argv",
+            s.rounds
+        ),
+    }
+}
+
+/// A line echo server: the floor for a request/response over a Unix socket.
+fn echo_server(dir: &Path) -> PathBuf {
+    let path = dir.join("echo.sock");
+    let listener = UnixListener::bind(&path).expect("echo socket");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut w = stream.try_clone().expect("clone");
+                let mut r = BufReader::new(stream);
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    if w.write_all(line.as_bytes()).is_err() {
+                        return;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    path
+}
+
+/// Pins this thread and every thread of `pid` to one CPU (or back to all):
+/// round trips then measure the servers plus a context switch, not the
+/// VM's cross-CPU wake-up latency (which varies 10x between runs here).
+fn pin(pid: i32, cpu: Option<usize>) {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let mut set = CpuSet::new();
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    for c in 0..cpus {
+        if cpu.is_none_or(|only| only == c) {
+            let _ = set.set(c);
+        }
+    }
+    let _ = sched_setaffinity(Pid::from_raw(0), &set);
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) {
+                let _ = sched_setaffinity(Pid::from_raw(tid), &set);
+            }
+        }
+    }
+}
+
+fn poll_round_trip(d: &Daemon, s: &Sizes) -> (Row, f64) {
+    let mut c = d.connect();
+    let id = c.call("spawn", json!({"command": "sleep 600"}))["session_id"].clone();
+    pin(d.pid(), Some(0));
+    let mut echo = Line::open(&echo_server(d.home.path()));
+    let poll = json!({"jsonrpc": "2.0", "id": 1, "method": "poll", "params": {"session_id": id}})
+        .to_string()
+        + "\n";
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string() + "\n";
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for i in 0..s.polls + 50 {
+        let t = Instant::now();
+        c.round_trip(&poll);
+        let a = t.elapsed().as_secs_f64() * 1e6;
+        let t = Instant::now();
+        echo.round_trip(&ping);
+        let b = t.elapsed().as_secs_f64() * 1e6;
+        if i >= 50 {
+            ours.push(a);
+            base.push(b);
+        }
+    }
+    pin(d.pid(), None);
+    c.call("kill", json!({"session_id": id}));
+    let (v, b) = (median(&ours), median(&base));
+    let row = Row {
+        metric: "poll round trip, p50".into(),
+        value: v,
+        baseline: Some(b),
+        ratio: Some(v / b),
+        unit: "us".into(),
+        target: "<= 1.3x".into(),
+        met: v / b <= 1.3,
+        detail: format!(
+            "{} alternating round trips, client and servers pinned to one CPU; p99 {:.0} us vs {:.0} us; baseline: line echo server on a Unix socket",
+            s.polls,
+            percentile(&ours, 0.99),
+            percentile(&base, 0.99)
+        ),
+    };
+    (row, v)
+}
+
+fn exit_to_wait(d: &Daemon, s: &Sizes) -> Row {
+    let mut c = d.connect();
+    let mut lat = Vec::new();
+    for _ in 0..s.rounds {
+        // The last thing the child does is print the time; then it exits.
+        let id = c.call(
+            "spawn",
+            json!({"command": "sleep 0.02; echo $EPOCHREALTIME"}),
+        )["session_id"]
+            .clone();
+        let w = c.call("wait", json!({"session_id": id, "timeout_s": 30}));
+        let got = now_epoch();
+        let printed: f64 = w["output"]
+            .as_str()
+            .unwrap_or("")
+            .trim()
+            .parse()
+            .unwrap_or(got);
+        lat.push((got - printed) * 1e3);
+    }
+    let p99 = percentile(&lat, 0.99);
+    Row {
+        metric: "child exit -> wait returns, p99".into(),
+        value: p99,
+        baseline: None,
+        ratio: None,
+        unit: "ms".into(),
+        target: "<= 5 ms".into(),
+        met: p99 <= 5.0,
+        detail: format!(
+            "{} rounds, median {:.2} ms; from the child's last output to the answer",
+            s.rounds,
+            median(&lat)
+        ),
+    }
+}
+
+fn ingest(d: &Daemon, s: &Sizes) -> Row {
+    let mut c = d.connect();
+    let size = s.ingest_bytes;
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..s.ingest_rounds {
+        let t = Instant::now();
+        let id = c.call(
+            "spawn",
+            json!({"command": format!("head -c {size} /dev/zero")}),
+        )["session_id"]
+            .clone();
+        let w = c.call("wait", json!({"session_id": id, "timeout_s": 600}));
+        assert_eq!(w["status"], "exited");
+        ours.push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
+
+        let t = Instant::now();
+        let mut child = Command::new("head")
+            .args(["-c", &size.to_string(), "/dev/zero"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("cat baseline");
+        let mut out = child.stdout.take().expect("stdout");
+        let mut buf = vec![0u8; 64 * 1024];
+        while out.read(&mut buf).is_ok_and(|n| n > 0) {}
+        child.wait().expect("baseline wait");
+        base.push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
+    }
+    let (v, b) = (median(&ours), median(&base));
+    Row {
+        metric: format!("output ingest ({} MiB, one session)", size >> 20),
+        value: v,
+        baseline: Some(b),
+        ratio: Some(v / b),
+        unit: "MB/s".into(),
+        target: ">= 0.7x".into(),
+        met: v / b >= 0.7,
+        detail: format!(
+            "{} rounds; baseline: the same bytes through a pipe into a reader",
+            s.ingest_rounds
+        ),
+    }
+}
+
+fn output_to_read(d: &Daemon, s: &Sizes) -> Row {
+    let mut c = d.connect();
+    let id = c.call(
+        "spawn",
+        json!({"command": format!("for i in $(seq {}); do echo $EPOCHREALTIME; sleep 0.02; done", s.latency_lines)}),
+    )["session_id"]
+        .clone();
+    let mut cursor = 0u64;
+    let mut lat = Vec::new();
+    loop {
+        let r = c.call(
+            "read",
+            json!({"session_id": id, "cursor": cursor, "wait_ms": 5000}),
+        );
+        let got = now_epoch();
+        for line in r["data"].as_str().unwrap_or("").lines() {
+            if let Ok(t) = line.trim().parse::<f64>() {
+                lat.push((got - t) * 1e3);
+            }
+        }
+        cursor = r["next_cursor"].as_u64().unwrap_or(cursor);
+        if r["eof"] == true {
+            break;
+        }
+    }
+    let p99 = percentile(&lat, 0.99);
+    Row {
+        metric: "output appears -> read{wait_ms} returns, p99".into(),
+        value: p99,
+        baseline: None,
+        ratio: None,
+        unit: "ms".into(),
+        target: "<= 5 ms".into(),
+        met: p99 <= 5.0,
+        detail: format!("{} lines, median {:.2} ms", lat.len(), median(&lat)),
+    }
+}
+
+/// Context switches of all the daemon's threads so far.
+fn context_switches(pid: i32) -> u64 {
+    let mut total = 0;
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(status) = std::fs::read_to_string(t.path().join("status")) {
+                for line in status.lines() {
+                    if let Some(v) = line
+                        .strip_prefix("voluntary_ctxt_switches:")
+                        .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+                    {
+                        total += v.trim().parse::<u64>().unwrap_or(0);
+                    }
+                }
+            }
+        }
+    }
+    total
+}
+
+fn rss_mib(pid: i32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn idle(d: &Daemon, s: &Sizes) -> Vec<Row> {
+    let mut c = d.connect();
+    c.call("kill_all", json!({}));
+    drop(c);
+    std::thread::sleep(Duration::from_millis(1500)); // let the last work settle
+    let before = context_switches(d.pid());
+    std::thread::sleep(s.idle);
+    let after = context_switches(d.pid());
+    let per_second = (after - before) as f64 / s.idle.as_secs_f64();
+    let rss = rss_mib(d.pid());
+    // The same idle daemon with its monitor slowed to once an hour: what
+    // is left is every other source of wake-ups (there should be none).
+    let quiet = Daemon::with_config("monitor_interval_s = 3600\n");
+    std::thread::sleep(Duration::from_millis(1500));
+    let q0 = context_switches(quiet.pid());
+    std::thread::sleep(s.idle);
+    let q1 = context_switches(quiet.pid());
+    let others = (q1 - q0) as f64 / s.idle.as_secs_f64();
+    drop(quiet);
+    vec![
+        Row {
+            metric: format!("idle daemon, wakeups besides the 1 Hz monitor ({} s)", s.idle.as_secs()),
+            value: others,
+            baseline: None,
+            ratio: None,
+            unit: "switches/s".into(),
+            target: "none".into(),
+            met: others <= 0.5,
+            detail: format!(
+                "context switches of all daemon threads with the monitor at 1/hour: {} in {} s; with the 1 Hz monitor: {:.1}/s (one tick = a timer wake-up, retention, and the runtime's thread hand-offs)",
+                q1 - q0,
+                s.idle.as_secs(),
+                per_second
+            ),
+        },
+        Row {
+            metric: "idle daemon, RSS".into(),
+            value: rss,
+            baseline: None,
+            ratio: None,
+            unit: "MiB".into(),
+            target: "<= 10 MiB".into(),
+            met: rss <= 10.0,
+            detail: "VmRSS after the runs above".into(),
+        },
+    ]
+}
+
+fn many_sessions(d: &Daemon, s: &Sizes, one_session_p50: f64) -> Vec<Row> {
+    let mut c = d.connect();
+    let mut ids = Vec::new();
+    for _ in 0..s.many {
+        ids.push(c.call("spawn", json!({"command": "sleep 600"}))["session_id"].clone());
+    }
+    let poll = json!({"jsonrpc": "2.0", "id": 1, "method": "poll", "params": {"session_id": ids[s.many / 2]}}).to_string() + "\n";
+    let mut samples = Vec::new();
+    pin(d.pid(), Some(0));
+    for i in 0..s.polls + 50 {
+        let t = Instant::now();
+        c.round_trip(&poll);
+        if i >= 50 {
+            samples.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    pin(d.pid(), None);
+    let rss = rss_mib(d.pid());
+    c.call("kill_all", json!({}));
+    let v = median(&samples);
+    vec![
+        Row {
+            metric: format!("poll p50 with {} live sessions", s.many),
+            value: v,
+            baseline: Some(one_session_p50),
+            ratio: Some(v / one_session_p50),
+            unit: "us".into(),
+            target: "<= 1.2x".into(),
+            met: v / one_session_p50 <= 1.2,
+            detail: "pinned as above; baseline: the 1-session poll p50 of this run".into(),
+        },
+        Row {
+            metric: format!("daemon RSS with {} live sessions", s.many),
+            value: rss,
+            baseline: None,
+            ratio: None,
+            unit: "MiB".into(),
+            target: "<= 100 MiB".into(),
+            met: rss <= 100.0,
+            detail: "VmRSS".into(),
+        },
+    ]
+}
+
+fn print_table(rows: &[Row], quick: bool) {
+    println!(
+        "procd-bench{} — {} cores, {}",
+        if quick {
+            " --quick (sizes reduced; not for comparison)"
+        } else {
+            ""
+        },
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| c
+                .lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string()))
+            .unwrap_or_default()
+    );
+    println!("| metric | procd | baseline | ratio | target | met? |");
+    println!("|---|---|---|---|---|---|");
+    for r in rows {
+        let base = r
+            .baseline
+            .map(|b| format!("{b:.2} {}", r.unit))
+            .unwrap_or_else(|| "—".into());
+        let ratio = r
+            .ratio
+            .map(|x| format!("{x:.2}x"))
+            .unwrap_or_else(|| "—".into());
+        println!(
+            "| {} | {:.2} {} | {} | {} | {} | {} |",
+            r.metric,
+            r.value,
+            r.unit,
+            base,
+            ratio,
+            r.target,
+            if r.met { "yes" } else { "NO" }
+        );
+    }
+    println!();
+    for r in rows {
+        println!("- {}: {}", r.metric, r.detail);
+    }
+}
