@@ -84,15 +84,24 @@ impl Paths {
         create_private_dir(&self.runtime_dir)?;
         create_private_dir(&self.state_dir)
     }
+
+    /// Makes both directories private to the user (the daemon does this
+    /// once when it claims the instance).
+    pub fn restrict_dirs(&self) -> io::Result<()> {
+        for dir in [&self.runtime_dir, &self.state_dir] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(())
+    }
 }
 
-/// Creates `dir` (and parents) and makes it private to the user.
+/// Creates `dir` (and parents), mode 0700 for what it creates; an existing
+/// directory's mode is left alone (the daemon restricts its own at claim).
 pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .create(dir)
 }
 
 fn absolute(p: &Path) -> PathBuf {

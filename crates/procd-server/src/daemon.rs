@@ -170,6 +170,7 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
     let paths = &options.paths;
     paths
         .create_dirs()
+        .and_then(|()| paths.restrict_dirs())
         .map_err(|e| format!("cannot create {}: {e}", paths.runtime_dir.display()))?;
     let _lock = FileLock::acquire(&paths.lifecycle_lock())
         .map_err(|e| format!("cannot take the lifecycle lock: {e}"))?;
