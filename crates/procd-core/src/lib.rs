@@ -6,6 +6,7 @@
 //! requests into calls on `Registry` and its results into responses.
 
 pub mod atomic;
+pub mod budget;
 pub mod checkpoint;
 pub mod clock;
 pub mod config;

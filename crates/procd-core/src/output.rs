@@ -328,6 +328,14 @@ impl OutputStore {
         self.changed.subscribe()
     }
 
+    /// How long no output has arrived (since the start if none has).
+    pub fn quiet_for(&self) -> Duration {
+        self.lock()
+            .last_write
+            .map(|t| t.elapsed())
+            .unwrap_or(Duration::MAX)
+    }
+
     /// Time until a trailing partial line becomes readable (zero if it is).
     pub fn partial_line_ready_in(&self) -> Duration {
         let inner = self.lock();

@@ -87,6 +87,11 @@ pub struct SpawnRequest {
     pub watch_patterns: Vec<String>,
     pub timeout_s: Option<f64>,
     pub stdin: StdinMode,
+    /// Wait up to this long for the session to exit or go quiet, and
+    /// return its output so far (spawn-and-yield).
+    pub yield_ms: Option<f64>,
+    /// The character budget of returned output (see `budget`).
+    pub budget: Option<usize>,
 }
 
 pub struct Registry {
@@ -229,7 +234,69 @@ impl Registry {
         if result.is_err() {
             self.running.fetch_sub(1, Ordering::SeqCst);
         }
-        result
+        let mut result = result?;
+        let wait = yield_duration(req.yield_ms)?;
+        if !wait.is_zero() {
+            let s = self.find(&result.session_id)?;
+            let y = self.yield_output(&s, 0, wait, req.budget).await?;
+            result.status = y.status;
+            result.output = Some(y.output);
+            result.cursor = Some(y.cursor);
+            result.original_chars = y.original_chars;
+            result.exit = y.exit;
+        }
+        Ok(result)
+    }
+
+    /// Waits until the session exits, goes quiet after some output, or
+    /// `wait` passes; then returns its output from `from` on.
+    async fn yield_output(
+        &self,
+        s: &Session,
+        from: u64,
+        wait: Duration,
+        budget: Option<usize>,
+    ) -> Result<Yielded, Error> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let mut output_changed = s.output.subscribe();
+            let mut state_changed = s.subscribe_state();
+            if !s.is_running() {
+                break;
+            }
+            let quiet_in = YIELD_QUIET.saturating_sub(s.output.quiet_for());
+            let produced = s.output.end() > from;
+            if produced && quiet_in.is_zero() {
+                break;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let wake = if produced {
+                deadline.min(now + quiet_in)
+            } else {
+                deadline
+            };
+            tokio::select! {
+                _ = output_changed.changed() => {}
+                _ = state_changed.changed() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+        let r = self
+            .read(&s.id, Some(from), Some(MAX_READ_BYTES), None, None)
+            .await?;
+        let fetch = format!("read from cursor {} to see all of it", r.cursor);
+        let (output, original_chars) = crate::budget::apply(&r.data, budget, &fetch);
+        let state = s.state();
+        Ok(Yielded {
+            output,
+            cursor: r.next_cursor,
+            original_chars,
+            status: status_of(&state),
+            exit: exit_info(&state),
+        })
     }
 
     fn validate(&self, req: &SpawnRequest) -> Result<SessionSpec, Error> {
@@ -550,6 +617,10 @@ impl Registry {
             status: SessionStatus::Running,
             command: self.redactor.command(&session.spec.command).into_owned(),
             started_at: rfc3339(session.started_at),
+            output: None,
+            cursor: None,
+            original_chars: None,
+            exit: None,
         })
     }
 
@@ -949,9 +1020,17 @@ impl Registry {
 
     // ----- reading -------------------------------------------------------------
 
-    pub fn poll(&self, id: &str) -> Result<PollResult, Error> {
+    pub fn poll(&self, id: &str, budget: Option<usize>) -> Result<PollResult, Error> {
         let s = self.find(id)?;
-        Ok(poll_result(&self.redactor, &s))
+        let mut r = poll_result(&self.redactor, &s);
+        let (text, original) = crate::budget::apply(
+            &r.output_preview,
+            budget,
+            "use log (offset/limit) or read with a cursor for all of it",
+        );
+        r.output_preview = text;
+        r.original_chars = original;
+        Ok(r)
     }
 
     pub async fn read(
@@ -960,6 +1039,7 @@ impl Registry {
         cursor: Option<u64>,
         max_bytes: Option<u64>,
         wait_ms: Option<f64>,
+        budget: Option<usize>,
     ) -> Result<ReadResult, Error> {
         let s = self.find(id)?;
         let cursor = cursor.unwrap_or(0);
@@ -987,11 +1067,14 @@ impl Registry {
             let now = tokio::time::Instant::now();
             if !window.bytes.is_empty() || eof || now >= deadline {
                 let text = String::from_utf8_lossy(&window.bytes);
-                let data = self
-                    .redactor
-                    .output(&text, is_env_dump(&s.spec.command))
-                    .into_owned();
+                let data = self.redactor.output(&text, is_env_dump(&s.spec.command));
+                let fetch = format!(
+                    "read from cursor {} with a smaller max_bytes to see all of it",
+                    window.start
+                );
+                let (data, original_chars) = crate::budget::apply(&data, budget, &fetch);
                 return Ok(ReadResult {
+                    original_chars,
                     data,
                     cursor: window.start,
                     next_cursor: window.end(),
@@ -1024,6 +1107,7 @@ impl Registry {
         id: &str,
         offset: Option<u64>,
         limit: Option<u64>,
+        budget: Option<usize>,
     ) -> Result<LogResult, Error> {
         let s = self.find(id)?;
         let limit = limit.unwrap_or(200).min(100_000);
@@ -1042,11 +1126,14 @@ impl Registry {
         if n > 0 {
             output.push('\n');
         }
-        let output = self
-            .redactor
-            .output(&output, is_env_dump(&s.spec.command))
-            .into_owned();
+        let output = self.redactor.output(&output, is_env_dump(&s.spec.command));
+        let (output, original_chars) = crate::budget::apply(
+            &output,
+            budget,
+            &format!("use log with offset {first} and a smaller limit to see all of it"),
+        );
         Ok(LogResult {
+            original_chars,
             session_id: s.id.clone(),
             command: self.redactor.command(&s.spec.command).into_owned(),
             status: status_of(&s.state()),
@@ -1056,7 +1143,12 @@ impl Registry {
         })
     }
 
-    pub async fn wait(&self, id: &str, timeout_s: Option<f64>) -> Result<WaitResult, Error> {
+    pub async fn wait(
+        &self,
+        id: &str,
+        timeout_s: Option<f64>,
+        budget: Option<usize>,
+    ) -> Result<WaitResult, Error> {
         let s = self.find(id)?;
         let timeout = match timeout_s {
             None => Duration::from_secs_f64(self.config.max_wait_s),
@@ -1071,13 +1163,13 @@ impl Registry {
         };
         let exited = s.wait_exited(timeout).await;
         let poll = poll_result(&self.redactor, &s);
-        let output = self
-            .redactor
-            .output(
-                &s.output.tail_text(WAIT_OUTPUT_CHARS),
-                is_env_dump(&s.spec.command),
-            )
-            .into_owned();
+        let tail = s.output.tail_text(WAIT_OUTPUT_CHARS);
+        let output = self.redactor.output(&tail, is_env_dump(&s.spec.command));
+        let (output, original_chars) = crate::budget::apply(
+            &output,
+            budget,
+            "use log (offset/limit) or read with a cursor for all of it",
+        );
         Ok(WaitResult {
             session_id: poll.session_id,
             command: poll.command,
@@ -1091,6 +1183,7 @@ impl Registry {
             uptime_seconds: poll.uptime_seconds,
             output_preview: poll.output_preview,
             output,
+            original_chars,
             process_running: exited.is_none().then_some(true),
             exit: poll.exit,
         })
@@ -1308,8 +1401,30 @@ impl Registry {
         id: &str,
         data: &str,
         submit: bool,
+        yield_ms: Option<f64>,
+        budget: Option<usize>,
     ) -> Result<StdinResult, Error> {
+        let wait = yield_duration(yield_ms)?;
         let s = self.find(id)?;
+        let from = s.output.end();
+        let mut result = self.write_stdin_now(&s, data, submit).await?;
+        if !wait.is_zero() && result.status == StdinStatus::Ok {
+            let y = self.yield_output(&s, from, wait, budget).await?;
+            result.output = Some(y.output);
+            result.cursor = Some(y.cursor);
+            result.original_chars = y.original_chars;
+            result.session_status = Some(y.status);
+            result.exit = y.exit;
+        }
+        Ok(result)
+    }
+
+    async fn write_stdin_now(
+        &self,
+        s: &Session,
+        data: &str,
+        submit: bool,
+    ) -> Result<StdinResult, Error> {
         if !s.is_running() {
             return Ok(already_exited());
         }
@@ -1319,7 +1434,7 @@ impl Registry {
                 s.id
             )));
         }
-        let tx = self.stdin_of(&s)?;
+        let tx = self.stdin_of(s)?;
         let mut bytes = data.as_bytes().to_vec();
         if submit {
             bytes.push(if s.spec.pty { b'\r' } else { b'\n' });
@@ -1330,11 +1445,7 @@ impl Registry {
             return Ok(already_exited());
         }
         match done.await {
-            Ok(Ok(())) => Ok(StdinResult {
-                status: StdinStatus::Ok,
-                bytes_written: n,
-                message: None,
-            }),
+            Ok(Ok(())) => Ok(stdin_result(StdinStatus::Ok, n, None)),
             Ok(Err(e)) if !s.is_running() || e.kind() == std::io::ErrorKind::BrokenPipe => {
                 if s.is_running() {
                     Err(Error::WrongState(format!(
@@ -1390,11 +1501,7 @@ impl Registry {
             return Ok(already_exited());
         }
         match done.await {
-            Ok(Ok(message)) => Ok(StdinResult {
-                status: StdinStatus::Ok,
-                bytes_written: 0,
-                message: Some(message.into()),
-            }),
+            Ok(Ok(message)) => Ok(stdin_result(StdinStatus::Ok, 0, Some(message))),
             Ok(Err(e)) => Err(Error::Internal(format!("closing stdin failed: {e}"))),
             Err(_) => Ok(already_exited()),
         }
@@ -1598,6 +1705,28 @@ impl tokio::io::AsyncRead for OutputReader {
     }
 }
 
+/// How long output must pause before a yield returns ("it went quiet").
+const YIELD_QUIET: Duration = Duration::from_millis(300);
+/// The longest a spawn or write may yield.
+const MAX_YIELD_MS: f64 = 300_000.0;
+
+/// What a spawn or write that yields returns.
+struct Yielded {
+    output: String,
+    cursor: u64,
+    original_chars: Option<u64>,
+    status: SessionStatus,
+    exit: Option<ExitInfo>,
+}
+
+fn yield_duration(yield_ms: Option<f64>) -> Result<Duration, Error> {
+    duration_param(
+        "yield_ms",
+        yield_ms.unwrap_or(0.0) / 1000.0,
+        MAX_YIELD_MS / 1000.0,
+    )
+}
+
 /// Variables that describe the daemon's own supervision and must not leak
 /// into children (a child would otherwise think it was socket-activated).
 const DAEMON_ONLY_VARS: &[&str] = &[
@@ -1646,10 +1775,23 @@ fn duration_param(name: &str, secs: f64, max: f64) -> Result<Duration, Error> {
 }
 
 fn already_exited() -> StdinResult {
+    stdin_result(
+        StdinStatus::AlreadyExited,
+        0,
+        Some("the session has already exited"),
+    )
+}
+
+fn stdin_result(status: StdinStatus, bytes_written: u64, message: Option<&str>) -> StdinResult {
     StdinResult {
-        status: StdinStatus::AlreadyExited,
-        bytes_written: 0,
-        message: Some("the session has already exited".into()),
+        status,
+        bytes_written,
+        message: message.map(String::from),
+        output: None,
+        cursor: None,
+        original_chars: None,
+        session_status: None,
+        exit: None,
     }
 }
 
@@ -1696,6 +1838,7 @@ fn poll_result(r: &Redactor, s: &Session) -> PollResult {
             .output(&s.output.tail_text(PREVIEW_CHARS), env_dump)
             .into_owned(),
         note: s.note.clone(),
+        original_chars: None,
         exit: exit_info(&state),
     }
 }

@@ -189,7 +189,7 @@ async fn a_failed_pty_spawn_stops_its_scope_and_falls_back_to_pipes() {
         .unwrap();
     assert!(!r.pty, "fell back to pipes");
     let id = r.session_id;
-    registry.wait(&id, Some(20.0)).await.unwrap();
+    registry.wait(&id, Some(20.0), None).await.unwrap();
     let c = calls(&log);
     let unit = format!("procd-worker-{id}");
     // (The PTY attempt itself may not get to record its call: the injected
@@ -294,7 +294,7 @@ async fn killing_a_recovered_exited_session_still_stops_its_scope() {
     .unwrap();
     exited.await.unwrap();
     let w = registry
-        .wait("proc_aaaa00000000", Some(20.0))
+        .wait("proc_aaaa00000000", Some(20.0), None)
         .await
         .unwrap();
     assert_eq!(w.status, procd_proto::WaitStatus::Exited);

@@ -30,10 +30,18 @@ pub trait ProcdApi {
         watch_patterns: Option<Vec<String>>,
         timeout_s: Option<f64>,
         stdin: Option<StdinMode>,
+        yield_ms: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
     ) -> RpcResult<SpawnResult>;
 
     #[method(name = "poll", param_kind = map)]
-    async fn poll(&self, session_id: String) -> RpcResult<PollResult>;
+    async fn poll(
+        &self,
+        session_id: String,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
+    ) -> RpcResult<PollResult>;
 
     /// Incremental output from a byte cursor, optionally long-polling.
     #[method(name = "read", param_kind = map)]
@@ -43,6 +51,8 @@ pub trait ProcdApi {
         cursor: Option<u64>,
         max_bytes: Option<u64>,
         wait_ms: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
     ) -> RpcResult<ReadResult>;
 
     #[method(name = "log", param_kind = map)]
@@ -51,10 +61,18 @@ pub trait ProcdApi {
         session_id: String,
         offset: Option<u64>,
         limit: Option<u64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
     ) -> RpcResult<LogResult>;
 
     #[method(name = "wait", param_kind = map)]
-    async fn wait(&self, session_id: String, timeout_s: Option<f64>) -> RpcResult<WaitResult>;
+    async fn wait(
+        &self,
+        session_id: String,
+        timeout_s: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
+    ) -> RpcResult<WaitResult>;
 
     #[method(name = "kill", param_kind = map)]
     async fn kill(
@@ -67,11 +85,27 @@ pub trait ProcdApi {
     #[method(name = "signal", param_kind = map)]
     async fn signal(&self, session_id: String, signal: SignalSpec) -> RpcResult<SignalResult>;
 
+    /// Writes to stdin; with `yield_ms`, waits for the answer (exit, quiet,
+    /// or the time) and returns the output produced after the write.
     #[method(name = "write_stdin", param_kind = map)]
-    async fn write_stdin(&self, session_id: String, data: String) -> RpcResult<StdinResult>;
+    async fn write_stdin(
+        &self,
+        session_id: String,
+        data: String,
+        yield_ms: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
+    ) -> RpcResult<StdinResult>;
 
     #[method(name = "submit_stdin", param_kind = map)]
-    async fn submit_stdin(&self, session_id: String, data: String) -> RpcResult<StdinResult>;
+    async fn submit_stdin(
+        &self,
+        session_id: String,
+        data: String,
+        yield_ms: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
+    ) -> RpcResult<StdinResult>;
 
     #[method(name = "close_stdin", param_kind = map)]
     async fn close_stdin(&self, session_id: String) -> RpcResult<StdinResult>;

@@ -58,6 +58,16 @@ pub struct SpawnResult {
     pub status: SessionStatus,
     pub command: String,
     pub started_at: String,
+    /// With `yield_ms`: the output so far, and the cursor to read on from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<u64>,
+    /// Set when `output` was cut to the budget: its full length in chars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_chars: Option<u64>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitInfo>,
 }
 
 /// How a session ended; present in results once it has exited.
@@ -83,6 +93,9 @@ pub struct PollResult {
     /// Set for a session recovered after a daemon restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Set when the output was cut to the budget: its full length in chars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_chars: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
 }
@@ -96,6 +109,8 @@ pub struct ReadResult {
     pub status: SessionStatus,
     pub exit_code: Option<i32>,
     pub dropped: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_chars: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -106,6 +121,8 @@ pub struct LogResult {
     pub output: String,
     pub total_lines: u64,
     pub showing: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_chars: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,6 +146,8 @@ pub struct WaitResult {
     pub output: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_running: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_chars: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
 }
@@ -182,6 +201,19 @@ pub struct StdinResult {
     pub bytes_written: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// With `yield_ms`: the output produced after the write, and the
+    /// cursor to read on from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_chars: Option<u64>,
+    /// With `yield_ms`: whether the session is still running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_status: Option<SessionStatus>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitInfo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

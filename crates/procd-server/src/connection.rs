@@ -25,6 +25,8 @@ use tokio_util::sync::CancellationToken;
 const MAX_IN_FLIGHT: usize = 64;
 /// Entries allowed in one batch.
 const MAX_BATCH: usize = 256;
+/// How long in-flight requests may take to finish when the daemon stops.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long a refused connection's remaining input is discarded.
 const DISCARD_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
 /// Subscription notifications buffered per call (used by subscriptions).
@@ -110,8 +112,19 @@ pub async fn serve(
         }
     }
     client_gone.cancel();
-    if stopped || broken {
+    if broken {
         tasks.abort_all();
+    } else if stopped {
+        // The daemon is stopping: requests already taken get their answers
+        // (a `kill` that just ended the last session, say), within a bound;
+        // long waits and streams are cut off.
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while let Some(Ok(())) = tasks.join_next().await {}
+        })
+        .await;
+        if drained.is_err() {
+            tasks.abort_all();
+        }
     }
     // A client that half-closed still gets the answers to what it sent.
     drop(out_tx);

@@ -5,6 +5,7 @@ use crate::daemon::Daemon;
 use jsonrpsee::core::{async_trait, RpcResult, SubscriptionResult};
 use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{PendingSubscriptionSink, SubscriptionSink};
+use procd_core::budget::chars_budget;
 use procd_core::{Error, SpawnRequest};
 use procd_proto::*;
 use std::collections::BTreeMap;
@@ -36,6 +37,9 @@ impl ProcdApiServer for Api {
         watch_patterns: Option<Vec<String>>,
         timeout_s: Option<f64>,
         stdin: Option<StdinMode>,
+        yield_ms: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
     ) -> RpcResult<SpawnResult> {
         if let Some(token) = &owner {
             if !self.daemon.owner_is_live(token).await {
@@ -59,12 +63,25 @@ impl ProcdApiServer for Api {
             watch_patterns: watch_patterns.unwrap_or_default(),
             timeout_s,
             stdin: stdin.unwrap_or_default(),
+            yield_ms,
+            budget: chars_budget(max_output_chars, max_output_tokens),
         };
         self.daemon.registry.spawn(req).await.map_err(rpc_err)
     }
 
-    async fn poll(&self, session_id: String) -> RpcResult<PollResult> {
-        self.daemon.registry.poll(&session_id).map_err(rpc_err)
+    async fn poll(
+        &self,
+        session_id: String,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
+    ) -> RpcResult<PollResult> {
+        self.daemon
+            .registry
+            .poll(
+                &session_id,
+                chars_budget(max_output_chars, max_output_tokens),
+            )
+            .map_err(rpc_err)
     }
 
     async fn read(
@@ -73,10 +90,13 @@ impl ProcdApiServer for Api {
         cursor: Option<u64>,
         max_bytes: Option<u64>,
         wait_ms: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
     ) -> RpcResult<ReadResult> {
+        let budget = chars_budget(max_output_chars, max_output_tokens);
         self.daemon
             .registry
-            .read(&session_id, cursor, max_bytes, wait_ms)
+            .read(&session_id, cursor, max_bytes, wait_ms, budget)
             .await
             .map_err(rpc_err)
     }
@@ -86,18 +106,28 @@ impl ProcdApiServer for Api {
         session_id: String,
         offset: Option<u64>,
         limit: Option<u64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
     ) -> RpcResult<LogResult> {
+        let budget = chars_budget(max_output_chars, max_output_tokens);
         self.daemon
             .registry
-            .log(&session_id, offset, limit)
+            .log(&session_id, offset, limit, budget)
             .await
             .map_err(rpc_err)
     }
 
-    async fn wait(&self, session_id: String, timeout_s: Option<f64>) -> RpcResult<WaitResult> {
+    async fn wait(
+        &self,
+        session_id: String,
+        timeout_s: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
+    ) -> RpcResult<WaitResult> {
+        let budget = chars_budget(max_output_chars, max_output_tokens);
         self.daemon
             .registry
-            .wait(&session_id, timeout_s)
+            .wait(&session_id, timeout_s, budget)
             .await
             .map_err(rpc_err)
     }
@@ -123,18 +153,34 @@ impl ProcdApiServer for Api {
             .map_err(rpc_err)
     }
 
-    async fn write_stdin(&self, session_id: String, data: String) -> RpcResult<StdinResult> {
+    async fn write_stdin(
+        &self,
+        session_id: String,
+        data: String,
+        yield_ms: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
+    ) -> RpcResult<StdinResult> {
+        let budget = chars_budget(max_output_chars, max_output_tokens);
         self.daemon
             .registry
-            .write_stdin(&session_id, &data, false)
+            .write_stdin(&session_id, &data, false, yield_ms, budget)
             .await
             .map_err(rpc_err)
     }
 
-    async fn submit_stdin(&self, session_id: String, data: String) -> RpcResult<StdinResult> {
+    async fn submit_stdin(
+        &self,
+        session_id: String,
+        data: String,
+        yield_ms: Option<f64>,
+        max_output_chars: Option<u64>,
+        max_output_tokens: Option<u64>,
+    ) -> RpcResult<StdinResult> {
+        let budget = chars_budget(max_output_chars, max_output_tokens);
         self.daemon
             .registry
-            .write_stdin(&session_id, &data, true)
+            .write_stdin(&session_id, &data, true, yield_ms, budget)
             .await
             .map_err(rpc_err)
     }
@@ -187,7 +233,7 @@ impl ProcdApiServer for Api {
             // The same window rules as `read`; a slow subscriber only falls
             // behind by cursor, it never holds up ingestion.
             let read = tokio::select! {
-                r = registry.read(&session.id, Some(cursor), None, Some(LONG_POLL_MS)) => r,
+                r = registry.read(&session.id, Some(cursor), None, Some(LONG_POLL_MS), None) => r,
                 _ = sink.closed() => return Ok(()),
             };
             let Ok(r) = read else { return Ok(()) };
@@ -202,7 +248,7 @@ impl ProcdApiServer for Api {
             }
             cursor = r.next_cursor;
             if r.eof {
-                let exit = registry.poll(&session.id).ok().and_then(|p| p.exit);
+                let exit = registry.poll(&session.id, None).ok().and_then(|p| p.exit);
                 let item = OutputItem::Exit {
                     exited: true,
                     exit_code: exit.as_ref().and_then(|e| e.exit_code),

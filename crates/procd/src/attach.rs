@@ -50,7 +50,7 @@ fn window_size() -> Option<(u16, u16)> {
 }
 
 pub async fn run(client: &Client, id: String) -> Result<i32, ClientError> {
-    let polled = client.poll(id.clone()).await?;
+    let polled = client.poll(id.clone(), None, None).await?;
     let id = polled.session_id.clone();
     if polled.exit.is_some() {
         eprintln!("procd: {id} has already exited");
@@ -58,7 +58,7 @@ pub async fn run(client: &Client, id: String) -> Result<i32, ClientError> {
     }
     // Start a little before the end, so the screen has some context.
     let end = client
-        .read(id.clone(), Some(u64::MAX), Some(1), None)
+        .read(id.clone(), Some(u64::MAX), Some(1), None, None, None)
         .await?
         .next_cursor;
     let start = end.saturating_sub(REPLAY_BYTES);
@@ -114,7 +114,7 @@ pub async fn run(client: &Client, id: String) -> Result<i32, ClientError> {
                     };
                     if !send.is_empty() {
                         let text = String::from_utf8_lossy(send).into_owned();
-                        let _ = client.write_stdin(id.clone(), text).await;
+                        let _ = client.write_stdin(id.clone(), text, None, None, None).await;
                     }
                     if detach {
                         break EXIT_OK;

@@ -138,6 +138,8 @@ enum Command {
     Events,
     /// Connect this terminal to a session; Ctrl-] detaches and leaves it running.
     Attach { id: String },
+    /// Serve the Model Context Protocol on stdin/stdout for a coding agent.
+    Mcp,
 }
 
 #[derive(Subcommand, Debug)]
@@ -241,6 +243,17 @@ pub fn run(cli: Cli) -> i32 {
         }
         Command::Lease(cmd) => return lifecycle::lease(&target.paths, cmd, target.json),
         Command::Status => return lifecycle::status(&target.paths, target.json),
+        Command::Mcp => {
+            return block_on(async {
+                match crate::mcp::run(&target.paths, &target.launcher).await {
+                    Ok(()) => EXIT_OK,
+                    Err(e) => {
+                        eprintln!("procd mcp: {e}");
+                        EXIT_FAILED
+                    }
+                }
+            })
+        }
         _ => {}
     }
     // One runtime for the whole command: the client's background task
@@ -358,6 +371,7 @@ async fn client_command(
         | Command::Stop { .. }
         | Command::Restart { .. }
         | Command::Lease(_)
+        | Command::Mcp
         | Command::Status => Ok(EXIT_USAGE),
         Command::Spawn {
             pty,
@@ -397,6 +411,9 @@ async fn client_command(
                     (!watch.is_empty()).then_some(watch),
                     timeout,
                     None,
+                    None,
+                    None,
+                    None,
                 )
                 .await?;
             target.print(&r, render::spawned);
@@ -409,7 +426,7 @@ async fn client_command(
             Ok(EXIT_OK)
         }
         Command::Poll { id } => {
-            let r = client.poll(id).await?;
+            let r = client.poll(id, None, None).await?;
             target.print(&r, render::poll);
             Ok(EXIT_OK)
         }
@@ -417,12 +434,12 @@ async fn client_command(
             if follow {
                 return follow_output(target, client, id).await;
             }
-            let r = client.log(id, None, limit).await?;
+            let r = client.log(id, None, limit, None, None).await?;
             target.print(&r, |r| r.output.clone());
             Ok(EXIT_OK)
         }
         Command::Wait { id, timeout } => {
-            let r = client.wait(id, timeout).await?;
+            let r = client.wait(id, timeout, None, None).await?;
             target.print(&r, render::waited);
             Ok(match r.status {
                 procd_proto::WaitStatus::Exited => wait_exit_code(r.exit.and_then(|e| e.exit_code)),
@@ -440,7 +457,7 @@ async fn client_command(
             })
         }
         Command::Send { id, text } => {
-            let r = client.submit_stdin(id, text).await?;
+            let r = client.submit_stdin(id, text, None, None, None).await?;
             target.print(&r, |r| match r.status {
                 procd_proto::StdinStatus::Ok => format!("sent {} bytes", r.bytes_written),
                 procd_proto::StdinStatus::AlreadyExited => "the session has already exited".into(),
@@ -477,7 +494,7 @@ async fn follow_output(target: &Target, client: &Client, id: String) -> Result<i
     let mut cursor = 0u64;
     loop {
         let r = client
-            .read(id.clone(), Some(cursor), None, Some(30_000.0))
+            .read(id.clone(), Some(cursor), None, Some(30_000.0), None, None)
             .await?;
         if target.json {
             println!("{}", serde_json::to_string(&r).unwrap_or_default());

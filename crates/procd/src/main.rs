@@ -5,6 +5,7 @@
 mod attach;
 mod cli;
 mod lifecycle;
+mod mcp;
 mod render;
 
 use clap::Parser;

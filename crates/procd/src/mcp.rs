@@ -1,0 +1,528 @@
+//! `procd mcp`: a Model Context Protocol server on stdio (rmcp) that lets a
+//! coding agent run background processes through procd.
+//!
+//! It starts the daemon on demand and holds one client lease for its whole
+//! life; every process it starts is owned by that lease, so the processes
+//! end when the agent goes away (unless started with `persist`). Each tool
+//! answers with a short text for the model plus the structured result.
+
+use jsonrpsee::core::client::{Client, Error as ClientError};
+use procd_client::{Launcher, Lease, ProcdApiClient};
+use procd_gateway::Paths;
+use procd_proto::{ListFilter, SignalSpec, StdinMode};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Output returned to the model is cut (head + tail) past this many chars
+/// unless the call asks for another budget.
+const DEFAULT_BUDGET: u64 = 20_000;
+/// How long `start` waits for the process to finish or go quiet.
+const DEFAULT_START_YIELD_MS: f64 = 10_000.0;
+/// How long `write` waits for the answer to the input.
+const DEFAULT_WRITE_YIELD_MS: f64 = 2_000.0;
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct StartParams {
+    #[schemars(
+        description = "Shell command line to run, e.g. \"npm run dev\" or \"pytest -x tests/\". Runs in bash."
+    )]
+    pub command: String,
+    #[schemars(description = "Working directory (absolute path). Default: the user's home.")]
+    pub cwd: Option<String>,
+    #[schemars(
+        description = "Run on a pseudo-terminal, for interactive programs (REPLs, prompts, TUIs). Default false."
+    )]
+    pub pty: Option<bool>,
+    #[schemars(description = "Extra environment variables.")]
+    pub env: Option<BTreeMap<String, String>>,
+    #[schemars(
+        description = "Milliseconds to wait for the process to finish or go quiet before answering, with its output so far. Default 10000; 0 returns at once."
+    )]
+    pub yield_ms: Option<f64>,
+    #[schemars(
+        description = "Keep the process running after this agent disconnects. Default false: it is ended with the agent."
+    )]
+    pub persist: Option<bool>,
+    #[schemars(
+        description = "Queue a notification when it exits (see the notifications tool). Default false."
+    )]
+    pub notify: Option<bool>,
+    #[schemars(
+        description = "Substrings to watch for in output lines (e.g. \"ready on port\"); matches become notifications."
+    )]
+    pub watch: Option<Vec<String>>,
+    #[schemars(description = "Kill it after this many seconds.")]
+    pub timeout_s: Option<f64>,
+    #[schemars(
+        description = "Most characters of output to return (head and tail are kept). Default 20000."
+    )]
+    pub max_output_chars: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ReadParams {
+    #[schemars(description = "Session id from start (or a unique prefix of 4+ hex characters).")]
+    pub session_id: String,
+    #[schemars(
+        description = "Byte cursor to read from: 0 for the start, or the cursor a previous answer gave. Default 0."
+    )]
+    pub cursor: Option<u64>,
+    #[schemars(
+        description = "If nothing new is there yet, wait up to this many milliseconds for output or exit. Default 0."
+    )]
+    pub wait_ms: Option<f64>,
+    #[schemars(description = "Most characters of output to return. Default 20000.")]
+    pub max_output_chars: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WriteParams {
+    #[schemars(description = "Session id.")]
+    pub session_id: String,
+    #[schemars(description = "Text to type into the process's input.")]
+    pub text: Option<String>,
+    #[schemars(description = "Press Enter after the text. Default true.")]
+    pub submit: Option<bool>,
+    #[schemars(
+        description = "Then end the input (EOF), for programs that read until end of input. Default false."
+    )]
+    pub close: Option<bool>,
+    #[schemars(
+        description = "Milliseconds to wait for the answer before returning the output produced after the write. Default 2000."
+    )]
+    pub yield_ms: Option<f64>,
+    #[schemars(description = "Most characters of output to return. Default 20000.")]
+    pub max_output_chars: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WaitParams {
+    #[schemars(description = "Session id.")]
+    pub session_id: String,
+    #[schemars(description = "Seconds to wait for the process to exit. Default 60, at most 600.")]
+    pub timeout_s: Option<f64>,
+    #[schemars(description = "Most characters of output to return. Default 20000.")]
+    pub max_output_chars: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct KillParams {
+    #[schemars(description = "Session id.")]
+    pub session_id: String,
+    #[schemars(
+        description = "Signal to send first, e.g. \"TERM\" (default) or \"INT\"; survivors get SIGKILL after the grace period."
+    )]
+    pub signal: Option<String>,
+    #[schemars(description = "Seconds to wait before SIGKILL. Default 2.")]
+    pub grace_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SignalParams {
+    #[schemars(description = "Session id.")]
+    pub session_id: String,
+    #[schemars(description = "Signal to deliver once, e.g. \"INT\" (Ctrl-C), \"TERM\", \"HUP\".")]
+    pub signal: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ListParams {
+    #[schemars(description = "\"running\", \"exited\" or \"all\" (default).")]
+    pub status: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct NotificationsParams {}
+
+#[derive(Clone)]
+pub struct ProcdMcp {
+    client: Arc<Client>,
+    /// The lease token every started process is owned by.
+    owner: String,
+    #[expect(dead_code, reason = "read by the code #[tool_handler] generates")]
+    tool_router: ToolRouter<Self>,
+}
+
+/// A tool error a model can act on.
+fn tool_error(e: ClientError) -> CallToolResult {
+    let message = match &e {
+        ClientError::Call(obj) => match obj.code() {
+            procd_proto::error::SESSION_NOT_FOUND => format!(
+                "{} Call `list` to see the sessions and their ids.",
+                obj.message()
+            ),
+            procd_proto::error::INVALID_PARAMS => format!("Invalid arguments: {}", obj.message()),
+            procd_proto::error::WRONG_STATE => format!("Not possible now: {}", obj.message()),
+            _ => obj.message().to_string(),
+        },
+        other => format!("procd did not answer: {other}. Try again; if it persists, the daemon may have stopped."),
+    };
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// Text for the model, then the whole result as structured content.
+fn answer<T: serde::Serialize>(text: String, result: &T) -> CallToolResult {
+    let value = serde_json::to_value(result).unwrap_or(Value::Null);
+    let mut r = CallToolResult::structured(value);
+    r.content = vec![ContentBlock::text(text)];
+    r
+}
+
+fn exit_words(exit: &Option<procd_proto::ExitInfo>) -> String {
+    match exit {
+        None => "running".into(),
+        Some(e) => match e.exit_code {
+            Some(c) => format!("exited with code {c}"),
+            None => "exited (exit code unknown)".into(),
+        },
+    }
+}
+
+#[tool_router]
+impl ProcdMcp {
+    pub fn new(client: Client, owner: String) -> Self {
+        ProcdMcp {
+            client: Arc::new(client),
+            owner,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        description = "Start a shell command as a background process (dev server, test run, build, REPL). Waits up to yield_ms for it to finish or go quiet, then returns its output so far, its status, and a session_id and cursor for later `read`, `write`, `wait` and `kill` calls. Processes end when this agent disconnects unless persist is true."
+    )]
+    async fn start(
+        &self,
+        Parameters(p): Parameters<StartParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
+        let r = self
+            .client
+            .spawn(
+                p.command,
+                p.cwd,
+                p.env,
+                p.pty,
+                None,
+                None,
+                None,
+                None,
+                Some(self.owner.clone()),
+                p.persist,
+                p.notify,
+                p.watch,
+                p.timeout_s,
+                Some(StdinMode::Pipe).filter(|_| p.pty != Some(true)),
+                Some(p.yield_ms.unwrap_or(DEFAULT_START_YIELD_MS)),
+                budget,
+                None,
+            )
+            .await;
+        Ok(match r {
+            Ok(r) => {
+                let text = format!(
+                    "Started {} (pid {}): {}. Output so far (next cursor {}):\n{}",
+                    r.session_id,
+                    r.pid,
+                    exit_words(&r.exit),
+                    r.cursor.unwrap_or(0),
+                    r.output.as_deref().unwrap_or("")
+                );
+                answer(text, &r)
+            }
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "Read a process's output from a byte cursor (0 = from the start; pass the next_cursor of the previous answer to get only new output). wait_ms long-polls for new output. Reading does not consume anything."
+    )]
+    async fn read(
+        &self,
+        Parameters(p): Parameters<ReadParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
+        let r = self
+            .client
+            .read(
+                p.session_id.clone(),
+                p.cursor,
+                None,
+                p.wait_ms,
+                budget,
+                None,
+            )
+            .await;
+        Ok(match r {
+            Ok(r) => {
+                let state = match (r.eof, r.status) {
+                    (true, _) => format!(
+                        "exited with code {} and everything was read",
+                        r.exit_code.map_or("unknown".into(), |c| c.to_string())
+                    ),
+                    (false, procd_proto::SessionStatus::Exited) => {
+                        "exited; more output remains".into()
+                    }
+                    (false, procd_proto::SessionStatus::Running) => "running".into(),
+                };
+                let text = format!(
+                    "{}: {state}. Output from cursor {} (next cursor {}):\n{}",
+                    p.session_id, r.cursor, r.next_cursor, r.data
+                );
+                answer(text, &r)
+            }
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "Type into a running process's input (stdin or terminal): text, then Enter unless submit is false; close ends the input (EOF). Returns the output produced after the write, waiting up to yield_ms for it."
+    )]
+    async fn write(
+        &self,
+        Parameters(p): Parameters<WriteParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
+        let yield_ms = Some(p.yield_ms.unwrap_or(DEFAULT_WRITE_YIELD_MS));
+        let text = p.text.unwrap_or_default();
+        let close = p.close.unwrap_or(false);
+        let submit = p.submit.unwrap_or(true);
+        let written = if submit {
+            self.client
+                .submit_stdin(
+                    p.session_id.clone(),
+                    text,
+                    if close { None } else { yield_ms },
+                    budget,
+                    None,
+                )
+                .await
+        } else {
+            self.client
+                .write_stdin(
+                    p.session_id.clone(),
+                    text,
+                    if close { None } else { yield_ms },
+                    budget,
+                    None,
+                )
+                .await
+        };
+        let mut r = match written {
+            Ok(r) => r,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        if close && r.status == procd_proto::StdinStatus::Ok {
+            if let Err(e) = self.client.close_stdin(p.session_id.clone()).await {
+                return Ok(tool_error(e));
+            }
+            // Then wait for what the end of input brings.
+            if let Ok(more) = self
+                .client
+                .write_stdin(p.session_id.clone(), String::new(), yield_ms, budget, None)
+                .await
+            {
+                r = more;
+            }
+        }
+        let status = match r.status {
+            procd_proto::StdinStatus::AlreadyExited => {
+                "had already exited; nothing was written".to_string()
+            }
+            procd_proto::StdinStatus::Ok => {
+                format!("{} bytes written; {}", r.bytes_written, exit_words(&r.exit))
+            }
+        };
+        let text = format!(
+            "{}: {status}. Output since the write (next cursor {}):\n{}",
+            p.session_id,
+            r.cursor.map_or("-".into(), |c| c.to_string()),
+            r.output.as_deref().unwrap_or("")
+        );
+        Ok(answer(text, &r))
+    }
+
+    #[tool(
+        description = "Wait for a process to exit (up to timeout_s seconds) and return its exit code and the end of its output."
+    )]
+    async fn wait(
+        &self,
+        Parameters(p): Parameters<WaitParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
+        let r = self
+            .client
+            .wait(
+                p.session_id.clone(),
+                Some(p.timeout_s.unwrap_or(60.0)),
+                budget,
+                None,
+            )
+            .await;
+        Ok(match r {
+            Ok(r) => {
+                let state = match r.status {
+                    procd_proto::WaitStatus::Timeout => {
+                        "still running after the timeout".to_string()
+                    }
+                    _ => exit_words(&r.exit),
+                };
+                let text = format!("{}: {state}. Last output:\n{}", r.session_id, r.output);
+                answer(text, &r)
+            }
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "Stop a process and everything it started (SIGTERM, then SIGKILL after grace_s)."
+    )]
+    async fn kill(
+        &self,
+        Parameters(p): Parameters<KillParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let r = self
+            .client
+            .kill(
+                p.session_id.clone(),
+                p.signal.map(SignalSpec::Name),
+                p.grace_s,
+            )
+            .await;
+        Ok(match r {
+            Ok(r) => {
+                let text = match r.status {
+                    procd_proto::KillStatus::Killed => {
+                        format!("{}: killed ({}).", r.session_id, exit_words(&r.exit))
+                    }
+                    procd_proto::KillStatus::AlreadyExited => format!(
+                        "{}: had already exited ({}).",
+                        r.session_id,
+                        exit_words(&r.exit)
+                    ),
+                    procd_proto::KillStatus::Error => format!(
+                        "{}: {} — still alive: {:?}. Try again with signal \"KILL\".",
+                        r.session_id,
+                        r.error.clone().unwrap_or_default(),
+                        r.survivors
+                    ),
+                };
+                answer(text, &r)
+            }
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "Send one signal to a process's group without killing it, e.g. \"INT\" to interrupt like Ctrl-C."
+    )]
+    async fn signal(
+        &self,
+        Parameters(p): Parameters<SignalParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let r = self
+            .client
+            .signal(p.session_id.clone(), SignalSpec::Name(p.signal))
+            .await;
+        Ok(match r {
+            Ok(r) => answer(
+                format!(
+                    "{}: sent {} to {} process(es).",
+                    r.session_id, r.signal, r.delivered
+                ),
+                &r,
+            ),
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "List background processes: id, status, exit code, command and the last lines of output."
+    )]
+    async fn list(
+        &self,
+        Parameters(p): Parameters<ListParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let filter = match p.status.as_deref() {
+            Some("running") => Some(ListFilter::Running),
+            Some("exited") => Some(ListFilter::Exited),
+            _ => None,
+        };
+        Ok(match self.client.list(None, None, filter).await {
+            Ok(r) => {
+                let mut text = format!("{} process(es).\n", r.processes.len());
+                for e in &r.processes {
+                    let status = match (e.status, e.exit_code) {
+                        (procd_proto::SessionStatus::Running, _) => "running".to_string(),
+                        (_, Some(c)) => format!("exited {c}"),
+                        _ => "exited".to_string(),
+                    };
+                    text.push_str(&format!("{}  {status}  {}\n", e.session_id, e.command));
+                }
+                answer(text, &r)
+            }
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
+        description = "Take the queued notifications: processes that finished (for those started with notify) and watch-pattern matches. Call between turns."
+    )]
+    async fn notifications(
+        &self,
+        Parameters(_p): Parameters<NotificationsParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        Ok(match self.client.drain_notifications(None, None).await {
+            Ok(r) => {
+                let text = if r.events.is_empty() {
+                    "No notifications.".to_string()
+                } else {
+                    r.events
+                        .iter()
+                        .map(|e| e.text.clone())
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                };
+                answer(text, &r)
+            }
+            Err(e) => tool_error(e),
+        })
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for ProcdMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("procd", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Run background processes: `start` a command (it returns early output and a session_id), \
+                 `read` more output by cursor, `write` to its input, `wait` for it, `kill` it. \
+                 Call `notifications` between turns to learn what finished. Processes end when you disconnect \
+                 unless started with persist.",
+            )
+    }
+}
+
+/// Runs the MCP server on stdin/stdout until the client disconnects.
+pub async fn run(paths: &Paths, launcher: &Launcher) -> Result<(), String> {
+    let lease = Lease::acquire(paths, "mcp")
+        .await
+        .map_err(|e| format!("cannot take a client lease: {e}"))?;
+    let client = procd_client::connect_or_start(paths, launcher).await?;
+    let server = ProcdMcp::new(client, lease.token().to_string());
+    let result = match server.serve(rmcp::transport::stdio()).await {
+        Ok(service) => service.waiting().await.map(drop).map_err(|e| e.to_string()),
+        Err(e) => Err(format!("MCP handshake failed: {e}")),
+    };
+    // The agent is gone: so is its lease, and with it the processes it
+    // started (the daemon ends them), unless they were started to persist.
+    let _ = lease.release(false).await;
+    result
+}

@@ -1,0 +1,125 @@
+//! What agents rely on (issue: spawn-and-yield, output budgets), through
+//! the socket.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[test]
+fn spawn_and_yield_returns_a_fast_commands_output_and_exit_code() {
+    let d = Daemon::start();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo built; echo warn >&2; exit 2", "yield_ms": 10000}),
+    );
+    assert_eq!(r["status"], "exited");
+    assert_eq!(r["exit_code"], 2);
+    assert_eq!(r["completion_reason"], "exited");
+    assert_eq!(r["output"], "built\nwarn\n");
+    assert_eq!(r["cursor"], 11);
+}
+
+#[test]
+fn spawn_and_yield_returns_running_and_partial_output_for_a_slow_command() {
+    let d = Daemon::start();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo listening on 3000; sleep 300", "yield_ms": 10000}),
+    );
+    assert_eq!(
+        r["status"], "running",
+        "it went quiet, so the call returned: {r}"
+    );
+    assert_eq!(r["output"], "listening on 3000\n");
+    assert!(r.get("exit_code").is_none());
+    let id = r["session_id"].as_str().unwrap().to_string();
+    // Without yield_ms, spawn answers at once as before.
+    let plain = d.ok("spawn", json!({"command": "sleep 300"}));
+    assert!(plain.get("output").is_none());
+    d.ok("kill_all", json!({}));
+    let _ = id;
+}
+
+#[test]
+fn write_with_yield_returns_the_output_after_the_write() {
+    let d = Daemon::start();
+    let id = d.spawn("echo ready; while read -r l; do echo \"echo:$l\"; done");
+    d.read_until(&id, "ready");
+    let r = d.ok(
+        "submit_stdin",
+        json!({"session_id": id, "data": "hi", "yield_ms": 5000}),
+    );
+    assert_eq!(
+        r["output"], "echo:hi\n",
+        "only what came after the write: {r}"
+    );
+    assert_eq!(r["session_status"], "running");
+    // An empty write is a poll.
+    let r = d.ok(
+        "write_stdin",
+        json!({"session_id": id, "data": "", "yield_ms": 100}),
+    );
+    assert_eq!(r["output"], "");
+    d.ok("kill", json!({"session_id": id}));
+}
+
+#[test]
+fn budgets_keep_head_and_tail_of_multibyte_text() {
+    let d = Daemon::start();
+    let id = d.spawn("for i in $(seq 1 300); do echo \"ligne $i — ✓ ünïcödé\"; done");
+    d.wait_exit(&id);
+    let full = d.ok("read", json!({"session_id": id}))["data"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let full_chars = full.chars().count() as u64;
+    for params in [
+        json!({"session_id": id, "max_output_chars": 800}),
+        json!({"session_id": id, "max_output_tokens": 200}),
+    ] {
+        let r = d.ok("read", params);
+        let data = r["data"].as_str().unwrap();
+        assert_eq!(r["original_chars"].as_u64(), Some(full_chars));
+        assert!(data.chars().count() <= 820, "{}", data.chars().count());
+        assert!(data.starts_with("ligne 1 — ✓ ünïcödé\n"), "{data}");
+        assert!(data.ends_with("ligne 300 — ✓ ünïcödé\n"), "{data}");
+        let marker = data
+            .lines()
+            .find(|l| l.starts_with("[... "))
+            .expect("a marker line");
+        assert!(
+            marker.contains("characters cut here") && marker.contains("cursor"),
+            "{marker}"
+        );
+        for line in data.lines().filter(|l| !l.starts_with("[... ")) {
+            assert!(
+                line.starts_with("ligne ") && line.ends_with("ünïcödé"),
+                "whole lines only: {line:?}"
+            );
+        }
+    }
+    for (method, field) in [
+        ("log", "output"),
+        ("wait", "output"),
+        ("poll", "output_preview"),
+    ] {
+        let r = d.ok(
+            method,
+            json!({"session_id": id, "max_output_chars": 300, "timeout_s": 5}),
+        );
+        assert!(
+            r[field].as_str().unwrap().contains("characters cut here"),
+            "{method}: {r}"
+        );
+        assert!(r["original_chars"].as_u64().is_some(), "{method}");
+    }
+    let small = d.ok(
+        "read",
+        json!({"session_id": id, "max_output_chars": 10_000_000}),
+    );
+    assert!(
+        small.get("original_chars").is_none(),
+        "under budget: untouched"
+    );
+}

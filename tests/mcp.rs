@@ -1,0 +1,104 @@
+//! `procd mcp` driven by a real MCP client written by others: the official
+//! Python SDK (`pip install mcp`, done by the README's test command).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::process::{Command, Stdio};
+
+struct Home(tempfile::TempDir);
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        stop_recorded_daemon(self.0.path());
+    }
+}
+
+#[test]
+fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
+    let home = Home(short_tempdir());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/mcp_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(BIN)
+        .arg(home.0.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the Python MCP client (python3 with the `mcp` package)");
+    assert!(
+        out.status.success(),
+        "the MCP client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client's JSON report");
+
+    assert_eq!(seen["server"], "procd");
+    let tools: Vec<&str> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "kill",
+            "list",
+            "notifications",
+            "read",
+            "signal",
+            "start",
+            "wait",
+            "write"
+        ]
+    );
+    assert!(seen["start_schema"]["properties"]["command"]["description"].is_string());
+
+    // Spawn-and-yield: a fast command's output and exit code in one call.
+    let fast = &seen["fast"];
+    assert_eq!(fast["is_error"], false);
+    assert_eq!(fast["result"]["status"], "exited");
+    assert_eq!(fast["result"]["exit_code"], 3);
+    assert_eq!(fast["result"]["output"], "hello from mcp\n");
+    assert!(fast["text"]
+        .as_str()
+        .unwrap()
+        .contains("exited with code 3"));
+    // A slow one: running, with the output so far.
+    let slow = &seen["slow"]["result"];
+    assert_eq!(slow["status"], "running");
+    assert_eq!(slow["output"], "started\n");
+    assert_eq!(seen["read"]["result"]["data"], "started\n");
+    assert!(
+        seen["answer"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("got ping"),
+        "{}",
+        seen["answer"]
+    );
+    assert_eq!(seen["kill"]["result"]["status"], "killed");
+    assert!(!alive(seen["doomed_pid"].as_i64().unwrap() as i32));
+    // Errors are tool errors with a sentence a model can act on.
+    assert_eq!(seen["bad"]["is_error"], true);
+    assert!(seen["bad"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Call `list`"));
+
+    // The client disconnected: its processes end, unless persistent.
+    let slow_pid = slow["pid"].as_i64().unwrap() as i32;
+    let kept = &seen["kept"]["result"];
+    let kept_pid = kept["pid"].as_i64().unwrap() as i32;
+    wait_until("the agent's process ends with it", || !alive(slow_pid));
+    assert!(alive(kept_pid), "a persistent process outlives the agent");
+    let kill = Command::new(BIN)
+        .arg("--home")
+        .arg(home.0.path())
+        .args(["kill", kept["session_id"].as_str().unwrap()])
+        .output()
+        .expect("procd kill");
+    assert!(kill.status.success(), "{kill:?}");
+    assert!(!alive(kept_pid));
+}

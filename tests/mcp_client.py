@@ -1,0 +1,59 @@
+"""Drives `procd mcp` with the official Python MCP SDK (a client written by
+others), as an MCP-capable coding agent would. Prints what it saw as JSON.
+
+usage: mcp_client.py PROCD_BINARY HOME
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+async def main(procd: str, home: str) -> None:
+    params = StdioServerParameters(
+        command=procd,
+        args=["--home", home, "mcp"],
+        env={"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    )
+    out = {}
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            out["server"] = init.server_info.name
+            tools = await session.list_tools()
+            out["tools"] = sorted(t.name for t in tools.tools)
+            out["start_schema"] = next(t.input_schema for t in tools.tools if t.name == "start")
+
+            async def call(name, args):
+                r = await session.call_tool(name, args)
+                return {
+                    "is_error": bool(r.is_error),
+                    "text": r.content[0].text if r.content else "",
+                    "result": r.structured_content,
+                }
+
+            out["fast"] = await call("start", {"command": "echo hello from mcp; exit 3", "yield_ms": 10000})
+            out["slow"] = await call("start", {"command": "echo started; exec sleep 300", "yield_ms": 3000})
+            out["kept"] = await call("start", {"command": "exec sleep 301", "persist": True, "yield_ms": 0})
+            doomed = await call("start", {"command": "exec sleep 302", "yield_ms": 0})
+            slow_id = out["slow"]["result"]["session_id"]
+            out["read"] = await call("read", {"session_id": slow_id, "cursor": 0})
+            out["write"] = await call(
+                "start", {"command": "read line; echo got $line", "yield_ms": 0}
+            )
+            out["answer"] = await call(
+                "write", {"session_id": out["write"]["result"]["session_id"], "text": "ping", "yield_ms": 5000}
+            )
+            out["kill"] = await call("kill", {"session_id": doomed["result"]["session_id"]})
+            out["doomed_pid"] = doomed["result"]["pid"]
+            out["bad"] = await call("read", {"session_id": "proc_ffffffffffff"})
+            out["list"] = await call("list", {})
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
