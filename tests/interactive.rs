@@ -109,20 +109,7 @@ fn pty_utf8_split_across_reads_is_decoded_whole() {
         &d,
         r"printf 'a\xc3'; sleep 0.2; printf '\xa9b\n'; printf '\xf0'; sleep 0.1; printf '\x9f\x98'; sleep 0.1; printf '\x80\n'; printf 'x\xffy\n'",
     );
-    let mut text = String::new();
-    let mut cursor = 0;
-    loop {
-        let r = d.ok(
-            "read",
-            json!({"session_id": id, "cursor": cursor, "wait_ms": 5000}),
-        );
-        text.push_str(r["data"].as_str().unwrap());
-        cursor = r["next_cursor"].as_u64().unwrap();
-        if r["eof"] == true {
-            break;
-        }
-    }
-    assert_eq!(text, "aéb\r\n😀\r\nx\u{FFFD}y\r\n");
+    assert_eq!(d.read_all(&id), "aéb\r\n😀\r\nx\u{FFFD}y\r\n");
 }
 
 #[test]

@@ -103,25 +103,6 @@ fn state_for(pid: i32, identity: Option<&str>, mode: &str) -> Value {
     json!({"pid": pid, "identity": identity, "started_at": "", "launch_mode": mode, "socket": ""})
 }
 
-/// A process of our own to stand in for some recorded pid.
-struct Stand(std::process::Child);
-
-impl Stand {
-    fn sleep() -> Stand {
-        Stand(Command::new("sleep").arg("300").spawn().expect("sleep"))
-    }
-    fn pid(&self) -> i32 {
-        self.0.id() as i32
-    }
-}
-
-impl Drop for Stand {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn session_of(pid: i32) -> i32 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
     let f: Vec<&str> = text[text.rfind(')').unwrap() + 2..].split(' ').collect();

@@ -5,7 +5,6 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use std::process::Command;
 
 fn checkpoint(d: &Daemon) -> Value {
     let text = std::fs::read_to_string(d.state_dir().join("procs.json")).expect("procs.json");
@@ -25,30 +24,6 @@ fn identity_of(pid: i32) -> (i32, u64) {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
     let f: Vec<&str> = text[text.rfind(')').unwrap() + 2..].split(' ').collect();
     (f[2].parse().unwrap(), f[19].parse().unwrap())
-}
-
-/// A process of the test's own, optionally carrying a session marker.
-struct Stand(std::process::Child);
-
-impl Stand {
-    fn sleep(marker: Option<&str>) -> Stand {
-        let mut cmd = Command::new("sleep");
-        cmd.arg("300");
-        if let Some(id) = marker {
-            cmd.env("PROCD_SESSION_ID", id);
-        }
-        Stand(cmd.spawn().expect("sleep"))
-    }
-    fn pid(&self) -> i32 {
-        self.0.id() as i32
-    }
-}
-
-impl Drop for Stand {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn entry(id: &str, pid: i32, start_time: u64, log: &std::path::Path) -> Value {
@@ -278,9 +253,9 @@ fn recovery_drops_dead_recycled_and_foreign_entries() {
     let state = home.path().join("state");
     std::fs::create_dir_all(state.join("logs")).unwrap();
     let log = state.join("logs/x.log");
-    let recycled = Stand::sleep(Some("proc_bbbbbbbbbbbb"));
+    let recycled = Stand::marked(Some("proc_bbbbbbbbbbbb"));
     let (_, rstart) = identity_of(recycled.pid());
-    let foreign = Stand::sleep(None);
+    let foreign = Stand::sleep();
     let (_, fstart) = identity_of(foreign.pid());
     let entries = json!([
         entry("proc_aaaaaaaaaaaa", 999_999, 1, &log),
@@ -307,7 +282,7 @@ fn a_recovered_session_whose_process_ends_is_marked_exited() {
     std::fs::create_dir_all(state.join("logs")).unwrap();
     let log = state.join("logs/proc_eeeeeeeeeeee.log");
     std::fs::write(&log, "old output\n").unwrap();
-    let mut stand = Stand::sleep(Some("proc_eeeeeeeeeeee"));
+    let mut stand = Stand::marked(Some("proc_eeeeeeeeeeee"));
     let (_, start) = identity_of(stand.pid());
     std::fs::write(
         state.join("procs.json"),
@@ -561,9 +536,12 @@ fn under_the_unit_sessions_run_in_scopes_and_kill_stops_them() {
     let pty = c.call("spawn", json!({"command": "sleep 300", "pty": true}))["result"].clone();
     let pid = pty["pid"].as_i64().unwrap() as i32;
     let pid_id = pty["session_id"].as_str().unwrap().to_string();
-    assert!(calls(&log)
-        .iter()
-        .any(|l| l.contains(&format!("--unit procd-worker-{pid_id} "))));
+    // (spawn answers once the child exists; the stand-in logs a moment later)
+    wait_until("the PTY session's scope is recorded", || {
+        calls(&log)
+            .iter()
+            .any(|l| l.contains(&format!("--unit procd-worker-{pid_id} ")))
+    });
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let sid: i32 = stat[stat.rfind(')').unwrap() + 2..]
         .split(' ')

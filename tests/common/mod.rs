@@ -178,6 +178,23 @@ impl Daemon {
         text
     }
 
+    /// Everything the session printed, read by cursor until end of output.
+    pub fn read_all(&self, id: &str) -> String {
+        let mut text = String::new();
+        let mut cursor = 0;
+        loop {
+            let r = self.ok(
+                "read",
+                serde_json::json!({"session_id": id, "cursor": cursor, "wait_ms": 5000}),
+            );
+            text.push_str(r["data"].as_str().unwrap_or(""));
+            cursor = r["next_cursor"].as_u64().unwrap_or(cursor);
+            if r["eof"] == true {
+                return text;
+            }
+        }
+    }
+
     /// Runs the CLI against this daemon's home.
     pub fn cli(&self, args: &[&str]) -> Output {
         Command::new(BIN)
@@ -484,4 +501,34 @@ pub fn systemd_stand_ins(dir: &Path, probe_exit: i32) -> PathBuf {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
     calls
+}
+
+/// A process of the test's own (a `sleep`), to stand in for some recorded
+/// pid; optionally carrying a session marker. Killed and reaped on drop.
+pub struct Stand(pub Child);
+
+impl Stand {
+    pub fn sleep() -> Stand {
+        Stand::marked(None)
+    }
+
+    pub fn marked(marker: Option<&str>) -> Stand {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("300");
+        if let Some(id) = marker {
+            cmd.env("PROCD_SESSION_ID", id);
+        }
+        Stand(cmd.spawn().expect("sleep"))
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Stand {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -278,11 +278,7 @@ impl Registry {
             } else {
                 deadline
             };
-            tokio::select! {
-                _ = output_changed.changed() => {}
-                _ = state_changed.changed() => {}
-                _ = tokio::time::sleep_until(wake) => {}
-            }
+            next_change(&mut output_changed, &mut state_changed, wake).await;
         }
         let r = self
             .read(&s.id, Some(from), Some(MAX_READ_BYTES), None, None)
@@ -1094,11 +1090,7 @@ impl Registry {
             } else {
                 deadline
             };
-            tokio::select! {
-                _ = output_changed.changed() => {}
-                _ = state_changed.changed() => {}
-                _ = tokio::time::sleep_until(wake) => {}
-            }
+            next_change(&mut output_changed, &mut state_changed, wake).await;
         }
     }
 
@@ -1702,6 +1694,21 @@ impl tokio::io::AsyncRead for OutputReader {
             OutputReader::Pipe(r) => std::pin::Pin::new(r).poll_read(cx, buf),
             OutputReader::Pty(r) => std::pin::Pin::new(r).poll_read(cx, buf),
         }
+    }
+}
+
+/// Sleeps until a session's output or state changes, or until `wake`.
+/// The receivers are subscribed before the caller looked, so no change
+/// between that look and this wait is lost.
+async fn next_change(
+    output: &mut tokio::sync::watch::Receiver<u64>,
+    state: &mut tokio::sync::watch::Receiver<session::SessionState>,
+    wake: tokio::time::Instant,
+) {
+    tokio::select! {
+        _ = output.changed() => {}
+        _ = state.changed() => {}
+        _ = tokio::time::sleep_until(wake) => {}
     }
 }
 

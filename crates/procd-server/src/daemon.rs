@@ -181,40 +181,14 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
         }
         Liveness::Stale(_) | Liveness::NotStarted => {}
     }
+    // Record ourselves before the socket accepts anything: whoever can
+    // connect must also find the state (`procd status`, clients).
     let socket = paths.socket();
-    let (listener, activated) = match crate::systemd::take_listen_fd() {
-        Some(listener) => (listener, true),
-        None => {
-            match std::fs::remove_file(&socket) {
-                Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(format!(
-                        "cannot remove stale socket {}: {e}",
-                        socket.display()
-                    ))
-                }
-            }
-            let listener = std::os::unix::net::UnixListener::bind(&socket)
-                .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
-            (listener, false)
-        }
-    };
-    let fail = |msg: String| {
-        if !activated {
-            let _ = std::fs::remove_file(&socket);
-        }
-        msg
-    };
-    if !activated {
-        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| fail(format!("cannot restrict {}: {e}", socket.display())))?;
-    }
     let pid = std::process::id() as i32;
     let identity = state::process_identity(&procfs, pid)
         .ok()
         .flatten()
-        .ok_or_else(|| fail("cannot read this process's own identity from /proc".into()))?;
+        .ok_or("cannot read this process's own identity from /proc")?;
     let record = GatewayState {
         pid,
         identity: Some(identity),
@@ -226,12 +200,39 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
         log_path: (options.mode == LaunchMode::Background)
             .then(|| paths.daemon_log().display().to_string()),
     };
-    atomic::write_json(&paths.gateway_json(), &record).map_err(|e| {
-        fail(format!(
-            "cannot write {}: {e}",
-            paths.gateway_json().display()
-        ))
-    })?;
+    atomic::write_json(&paths.gateway_json(), &record)
+        .map_err(|e| format!("cannot write {}: {e}", paths.gateway_json().display()))?;
+    let unrecord = |msg: String| {
+        let _ = std::fs::remove_file(paths.gateway_json());
+        msg
+    };
+    let (listener, activated) = match crate::systemd::take_listen_fd() {
+        Some(listener) => (listener, true),
+        None => {
+            match std::fs::remove_file(&socket) {
+                Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(unrecord(format!(
+                        "cannot remove stale socket {}: {e}",
+                        socket.display()
+                    )))
+                }
+            }
+            let listener = std::os::unix::net::UnixListener::bind(&socket)
+                .map_err(|e| unrecord(format!("cannot listen on {}: {e}", socket.display())))?;
+            if let Err(e) =
+                std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            {
+                let _ = std::fs::remove_file(&socket);
+                return Err(unrecord(format!(
+                    "cannot restrict {}: {e}",
+                    socket.display()
+                )));
+            }
+            (listener, false)
+        }
+    };
     if options.mode == LaunchMode::Foreground {
         // An explicit daemon: a leftover on-demand lifetime (or the
         // "stopping" mark of a daemon that is gone) no longer applies.
@@ -267,6 +268,7 @@ fn release_instance(paths: &Paths, activated: bool) {
 }
 
 async fn serve(options: DaemonOptions) -> Result<i32, String> {
+    let signals = StopSignals::register()?;
     let claim_opts = options.clone();
     let claim = tokio::task::spawn_blocking(move || claim_instance(&claim_opts))
         .await
@@ -280,13 +282,17 @@ async fn serve(options: DaemonOptions) -> Result<i32, String> {
     };
     let paths = options.paths.clone();
     let activated = listening.activated;
-    let result = serve_claimed(options, listening).await;
+    let result = serve_claimed(options, listening, signals).await;
     crate::systemd::notify("STOPPING=1");
     let _ = tokio::task::spawn_blocking(move || release_instance(&paths, activated)).await;
     result
 }
 
-async fn serve_claimed(options: DaemonOptions, listening: Listening) -> Result<i32, String> {
+async fn serve_claimed(
+    options: DaemonOptions,
+    listening: Listening,
+    signals: StopSignals,
+) -> Result<i32, String> {
     let std_listener = listening.listener;
     // Each session holds a few descriptors (output, stdin, log): allow as
     // many as the hard limit does, not the usual soft 1024.
@@ -360,7 +366,7 @@ async fn serve_claimed(options: DaemonOptions, listening: Listening) -> Result<i
     .into_rpc()
     .into();
 
-    spawn_signal_handlers(daemon.clone())?;
+    signals.forward_to(daemon.clone());
     let monitor = tokio::spawn(monitor(
         daemon.clone(),
         Duration::from_secs_f64(options.config.monitor_interval_s),
@@ -388,17 +394,31 @@ async fn serve_claimed(options: DaemonOptions, listening: Listening) -> Result<i
     Ok(0)
 }
 
-fn spawn_signal_handlers(daemon: Arc<Daemon>) -> Result<(), String> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("signal setup: {e}"))?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("signal setup: {e}"))?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => daemon.request_shutdown("SIGTERM"),
-            _ = int.recv() => daemon.request_shutdown("SIGINT"),
-        }
-    });
-    Ok(())
+/// SIGTERM and SIGINT, registered before anything else so that a signal
+/// arriving during start-up is held until the daemon can act on it (the
+/// default action would kill it without releasing its state).
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn register() -> Result<StopSignals, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate()).map_err(|e| format!("signal setup: {e}"))?,
+            int: signal(SignalKind::interrupt()).map_err(|e| format!("signal setup: {e}"))?,
+        })
+    }
+
+    fn forward_to(mut self, daemon: Arc<Daemon>) {
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = self.term.recv() => daemon.request_shutdown("SIGTERM"),
+                _ = self.int.recv() => daemon.request_shutdown("SIGINT"),
+            }
+        });
+    }
 }
 
 /// The daemon's only periodic work: retention, ended leases, auto-stop.
