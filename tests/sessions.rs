@@ -567,6 +567,10 @@ fn the_log_cap_drops_the_oldest_output_and_says_so() {
     assert!(size <= 8192, "log file capped: {size}");
     let tail = d.ok("log", json!({"session_id": id, "limit": 1}));
     assert_eq!(tail["output"], "5000\n");
+    // Line numbers stay exact across the drops: lines first..=5000 remain.
+    let first = d.ok("log", json!({"session_id": id, "offset": 0, "limit": 1}));
+    let first: u64 = first["output"].as_str().unwrap().trim().parse().unwrap();
+    assert_eq!(tail["total_lines"].as_u64(), Some(5000 - first + 1));
     let end = d.ok("read", json!({"session_id": id, "cursor": 23_893 - 5}));
     assert_eq!(end["data"], "5000\n");
     assert_eq!(end["eof"], true);

@@ -30,13 +30,25 @@ struct Inner {
     /// Cursor just past the last stored byte.
     end: u64,
     tail: VecDeque<u8>,
-    /// Newlines in the kept region [log_base, end).
-    kept_newlines: u64,
+    /// Newlines stored since the first byte, and those dropped with the
+    /// log's head: the kept region holds the difference.
+    total_newlines: u64,
+    dropped_newlines: u64,
+    /// (cursor, newlines before it) every MiB or so, so that dropping the
+    /// head does not need to re-read it to keep line numbers exact.
+    marks: VecDeque<(u64, u64)>,
     last_write: Option<Instant>,
     finished: bool,
 }
 
+/// How often a line-count mark is recorded.
+const MARK_EVERY: u64 = 1 << 20;
+
 impl Inner {
+    fn kept_newlines(&self) -> u64 {
+        self.total_newlines - self.dropped_newlines
+    }
+
     fn tail_start(&self) -> u64 {
         self.end - self.tail.len() as u64
     }
@@ -135,7 +147,9 @@ impl OutputStore {
                 log_base: base,
                 end: base,
                 tail: VecDeque::new(),
-                kept_newlines,
+                total_newlines: kept_newlines,
+                dropped_newlines: 0,
+                marks: VecDeque::new(),
                 last_write: None,
                 finished: false,
             }),
@@ -168,7 +182,16 @@ impl OutputStore {
             }
         }
         inner.end += bytes.len() as u64;
-        inner.kept_newlines += memchr::memchr_iter(b'\n', bytes).count() as u64;
+        inner.total_newlines += memchr::memchr_iter(b'\n', bytes).count() as u64;
+        let end = inner.end;
+        if inner
+            .marks
+            .back()
+            .is_none_or(|(at, _)| end - at >= MARK_EVERY)
+        {
+            let mark = (end, inner.total_newlines);
+            inner.marks.push_back(mark);
+        }
         let overflow = (inner.tail.len() + bytes.len()).saturating_sub(self.tail_cap);
         let drop_now = overflow.min(inner.tail.len());
         inner.tail.drain(..drop_now);
@@ -227,17 +250,28 @@ impl OutputStore {
         if drop == 0 {
             return Ok(());
         }
-        // Count the newlines that leave, for `log`'s line numbers.
-        let mut gone = 0u64;
+        // Newlines before the cut, for `log`'s line numbers: from the last
+        // mark at or before it, counting only the stretch after that mark.
+        let cut = base + drop;
+        let (from, mut before_cut) = {
+            let inner = self.lock();
+            inner
+                .marks
+                .iter()
+                .rev()
+                .find(|(at, _)| *at <= cut && *at >= base)
+                .copied()
+                .unwrap_or((base, inner.dropped_newlines))
+        };
         let mut buf = vec![0u8; 1 << 20];
-        let mut at = 0u64;
-        while at < drop {
-            let want = (drop - at).min(buf.len() as u64) as usize;
-            let n = file.read_at(&mut buf[..want], at)?;
+        let mut at = from;
+        while at < cut {
+            let want = (cut - at).min(buf.len() as u64) as usize;
+            let n = file.read_at(&mut buf[..want], at - base)?;
             if n == 0 {
                 break;
             }
-            gone += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+            before_cut += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
             at += n as u64;
         }
         // SAFETY: fallocate(2) on a descriptor we own, with plain integer
@@ -254,8 +288,11 @@ impl OutputStore {
             return Err(io::Error::last_os_error());
         }
         let mut inner = self.lock();
-        inner.log_base = base + drop;
-        inner.kept_newlines = inner.kept_newlines.saturating_sub(gone);
+        inner.log_base = cut;
+        inner.dropped_newlines = before_cut;
+        while inner.marks.front().is_some_and(|(at, _)| *at < cut) {
+            inner.marks.pop_front();
+        }
         Ok(())
     }
 
@@ -302,7 +339,10 @@ impl OutputStore {
         let mut inner = self.lock();
         inner.log = Some(Arc::new(appender));
         inner.log_base = new_base;
-        inner.kept_newlines = newlines;
+        inner.dropped_newlines = inner.total_newlines - newlines;
+        while inner.marks.front().is_some_and(|(at, _)| *at < new_base) {
+            inner.marks.pop_front();
+        }
         Ok(())
     }
 
@@ -451,7 +491,7 @@ impl OutputStore {
             let first = inner.first_kept();
             let partial = u64::from(inner.end > first && inner.tail.back() != Some(&b'\n'));
             let newlines = if inner.log.is_some() {
-                inner.kept_newlines
+                inner.kept_newlines()
             } else {
                 inner.tail.iter().filter(|b| **b == b'\n').count() as u64
             };
