@@ -35,8 +35,13 @@ impl TreeSpec {
         if let Some(fd) = target.open(procfs) {
             return Some(fd);
         }
-        let stat_unreadable = procfs.stat(target.pid).is_err() && procfs.all().is_err();
-        if self.root_pinned && target == &self.root && stat_unreadable {
+        // Only the pinned root may be signalled without a readable /proc
+        // (checked in this order: the /proc scan is the expensive part).
+        if self.root_pinned
+            && target == &self.root
+            && procfs.stat(target.pid).is_err()
+            && procfs.all().is_err()
+        {
             return PidFd::open(target.pid).ok();
         }
         None

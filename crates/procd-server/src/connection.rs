@@ -9,7 +9,7 @@
 use futures::{FutureExt, StreamExt};
 use jsonrpsee::types::{ErrorCode, ErrorObject, Id, Response, ResponsePayload};
 use jsonrpsee::Methods;
-use procd_proto::error::{INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
+use procd_proto::error::{INVALID_REQUEST, PARSE_ERROR};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
@@ -296,10 +296,13 @@ fn error_response(id: Id<'_>, code: i32, message: &str) -> String {
     serde_json::to_string(&Response::new(ResponsePayload::<()>::error(obj), id)).unwrap_or_default()
 }
 
+/// `"code":-32602` as jsonrpsee serializes it.
+const INVALID_PARAMS_CODE: &str = "\"code\":-32602";
+
 /// jsonrpsee reports a params problem as message "Invalid params" with the
 /// detail in `data`; the protocol wants the message itself to name it.
 fn clarify_invalid_params(response: &str) -> String {
-    if !response.contains(&format!("\"code\":{INVALID_PARAMS}"))
+    if !response.contains(INVALID_PARAMS_CODE)
         || !response.contains("\"message\":\"Invalid params\"")
     {
         return response.to_string();
@@ -325,6 +328,10 @@ mod tests {
 
     #[test]
     fn invalid_params_message_names_the_field() {
+        assert_eq!(
+            INVALID_PARAMS_CODE,
+            format!("\"code\":{}", procd_proto::error::INVALID_PARAMS)
+        );
         let raw = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Invalid params","data":"missing field `command` at line 1 column 2"}}"#;
         let fixed: serde_json::Value = serde_json::from_str(&clarify_invalid_params(raw)).unwrap();
         assert_eq!(
