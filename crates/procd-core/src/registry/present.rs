@@ -1,0 +1,124 @@
+//! Building the wire results and events from sessions (redacted).
+
+use super::*;
+
+pub(super) fn status_of(state: &session::SessionState) -> SessionStatus {
+    match state {
+        session::SessionState::Running => SessionStatus::Running,
+        session::SessionState::Exited(_) => SessionStatus::Exited,
+    }
+}
+
+pub(super) fn exit_info(state: &session::SessionState) -> Option<ExitInfo> {
+    state.exit().map(|e| ExitInfo {
+        exit_code: e.exit_code,
+        signal: e.signal.map(signal_name),
+        completion_reason: e.reason,
+        termination_source: e.source.clone(),
+        exited_at: rfc3339(e.exited_at),
+    })
+}
+
+pub(super) fn uptime(s: &Session) -> f64 {
+    let end = s
+        .state()
+        .exit()
+        .map(|e| e.exited_instant)
+        .unwrap_or_else(Instant::now);
+    let secs = end
+        .saturating_duration_since(s.started_instant)
+        .as_secs_f64();
+    (secs * 1000.0).round() / 1000.0
+}
+
+pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
+    let state = s.state();
+    let env_dump = is_env_dump(&s.spec.command);
+    PollResult {
+        session_id: s.id.clone(),
+        command: r.command(&s.spec.command).into_owned(),
+        status: status_of(&state),
+        pid: s.pid(),
+        started_at: rfc3339(s.started_at),
+        uptime_seconds: uptime(s),
+        output_preview: r
+            .output(&s.output.tail_text(PREVIEW_CHARS), env_dump)
+            .into_owned(),
+        note: s.note.clone(),
+        original_chars: None,
+        exit: exit_info(&state),
+    }
+}
+
+pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> ProcessEntry {
+    let state = s.state();
+    let env_dump = is_env_dump(&s.spec.command);
+    ProcessEntry {
+        session_id: s.id.clone(),
+        command: first_chars(&r.command(&s.spec.command), 200).to_string(),
+        cwd: s.spec.cwd.display().to_string(),
+        pid: s.pid(),
+        status: status_of(&state),
+        exit_code: state.exit().and_then(|e| e.exit_code),
+        started_at: rfc3339(s.started_at),
+        uptime_seconds: uptime(s),
+        output_preview: r
+            .output(&s.output.tail_text(LIST_PREVIEW_CHARS), env_dump)
+            .into_owned(),
+        task_id: s.spec.task_id.clone(),
+        session_key: s.spec.session_key.clone(),
+        pty: s.spec.pty,
+        persist: s.spec.persist,
+        notify_on_complete: s.notify_on_complete(),
+        watch_patterns: s.spec.watch_patterns.clone(),
+        session_scoped,
+        note: s.note.clone(),
+    }
+}
+
+pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Event {
+    let output = r
+        .output(
+            &s.output.tail_text(WAIT_OUTPUT_CHARS),
+            is_env_dump(&s.spec.command),
+        )
+        .into_owned();
+    let command = r.command(&s.spec.command).into_owned();
+    let how = match (e.reason, e.exit_code) {
+        (CompletionReason::Exited, Some(0)) => "completed normally (exit code 0)".to_string(),
+        (CompletionReason::Exited, Some(c)) => format!("failed (exit code {c})"),
+        (CompletionReason::Killed, _) => format!(
+            "was killed ({})",
+            e.signal
+                .map(signal_name)
+                .unwrap_or_else(|| "exit code unknown".into())
+        ),
+        (CompletionReason::Timeout, _) => "timed out and was killed".to_string(),
+        _ => "ended; its exit status is unknown".to_string(),
+    };
+    let text = format!(
+        "Background process {} {how}. Command: {}. Output: {}",
+        s.id,
+        first_chars(&command, 200),
+        last_chars(&output, 500)
+    );
+    let mut fields = BTreeMap::new();
+    fields.insert("exit_code".into(), serde_json::json!(e.exit_code));
+    fields.insert("completion_reason".into(), serde_json::json!(e.reason));
+    fields.insert("termination_source".into(), serde_json::json!(e.source));
+    fields.insert("output".into(), serde_json::json!(output));
+    fields.insert(
+        "started_at".into(),
+        serde_json::json!(rfc3339(s.started_at)),
+    );
+    fields.insert("exited_at".into(), serde_json::json!(rfc3339(e.exited_at)));
+    Event {
+        kind: "completion".into(),
+        session_id: s.id.clone(),
+        session_key: s.spec.session_key.clone(),
+        task_id: s.spec.task_id.clone(),
+        command,
+        text,
+        fields,
+    }
+}

@@ -1,0 +1,187 @@
+//! Reading a session: poll, read (windows and long-polls), log, wait.
+
+use super::*;
+
+impl Registry {
+    // ----- reading -------------------------------------------------------------
+
+    pub fn poll(&self, id: &str, budget: Option<usize>) -> Result<PollResult, Error> {
+        let s = self.find(id)?;
+        let mut r = poll_result(&self.redactor, &s);
+        let (text, original) = crate::budget::apply(
+            &r.output_preview,
+            budget,
+            "use log (offset/limit) or read with a cursor for all of it",
+        );
+        r.output_preview = text;
+        r.original_chars = original;
+        Ok(r)
+    }
+
+    pub async fn read(
+        &self,
+        id: &str,
+        cursor: Option<u64>,
+        max_bytes: Option<u64>,
+        wait_ms: Option<f64>,
+        budget: Option<usize>,
+    ) -> Result<ReadResult, Error> {
+        let s = self.find(id)?;
+        let cursor = cursor.unwrap_or(0);
+        let max_bytes = max_bytes
+            .unwrap_or(DEFAULT_READ_BYTES)
+            .clamp(1, MAX_READ_BYTES);
+        let wait = duration_param(
+            "wait_ms",
+            wait_ms.unwrap_or(0.0) / 1000.0,
+            MAX_READ_WAIT_MS / 1000.0,
+        )?;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Subscribe before looking, so no change between the two is lost.
+            let mut output_changed = s.output.subscribe();
+            let mut state_changed = s.subscribe_state();
+            let state = s.state();
+            let window = s
+                .output
+                .window(cursor, max_bytes)
+                .await
+                .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
+            let exited = state.exit().is_some();
+            let eof = exited && window.end() >= s.output.end();
+            let now = tokio::time::Instant::now();
+            if !window.bytes.is_empty() || eof || now >= deadline {
+                let text = String::from_utf8_lossy(&window.bytes);
+                let data = self.redactor.output(&text, is_env_dump(&s.spec.command));
+                let fetch = format!(
+                    "read from cursor {} with a smaller max_bytes to see all of it",
+                    window.start
+                );
+                let (data, original_chars) = crate::budget::apply(&data, budget, &fetch);
+                return Ok(ReadResult {
+                    original_chars,
+                    data,
+                    cursor: window.start,
+                    next_cursor: window.end(),
+                    eof,
+                    status: status_of(&state),
+                    exit_code: state.exit().and_then(|e| e.exit_code),
+                    dropped: window.dropped,
+                });
+            }
+            let wake = if window.partial_pending {
+                deadline.min(
+                    now + s
+                        .output
+                        .partial_line_ready_in()
+                        .max(Duration::from_millis(1)),
+                )
+            } else {
+                deadline
+            };
+            next_change(&mut output_changed, &mut state_changed, wake).await;
+        }
+    }
+
+    pub async fn log(
+        &self,
+        id: &str,
+        offset: Option<u64>,
+        limit: Option<u64>,
+        budget: Option<usize>,
+    ) -> Result<LogResult, Error> {
+        let s = self.find(id)?;
+        let limit = limit.unwrap_or(200).min(100_000);
+        let (lines, first, total) = s
+            .output
+            .lines(offset, limit)
+            .await
+            .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
+        let n = lines.len() as u64;
+        let showing = if n == 0 {
+            format!("0 lines (of {total})")
+        } else {
+            format!("{n} lines ({}-{} of {total})", first, first + n - 1)
+        };
+        let mut output = strip_ansi(&lines.join("\n"));
+        if n > 0 {
+            output.push('\n');
+        }
+        let output = self.redactor.output(&output, is_env_dump(&s.spec.command));
+        let (output, original_chars) = crate::budget::apply(
+            &output,
+            budget,
+            &format!("use log with offset {first} and a smaller limit to see all of it"),
+        );
+        Ok(LogResult {
+            original_chars,
+            session_id: s.id.clone(),
+            command: self.redactor.command(&s.spec.command).into_owned(),
+            status: status_of(&s.state()),
+            output,
+            total_lines: total,
+            showing,
+        })
+    }
+
+    pub async fn wait(
+        &self,
+        id: &str,
+        timeout_s: Option<f64>,
+        budget: Option<usize>,
+    ) -> Result<WaitResult, Error> {
+        let s = self.find(id)?;
+        let timeout = match timeout_s {
+            None => Duration::from_secs_f64(self.config.max_wait_s),
+            Some(t) if t.is_finite() && t > 0.0 => {
+                Duration::from_secs_f64(t.min(self.config.max_wait_s))
+            }
+            Some(t) => {
+                return Err(Error::InvalidParams(format!(
+                    "timeout_s: must be greater than 0, got {t}"
+                )))
+            }
+        };
+        let exited = s.wait_exited(timeout).await;
+        let poll = poll_result(&self.redactor, &s);
+        let tail = s.output.tail_text(WAIT_OUTPUT_CHARS);
+        let output = self.redactor.output(&tail, is_env_dump(&s.spec.command));
+        let (output, original_chars) = crate::budget::apply(
+            &output,
+            budget,
+            "use log (offset/limit) or read with a cursor for all of it",
+        );
+        Ok(WaitResult {
+            session_id: poll.session_id,
+            command: poll.command,
+            status: if exited.is_some() {
+                WaitStatus::Exited
+            } else {
+                WaitStatus::Timeout
+            },
+            pid: poll.pid,
+            started_at: poll.started_at,
+            uptime_seconds: poll.uptime_seconds,
+            output_preview: poll.output_preview,
+            output,
+            original_chars,
+            process_running: exited.is_none().then_some(true),
+            exit: poll.exit,
+        })
+    }
+}
+
+/// Sleeps until a session's output or state changes, or until `wake`.
+/// The receivers are subscribed before the caller looked, so no change
+/// between that look and this wait is lost.
+pub(super) async fn next_change(
+    output: &mut tokio::sync::watch::Receiver<u64>,
+    state: &mut tokio::sync::watch::Receiver<session::SessionState>,
+    wake: tokio::time::Instant,
+) {
+    tokio::select! {
+        _ = output.changed() => {}
+        _ = state.changed() => {}
+        _ = tokio::time::sleep_until(wake) => {}
+    }
+}

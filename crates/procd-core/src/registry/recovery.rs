@@ -1,0 +1,206 @@
+//! The checkpoint (`procs.json`) and re-adopting a previous daemon's sessions.
+
+use super::*;
+
+impl Registry {
+    // ----- checkpoint and recovery ----------------------------------------------
+
+    /// Records an exit in the checkpoint (called after the state flipped,
+    /// so the snapshot no longer lists the session).
+    pub(super) fn checkpoint_soon(&self) {
+        if let Some(me) = self.me.upgrade() {
+            tokio::spawn(async move {
+                if let Err(err) = me.write_checkpoint().await {
+                    tracing::warn!(%err, "cannot write the checkpoint");
+                }
+            });
+        }
+    }
+
+    /// Writes `procs.json`: every running session (command redacted), plus
+    /// retained entries whose scope still needs stopping.
+    pub async fn write_checkpoint(&self) -> std::io::Result<()> {
+        let Some(checkpoint) = &self.checkpoint else {
+            return Ok(());
+        };
+        checkpoint.write(|| self.checkpoint_entries()).await
+    }
+
+    pub(super) fn checkpoint_entries(&self) -> Vec<CheckpointEntry> {
+        let mut entries: Vec<CheckpointEntry> = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running())
+            .map(|s| CheckpointEntry {
+                session_id: s.id.clone(),
+                command: self.redactor.command(&s.spec.command).into_owned(),
+                pid: s.pid(),
+                start_time: s.identity.start_time,
+                identity: crate::identity::identity_string(s.pid(), s.identity.start_time),
+                pgid: s.pid(),
+                cwd: s.spec.cwd.display().to_string(),
+                started_at: rfc3339(s.started_at),
+                task_id: s.spec.task_id.clone(),
+                session_key: s.spec.session_key.clone(),
+                owner: s.spec.owner.clone(),
+                persist: s.spec.persist,
+                pty: s.spec.pty,
+                notify_on_complete: s.notify_on_complete(),
+                watch_patterns: s.spec.watch_patterns.clone(),
+                systemd_unit: s.systemd_unit.clone(),
+                log_path: s.output.path().display().to_string(),
+            })
+            .collect();
+        entries.extend(
+            self.retained
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
+        entries
+    }
+
+    /// Re-adopts the sessions of a previous daemon from the checkpoint:
+    /// a pid still alive with the recorded start time (and, where readable,
+    /// this session's marker) becomes a detached session; anything else is
+    /// dropped. Then the checkpoint is rewritten to exactly what is tracked.
+    /// Returns (recovered, dropped).
+    pub async fn recover(&self) -> std::io::Result<(usize, usize)> {
+        let Some(checkpoint) = &self.checkpoint else {
+            return Ok((0, 0));
+        };
+        let path = checkpoint.path().to_path_buf();
+        let (entries, skipped) = tokio::task::spawn_blocking(move || Checkpoint::read(&path))
+            .await
+            .map_err(std::io::Error::other)?;
+        let mut recovered = 0;
+        let mut dropped = skipped;
+        for entry in entries {
+            match self.adopt(&entry).await {
+                Some(()) => recovered += 1,
+                None => {
+                    dropped += 1;
+                    // A dead session's scope is stopped; if that fails the
+                    // entry stays in the checkpoint to be retried next start.
+                    if let Some(unit) = &entry.systemd_unit {
+                        let stopped = match &self.scopes {
+                            Some(scopes) => scopes.stop(unit).await,
+                            None => {
+                                Scopes::new(self.config.worker_memory_max_mb)
+                                    .stop(unit)
+                                    .await
+                            }
+                        };
+                        if !stopped {
+                            self.retained
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(entry);
+                        }
+                    }
+                }
+            }
+        }
+        self.write_checkpoint().await?;
+        Ok((recovered, dropped))
+    }
+
+    /// Adopts one checkpoint entry if its process is still the same one.
+    pub(super) async fn adopt(&self, e: &CheckpointEntry) -> Option<()> {
+        let hex = e.session_id.strip_prefix("proc_")?;
+        if hex.len() != 12 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let identity = ProcessIdentity {
+            pid: e.pid,
+            start_time: e.start_time,
+        };
+        let pidfd = identity.open(&self.procfs)?;
+        if pidfd.has_exited() {
+            return None;
+        }
+        // Where the environment is readable it must carry this session's
+        // marker: a process that merely shares pid and start time with a
+        // record from another system (a restored snapshot) is not ours.
+        let marker = format!("PROCD_SESSION_ID={}", e.session_id);
+        let environ = self.procfs.root().join(e.pid.to_string()).join("environ");
+        if std::fs::metadata(&environ).is_ok()
+            && std::fs::read(&environ).is_ok_and(|env| !env.is_empty())
+            && !self.procfs.environ_has(e.pid, marker.as_bytes())
+        {
+            return None;
+        }
+        let log_path = PathBuf::from(&e.log_path);
+        let (max, tail) = (self.config.max_log_bytes, self.config.memory_tail_bytes);
+        let lp = log_path.clone();
+        let output = tokio::task::spawn_blocking(move || {
+            OutputStore::open_existing(&lp, max, tail)
+                .or_else(|_| OutputStore::create(&lp, max, tail))
+        })
+        .await
+        .ok()?
+        .ok()?;
+        let spec = SessionSpec {
+            command: e.command.clone(),
+            cwd: PathBuf::from(&e.cwd),
+            task_id: e.task_id.clone(),
+            session_key: e.session_key.clone(),
+            owner: e.owner.clone(),
+            persist: e.persist,
+            pty: e.pty,
+            rows: 30,
+            cols: 120,
+            notify_on_complete: e.notify_on_complete,
+            watch_patterns: e.watch_patterns.clone(),
+            timeout: None,
+            stdin: StdinMode::Null,
+        };
+        let started_at = parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
+        let mut session = Session::recovered(
+            e.session_id.clone(),
+            spec,
+            identity,
+            Arc::new(output),
+            started_at,
+        );
+        session.systemd_unit = e.systemd_unit.clone();
+        let session = Arc::new(session);
+        self.running.fetch_add(1, Ordering::SeqCst);
+        self.table().insert(session.id.clone(), session.clone());
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            let record = session::supervise_detached(session.clone(), pidfd).await;
+            let reg = me.upgrade();
+            if let Some(reg) = &reg {
+                reg.on_exit(&session, &record);
+            }
+            session.mark_exited(record);
+            if let Some(reg) = reg {
+                reg.checkpoint_soon();
+            }
+        });
+        Some(())
+    }
+}
+
+/// Parses what `rfc3339` writes (`YYYY-MM-DDTHH:MM:SS.mmmZ`).
+pub(super) fn parse_rfc3339(text: &str) -> Option<std::time::SystemTime> {
+    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, millis) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    let millis: i64 = millis.parse().ok()?;
+    // Days from civil (H. Hinnant), the inverse of clock::civil_from_days.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    let ms = u64::try_from(secs * 1000 + millis).ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::from_millis(ms))
+}

@@ -1,0 +1,689 @@
+//! Spawning: validation, the fork (pipes or PTY, optionally in a systemd scope), the supervisor and writer tasks, spawn-and-yield, and what happens at exit.
+
+use super::*;
+
+impl Registry {
+    // ----- spawn -----------------------------------------------------------
+
+    pub async fn spawn(&self, req: SpawnRequest) -> Result<SpawnResult, Error> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(Error::WrongState("procd is shutting down".into()));
+        }
+        let spec = self.validate(&req)?;
+        // Reserve a running slot first so concurrent spawns cannot overshoot.
+        let max = self.config.max_running;
+        if self
+            .running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(Error::LimitReached(format!(
+                "max_running ({max}) sessions are running; kill one first"
+            )));
+        }
+        let result = self.spawn_reserved(spec, &req.env).await;
+        if result.is_err() {
+            self.running.fetch_sub(1, Ordering::SeqCst);
+        }
+        let mut result = result?;
+        let wait = yield_duration(req.yield_ms)?;
+        if !wait.is_zero() {
+            let s = self.find(&result.session_id)?;
+            let y = self.yield_output(&s, 0, wait, req.budget).await?;
+            result.status = y.status;
+            result.output = Some(y.output);
+            result.cursor = Some(y.cursor);
+            result.original_chars = y.original_chars;
+            result.exit = y.exit;
+        }
+        Ok(result)
+    }
+
+    /// Waits until the session exits, goes quiet after some output, or
+    /// `wait` passes; then returns its output from `from` on.
+    pub(super) async fn yield_output(
+        &self,
+        s: &Session,
+        from: u64,
+        wait: Duration,
+        budget: Option<usize>,
+    ) -> Result<Yielded, Error> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let mut output_changed = s.output.subscribe();
+            let mut state_changed = s.subscribe_state();
+            if !s.is_running() {
+                break;
+            }
+            let quiet_in = YIELD_QUIET.saturating_sub(s.output.quiet_for());
+            let produced = s.output.end() > from;
+            if produced && quiet_in.is_zero() {
+                break;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let wake = if produced {
+                deadline.min(now + quiet_in)
+            } else {
+                deadline
+            };
+            next_change(&mut output_changed, &mut state_changed, wake).await;
+        }
+        let r = self
+            .read(&s.id, Some(from), Some(MAX_READ_BYTES), None, None)
+            .await?;
+        let fetch = format!("read from cursor {} to see all of it", r.cursor);
+        let (output, original_chars) = crate::budget::apply(&r.data, budget, &fetch);
+        let state = s.state();
+        Ok(Yielded {
+            output,
+            cursor: r.next_cursor,
+            original_chars,
+            status: status_of(&state),
+            exit: exit_info(&state),
+        })
+    }
+
+    pub(super) fn validate(&self, req: &SpawnRequest) -> Result<SessionSpec, Error> {
+        let n = req.command.len();
+        if n == 0 || n > MAX_COMMAND_BYTES {
+            return Err(Error::InvalidParams(format!(
+                "command: must be 1 to {MAX_COMMAND_BYTES} bytes, got {n}"
+            )));
+        }
+        if req.command.contains('\0') {
+            return Err(Error::InvalidParams("command: contains a NUL byte".into()));
+        }
+        let cwd = match &req.cwd {
+            None => self.default_cwd.clone(),
+            Some(c) if c.contains('\0') => {
+                return Err(Error::InvalidParams("cwd: contains a NUL byte".into()))
+            }
+            Some(c) => self.default_cwd.join(c),
+        };
+        if !cwd.is_dir() {
+            return Err(Error::InvalidParams(format!(
+                "cwd: not an existing directory: {}",
+                cwd.display()
+            )));
+        }
+        if req.env.len() > MAX_ENV_VARS {
+            return Err(Error::InvalidParams(format!(
+                "env: at most {MAX_ENV_VARS} variables, got {}",
+                req.env.len()
+            )));
+        }
+        let env_bytes: usize = req.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+        if env_bytes > MAX_ENV_BYTES {
+            return Err(Error::InvalidParams(format!(
+                "env: at most {MAX_ENV_BYTES} bytes in all, got {env_bytes}"
+            )));
+        }
+        for (k, v) in &req.env {
+            if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+                return Err(Error::InvalidParams(format!(
+                    "env: invalid variable name or value for {k:?}"
+                )));
+            }
+        }
+        let timeout = match req.timeout_s {
+            None => None,
+            Some(t) if t.is_finite() && t > 0.0 => {
+                Some(Duration::from_secs_f64(t.min(MAX_TIMEOUT_S)))
+            }
+            Some(t) => {
+                return Err(Error::InvalidParams(format!(
+                    "timeout_s: must be a positive number of seconds, got {t}"
+                )))
+            }
+        };
+        // `owner` is checked against the leases by the daemon (procd-server).
+        if req.watch_patterns.len() > MAX_WATCH_PATTERNS {
+            return Err(Error::InvalidParams(format!(
+                "watch_patterns: at most {MAX_WATCH_PATTERNS} patterns, got {}",
+                req.watch_patterns.len()
+            )));
+        }
+        if let Some(bad) = req
+            .watch_patterns
+            .iter()
+            .find(|p| p.is_empty() || p.len() > MAX_WATCH_PATTERN_BYTES || p.contains('\n'))
+        {
+            return Err(Error::InvalidParams(format!(
+                "watch_patterns: each pattern must be 1 to {MAX_WATCH_PATTERN_BYTES} bytes on one line, got {bad:?}"
+            )));
+        }
+        let (rows, cols) = (req.rows.unwrap_or(30), req.cols.unwrap_or(120));
+        for (name, v) in [("rows", rows), ("cols", cols)] {
+            if !(1..=4096).contains(&v) {
+                return Err(Error::InvalidParams(format!(
+                    "{name}: must be 1 to 4096, got {v}"
+                )));
+            }
+        }
+        if req.pty && req.stdin == StdinMode::Null {
+            return Err(Error::InvalidParams(
+                "stdin: \"null\" is only for pipe sessions".into(),
+            ));
+        }
+        Ok(SessionSpec {
+            command: req.command.clone(),
+            cwd,
+            task_id: req.task_id.clone(),
+            session_key: req.session_key.clone(),
+            owner: req.owner.clone(),
+            persist: req.persist,
+            pty: req.pty,
+            rows,
+            cols,
+            notify_on_complete: req.notify_on_complete,
+            watch_patterns: req.watch_patterns.clone(),
+            timeout,
+            stdin: req.stdin,
+        })
+    }
+
+    pub(super) fn new_session_id(&self) -> String {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        loop {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos(),
+            );
+            let id = format!("proc_{:012x}", h.finish() & 0xffff_ffff_ffff);
+            if !self.table().contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    pub(super) async fn spawn_reserved(
+        &self,
+        spec: SessionSpec,
+        caller_env: &BTreeMap<String, String>,
+    ) -> Result<SpawnResult, Error> {
+        let id = self.new_session_id();
+        let spawn_err = |what: &str, e: std::io::Error| Error::SpawnFailed(format!("{what}: {e}"));
+        let output = Arc::new(
+            OutputStore::create(
+                &self.logs_dir.join(format!("{id}.log")),
+                self.config.max_log_bytes,
+                self.config.memory_tail_bytes,
+            )
+            .map_err(|e| spawn_err("cannot create the session log", e))?,
+        );
+        let env = self
+            .env_policy
+            .build(self.inherited_env.iter().cloned(), caller_env, &id);
+        let script = format!("set +m; {}", rewrite_compound_background(&spec.command));
+
+        let mut spec = spec;
+        let mut unit = match &self.scopes {
+            Some(scopes) if scopes.available().await => Some(unit_name(&id)),
+            _ => None,
+        };
+        let started = match self.start_child(&spec, &env, &script, unit.as_deref()) {
+            Err(e) if spec.pty => {
+                // The PTY spawn failed, perhaps after its scope was created:
+                // stop that scope before a pipe spawn under a distinct unit,
+                // and never run the command twice.
+                if let (Some(u), Some(scopes)) = (&unit, &self.scopes) {
+                    if !scopes.stop(u).await {
+                        output.delete_log();
+                        return Err(Error::SpawnFailed(format!(
+                            "PTY spawn failed ({e}) and its scope {u} could not be reaped; not retrying without a PTY"
+                        )));
+                    }
+                }
+                tracing::warn!(session = %id, %e, "PTY spawn failed; falling back to pipes");
+                spec.pty = false;
+                unit = unit.map(|u| format!("{u}-pipe-fallback"));
+                self.start_child(&spec, &env, &script, unit.as_deref())
+            }
+            other => other,
+        };
+        let started = match started {
+            Ok(s) => s,
+            Err(e) => {
+                output.delete_log();
+                return Err(spawn_err(&format!("cannot start {:?}", self.shell[0]), e));
+            }
+        };
+        let (pid, identity, exit_rx) = (started.pid, started.identity, started.exit_rx);
+
+        // From here on the child exists: any failure must kill it first.
+        let setup = (|| {
+            if self.fail_after_spawn {
+                return Err(std::io::Error::other("injected failure after spawn"));
+            }
+            Ok::<_, std::io::Error>(started.io)
+        })();
+        let io = match setup {
+            Ok(io) => io,
+            Err(e) => {
+                let tree = kill::TreeSpec {
+                    root: identity,
+                    pgid: pid,
+                    marker: format!("PROCD_SESSION_ID={id}").into_bytes(),
+                    root_pinned: true,
+                };
+                // Wait for the kill so that no process outlives the error.
+                kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO).await;
+                if let (Some(u), Some(scopes)) = (&unit, &self.scopes) {
+                    scopes.stop(u).await;
+                }
+                output.delete_log();
+                return Err(spawn_err(
+                    "session setup failed (the process was killed)",
+                    e,
+                ));
+            }
+        };
+        let (reader, writer) = match io {
+            ChildIo::Pipe { output, stdin } => {
+                (OutputReader::Pipe(output), stdin.map(StdinSink::Pipe))
+            }
+            ChildIo::Pty {
+                reader,
+                writer,
+                master,
+            } => (
+                OutputReader::Pty(PtyReader(reader)),
+                Some(StdinSink::Pty(writer, master)),
+            ),
+        };
+
+        let stdin_tx = writer.map(|sink| {
+            let (tx, rx) = mpsc::channel(16);
+            tokio::spawn(session::stdin_writer(sink, rx));
+            tx
+        });
+        let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx);
+        session.systemd_unit = unit;
+        let session = Arc::new(session);
+        self.table().insert(id.clone(), session.clone());
+        // Make room: the new session counts towards max_sessions.
+        self.prune();
+        self.notifications.publish(serde_json::json!({
+            "type": "started",
+            "session_id": id,
+            "pid": pid,
+            "command": self.redactor.command(&session.spec.command),
+            "task_id": session.spec.task_id,
+            "session_key": session.spec.session_key,
+            "pty": session.spec.pty,
+            "started_at": rfc3339(session.started_at),
+        }));
+
+        let me = self.me.clone();
+        let noise = NoiseFilter::new(&self.shell[0]);
+        let final_drain = Duration::from_millis(self.config.final_drain_ms);
+        let grace = Duration::from_secs_f64(self.config.kill_grace_s);
+        let on_timeout = {
+            let me = me.clone();
+            move |s: Arc<Session>| {
+                if let Some(reg) = me.upgrade() {
+                    tokio::spawn(async move {
+                        reg.terminate(
+                            &s,
+                            libc::SIGTERM,
+                            grace,
+                            CompletionReason::Timeout,
+                            "timeout",
+                        )
+                        .await;
+                    });
+                }
+            }
+        };
+        let watch = WatchMatcher::new(
+            &session.spec.watch_patterns,
+            Duration::from_secs_f64(self.config.watch_min_interval_s),
+            self.config.watch_max_deliveries,
+        )
+        .map(|matcher| {
+            let me = me.clone();
+            let watched = Arc::downgrade(&session);
+            let deliver: Box<dyn FnMut(WatchOutcome) + Send> = Box::new(move |outcome| {
+                if let (Some(reg), Some(s)) = (me.upgrade(), watched.upgrade()) {
+                    reg.deliver_watch(&s, outcome);
+                }
+            });
+            session::Watch { matcher, deliver }
+        });
+        let supervised = session.clone();
+        let checkpointed = self.write_checkpoint().await;
+        tokio::spawn(async move {
+            let record = session::supervise(
+                supervised.clone(),
+                reader,
+                exit_rx,
+                noise,
+                final_drain,
+                on_timeout,
+                watch,
+            )
+            .await;
+            let reg = me.upgrade();
+            if let Some(reg) = &reg {
+                reg.on_exit(&supervised, &record);
+            }
+            supervised.mark_exited(record);
+            if let Some(reg) = reg {
+                reg.checkpoint_soon();
+            }
+        });
+
+        if let Err(e) = checkpointed {
+            // The session cannot be recovered after a crash: refuse it
+            // rather than run something procd could lose track of.
+            self.terminate(
+                &session,
+                libc::SIGKILL,
+                Duration::ZERO,
+                CompletionReason::FailedStart,
+                "spawn",
+            )
+            .await;
+            self.table().remove(&id);
+            session.output.delete_log();
+            return Err(Error::SpawnFailed(format!(
+                "cannot write the checkpoint (the process was killed): {e}"
+            )));
+        }
+        Ok(SpawnResult {
+            session_id: id,
+            pid,
+            pty: session.spec.pty,
+            status: SessionStatus::Running,
+            command: self.redactor.command(&session.spec.command).into_owned(),
+            started_at: rfc3339(session.started_at),
+            output: None,
+            cursor: None,
+            original_chars: None,
+            exit: None,
+        })
+    }
+
+    /// Forks the session's root: `setsid`, stdio on pipes or on a new PTY
+    /// (then the PTY is its controlling terminal). Runs under the reaper's
+    /// lock, so the start time is read before the child can be reaped.
+    pub(super) fn start_child(
+        &self,
+        spec: &SessionSpec,
+        env: &BTreeMap<String, String>,
+        script: &str,
+        unit: Option<&str>,
+    ) -> std::io::Result<StartedChild> {
+        let mut argv: Vec<String> = self.shell.clone();
+        argv.push(script.to_string());
+        if let (Some(unit), Some(scopes)) = (unit, &self.scopes) {
+            argv = scopes.wrap(unit, &argv);
+        }
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env_clear()
+            .envs(env)
+            .current_dir(&spec.cwd);
+        let procfs = &self.procfs;
+        let inspect = |pid: u32| procfs.stat(pid as i32).map(|s| s.start_time).unwrap_or(0);
+        let (child, start_time, exit_rx, io) = if spec.pty {
+            use std::os::fd::AsFd;
+            let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
+            pty.resize(pty_process::Size::new(spec.rows, spec.cols))
+                .map_err(std::io::Error::other)?;
+            let slave = pts.as_fd();
+            cmd.stdin(slave.try_clone_to_owned()?)
+                .stdout(slave.try_clone_to_owned()?)
+                .stderr(slave.try_clone_to_owned()?);
+            if !env.contains_key("TERM") {
+                cmd.env("TERM", "xterm-256color");
+            }
+            for pager in ["PAGER", "GIT_PAGER"] {
+                if !env.contains_key(pager) {
+                    cmd.env(pager, "cat");
+                }
+            }
+            // SAFETY: runs in the forked child before exec, after std has
+            // put the PTY slave on fds 0-2; setsid(2) and ioctl(2) are
+            // async-signal-safe and touch no memory shared with the parent.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::unistd::setsid().map_err(std::io::Error::from)?;
+                    if libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            // Duplicated before the fork, so nothing can fail after it.
+            let master = pty.as_fd().try_clone_to_owned()?;
+            let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, inspect)?;
+            // Only the child may hold the slave: EIO then marks the end.
+            drop(cmd);
+            drop(pts);
+            if self.fail_pty_after_spawn {
+                let root = ProcessIdentity {
+                    pid: child.id() as i32,
+                    start_time,
+                };
+                if let Some(fd) = root.open(procfs) {
+                    let _ = fd.send_signal(libc::SIGKILL);
+                }
+                return Err(std::io::Error::other("injected PTY failure after spawn"));
+            }
+            let (reader, writer) = pty.into_split();
+            (
+                child,
+                start_time,
+                exit_rx,
+                ChildIo::Pty {
+                    reader,
+                    writer,
+                    master,
+                },
+            )
+        } else {
+            let (out_read, out_write) = std::io::pipe()?;
+            // A larger pipe lets a chatty child write bigger bursts between
+            // our reads (fewer wake-ups); it is only a hint.
+            let _ = nix::fcntl::fcntl(&out_read, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+            let err_write = out_write.try_clone()?;
+            cmd.stdout(out_write).stderr(err_write);
+            let stdin_write = match spec.stdin {
+                StdinMode::Pipe => {
+                    let (r, w) = std::io::pipe()?;
+                    cmd.stdin(r);
+                    Some(w)
+                }
+                StdinMode::Null => {
+                    cmd.stdin(Stdio::null());
+                    None
+                }
+            };
+            // SAFETY: runs in the forked child before exec and calls only
+            // setsid(2), which is async-signal-safe; it touches no memory
+            // shared with the parent and allocates nothing.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::unistd::setsid()
+                        .map(drop)
+                        .map_err(std::io::Error::from)
+                });
+            }
+            let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, inspect)?;
+            // Our copies of the child's pipe ends must close, or EOF never comes.
+            drop(cmd);
+            let io = (|| {
+                Ok::<_, std::io::Error>(ChildIo::Pipe {
+                    output: tokio::net::unix::pipe::Receiver::from_owned_fd(out_read.into())?,
+                    stdin: match stdin_write {
+                        Some(w) => Some(tokio::net::unix::pipe::Sender::from_owned_fd(w.into())?),
+                        None => None,
+                    },
+                })
+            })();
+            match io {
+                Ok(io) => (child, start_time, exit_rx, io),
+                Err(e) => {
+                    // The child exists but cannot be supervised: end it.
+                    let root = ProcessIdentity {
+                        pid: child.id() as i32,
+                        start_time,
+                    };
+                    if let Some(fd) = root.open(procfs) {
+                        let _ = fd.send_signal(libc::SIGKILL);
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        let pid = child.id() as i32;
+        Ok(StartedChild {
+            pid,
+            identity: ProcessIdentity { pid, start_time },
+            exit_rx,
+            io,
+        })
+    }
+
+    /// Queues a watch event; when the delivery cap is reached, watching
+    /// stops and the session is switched to notify on completion instead.
+    pub(super) fn deliver_watch(&self, s: &Session, outcome: WatchOutcome) {
+        let mut fields = BTreeMap::new();
+        let (kind, text) = match outcome {
+            WatchOutcome::Match {
+                pattern,
+                output,
+                suppressed,
+            } => {
+                let output = self
+                    .redactor
+                    .output(&output, is_env_dump(&s.spec.command))
+                    .into_owned();
+                let text = format!(
+                    "Background process {} printed a line matching {pattern:?}{}: {}",
+                    s.id,
+                    if suppressed > 0 {
+                        format!(" ({suppressed} more matches suppressed)")
+                    } else {
+                        String::new()
+                    },
+                    first_chars(&output, 300)
+                );
+                fields.insert("pattern".into(), serde_json::json!(pattern));
+                fields.insert("output".into(), serde_json::json!(output));
+                fields.insert("suppressed".into(), serde_json::json!(suppressed));
+                ("watch_match", text)
+            }
+            WatchOutcome::Disabled { deliveries } => {
+                s.enable_notify_on_complete();
+                fields.insert("deliveries".into(), serde_json::json!(deliveries));
+                let text = format!(
+                    "Background process {}: watch patterns matched {deliveries} times, so watching stopped; you will be notified when it completes.",
+                    s.id
+                );
+                ("watch_disabled", text)
+            }
+        };
+        self.notifications.push(Event {
+            kind: kind.into(),
+            session_id: s.id.clone(),
+            session_key: s.spec.session_key.clone(),
+            task_id: s.spec.task_id.clone(),
+            command: self.redactor.command(&s.spec.command).into_owned(),
+            text,
+            fields,
+        });
+    }
+
+    /// Bookkeeping when a session ends, before its state flips to exited
+    /// (so a `wait` that returns sees the completion event already queued).
+    pub(super) fn on_exit(&self, session: &Session, record: &ExitRecord) {
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        if session.notify_on_complete() {
+            self.notifications
+                .push(completion_event(&self.redactor, session, record));
+        }
+        self.notifications.publish(serde_json::json!({
+            "type": "exited",
+            "session_id": session.id,
+            "command": self.redactor.command(&session.spec.command),
+            "task_id": session.spec.task_id,
+            "session_key": session.spec.session_key,
+            "exit_code": record.exit_code,
+            "signal": record.signal.map(signal_name),
+            "completion_reason": record.reason,
+            "termination_source": record.source,
+            "exited_at": rfc3339(record.exited_at),
+        }));
+    }
+}
+
+/// A child that exists, with its I/O not yet wired to tasks.
+pub(super) struct StartedChild {
+    pid: i32,
+    identity: ProcessIdentity,
+    exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
+    io: ChildIo,
+}
+
+enum ChildIo {
+    Pipe {
+        output: tokio::net::unix::pipe::Receiver,
+        stdin: Option<tokio::net::unix::pipe::Sender>,
+    },
+    Pty {
+        reader: pty_process::OwnedReadPty,
+        writer: pty_process::OwnedWritePty,
+        master: std::os::fd::OwnedFd,
+    },
+}
+
+enum OutputReader {
+    Pipe(tokio::net::unix::pipe::Receiver),
+    Pty(PtyReader),
+}
+
+impl tokio::io::AsyncRead for OutputReader {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            OutputReader::Pipe(r) => std::pin::Pin::new(r).poll_read(cx, buf),
+            OutputReader::Pty(r) => std::pin::Pin::new(r).poll_read(cx, buf),
+        }
+    }
+}
+
+/// How long output must pause before a yield returns ("it went quiet").
+pub(super) const YIELD_QUIET: Duration = Duration::from_millis(300);
+/// The longest a spawn or write may yield.
+pub(super) const MAX_YIELD_MS: f64 = 300_000.0;
+
+/// What a spawn or write that yields returns.
+pub(super) struct Yielded {
+    pub(super) output: String,
+    pub(super) cursor: u64,
+    pub(super) original_chars: Option<u64>,
+    pub(super) status: SessionStatus,
+    pub(super) exit: Option<ExitInfo>,
+}
+
+pub(super) fn yield_duration(yield_ms: Option<f64>) -> Result<Duration, Error> {
+    duration_param(
+        "yield_ms",
+        yield_ms.unwrap_or(0.0) / 1000.0,
+        MAX_YIELD_MS / 1000.0,
+    )
+}

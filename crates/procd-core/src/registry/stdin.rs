@@ -1,0 +1,172 @@
+//! Writing to a session: stdin writes (with yield), EOF, resize.
+
+use super::*;
+
+impl Registry {
+    // ----- stdin -----------------------------------------------------------
+
+    pub async fn write_stdin(
+        &self,
+        id: &str,
+        data: &str,
+        submit: bool,
+        yield_ms: Option<f64>,
+        budget: Option<usize>,
+    ) -> Result<StdinResult, Error> {
+        let wait = yield_duration(yield_ms)?;
+        let s = self.find(id)?;
+        let from = s.output.end();
+        let mut result = self.write_stdin_now(&s, data, submit).await?;
+        if !wait.is_zero() && result.status == StdinStatus::Ok {
+            let y = self.yield_output(&s, from, wait, budget).await?;
+            result.output = Some(y.output);
+            result.cursor = Some(y.cursor);
+            result.original_chars = y.original_chars;
+            result.session_status = Some(y.status);
+            result.exit = y.exit;
+        }
+        Ok(result)
+    }
+
+    pub(super) async fn write_stdin_now(
+        &self,
+        s: &Session,
+        data: &str,
+        submit: bool,
+    ) -> Result<StdinResult, Error> {
+        if !s.is_running() {
+            return Ok(already_exited());
+        }
+        if s.is_detached() {
+            return Err(Error::WrongState(format!(
+                "session {} was recovered after a procd restart; its stdin is not available",
+                s.id
+            )));
+        }
+        let tx = self.stdin_of(s)?;
+        let mut bytes = data.as_bytes().to_vec();
+        if submit {
+            bytes.push(if s.spec.pty { b'\r' } else { b'\n' });
+        }
+        let n = bytes.len() as u64;
+        let (reply, done) = oneshot::channel();
+        if tx.send(StdinOp::Write(bytes, reply)).await.is_err() {
+            return Ok(already_exited());
+        }
+        match done.await {
+            Ok(Ok(())) => Ok(stdin_result(StdinStatus::Ok, n, None)),
+            Ok(Err(e)) if !s.is_running() || e.kind() == std::io::ErrorKind::BrokenPipe => {
+                if s.is_running() {
+                    Err(Error::WrongState(format!(
+                        "session {} is no longer reading its stdin",
+                        s.id
+                    )))
+                } else {
+                    Ok(already_exited())
+                }
+            }
+            Ok(Err(e)) => Err(Error::Internal(format!("writing to stdin failed: {e}"))),
+            Err(_) => Ok(already_exited()),
+        }
+    }
+
+    /// The session's stdin writer, or -32002 when it has none or is closed.
+    pub(super) fn stdin_of(&self, s: &Session) -> Result<mpsc::Sender<StdinOp>, Error> {
+        if s.spec.stdin == StdinMode::Null {
+            return Err(Error::WrongState(format!(
+                "session {} was spawned with stdin \"null\"",
+                s.id
+            )));
+        }
+        match s.stdin_sender() {
+            Some(tx) if !s.stdin_closed() => Ok(tx),
+            _ => Err(Error::WrongState(format!(
+                "stdin of session {} is closed",
+                s.id
+            ))),
+        }
+    }
+
+    pub async fn close_stdin(&self, id: &str) -> Result<StdinResult, Error> {
+        let s = self.find(id)?;
+        if !s.is_running() {
+            return Ok(already_exited());
+        }
+        let tx = self.stdin_of(&s)?;
+        if !s.mark_stdin_closed() {
+            return Err(Error::WrongState(format!(
+                "stdin of session {} is already closed",
+                s.id
+            )));
+        }
+        if !s.spec.pty {
+            // The pipe's writer ends after the close; a PTY keeps its writer
+            // (resize goes through it).
+            s.take_stdin();
+        }
+        // Queued writes go first.
+        let (reply, done) = oneshot::channel();
+        if tx.send(StdinOp::Close(reply)).await.is_err() {
+            return Ok(already_exited());
+        }
+        match done.await {
+            Ok(Ok(message)) => Ok(stdin_result(StdinStatus::Ok, 0, Some(message))),
+            Ok(Err(e)) => Err(Error::Internal(format!("closing stdin failed: {e}"))),
+            Err(_) => Ok(already_exited()),
+        }
+    }
+
+    pub async fn resize(&self, id: &str, rows: u16, cols: u16) -> Result<(), Error> {
+        let s = self.find(id)?;
+        if !s.spec.pty {
+            return Err(Error::WrongState(format!(
+                "session {} is not a PTY session",
+                s.id
+            )));
+        }
+        for (name, v) in [("rows", rows), ("cols", cols)] {
+            if !(1..=4096).contains(&v) {
+                return Err(Error::InvalidParams(format!(
+                    "{name}: must be 1 to 4096, got {v}"
+                )));
+            }
+        }
+        let Some(tx) = s.stdin_sender().filter(|_| s.is_running()) else {
+            return Err(Error::WrongState(format!("session {} has exited", s.id)));
+        };
+        let (reply, done) = oneshot::channel();
+        if tx.send(StdinOp::Resize(rows, cols, reply)).await.is_err() {
+            return Err(Error::WrongState(format!("session {} has exited", s.id)));
+        }
+        match done.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::Internal(format!("resize failed: {e}"))),
+            Err(_) => Err(Error::WrongState(format!("session {} has exited", s.id))),
+        }
+    }
+}
+
+pub(super) fn already_exited() -> StdinResult {
+    stdin_result(
+        StdinStatus::AlreadyExited,
+        0,
+        Some("the session has already exited"),
+    )
+}
+
+pub(super) fn stdin_result(
+    status: StdinStatus,
+    bytes_written: u64,
+    message: Option<&str>,
+) -> StdinResult {
+    StdinResult {
+        status,
+        bytes_written,
+        message: message.map(String::from),
+        output: None,
+        cursor: None,
+        original_chars: None,
+        session_status: None,
+        exit: None,
+    }
+}

@@ -1,0 +1,218 @@
+//! Ending sessions: the one termination path every kill takes, signals, the bulk kills.
+
+use super::*;
+
+impl Registry {
+    // ----- killing ---------------------------------------------------------
+
+    /// Ends one session's tree; the single path every kill takes.
+    pub(super) async fn terminate(
+        &self,
+        s: &Arc<Session>,
+        signal: i32,
+        grace: Duration,
+        reason: CompletionReason,
+        source: &str,
+    ) -> KillResult {
+        if !s.is_running() {
+            // Leftovers still in its group or carrying its marker.
+            let out = kill::terminate(&s.tree(), &self.procfs, false, signal, grace).await;
+            self.stop_scope(s).await;
+            let state = s.state();
+            return KillResult {
+                session_id: s.id.clone(),
+                status: KillStatus::AlreadyExited,
+                orphans_killed: (out.signalled - out.survivors.len().min(out.signalled)) as u32,
+                error: None,
+                survivors: out.survivors,
+                process_running: None,
+                exit: exit_info(&state),
+            };
+        }
+        s.request_termination(reason, source);
+        let out = kill::terminate(&s.tree(), &self.procfs, true, signal, grace).await;
+        if out.survivors.is_empty() {
+            self.stop_scope(s).await;
+        }
+        // The root is dead or being reaped: give the supervisor its drain.
+        let settle = Duration::from_millis(self.config.final_drain_ms) + Duration::from_secs(2);
+        let exited = if out.survivors.contains(&s.pid()) {
+            None
+        } else {
+            s.wait_exited(settle).await
+        };
+        let state = s.state();
+        if !out.survivors.is_empty() || exited.is_none() {
+            if state.exit().is_none() {
+                s.clear_termination();
+            }
+            let mut survivors = out.survivors;
+            if exited.is_none() && !survivors.contains(&s.pid()) {
+                survivors.push(s.pid());
+            }
+            return KillResult {
+                session_id: s.id.clone(),
+                status: KillStatus::Error,
+                orphans_killed: 0,
+                error: Some(format!(
+                    "Kill incomplete: {} process(es) still alive",
+                    survivors.len()
+                )),
+                survivors,
+                process_running: Some(true),
+                exit: exit_info(&state),
+            };
+        }
+        KillResult {
+            session_id: s.id.clone(),
+            status: KillStatus::Killed,
+            orphans_killed: 0,
+            error: None,
+            survivors: Vec::new(),
+            process_running: None,
+            exit: exit_info(&state),
+        }
+    }
+
+    /// Stops the session's systemd scope, if it has one.
+    pub(super) async fn stop_scope(&self, s: &Session) -> bool {
+        match (&s.systemd_unit, &self.scopes) {
+            (Some(unit), Some(scopes)) => scopes.stop(unit).await,
+            _ => true,
+        }
+    }
+
+    pub(super) fn grace(&self, grace_s: Option<f64>) -> Duration {
+        let g = grace_s.unwrap_or(self.config.kill_grace_s);
+        let g = if g.is_finite() {
+            g.clamp(0.0, MAX_GRACE_S)
+        } else {
+            0.0
+        };
+        Duration::from_secs_f64(g)
+    }
+
+    pub async fn kill(
+        &self,
+        id: &str,
+        signal: Option<SignalSpec>,
+        grace_s: Option<f64>,
+    ) -> Result<KillResult, Error> {
+        let s = self.find(id)?;
+        let signal = match signal {
+            None => libc::SIGTERM,
+            Some(spec) => parse_signal(&spec)
+                .ok_or_else(|| Error::InvalidParams(format!("signal: unknown signal {spec:?}")))?,
+        };
+        let grace = self.grace(grace_s);
+        Ok(self
+            .terminate(&s, signal, grace, CompletionReason::Killed, "kill")
+            .await)
+    }
+
+    pub async fn signal(&self, id: &str, signal: SignalSpec) -> Result<SignalResult, Error> {
+        let s = self.find(id)?;
+        let sig = parse_signal(&signal)
+            .ok_or_else(|| Error::InvalidParams(format!("signal: unknown signal {signal:?}")))?;
+        if !s.is_running() {
+            return Err(Error::WrongState(format!(
+                "session {} has already exited",
+                s.id
+            )));
+        }
+        let delivered = kill::signal_group(&s.tree(), &self.procfs, sig).await as u32;
+        Ok(SignalResult {
+            session_id: s.id.clone(),
+            status: "ok".into(),
+            signal: signal_name(sig),
+            delivered,
+        })
+    }
+
+    pub(super) async fn kill_many(&self, victims: Vec<Arc<Session>>, source: &str) -> u32 {
+        let grace = self.grace(None);
+        let kills = victims
+            .iter()
+            .map(|s| self.terminate(s, libc::SIGTERM, grace, CompletionReason::Killed, source));
+        futures::future::join_all(kills)
+            .await
+            .into_iter()
+            .filter(|r| r.status == KillStatus::Killed)
+            .count() as u32
+    }
+
+    pub async fn kill_all(
+        &self,
+        task_id: Option<&str>,
+        exclude_ids: &[String],
+        source: Option<&str>,
+    ) -> u32 {
+        let exclude: HashSet<String> = exclude_ids.iter().map(|i| normalize_id(i)).collect();
+        let victims = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running())
+            .filter(|s| task_id.is_none_or(|t| s.spec.task_id.as_deref() == Some(t)))
+            .filter(|s| !exclude.contains(&s.id))
+            .collect();
+        self.kill_many(victims, source.unwrap_or("kill_all")).await
+    }
+
+    pub async fn kill_started_since(
+        &self,
+        task_id: &str,
+        baseline: &[String],
+        source: Option<&str>,
+    ) -> u32 {
+        let baseline: HashSet<String> = baseline.iter().map(|i| normalize_id(i)).collect();
+        let victims = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running() && s.spec.task_id.as_deref() == Some(task_id))
+            .filter(|s| !baseline.contains(&s.id))
+            .collect();
+        self.kill_many(victims, source.unwrap_or("kill_started_since"))
+            .await
+    }
+
+    /// Whether a running session has an owner (whose lease must be watched).
+    pub fn has_owned_sessions(&self) -> bool {
+        self.table()
+            .values()
+            .any(|s| s.spec.owner.is_some() && s.is_running())
+    }
+
+    /// Ends the non-persistent sessions of owners whose lease is gone.
+    pub async fn kill_orphaned_owners(&self, live_owners: &HashSet<String>) -> u32 {
+        let victims = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running() && !s.spec.persist)
+            .filter(|s| {
+                s.spec
+                    .owner
+                    .as_ref()
+                    .is_some_and(|o| !live_owners.contains(o))
+            })
+            .collect();
+        self.kill_many(victims, "owner_released").await
+    }
+
+    /// Terminates every running session (daemon shutdown).
+    pub async fn shutdown_all(&self) -> u32 {
+        let victims = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running())
+            .collect();
+        self.kill_many(victims, "shutdown").await
+    }
+}
+
+pub(super) fn normalize_id(id: &str) -> String {
+    if id.starts_with("proc_") {
+        id.to_ascii_lowercase()
+    } else {
+        format!("proc_{}", id.to_ascii_lowercase())
+    }
+}
