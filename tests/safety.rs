@@ -493,23 +493,36 @@ fn calls(path: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn under_the_unit_sessions_run_in_scopes_and_kill_stops_them() {
+/// A socket-activated daemon (as systemd starts it) with stand-in
+/// systemd-run/systemctl first on PATH; returns the log of their calls.
+fn activated_with_stand_ins(probe_exit: i32) -> (tempfile::TempDir, Activated, std::path::PathBuf) {
     let home = short_tempdir();
     let bin = home.path().join("bin");
-    let log = systemd_stand_ins(&bin, 0);
+    let log = systemd_stand_ins(&bin, probe_exit);
     let path = format!(
         "{}:{}",
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let daemon = Activated::start(home.path(), &[("PATH", path.as_str())]);
-    let mut c = daemon.connect();
-    let id = c.call("spawn", json!({"command": "echo scoped"}))["result"]["session_id"]
+    (home, daemon, log)
+}
+
+/// Spawns `command`, waits for its exit; (session id, wait result).
+fn spawn_and_wait(c: &mut Conn, command: &str) -> (String, Value) {
+    let id = c.call("spawn", json!({"command": command}))["result"]["session_id"]
         .as_str()
         .unwrap()
         .to_string();
     let w = c.call("wait", json!({"session_id": id, "timeout_s": 20}))["result"].clone();
+    (id, w)
+}
+
+#[test]
+fn under_the_unit_sessions_run_in_scopes_and_kill_stops_them() {
+    let (home, daemon, log) = activated_with_stand_ins(0);
+    let mut c = daemon.connect();
+    let (id, w) = spawn_and_wait(&mut c, "echo scoped");
     assert_eq!(w["output"], "scoped\n");
     assert_eq!(w["exit_code"], 0);
     let line = calls(&log)
@@ -586,21 +599,9 @@ fn without_the_unit_there_are_no_scopes_even_with_an_invocation_id() {
 
 #[test]
 fn when_systemd_run_does_not_work_sessions_run_unscoped() {
-    let home = short_tempdir();
-    let bin = home.path().join("bin");
-    let log = systemd_stand_ins(&bin, 1);
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let daemon = Activated::start(home.path(), &[("PATH", path.as_str())]);
+    let (_home, daemon, log) = activated_with_stand_ins(1);
     let mut c = daemon.connect();
-    let id = c.call("spawn", json!({"command": "echo unscoped"}))["result"]["session_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let w = c.call("wait", json!({"session_id": id, "timeout_s": 20}))["result"].clone();
+    let (_, w) = spawn_and_wait(&mut c, "echo unscoped");
     assert_eq!(w["output"], "unscoped\n");
     let all = calls(&log);
     assert!(

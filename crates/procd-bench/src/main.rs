@@ -322,6 +322,27 @@ fn echo_server(dir: &Path) -> PathBuf {
     path
 }
 
+/// Round trips of `a` and `b`, alternating, in microseconds: `rounds`
+/// pairs after 50 unrecorded warm-up pairs.
+fn alternate(rounds: usize, a: (&mut Line, &str), b: (&mut Line, &str)) -> (Vec<f64>, Vec<f64>) {
+    let (conn_a, line_a) = a;
+    let (conn_b, line_b) = b;
+    let (mut xs, mut ys) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for i in 0..rounds + 50 {
+        let t = Instant::now();
+        conn_a.round_trip(line_a);
+        let x = t.elapsed().as_secs_f64() * 1e6;
+        let t = Instant::now();
+        conn_b.round_trip(line_b);
+        let y = t.elapsed().as_secs_f64() * 1e6;
+        if i >= 50 {
+            xs.push(x);
+            ys.push(y);
+        }
+    }
+    (xs, ys)
+}
+
 /// CPUs online (not this thread's affinity, which `pin` changes).
 fn online_cpus() -> usize {
     nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN)
@@ -363,19 +384,7 @@ fn poll_round_trip(d: &Daemon, s: &Sizes) -> Row {
         .to_string()
         + "\n";
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string() + "\n";
-    let (mut ours, mut base) = (Vec::new(), Vec::new());
-    for i in 0..s.polls + 50 {
-        let t = Instant::now();
-        c.round_trip(&poll);
-        let a = t.elapsed().as_secs_f64() * 1e6;
-        let t = Instant::now();
-        echo.round_trip(&ping);
-        let b = t.elapsed().as_secs_f64() * 1e6;
-        if i >= 50 {
-            ours.push(a);
-            base.push(b);
-        }
-    }
+    let (ours, base) = alternate(s.polls, (&mut c, &poll), (&mut echo, &ping));
     pin(d.pid(), None);
     c.call("kill", json!({"session_id": id}));
     let (v, b) = (median(&ours), median(&base));
@@ -628,19 +637,7 @@ fn many_sessions(d: &Daemon, s: &Sizes) -> Vec<Row> {
     let (crowded_poll, lone_poll) = (poll(&ids[s.many / 2]), poll(&lone_id));
     pin(d.pid(), Some(0));
     pin(crowded.pid(), Some(0));
-    let (mut many, mut one) = (Vec::new(), Vec::new());
-    for i in 0..s.polls + 50 {
-        let t = Instant::now();
-        c.round_trip(&crowded_poll);
-        let a = t.elapsed().as_secs_f64() * 1e6;
-        let t = Instant::now();
-        lone.round_trip(&lone_poll);
-        let b = t.elapsed().as_secs_f64() * 1e6;
-        if i >= 50 {
-            many.push(a);
-            one.push(b);
-        }
-    }
+    let (many, one) = alternate(s.polls, (&mut c, &crowded_poll), (&mut lone, &lone_poll));
     pin(d.pid(), None);
     pin(crowded.pid(), None);
     let rss = rss_mib(crowded.pid());

@@ -355,10 +355,6 @@ impl OutputStore {
         self.changed.send_replace(end);
     }
 
-    pub fn is_finished(&self) -> bool {
-        self.lock().finished
-    }
-
     pub fn end(&self) -> u64 {
         self.lock().end
     }

@@ -171,10 +171,6 @@ impl Registry {
         }))
     }
 
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
     pub fn notifications(&self) -> &NotificationQueue {
         &self.notifications
     }
@@ -376,13 +372,13 @@ fn duration_param(name: &str, secs: f64, max: f64) -> Result<Duration, Error> {
     Ok(Duration::from_secs_f64(secs.min(max)))
 }
 
+/// Creates `dir` (and parents), mode 0700 for what it creates.
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .create(dir)
 }
 
 /// The shell argv: the configured one, except that the default `bash`

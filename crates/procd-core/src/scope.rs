@@ -112,10 +112,6 @@ impl Scopes {
         }
     }
 
-    pub fn memory_limit(&self) -> u64 {
-        self.memory_max
-    }
-
     /// Whether `systemd-run --user --scope` works (probed at most once per
     /// TTL; concurrent callers wait for the one probe in flight).
     pub async fn available(&self) -> bool {

@@ -10,7 +10,7 @@ use crate::state::{self, GatewayState, Liveness};
 use procd_core::pidfd::PidFd;
 use procd_core::procfs::ProcFs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// How long a started daemon may take to accept connections.
@@ -284,9 +284,4 @@ fn wait_until_serving(paths: &Paths) -> Result<Started, ControlError> {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(50));
     }
-}
-
-/// Whether the socket accepts a connection right now.
-pub fn socket_accepts(socket: &Path) -> bool {
-    std::os::unix::net::UnixStream::connect(socket).is_ok()
 }

@@ -3,8 +3,6 @@
 use super::*;
 
 impl Registry {
-    // ----- reading -------------------------------------------------------------
-
     pub fn poll(&self, id: &str, budget: Option<usize>) -> Result<PollResult, Error> {
         let s = self.find(id)?;
         let mut r = poll_result(&self.redactor, &s);

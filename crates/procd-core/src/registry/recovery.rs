@@ -3,8 +3,6 @@
 use super::*;
 
 impl Registry {
-    // ----- checkpoint and recovery ----------------------------------------------
-
     /// Records an exit in the checkpoint (called after the state flipped,
     /// so the snapshot no longer lists the session).
     pub(super) fn checkpoint_soon(&self) {

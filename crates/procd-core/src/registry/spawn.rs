@@ -3,8 +3,6 @@
 use super::*;
 
 impl Registry {
-    // ----- spawn -----------------------------------------------------------
-
     pub async fn spawn(&self, req: SpawnRequest) -> Result<SpawnResult, Error> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(Error::WrongState("procd is shutting down".into()));

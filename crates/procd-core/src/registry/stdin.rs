@@ -3,8 +3,6 @@
 use super::*;
 
 impl Registry {
-    // ----- stdin -----------------------------------------------------------
-
     pub async fn write_stdin(
         &self,
         id: &str,

@@ -3,8 +3,6 @@
 use super::*;
 
 impl Registry {
-    // ----- killing ---------------------------------------------------------
-
     /// Ends one session's tree; the single path every kill takes.
     pub(super) async fn terminate(
         &self,
@@ -18,15 +16,10 @@ impl Registry {
             // Leftovers still in its group or carrying its marker.
             let out = kill::terminate(&s.tree(), &self.procfs, false, signal, grace).await;
             self.stop_scope(s).await;
-            let state = s.state();
             return KillResult {
-                session_id: s.id.clone(),
-                status: KillStatus::AlreadyExited,
-                orphans_killed: (out.signalled - out.survivors.len().min(out.signalled)) as u32,
-                error: None,
+                orphans_killed: out.signalled.saturating_sub(out.survivors.len()) as u32,
                 survivors: out.survivors,
-                process_running: None,
-                exit: exit_info(&state),
+                ..kill_result(s, KillStatus::AlreadyExited)
             };
         }
         s.request_termination(reason, source);
@@ -41,9 +34,8 @@ impl Registry {
         } else {
             s.wait_exited(settle).await
         };
-        let state = s.state();
         if !out.survivors.is_empty() || exited.is_none() {
-            if state.exit().is_none() {
+            if s.is_running() {
                 s.clear_termination();
             }
             let mut survivors = out.survivors;
@@ -51,27 +43,16 @@ impl Registry {
                 survivors.push(s.pid());
             }
             return KillResult {
-                session_id: s.id.clone(),
-                status: KillStatus::Error,
-                orphans_killed: 0,
                 error: Some(format!(
                     "Kill incomplete: {} process(es) still alive",
                     survivors.len()
                 )),
                 survivors,
                 process_running: Some(true),
-                exit: exit_info(&state),
+                ..kill_result(s, KillStatus::Error)
             };
         }
-        KillResult {
-            session_id: s.id.clone(),
-            status: KillStatus::Killed,
-            orphans_killed: 0,
-            error: None,
-            survivors: Vec::new(),
-            process_running: None,
-            exit: exit_info(&state),
-        }
+        kill_result(s, KillStatus::Killed)
     }
 
     /// Stops the session's systemd scope, if it has one.
@@ -214,5 +195,18 @@ pub(super) fn normalize_id(id: &str) -> String {
         id.to_ascii_lowercase()
     } else {
         format!("proc_{}", id.to_ascii_lowercase())
+    }
+}
+
+/// A kill's answer with the session's current exit fields, nothing else set.
+fn kill_result(s: &Session, status: KillStatus) -> KillResult {
+    KillResult {
+        session_id: s.id.clone(),
+        status,
+        orphans_killed: 0,
+        error: None,
+        survivors: Vec::new(),
+        process_running: None,
+        exit: exit_info(&s.state()),
     }
 }
