@@ -410,10 +410,8 @@ fn retention_keeps_at_most_max_sessions_earliest_exited_first() {
         "the earliest-exited session was pruned"
     );
     assert!(now.contains(&running));
-    assert!(
-        !d.state_dir().join(format!("logs/{}.log", ids[0])).exists(),
-        "its log is deleted"
-    );
+    let pruned_log = d.state_dir().join(format!("logs/{}.log", ids[0]));
+    wait_until("its log is deleted", || !pruned_log.exists());
     d.ok("kill", json!({"session_id": running}));
 }
 

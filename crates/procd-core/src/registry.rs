@@ -348,8 +348,15 @@ impl Registry {
                 }
             }
         }
-        for s in removed {
-            s.output.delete_log();
+        if removed.is_empty() {
+            return;
+        }
+        // Unlinking a large log can take a while: not on the event loop.
+        let stores: Vec<Arc<OutputStore>> = removed.iter().map(|s| s.output.clone()).collect();
+        let delete = move || stores.iter().for_each(|o| o.delete_log());
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(delete)),
+            Err(_) => delete(),
         }
     }
 }
