@@ -148,13 +148,24 @@ fn subscribe_output_streams_then_ends_with_the_exit() {
 #[test]
 fn a_subscriber_that_goes_away_frees_its_subscription() {
     let d = Daemon::start();
-    let id = d.spawn("while true; do echo tick; sleep 0.05; done");
+    // A quiet session: nothing would ever fail a lingering stream's write,
+    // so only the daemon noticing the departure can end it.
+    let id = d.spawn("sleep 300");
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+            .unwrap()
+            .count()
+    };
+    let before = fds();
     for _ in 0..5 {
         let mut c = d.connect();
-        c.call("subscribe_output", json!({"session_id": id}));
-        c.recv();
+        let r = c.call("subscribe_output", json!({"session_id": id}));
+        assert!(r["result"].is_number() || r["result"].is_string(), "{r}");
     }
-    // Everyone left; the daemon serves on and the session is unaffected.
+    // Each connection (and its socket) ends once its stream is dropped.
+    wait_until("the subscribers' connections are closed", || {
+        fds() <= before
+    });
     assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
     d.ok("kill", json!({"session_id": id}));
 }
