@@ -222,6 +222,14 @@ impl Daemon {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
+                // A killed daemon cannot end its sessions: end the ones it
+                // checkpointed (this test started them), then fail.
+                kill_checkpointed_sessions(self.home.path());
+                // (From Drop during a failing test, a second panic would
+                // abort and skip the remaining clean-up.)
+                if std::thread::panicking() {
+                    return None;
+                }
                 panic!("daemon did not stop on SIGTERM");
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -291,6 +299,26 @@ pub fn stop_recorded_daemon(home: &Path) {
         nix::sys::signal::Signal::SIGTERM,
     );
     wait_until("the recorded daemon exits", || !alive(pid));
+}
+
+/// SIGKILLs the processes recorded in `<home>/state/procs.json` whose start
+/// time still matches the record (never a recycled pid).
+pub fn kill_checkpointed_sessions(home: &Path) {
+    let Ok(text) = std::fs::read_to_string(home.join("state/procs.json")) else {
+        return;
+    };
+    let Ok(entries) = serde_json::from_str::<Vec<Value>>(&text) else {
+        return;
+    };
+    for e in entries {
+        let pid = e["pid"].as_i64().unwrap_or(0) as i32;
+        if pid > 1 && start_time(pid) == e["start_time"].as_u64() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 /// A temp dir with a short path (Unix socket paths must fit 108 bytes).
