@@ -321,6 +321,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     let mut on_timeout = Some(on_timeout);
 
     let exit = loop {
+        let linger = watch.as_ref().and_then(|w| w.matcher.deadline());
         tokio::select! {
             biased;
             read = output.read(&mut buf), if !eof => match read {
@@ -336,6 +337,9 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
                 Err(_) => eof = true,
             },
             exit = &mut exit_rx => break exit.ok(),
+            () = sleep_until(linger), if linger.is_some() => {
+                watch_expire(&mut watch);
+            }
             _ = &mut timer, if on_timeout.is_some() => {
                 if let Some(f) = on_timeout.take() {
                     f(session.clone());
@@ -363,9 +367,11 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     if !filtered.is_empty() && store.append(&filtered) {
         store.compact().await;
     }
-    // A last line without a newline still counts as a line.
-    filtered.push(b'\n');
-    watch_chunk(&mut watch, &filtered);
+    if let Some(w) = &mut watch {
+        for outcome in w.matcher.finish(Instant::now()) {
+            (w.deliver)(outcome);
+        }
+    }
 
     let termination = session
         .termination
@@ -392,6 +398,23 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     });
     store.finish();
     record
+}
+
+/// Sleeps until `due` (the oldest watch match has waited long enough for
+/// its following lines); forever without one.
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn watch_expire(watch: &mut Option<Watch>) {
+    if let Some(w) = watch {
+        for outcome in w.matcher.expire(Instant::now()) {
+            (w.deliver)(outcome);
+        }
+    }
 }
 
 fn watch_chunk(watch: &mut Option<Watch>, stored: &[u8]) {
