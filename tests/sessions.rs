@@ -73,14 +73,11 @@ fn utf8_split_across_reads_is_decoded_whole() {
             "read",
             json!({"session_id": id, "cursor": cursor, "wait_ms": 5000}),
         );
-        let data = r["data"].as_str().unwrap();
-        if r["status"] == "running" {
-            assert!(
-                !data.contains('\u{FFFD}') || data.contains("x\u{FFFD}y"),
-                "a split character was mangled: {data:?}"
-            );
-        }
-        text.push_str(data);
+        // The store is append-only: a character mangled when it was split
+        // would stay mangled in the concatenation checked below. (The
+        // truncated tail becomes U+FFFD only once the child has exited, but
+        // may be read a moment before the session is marked exited.)
+        text.push_str(r["data"].as_str().unwrap());
         cursor = r["next_cursor"].as_u64().unwrap();
         if r["eof"] == true {
             break;
