@@ -7,7 +7,10 @@
 //! needs nothing else. Sessions and baselines run with a temp HOME so that
 //! `bash -lic` reads no dotfiles in either.
 //!
-//! Usage: procd-bench [--quick] [--json]
+//! Usage: procd-bench [--quick] [--json] [--only WORD]
+//!
+//! `--only WORD` runs just the figures whose group name contains WORD
+//! (spawn, poll, exit, ingest, latency, idle, many): for profiling one.
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -71,7 +74,12 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let as_json = args.iter().any(|a| a == "--json");
     let sizes = if quick { QUICK } else { FULL };
-    let rows = run_all(&sizes);
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
+    let rows = run_all(&sizes, only);
     if as_json {
         println!(
             "{}",
@@ -225,18 +233,22 @@ fn now_epoch() -> f64 {
 
 // ----- the measurements ------------------------------------------------------------
 
-fn run_all(s: &Sizes) -> Vec<Row> {
+fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     let d = Daemon::start();
-    let mut rows = vec![
-        spawn_wait(&d, s),
-        poll_round_trip(&d, s),
-        exit_to_wait(&d, s),
-        ingest(&d, s),
-        output_to_read(&d, s),
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 7] = [
+        ("spawn", &|| vec![spawn_wait(&d, s)]),
+        ("poll", &|| vec![poll_round_trip(&d, s)]),
+        ("exit", &|| vec![exit_to_wait(&d, s)]),
+        ("ingest", &|| vec![ingest(&d, s)]),
+        ("latency", &|| vec![output_to_read(&d, s)]),
+        ("idle", &|| idle(&d, s)),
+        ("many", &|| many_sessions(&d, s)),
     ];
-    rows.extend(idle(&d, s));
-    rows.extend(many_sessions(&d, s));
-    rows
+    groups
+        .iter()
+        .filter(|(name, _)| only.is_none_or(|w| name.contains(w)))
+        .flat_map(|(_, run)| run())
+        .collect()
 }
 
 /// The argv procd runs for `command` (see procd-core's registry).
