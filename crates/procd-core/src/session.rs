@@ -8,11 +8,12 @@ use crate::kill::TreeSpec;
 use crate::noise::NoiseFilter;
 use crate::output::OutputStore;
 use crate::reaper::ChildExit;
+use crate::redact::Redactor;
 use crate::watch::{WatchMatcher, WatchOutcome};
 use procd_proto::{CompletionReason, StdinMode};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -116,6 +117,9 @@ pub struct Session {
     pub note: Option<String>,
     /// The systemd scope the session runs in, if any.
     pub systemd_unit: Option<String>,
+    /// The command as callers see it, redacted on first use (see
+    /// `shown_command`).
+    shown_command: OnceLock<String>,
 }
 
 impl Session {
@@ -140,6 +144,7 @@ impl Session {
             notify_on_complete: AtomicBool::new(spec.notify_on_complete),
             note: None,
             systemd_unit: None,
+            shown_command: OnceLock::new(),
             spec,
         }
     }
@@ -168,6 +173,14 @@ impl Session {
                 .into(),
         );
         s
+    }
+
+    /// The command as returned to callers: redacted once, since neither the
+    /// command nor the daemon's redaction rules change (polls and lists
+    /// would otherwise run the redaction regexes on every call).
+    pub fn shown_command(&self, redactor: &Redactor) -> &str {
+        self.shown_command
+            .get_or_init(|| redactor.command(&self.spec.command).into_owned())
     }
 
     pub fn is_detached(&self) -> bool {

@@ -36,7 +36,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
     let env_dump = is_env_dump(&s.spec.command);
     PollResult {
         session_id: s.id.clone(),
-        command: r.command(&s.spec.command).into_owned(),
+        command: s.shown_command(r).to_string(),
         status: status_of(&state),
         pid: s.pid(),
         started_at: rfc3339(s.started_at),
@@ -55,7 +55,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
     let env_dump = is_env_dump(&s.spec.command);
     ProcessEntry {
         session_id: s.id.clone(),
-        command: first_chars(&r.command(&s.spec.command), 200).to_string(),
+        command: first_chars(s.shown_command(r), 200).to_string(),
         cwd: s.spec.cwd.display().to_string(),
         pid: s.pid(),
         status: status_of(&state),
@@ -83,7 +83,7 @@ pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Eve
             is_env_dump(&s.spec.command),
         )
         .into_owned();
-    let command = r.command(&s.spec.command).into_owned();
+    let command = s.shown_command(r).to_string();
     let how = match (e.reason, e.exit_code) {
         (CompletionReason::Exited, Some(0)) => "completed normally (exit code 0)".to_string(),
         (CompletionReason::Exited, Some(c)) => format!("failed (exit code {c})"),

@@ -114,7 +114,7 @@ impl Registry {
         Ok(LogResult {
             original_chars,
             session_id: s.id.clone(),
-            command: self.redactor.command(&s.spec.command).into_owned(),
+            command: s.shown_command(&self.redactor).to_string(),
             status: status_of(&s.state()),
             output,
             total_lines: total,

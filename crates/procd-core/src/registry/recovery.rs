@@ -31,7 +31,7 @@ impl Registry {
             .filter(|s| s.is_running())
             .map(|s| CheckpointEntry {
                 session_id: s.id.clone(),
-                command: self.redactor.command(&s.spec.command).into_owned(),
+                command: s.shown_command(&self.redactor).to_string(),
                 pid: s.pid(),
                 start_time: s.identity.start_time,
                 identity: crate::identity::identity_string(s.pid(), s.identity.start_time),
