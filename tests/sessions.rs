@@ -570,3 +570,29 @@ fn the_log_cap_drops_the_oldest_output_and_says_so() {
     assert_eq!(end["data"], "5000\n");
     assert_eq!(end["eof"], true);
 }
+
+#[test]
+fn after_a_flood_the_log_is_plain_capped_text_again_once_output_is_quiet() {
+    // During a flood the log's head is punched out (a hole of zeros, kept
+    // size); a second of quiet collapses it, while the session runs on.
+    let d = Daemon::with_config("max_log_bytes = 65536");
+    let id = d.spawn("seq 1 300000; echo quiet now; read _");
+    let log = d.state_dir().join(format!("logs/{id}.log"));
+    wait_until("the flood is over and its log tidied", || {
+        let bytes = std::fs::read(&log).unwrap_or_default();
+        bytes.ends_with(b"quiet now\n") && !bytes.contains(&0) && bytes.len() <= 65536 + 4096
+    });
+    let polled = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(polled["status"], "running");
+    let r = d.ok("read", json!({"session_id": id, "cursor": 0}));
+    assert!(
+        r["dropped"].as_u64().unwrap() > 1_000_000,
+        "{}",
+        r["dropped"]
+    );
+    let data = r["data"].as_str().unwrap();
+    assert!(data.ends_with("300000\nquiet now\n") && !data.contains('\0'));
+    let last = d.ok("log", json!({"session_id": id, "limit": 2}));
+    assert_eq!(last["output"], "300000\nquiet now\n");
+    d.ok("kill", json!({"session_id": id}));
+}

@@ -2,13 +2,25 @@
 //!
 //! Bytes are appended to `logs/<id>.log` and the newest `memory_tail_bytes`
 //! are also kept in memory. A byte cursor counts from the session's first
-//! byte, so cursors stay valid when the log cap drops the oldest part (the
-//! file is then rewritten to its newest half; `log_base` is the cursor of
-//! the file's first byte). Readers are woken through a `watch` of the end
+//! byte, so cursors stay valid when the log cap drops the oldest part
+//! (`log_base` is the cursor of the file's first byte, `kept_from` the first
+//! cursor still kept). Readers are woken through a `watch` of the end
 //! cursor; most reads are of recent output and are served from memory.
 //!
-//! Only the session's reader task appends, so compaction never races an
-//! append; readers take a consistent (file, base) snapshot under the lock.
+//! Dropping the head: the file's oldest half is collapsed away in place
+//! (FALLOC_FL_COLLAPSE_RANGE; a copy where unsupported), which keeps the
+//! log a plain text file. But ext4 writes the whole file back to disk
+//! before collapsing, so under a flood of output (compactions less than
+//! [`FLOOD_WINDOW`] apart) the head is punched out instead
+//! (FALLOC_FL_PUNCH_HOLE: its dirty pages are discarded, never written),
+//! and the hole is collapsed once output has been quiet for [`TIDY_QUIET`]
+//! (`tidy`), at the latest when the file's apparent size reaches
+//! [`MAX_SPAN_CAPS`] caps. Only the log's head can be a hole, and only
+//! while output floods.
+//!
+//! Only the session's reader task appends, compacts and tidies, so those
+//! never race an append. Readers of the file hold `layout` for reading, so
+//! no pread sees the file shift under it.
 
 use crate::text::complete_utf8_len;
 use std::collections::VecDeque;
@@ -22,11 +34,22 @@ use tokio::sync::watch;
 
 /// A trailing partial line is returned only after this much quiet (a prompt).
 pub const PARTIAL_LINE_QUIET: Duration = Duration::from_millis(50);
+/// Compactions closer together than this mean output floods: punch.
+const FLOOD_WINDOW: Duration = Duration::from_secs(1);
+/// Quiet after a flood before the punched head is collapsed away.
+pub const TIDY_QUIET: Duration = Duration::from_secs(1);
+/// The file's apparent size (holes included) stays under this many caps.
+const MAX_SPAN_CAPS: u64 = 16;
 
 struct Inner {
     log: Option<Arc<File>>,
-    /// Cursor of the first byte still in the log file.
+    /// Cursor of the log file's first byte.
     log_base: u64,
+    /// Cursor of the first byte still kept; the file's bytes before it
+    /// were punched out during a flood (zeros until `tidy`).
+    kept_from: u64,
+    /// When the head was last dropped (to tell a flood).
+    last_compaction: Option<Instant>,
     /// Cursor just past the last stored byte.
     end: u64,
     tail: VecDeque<u8>,
@@ -56,7 +79,7 @@ impl Inner {
     /// The first cursor that can still be read.
     fn first_kept(&self) -> u64 {
         if self.log.is_some() {
-            self.log_base
+            self.kept_from
         } else {
             self.tail_start()
         }
@@ -66,6 +89,9 @@ impl Inner {
 pub struct OutputStore {
     path: PathBuf,
     inner: Mutex<Inner>,
+    /// Held for writing while the file's layout changes (collapse, punch,
+    /// swap), for reading while a reader snapshots offsets and preads.
+    layout: tokio::sync::RwLock<()>,
     changed: watch::Sender<u64>,
     max_log_bytes: u64,
     tail_cap: usize,
@@ -117,17 +143,26 @@ impl OutputStore {
         tail_cap: usize,
     ) -> io::Result<OutputStore> {
         let mut file = OpenOptions::new().read(true).append(true).open(path)?;
+        // A daemon that died during a flood may have left the head punched
+        // out: what is kept starts at the first data.
+        let data_start = match nix::unistd::lseek(&file, 0, nix::unistd::Whence::SeekData) {
+            Ok(at) => u64::try_from(at).unwrap_or(0),
+            Err(nix::errno::Errno::ENXIO) => file.metadata()?.len(), // all hole
+            Err(_) => 0,
+        };
+        file.seek(SeekFrom::Start(data_start))?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let newlines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
         let store = Self::with_file(path, Some(file), 0, newlines, max_log_bytes, tail_cap);
         {
             let mut inner = store.lock();
-            inner.end = bytes.len() as u64;
+            inner.kept_from = data_start;
+            inner.end = data_start + bytes.len() as u64;
             let skip = bytes.len().saturating_sub(tail_cap);
             inner.tail.extend(&bytes[skip..]);
         }
-        store.changed.send_replace(bytes.len() as u64);
+        store.changed.send_replace(data_start + bytes.len() as u64);
         Ok(store)
     }
 
@@ -145,6 +180,8 @@ impl OutputStore {
             inner: Mutex::new(Inner {
                 log: file.map(Arc::new),
                 log_base: base,
+                kept_from: base,
+                last_compaction: None,
                 end: base,
                 tail: VecDeque::new(),
                 total_newlines: kept_newlines,
@@ -153,6 +190,7 @@ impl OutputStore {
                 last_write: None,
                 finished: false,
             }),
+            layout: tokio::sync::RwLock::new(()),
             changed,
             max_log_bytes,
             tail_cap,
@@ -199,7 +237,7 @@ impl OutputStore {
         inner.tail.extend(&bytes[skip..]);
         inner.last_write = Some(Instant::now());
         let end = inner.end;
-        let over = inner.log.is_some() && end - inner.log_base > self.max_log_bytes;
+        let over = inner.log.is_some() && end - inner.kept_from > self.max_log_bytes;
         drop(inner);
         self.changed.send_replace(end);
         over
@@ -207,63 +245,139 @@ impl OutputStore {
 
     /// Drops the oldest half of the log (off the event loop).
     pub async fn compact(self: &Arc<Self>) {
+        self.off_loop("log compaction", |store| store.compact_blocking())
+            .await;
+    }
+
+    /// When a punched head should be collapsed away: after `TIDY_QUIET` of
+    /// quiet. None when the log has no hole.
+    pub fn tidy_due(&self) -> Option<Instant> {
+        let inner = self.lock();
+        let holed = inner.log.is_some() && inner.kept_from > inner.log_base;
+        holed.then(|| inner.last_write.unwrap_or_else(Instant::now) + TIDY_QUIET)
+    }
+
+    /// Collapses a punched head away (output went quiet after a flood).
+    pub async fn tidy(self: &Arc<Self>) {
+        self.off_loop("log tidy", |store| {
+            let cut = store.lock().kept_from;
+            store.drop_head(cut)
+        })
+        .await;
+    }
+
+    async fn off_loop(
+        self: &Arc<Self>,
+        what: &'static str,
+        work: impl FnOnce(&OutputStore) -> io::Result<()> + Send + 'static,
+    ) {
         let store = self.clone();
-        let result = tokio::task::spawn_blocking(move || store.compact_blocking()).await;
+        let result = tokio::task::spawn_blocking(move || {
+            let _layout = store.layout.blocking_write();
+            work(&store)
+        })
+        .await;
         if let Ok(Err(err)) = result {
-            tracing::warn!(path = %self.path.display(), %err, "log compaction failed");
+            tracing::warn!(path = %self.path.display(), %err, "{what} failed");
         }
     }
 
     fn compact_blocking(&self) -> io::Result<()> {
-        let (file, base, end) = {
-            let inner = self.lock();
-            match &inner.log {
-                Some(f) => (f.clone(), inner.log_base, inner.end),
-                None => return Ok(()),
+        let (end, span, flooding) = {
+            let mut inner = self.lock();
+            if inner.log.is_none() {
+                return Ok(());
             }
+            let flooding = inner
+                .last_compaction
+                .is_some_and(|t| t.elapsed() < FLOOD_WINDOW);
+            inner.last_compaction = Some(Instant::now());
+            (inner.end, inner.end - inner.log_base, flooding)
         };
-        let keep = (self.max_log_bytes / 2).min(end - base);
-        match self.collapse_head(&file, base, end - keep) {
-            Ok(()) => Ok(()),
-            // Filesystems without FALLOC_FL_COLLAPSE_RANGE (tmpfs, …): copy.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
-                ) =>
-            {
-                self.copy_tail(&file, base, end, keep)
+        let cut = end - self.max_log_bytes / 2;
+        if flooding && span < self.max_log_bytes.saturating_mul(MAX_SPAN_CAPS) {
+            match self.punch_head(cut) {
+                Err(e) if unsupported(&e) => {}
+                done => return done,
             }
+        }
+        self.drop_head(cut)
+    }
+
+    /// Makes `cut` (rounded down to a block) the first kept cursor by
+    /// collapsing the file's head away, or by rewriting the file where the
+    /// filesystem cannot collapse.
+    fn drop_head(&self, cut: u64) -> io::Result<()> {
+        let Some((file, base, drop)) = self.aligned_cut(cut) else {
+            return Ok(());
+        };
+        let newlines = self.newlines_before(&file, base + drop)?;
+        match fallocate(&file, libc::FALLOC_FL_COLLAPSE_RANGE, 0, drop) {
+            Ok(()) => {
+                let mut inner = self.lock();
+                inner.log_base = base + drop;
+                forget_head(&mut inner, base + drop, newlines);
+                Ok(())
+            }
+            // Filesystems without FALLOC_FL_COLLAPSE_RANGE (tmpfs, …): copy.
+            Err(e) if unsupported(&e) => self.copy_tail(&file, base, cut),
             Err(e) => Err(e),
         }
     }
 
-    /// Drops the file's head in place (no copy, and the dropped pages never
-    /// need writing back): the cut is rounded down to the block size.
-    fn collapse_head(&self, file: &File, base: u64, new_base: u64) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
-        let block = nix::sys::statvfs::fstatvfs(file)
+    /// Makes `cut` (rounded down to a block) the first kept cursor by
+    /// punching the kept head out: the file keeps its size, its dropped
+    /// pages are discarded without being written back.
+    fn punch_head(&self, cut: u64) -> io::Result<()> {
+        let Some((file, base, drop)) = self.aligned_cut(cut) else {
+            return Ok(());
+        };
+        let from = self.lock().kept_from - base;
+        if drop <= from {
+            return Ok(());
+        }
+        let newlines = self.newlines_before(&file, base + drop)?;
+        fallocate(
+            &file,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            from,
+            drop - from,
+        )?;
+        forget_head(&mut self.lock(), base + drop, newlines);
+        Ok(())
+    }
+
+    /// The file, its base, and the file offset of `cut` rounded down to the
+    /// block size; None when that drops nothing new.
+    fn aligned_cut(&self, cut: u64) -> Option<(Arc<File>, u64, u64)> {
+        let (file, base, kept_from) = {
+            let inner = self.lock();
+            (inner.log.clone()?, inner.log_base, inner.kept_from)
+        };
+        let block = nix::sys::statvfs::fstatvfs(&*file)
             .map(|s| s.block_size())
             .unwrap_or(4096)
             .max(512);
-        let drop = (new_base - base) / block * block;
-        if drop == 0 {
-            return Ok(());
-        }
-        // Newlines before the cut, for `log`'s line numbers: from the last
-        // mark at or before it, counting only the stretch after that mark.
-        let cut = base + drop;
-        let (from, mut before_cut) = {
+        let drop = cut.saturating_sub(base) / block * block;
+        // A tidy drops exactly the hole (`kept_from` is block-aligned).
+        (drop > 0 && base + drop >= kept_from).then_some((file, base, drop))
+    }
+
+    /// Newlines before cursor `cut` (for `log`'s line numbers): from the
+    /// last mark at or before it, counting only the stretch after it.
+    fn newlines_before(&self, file: &File, cut: u64) -> io::Result<u64> {
+        let (base, from, mut newlines) = {
             let inner = self.lock();
-            inner
+            let (from, newlines) = inner
                 .marks
                 .iter()
                 .rev()
-                .find(|(at, _)| *at <= cut && *at >= base)
+                .find(|(at, _)| *at <= cut && *at >= inner.kept_from)
                 .copied()
-                .unwrap_or((base, inner.dropped_newlines))
+                .unwrap_or((inner.kept_from, inner.dropped_newlines));
+            (inner.log_base, from, newlines)
         };
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = vec![0u8; (cut - from).min(1 << 20) as usize];
         let mut at = from;
         while at < cut {
             let want = (cut - at).min(buf.len() as u64) as usize;
@@ -271,35 +385,16 @@ impl OutputStore {
             if n == 0 {
                 break;
             }
-            before_cut += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+            newlines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
             at += n as u64;
         }
-        // SAFETY: fallocate(2) on a descriptor we own, with plain integer
-        // arguments; it touches no memory of ours.
-        let r = unsafe {
-            libc::fallocate(
-                file.as_raw_fd(),
-                libc::FALLOC_FL_COLLAPSE_RANGE,
-                0,
-                drop as libc::off_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut inner = self.lock();
-        inner.log_base = cut;
-        inner.dropped_newlines = before_cut;
-        while inner.marks.front().is_some_and(|(at, _)| *at < cut) {
-            inner.marks.pop_front();
-        }
-        Ok(())
+        Ok(newlines)
     }
 
-    /// Rewrites the file to its newest `keep` bytes (from a line start when
-    /// one is near) and swaps it in.
-    fn copy_tail(&self, file: &Arc<File>, base: u64, end: u64, keep: u64) -> io::Result<()> {
-        let mut new_base = end - keep;
+    /// Rewrites the file from cursor `cut` (from a line start when one is
+    /// near) and swaps it in.
+    fn copy_tail(&self, file: &Arc<File>, base: u64, cut: u64) -> io::Result<()> {
+        let mut new_base = cut;
         let tmp_path = self.path.with_extension("log.compact");
         let mut tmp = OpenOptions::new()
             .create(true)
@@ -339,10 +434,8 @@ impl OutputStore {
         let mut inner = self.lock();
         inner.log = Some(Arc::new(appender));
         inner.log_base = new_base;
-        inner.dropped_newlines = inner.total_newlines - newlines;
-        while inner.marks.front().is_some_and(|(at, _)| *at < new_base) {
-            inner.marks.pop_front();
-        }
+        let dropped = inner.total_newlines - newlines;
+        forget_head(&mut inner, new_base, dropped);
         Ok(())
     }
 
@@ -403,6 +496,7 @@ impl OutputStore {
     /// The readable window at `cursor`, at most `max_bytes` long.
     pub async fn window(&self, cursor: u64, max_bytes: u64) -> io::Result<Window> {
         let max_bytes = max_bytes.max(1);
+        let _layout = self.layout.read().await;
         let (start, stop, end, dropped, source, finished, quiet) = {
             let inner = self.lock();
             let first = inner.first_kept();
@@ -482,6 +576,7 @@ impl OutputStore {
         offset: Option<u64>,
         limit: u64,
     ) -> io::Result<(Vec<String>, u64, u64)> {
+        let _layout = self.layout.read().await;
         let (first, end, total, file, base, tail) = {
             let inner = self.lock();
             let first = inner.first_kept();
@@ -494,8 +589,12 @@ impl OutputStore {
             // After a drop, text before the first kept newline is a fragment.
             let fragment = u64::from(first > 0 && newlines > 0);
             let total = newlines + partial - fragment;
+            // The tail may reach back past what the log keeps (a tail
+            // larger than half the cap): take only the kept part.
             let tail_covers = inner.tail_start() <= first;
-            let tail = tail_covers.then(|| inner.tail.iter().copied().collect::<Vec<u8>>());
+            let skip = first.saturating_sub(inner.tail_start()) as usize;
+            let tail =
+                tail_covers.then(|| inner.tail.iter().skip(skip).copied().collect::<Vec<u8>>());
             (
                 first,
                 inner.end,
@@ -558,6 +657,36 @@ enum Source {
     File(Arc<File>, u64),
 }
 
+/// Records that output before cursor `cut` (holding `newlines`) is gone.
+fn forget_head(inner: &mut Inner, cut: u64, newlines: u64) {
+    inner.kept_from = cut;
+    inner.dropped_newlines = newlines;
+    while inner.marks.front().is_some_and(|(at, _)| *at < cut) {
+        inner.marks.pop_front();
+    }
+}
+
+fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    // SAFETY: fallocate(2) on a descriptor we own, with plain integer
+    // arguments; it touches no memory of ours.
+    if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The filesystem cannot do this fallocate mode.
+fn unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
+    )
+}
+
 fn read_full_at(file: &File, buf: &mut [u8], mut offset: u64) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
@@ -604,6 +733,9 @@ mod tests {
                 s.compact().await;
             }
         }
+        // Compactions came in a burst, so the head was punched; the
+        // session's reader tidies when output stops.
+        s.tidy().await;
         s.finish();
         assert_eq!(s.end(), 10_000);
         let w = s.window(0, 200).await.unwrap();
@@ -615,5 +747,75 @@ mod tests {
         // the file may exceed the cap by less than one block).
         let size = std::fs::metadata(s.path()).unwrap().len();
         assert!(size <= 4096 + 4096, "log capped, is {size}");
+    }
+
+    /// Appends numbered 100-byte lines `from..to`, compacting as told.
+    async fn lines_of_100(s: &Arc<OutputStore>, from: u32, to: u32) {
+        for i in from..to {
+            if s.append(format!("{i:099}\n").as_bytes()) {
+                s.compact().await;
+            }
+        }
+    }
+
+    fn allocated(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    #[tokio::test]
+    async fn a_flood_punches_the_head_and_quiet_collapses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(&dir, 64 * 1024, 100);
+        // 1 MiB in quick succession: compactions less than a second apart.
+        lines_of_100(&s, 0, 10_000).await;
+        let size = std::fs::metadata(s.path()).unwrap().len();
+        // The first drop collapses; those that follow at once punch.
+        assert!(size > 900_000, "punched, not collapsed: the size stays");
+        assert!(
+            allocated(s.path()) <= 64 * 1024 + 8192,
+            "but the disk use is capped"
+        );
+        assert!(s.tidy_due().is_some());
+        let before = s.window(0, 1 << 20).await.unwrap();
+        assert!(before.dropped > 900_000, "{}", before.dropped);
+        assert!(!before.bytes.contains(&0), "the hole is never served");
+        let (lines, first, total) = s.lines(Some(0), 1_000_000).await.unwrap();
+        assert_eq!(lines.last().unwrap(), &format!("{:099}", 9999));
+        assert_eq!(first, 0);
+        assert_eq!(total as usize, lines.len());
+        assert!(lines.iter().all(|l| l.len() == 99 && !l.contains('\0')));
+
+        s.tidy().await;
+        assert_eq!(s.tidy_due(), None);
+        let size = std::fs::metadata(s.path()).unwrap().len();
+        assert!(size <= 64 * 1024 + 4096, "collapsed to the cap, is {size}");
+        let text = std::fs::read(s.path()).unwrap();
+        assert!(!text.contains(&0), "no hole left in the file");
+        // Cursors still mean the same bytes.
+        let after = s.window(0, 1 << 20).await.unwrap();
+        assert_eq!((after.start, &after.bytes), (before.start, &before.bytes));
+        assert_eq!(s.lines(Some(0), 1_000_000).await.unwrap().0, lines);
+        // And the next output appends after it.
+        lines_of_100(&s, 10_000, 10_001).await;
+        s.finish();
+        let (last, _, total_after) = s.lines(None, 1).await.unwrap();
+        assert_eq!(last, vec![format!("{:099}", 10_000)]);
+        assert_eq!(total_after, total + 1);
+    }
+
+    #[tokio::test]
+    async fn a_log_left_with_a_punched_head_is_recovered_from_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(&dir, 64 * 1024, 100);
+        lines_of_100(&s, 0, 3_000).await;
+        assert!(s.tidy_due().is_some(), "the flood left a hole");
+        let kept = s.window(0, 1 << 20).await.unwrap();
+        drop(s);
+        let r = OutputStore::open_existing(&dir.path().join("s.log"), 64 * 1024, 100).unwrap();
+        r.finish();
+        let w = r.window(0, 1 << 20).await.unwrap();
+        assert!(w.dropped > 0 && !w.bytes.contains(&0));
+        assert!(kept.bytes.ends_with(&w.bytes) && w.bytes.len() + 4096 >= kept.bytes.len());
     }
 }

@@ -335,6 +335,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
 
     let exit = loop {
         let linger = watch.as_ref().and_then(|w| w.matcher.deadline());
+        let tidy = store.tidy_due();
         tokio::select! {
             biased;
             read = output.read(&mut buf), if !eof => match read {
@@ -353,6 +354,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
             () = sleep_until(linger), if linger.is_some() => {
                 watch_expire(&mut watch);
             }
+            () = sleep_until(tidy), if tidy.is_some() => store.tidy().await,
             _ = &mut timer, if on_timeout.is_some() => {
                 if let Some(f) = on_timeout.take() {
                     f(session.clone());
@@ -409,12 +411,16 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
         exited_at: SystemTime::now(),
         exited_instant: Instant::now(),
     });
+    if store.tidy_due().is_some() {
+        store.tidy().await;
+    }
     store.finish();
     record
 }
 
-/// Sleeps until `due` (the oldest watch match has waited long enough for
-/// its following lines); forever without one.
+/// Sleeps until `due` (a watch match has waited long enough for its
+/// following lines; the log's punched head is due to be collapsed);
+/// forever without one.
 async fn sleep_until(due: Option<Instant>) {
     match due {
         Some(due) => tokio::time::sleep_until(due.into()).await,
