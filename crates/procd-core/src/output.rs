@@ -391,40 +391,28 @@ impl OutputStore {
         Ok(newlines)
     }
 
-    /// Rewrites the file from cursor `cut` (from a line start when one is
-    /// near) and swaps it in.
-    fn copy_tail(&self, file: &Arc<File>, base: u64, cut: u64) -> io::Result<()> {
-        let mut new_base = cut;
+    /// Rewrites the file from cursor `cut` and swaps it in (where the
+    /// filesystem cannot collapse a range). Like a collapse, the first kept
+    /// line may be a fragment.
+    fn copy_tail(&self, file: &File, base: u64, cut: u64) -> io::Result<()> {
         let tmp_path = self.path.with_extension("log.compact");
         let mut tmp = OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(true)
-            .read(true)
             .mode(0o600)
             .open(&tmp_path)?;
-        let mut src = &**file;
-        src.seek(SeekFrom::Start(new_base - base))?;
         let mut newlines = 0u64;
         let mut buf = vec![0u8; 1 << 16];
-        let mut first = true;
+        let mut at = cut - base;
         loop {
-            let n = src.read(&mut buf)?;
+            let n = file.read_at(&mut buf, at)?;
             if n == 0 {
                 break;
             }
-            let mut chunk = &buf[..n];
-            if first {
-                first = false;
-                if let Some(i) = memchr::memchr(b'\n', chunk) {
-                    if i + 1 < chunk.len() {
-                        chunk = &chunk[i + 1..];
-                        new_base += i as u64 + 1;
-                    }
-                }
-            }
-            newlines += memchr::memchr_iter(b'\n', chunk).count() as u64;
-            tmp.write_all(chunk)?;
+            newlines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+            tmp.write_all(&buf[..n])?;
+            at += n as u64;
         }
         std::fs::rename(&tmp_path, &self.path)?;
         let appender = OpenOptions::new()
@@ -433,9 +421,9 @@ impl OutputStore {
             .open(&self.path)?;
         let mut inner = self.lock();
         inner.log = Some(Arc::new(appender));
-        inner.log_base = new_base;
+        inner.log_base = cut;
         let dropped = inner.total_newlines - newlines;
-        forget_head(&mut inner, new_base, dropped);
+        forget_head(&mut inner, cut, dropped);
         Ok(())
     }
 
@@ -765,7 +753,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_flood_punches_the_head_and_quiet_collapses_it() {
-        let dir = tempfile::tempdir().unwrap();
+        flood_then_tidy(tempfile::tempdir().unwrap()).await;
+    }
+
+    /// tmpfs can punch but not collapse: the tidy rewrites the file.
+    #[tokio::test]
+    async fn on_tmpfs_the_punched_head_is_tidied_by_a_rewrite() {
+        let shm = tempfile::tempdir_in("/dev/shm").expect("this machine has a tmpfs at /dev/shm");
+        let fs = nix::sys::statfs::statfs(shm.path()).unwrap();
+        assert_eq!(fs.filesystem_type(), nix::sys::statfs::TMPFS_MAGIC);
+        flood_then_tidy(shm).await;
+    }
+
+    async fn flood_then_tidy(dir: tempfile::TempDir) {
         let s = store(&dir, 64 * 1024, 100);
         // 1 MiB in quick succession: compactions less than a second apart.
         lines_of_100(&s, 0, 10_000).await;
