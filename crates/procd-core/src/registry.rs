@@ -199,6 +199,10 @@ impl Registry {
 
     /// Resolves a full id or a unique prefix (≥ 4 hex chars, `proc_` optional).
     pub fn find(&self, id: &str) -> Result<Arc<Session>, Error> {
+        // The common case: the id exactly as procd gave it.
+        if let Some(s) = self.table().get(id) {
+            return Ok(s.clone());
+        }
         let hex = id.strip_prefix("proc_").unwrap_or(id);
         if hex.len() < 4 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(Error::InvalidParams(format!(
