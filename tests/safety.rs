@@ -63,6 +63,34 @@ fn daemon_credentials_are_not_inherited() {
     );
 }
 
+#[test]
+fn children_get_the_descriptor_limit_the_daemon_started_with() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    // Start the daemon with a soft limit under the hard one (this changes
+    // only this test's process: each test runs in its own).
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    let soft = hard / 2;
+    setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
+    let d = Daemon::start();
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(open_files[3], hard.to_string(), "the daemon raised its own");
+    for pty in [false, true] {
+        let id = d.spawn_with(json!({"command": "echo $(ulimit -Sn) $(ulimit -Hn)", "pty": pty}));
+        d.wait_exit(&id);
+        assert_eq!(
+            d.read_all(&id).trim(),
+            format!("{soft} {hard}"),
+            "pty: {pty}"
+        );
+    }
+}
+
 // ----- redaction ----------------------------------------------------------------
 
 #[test]

@@ -14,6 +14,7 @@ pub mod env;
 mod error;
 pub mod identity;
 pub mod kill;
+pub mod limits;
 pub mod noise;
 pub mod notify;
 pub mod output;

@@ -294,19 +294,9 @@ async fn serve_claimed(
     signals: StopSignals,
 ) -> Result<i32, String> {
     let std_listener = listening.listener;
-    // Each session holds a few descriptors (output, stdin, log): allow as
-    // many as the hard limit does, not the usual soft 1024.
-    if let Ok((soft, hard)) =
-        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-    {
-        if soft < hard {
-            let _ = nix::sys::resource::setrlimit(
-                nix::sys::resource::Resource::RLIMIT_NOFILE,
-                hard,
-                hard,
-            );
-        }
-    }
+    // Each session holds a few descriptors: allow as many as the hard limit
+    // does (children get the original soft limit back).
+    procd_core::limits::raise_nofile();
     // Orphaned descendants of sessions are reparented to us and reaped.
     nix::sys::prctl::set_child_subreaper(true)
         .map_err(|e| format!("cannot become a child subreaper: {e}"))?;

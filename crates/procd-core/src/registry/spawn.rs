@@ -450,16 +450,18 @@ impl Registry {
                     cmd.env(pager, "cat");
                 }
             }
+            let nofile = crate::limits::child_soft_nofile();
             // SAFETY: runs in the forked child before exec, after std has
-            // put the PTY slave on fds 0-2; setsid(2) and ioctl(2) are
-            // async-signal-safe and touch no memory shared with the parent.
+            // put the PTY slave on fds 0-2; setsid(2), ioctl(2) and
+            // get/setrlimit(2) are async-signal-safe, and nothing here
+            // allocates or touches memory shared with the parent.
             unsafe {
-                cmd.pre_exec(|| {
+                cmd.pre_exec(move || {
                     nix::unistd::setsid().map_err(std::io::Error::from)?;
                     if libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
                         return Err(std::io::Error::last_os_error());
                     }
-                    Ok(())
+                    nofile.map_or(Ok(()), crate::limits::restore_in_child)
                 });
             }
             // Duplicated before the fork, so nothing can fail after it.
@@ -507,14 +509,15 @@ impl Registry {
                     None
                 }
             };
+            let nofile = crate::limits::child_soft_nofile();
             // SAFETY: runs in the forked child before exec and calls only
-            // setsid(2), which is async-signal-safe; it touches no memory
-            // shared with the parent and allocates nothing.
+            // setsid(2) and get/setrlimit(2), which are async-signal-safe;
+            // it touches no memory shared with the parent and allocates
+            // nothing.
             unsafe {
-                cmd.pre_exec(|| {
-                    nix::unistd::setsid()
-                        .map(drop)
-                        .map_err(std::io::Error::from)
+                cmd.pre_exec(move || {
+                    nix::unistd::setsid().map_err(std::io::Error::from)?;
+                    nofile.map_or(Ok(()), crate::limits::restore_in_child)
                 });
             }
             let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, inspect)?;
