@@ -225,6 +225,27 @@ fn a_prompt_without_newline_is_returned_once_quiet() {
 }
 
 #[test]
+fn a_progress_line_redrawn_with_carriage_returns_is_readable_while_it_runs() {
+    // The line never pauses and never ends with a newline: without "\r"
+    // counting as a line end, a reader would see nothing until it stops.
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({
+        "command": "i=0; while [ ! -e stop ]; do printf 'step %d\\r' $((i+=1)); done; echo; echo finished",
+        "cwd": d.home.path(),
+    }));
+    let r = d.ok("read", json!({"session_id": id, "wait_ms": 10000}));
+    let data = r["data"].as_str().unwrap();
+    assert!(
+        data.starts_with("step 1\rstep 2\r") && data.ends_with('\r'),
+        "{data:?}"
+    );
+    assert_eq!(r["status"], "running");
+    std::fs::write(d.home.path().join("stop"), "").unwrap();
+    d.wait_exit(&id);
+    assert!(d.read_all(&id).ends_with("\r\nfinished\n"));
+}
+
+#[test]
 fn stdin_write_submit_close() {
     // R4 (pipe), R12 (pipe)
     let d = Daemon::start();

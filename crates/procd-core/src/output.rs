@@ -536,8 +536,8 @@ impl OutputStore {
             let line_may_grow = at_end && !finished && !quiet;
             if !ends_line && (line_may_grow || !at_end) {
                 // Never end inside a line while more of it may still come:
-                // cut after the last newline if the window has one.
-                match bytes.iter().rposition(|b| *b == b'\n') {
+                // cut after the last line end if the window has one.
+                match last_line_end(&bytes) {
                     Some(i) => bytes.truncate(i + 1),
                     None if line_may_grow => {
                         bytes.clear();
@@ -645,6 +645,22 @@ enum Source {
     File(Arc<File>, u64),
 }
 
+/// Where the last line in `bytes` ends (the index of its terminator): a
+/// newline, or a carriage return that something follows. A progress bar
+/// that redraws its line with "\r" ends a line each time, so readers see
+/// it move instead of waiting for it to pause; a final "\r" may be the
+/// first half of "\r\n" and does not count yet.
+fn last_line_end(bytes: &[u8]) -> Option<usize> {
+    let mut upto = bytes.len();
+    loop {
+        let i = memchr::memrchr2(b'\n', b'\r', &bytes[..upto])?;
+        if bytes[i] == b'\n' || i + 1 < bytes.len() {
+            return Some(i);
+        }
+        upto = i;
+    }
+}
+
 /// Records that output before cursor `cut` (holding `newlines`) is gone.
 fn forget_head(inner: &mut Inner, cut: u64, newlines: u64) {
     inner.kept_from = cut;
@@ -709,6 +725,27 @@ mod tests {
         s.finish();
         let w = s.window(5, 1000).await.unwrap();
         assert_eq!(String::from_utf8(w.bytes).unwrap(), "hé€");
+    }
+
+    #[test]
+    fn carriage_returns_end_lines_unless_they_may_start_a_crlf() {
+        assert_eq!(last_line_end(b"50%\r60%\r7"), Some(7));
+        assert_eq!(last_line_end(b"50%\r60%\r"), Some(3));
+        assert_eq!(last_line_end(b"a\r\nb"), Some(2));
+        assert_eq!(last_line_end(b"a\n\r"), Some(1));
+        assert_eq!(last_line_end(b"\r"), None);
+        assert_eq!(last_line_end(b"no end"), None);
+    }
+
+    #[tokio::test]
+    async fn a_redrawn_progress_line_is_readable_while_it_keeps_changing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(&dir, 1 << 20, 1024);
+        s.append(b"building 1/3\rbuilding 2/3\rbuil");
+        // Not quiet (just written) and running: up to the last redraw.
+        let w = s.window(0, 1000).await.unwrap();
+        assert_eq!(w.bytes, b"building 1/3\rbuilding 2/3\r");
+        assert!(!w.partial_pending);
     }
 
     #[tokio::test]
