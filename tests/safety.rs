@@ -94,6 +94,78 @@ fn children_get_the_descriptor_limit_the_daemon_started_with() {
 // ----- redaction ----------------------------------------------------------------
 
 #[test]
+fn a_private_key_cut_by_a_window_or_a_tail_is_masked_in_every_piece() {
+    // A 4096-bit key is ~3.2 KB: previews and completion output (the last
+    // 1000-2000 chars) start inside it, and a read can end inside it.
+    let d = Daemon::start();
+    let body: Vec<String> = (0..50)
+        .map(|i| {
+            format!(
+                "{:0>64}",
+                format!("MIIJQgIBADANBgkqhkiG9w0BAQEFAASCCSwwggkoAgEAAoICAQ{i}")
+            )
+        })
+        .collect();
+    let (head, tail) = body.split_at(20);
+    let key_file = d.home.path().join("id_rsa");
+    std::fs::write(
+        &key_file,
+        format!("-----BEGIN PRIVATE KEY-----\n{}\n", head.join("\n")),
+    )
+    .unwrap();
+    let rest_file = d.home.path().join("id_rsa.rest");
+    std::fs::write(
+        &rest_file,
+        format!("{}\n-----END PRIVATE KEY-----\n", tail.join("\n")),
+    )
+    .unwrap();
+    let id = d.spawn_with(json!({
+        "command": "cat id_rsa; read _; cat id_rsa.rest; read _",
+        "cwd": d.home.path(),
+        "notify_on_complete": true,
+    }));
+    // The first read ends inside the key; the next one starts inside it.
+    let first = d.ok("read", json!({"session_id": id, "wait_ms": 10000}));
+    d.ok("submit_stdin", json!({"session_id": id, "data": ""}));
+    let second = d.read_until_from(
+        &id,
+        first["next_cursor"].as_u64().unwrap(),
+        "END PRIVATE KEY",
+    );
+    let poll = d.ok("poll", json!({"session_id": id}));
+    let log = d.ok("log", json!({"session_id": id, "offset": 25, "limit": 10}));
+    d.ok("submit_stdin", json!({"session_id": id, "data": ""}));
+    let waited = d.wait_exit(&id);
+    let events = d.ok("drain_notifications", json!({}))["events"].clone();
+    // Each piece really is a piece of the key, masked.
+    assert!(
+        second.starts_with("***\n-----END PRIVATE KEY-----"),
+        "{second}"
+    );
+    assert_eq!(log["output"], "***");
+    assert!(poll["output_preview"]
+        .as_str()
+        .unwrap()
+        .ends_with("***\n-----END PRIVATE KEY-----\n"));
+    let returned = [
+        ("first read", first["data"].to_string()),
+        ("second read", second),
+        ("poll preview", poll["output_preview"].to_string()),
+        ("log from the middle", log["output"].to_string()),
+        ("wait output", waited["output"].to_string()),
+        ("completion event", events.to_string()),
+    ];
+    for (what, text) in returned {
+        for line in &body {
+            assert!(
+                !text.contains(&line[..40]),
+                "{what} shows key material: {text}"
+            );
+        }
+    }
+}
+
+#[test]
 fn redaction_masks_secrets_in_everything_returned() {
     // R28
     let d = Daemon::start();

@@ -157,8 +157,12 @@ impl Daemon {
 
     /// Reads from `cursor` until `needle` appears in the collected text.
     pub fn read_until(&self, id: &str, needle: &str) -> String {
+        self.read_until_from(id, 0, needle)
+    }
+
+    /// Reads from `cursor` until the text read contains `needle`.
+    pub fn read_until_from(&self, id: &str, mut cursor: u64, needle: &str) -> String {
         let mut text = String::new();
-        let mut cursor = 0u64;
         let deadline = Instant::now() + PATIENCE;
         while !text.contains(needle) {
             assert!(

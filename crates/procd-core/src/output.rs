@@ -22,6 +22,7 @@
 //! never race an append. Readers of the file hold `layout` for reading, so
 //! no pread sees the file shift under it.
 
+use crate::redact::KEY_CONTEXT_BYTES;
 use crate::text::complete_utf8_len;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -102,10 +103,30 @@ pub struct OutputStore {
 pub struct Window {
     pub start: u64,
     pub bytes: Vec<u8>,
+    /// Up to `KEY_CONTEXT_BYTES` of kept output just before `start`.
+    pub before: Vec<u8>,
     /// Bytes between the requested cursor and `start` lost to the log cap.
     pub dropped: u64,
     /// A partial line is waiting for the quiet period (or more output).
     pub partial_pending: bool,
+}
+
+/// A page of lines of the kept output (see `OutputStore::lines`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lines {
+    pub lines: Vec<String>,
+    /// Index of the first line returned, and how many lines are kept.
+    pub first: u64,
+    pub total: u64,
+    /// Up to `KEY_CONTEXT_BYTES` of output just before the first line.
+    pub before: Vec<u8>,
+}
+
+/// The newest output as text, and up to `KEY_CONTEXT_BYTES` before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tail {
+    pub text: String,
+    pub before: Vec<u8>,
 }
 
 impl Window {
@@ -462,37 +483,43 @@ impl OutputStore {
         }
     }
 
-    /// The newest output as text (for previews), at most `max_chars` chars.
-    pub fn tail_text(&self, max_chars: usize) -> String {
+    /// The newest output as text (for previews), at most `max_chars` chars,
+    /// with the output just before it.
+    pub fn tail_text(&self, max_chars: usize) -> Tail {
         let inner = self.lock();
-        let want = (max_chars * 4).min(inner.tail.len());
-        let (a, b) = inner.tail.as_slices();
-        let mut bytes = Vec::with_capacity(want);
-        let skip = inner.tail.len() - want;
-        if skip < a.len() {
-            bytes.extend_from_slice(&a[skip..]);
-            bytes.extend_from_slice(b);
-        } else {
-            bytes.extend_from_slice(&b[skip - a.len()..]);
-        }
+        let want = (max_chars * 4 + KEY_CONTEXT_BYTES).min(inner.tail.len());
+        let bytes: Vec<u8> = inner
+            .tail
+            .range(inner.tail.len() - want..)
+            .copied()
+            .collect();
         drop(inner);
         let start = crate::text::leading_continuations(&bytes);
-        let text = String::from_utf8_lossy(&bytes[start..]);
-        crate::text::last_chars(&text, max_chars).to_string()
+        let decoded = String::from_utf8_lossy(&bytes[start..]);
+        let text = crate::text::last_chars(&decoded, max_chars);
+        let cut = decoded.len() - text.len();
+        let context_from = cut.saturating_sub(KEY_CONTEXT_BYTES);
+        Tail {
+            before: decoded.as_bytes()[context_from..cut].to_vec(),
+            text: text.to_string(),
+        }
     }
 
     /// The readable window at `cursor`, at most `max_bytes` long.
     pub async fn window(&self, cursor: u64, max_bytes: u64) -> io::Result<Window> {
         let max_bytes = max_bytes.max(1);
         let _layout = self.layout.read().await;
-        let (start, stop, end, dropped, source, finished, quiet) = {
+        let (context, start, stop, end, dropped, source, finished, quiet) = {
             let inner = self.lock();
             let first = inner.first_kept();
             let start = cursor.clamp(first, inner.end);
             let dropped = first.saturating_sub(cursor);
             let stop = inner.end.min(start.saturating_add(max_bytes));
-            let source = if start >= inner.tail_start() {
-                let from = (start - inner.tail_start()) as usize;
+            // The window comes with the output just before it (redaction
+            // needs it to tell whether the window starts inside a key).
+            let context = start.saturating_sub(KEY_CONTEXT_BYTES as u64).max(first);
+            let source = if context >= inner.tail_start() {
+                let from = (context - inner.tail_start()) as usize;
                 let to = (stop - inner.tail_start()) as usize;
                 Source::Memory(inner.tail.range(from..to).copied().collect())
             } else {
@@ -505,6 +532,7 @@ impl OutputStore {
                 .last_write
                 .is_none_or(|t| t.elapsed() >= PARTIAL_LINE_QUIET);
             (
+                context,
                 start,
                 stop,
                 inner.end,
@@ -517,10 +545,10 @@ impl OutputStore {
         let mut bytes = match source {
             Source::Memory(bytes) => bytes,
             Source::File(file, base) => {
-                let len = (stop - start) as usize;
+                let len = (stop - context) as usize;
                 tokio::task::spawn_blocking(move || {
                     let mut buf = vec![0u8; len];
-                    let n = read_full_at(&file, &mut buf, start - base)?;
+                    let n = read_full_at(&file, &mut buf, context - base)?;
                     buf.truncate(n);
                     Ok::<_, io::Error>(buf)
                 })
@@ -528,6 +556,8 @@ impl OutputStore {
                 .map_err(io::Error::other)??
             }
         };
+        let mut before = bytes;
+        bytes = before.split_off(((start - context) as usize).min(before.len()));
         let at_end = stop == end || bytes.len() as u64 != stop - start;
         let mut partial_pending = false;
         if !(finished && at_end) {
@@ -552,18 +582,14 @@ impl OutputStore {
         Ok(Window {
             start,
             bytes,
+            before,
             dropped,
             partial_pending,
         })
     }
 
     /// Lines of the kept output: `offset` None gives the last `limit` lines.
-    /// Returns (lines, index of the first, total lines).
-    pub async fn lines(
-        &self,
-        offset: Option<u64>,
-        limit: u64,
-    ) -> io::Result<(Vec<String>, u64, u64)> {
+    pub async fn lines(&self, offset: Option<u64>, limit: u64) -> io::Result<Lines> {
         let _layout = self.layout.read().await;
         let (first, end, total, file, base, tail) = {
             let inner = self.lock();
@@ -597,7 +623,12 @@ impl OutputStore {
             None => total.saturating_sub(limit),
         };
         if start_line >= total || limit == 0 {
-            return Ok((Vec::new(), start_line, total));
+            return Ok(Lines {
+                lines: Vec::new(),
+                first: start_line,
+                total,
+                before: Vec::new(),
+            });
         }
         let bytes = match (tail, file) {
             (Some(tail), _) => tail,
@@ -611,24 +642,30 @@ impl OutputStore {
             .map_err(io::Error::other)??,
             (None, None) => Vec::new(),
         };
+        let text = String::from_utf8_lossy(&bytes);
         // When the head was dropped mid-line, the first kept "line" is a
         // fragment: it is not counted (see `total` above) nor shown.
-        let bytes = if first > 0 {
-            match memchr::memchr(b'\n', &bytes) {
-                Some(i) => bytes[i + 1..].to_vec(),
-                None => bytes, // one long line, all of it kept
-            }
-        } else {
-            bytes
+        let body = match memchr::memchr(b'\n', text.as_bytes()) {
+            Some(i) if first > 0 => i + 1,
+            _ => 0, // nothing dropped, or one long line, all of it kept
         };
-        let text = String::from_utf8_lossy(&bytes);
-        let lines = text
-            .split_inclusive('\n')
-            .skip(start_line as usize)
-            .take(limit as usize)
-            .map(|l| l.trim_end_matches(['\n', '\r']).to_string())
-            .collect();
-        Ok((lines, start_line, total))
+        let mut at = body;
+        let mut lines = Vec::new();
+        for (i, line) in text[body..].split_inclusive('\n').enumerate() {
+            if (i as u64) < start_line {
+                at += line.len();
+            } else if lines.len() as u64 == limit {
+                break;
+            } else {
+                lines.push(line.trim_end_matches(['\n', '\r']).to_string());
+            }
+        }
+        Ok(Lines {
+            lines,
+            first: start_line,
+            total,
+            before: text.as_bytes()[at.saturating_sub(KEY_CONTEXT_BYTES)..at].to_vec(),
+        })
     }
 
     /// Removes the log file (the session was pruned).
@@ -765,7 +802,12 @@ mod tests {
         assert_eq!(s.end(), 10_000);
         let w = s.window(0, 200).await.unwrap();
         assert!(w.dropped > 0 && w.start == w.dropped);
-        let (lines, first, total) = s.lines(None, 2).await.unwrap();
+        let Lines {
+            lines,
+            first,
+            total,
+            ..
+        } = s.lines(None, 2).await.unwrap();
         assert_eq!(lines, vec![format!("{:099}", 98), format!("{:099}", 99)]);
         assert_eq!(first + 2, total);
         // Capped (the in-place drop works in whole filesystem blocks, so
@@ -817,7 +859,12 @@ mod tests {
         let before = s.window(0, 1 << 20).await.unwrap();
         assert!(before.dropped > 900_000, "{}", before.dropped);
         assert!(!before.bytes.contains(&0), "the hole is never served");
-        let (lines, first, total) = s.lines(Some(0), 1_000_000).await.unwrap();
+        let Lines {
+            lines,
+            first,
+            total,
+            ..
+        } = s.lines(Some(0), 1_000_000).await.unwrap();
         assert_eq!(lines.last().unwrap(), &format!("{:099}", 9999));
         assert_eq!(first, 0);
         assert_eq!(total as usize, lines.len());
@@ -832,11 +879,15 @@ mod tests {
         // Cursors still mean the same bytes.
         let after = s.window(0, 1 << 20).await.unwrap();
         assert_eq!((after.start, &after.bytes), (before.start, &before.bytes));
-        assert_eq!(s.lines(Some(0), 1_000_000).await.unwrap().0, lines);
+        assert_eq!(s.lines(Some(0), 1_000_000).await.unwrap().lines, lines);
         // And the next output appends after it.
         lines_of_100(&s, 10_000, 10_001).await;
         s.finish();
-        let (last, _, total_after) = s.lines(None, 1).await.unwrap();
+        let Lines {
+            lines: last,
+            total: total_after,
+            ..
+        } = s.lines(None, 1).await.unwrap();
         assert_eq!(last, vec![format!("{:099}", 10_000)]);
         assert_eq!(total_after, total + 1);
     }

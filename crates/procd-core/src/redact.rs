@@ -27,6 +27,7 @@ struct Rules {
     prefixed: Regex,
     env_line: Regex,
     env_assignment: Regex,
+    pem_marker: Regex,
 }
 
 static RULES: LazyLock<Rules> = LazyLock::new(|| {
@@ -66,6 +67,7 @@ static RULES: LazyLock<Rules> = LazyLock::new(|| {
         .expect("env line"),
     env_assignment: Regex::new(r#"\b([A-Za-z_][A-Za-z0-9_]*)=("[^"]*"|'[^']*'|[^\s;&|]+)"#)
         .expect("env assignment"),
+    pem_marker: Regex::new(r"-----(?:BEGIN|END) [A-Z0-9 ]*PRIVATE KEY-----").expect("pem marker"),
 }
 });
 
@@ -108,12 +110,26 @@ pub fn is_env_dump(command: &str) -> bool {
         .any(|word| matches!(word, "env" | "printenv" | "set" | "export" | "declare"))
 }
 
+/// Output this long before an excerpt is enough to find the BEGIN line of a
+/// private key block the excerpt starts inside (an RSA-4096 PEM is 3.3 KB).
+pub const KEY_CONTEXT_BYTES: usize = 8 * 1024;
+
 impl Redactor {
     /// Masks secrets in output text; `env_dump` adds the `NAME=value` pass.
     pub fn output<'a>(&self, text: &'a str, env_dump: bool) -> Cow<'a, str> {
+        self.excerpt(text, &[], env_dump)
+    }
+
+    /// Masks secrets in text cut out of a session's output. `before` is the
+    /// output just before it (up to [`KEY_CONTEXT_BYTES`]): a text that
+    /// starts inside a private key block (a read window, a tail, a page of
+    /// lines) is masked up to the block's end, though its BEGIN line is
+    /// not in the text.
+    pub fn excerpt<'a>(&self, text: &'a str, before: &[u8], env_dump: bool) -> Cow<'a, str> {
         if !self.enabled || text.is_empty() {
             return Cow::Borrowed(text);
         }
+        let (masked_key, text) = key_continuation(text, inside_private_key(before));
         let mut out = common(text);
         if env_dump {
             out = replace(out, &RULES.env_line, |c| {
@@ -125,7 +141,11 @@ impl Redactor {
                 }
             });
         }
-        out
+        if masked_key.is_empty() {
+            out
+        } else {
+            Cow::Owned(masked_key + &out)
+        }
     }
 
     /// Masks secrets in a command line (assignments to credential-looking
@@ -156,6 +176,36 @@ fn trim_quotes(v: &str) -> &str {
         .unwrap_or(v)
 }
 
+/// Whether output ending with `before` is inside a private key block: its
+/// last key marker is a BEGIN.
+fn inside_private_key(before: &[u8]) -> bool {
+    // Most output holds no key at all: a SIMD scan says so without decoding.
+    if memchr::memmem::rfind(before, b"PRIVATE KEY-----").is_none() {
+        return false;
+    }
+    let text = String::from_utf8_lossy(before);
+    RULES
+        .pem_marker
+        .find_iter(&text)
+        .last()
+        .is_some_and(|m| m.as_str().starts_with("-----BEGIN"))
+}
+
+/// Splits off the part of `text` that continues a private key block begun
+/// before it, masked: up to and including the block's END marker. A text
+/// whose first marker is an END was cut out of a block whatever `inside`
+/// says (a tail); one that is `inside` with no END is masked whole.
+fn key_continuation(text: &str, inside: bool) -> (String, &str) {
+    match RULES.pem_marker.find(text) {
+        Some(m) if m.as_str().starts_with("-----END") => {
+            (format!("***\n{}", m.as_str()), &text[m.end()..])
+        }
+        Some(m) if inside => ("***\n".to_string(), &text[m.start()..]),
+        None if inside => ("***".to_string(), ""),
+        _ => (String::new(), text),
+    }
+}
+
 /// The passes that apply to every text.
 fn common(text: &str) -> Cow<'_, str> {
     let r = &*RULES;
@@ -183,6 +233,36 @@ mod tests {
     use super::*;
 
     const ON: Redactor = Redactor { enabled: true };
+
+    #[test]
+    fn a_text_cut_out_of_a_private_key_is_masked_up_to_its_end() {
+        let begin = "-----BEGIN RSA PRIVATE KEY-----";
+        let end = "-----END RSA PRIVATE KEY-----";
+        let body = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun";
+        // A tail: the first marker is an END, whatever came before.
+        assert_eq!(
+            ON.output(&format!("{body}\n{end}\n$ next"), false),
+            format!("***\n{end}\n$ next")
+        );
+        // A window starting inside a block begun before it.
+        let before = format!("ok\n{begin}\n{body}\n");
+        let inside = |text: &str| ON.excerpt(text, before.as_bytes(), false).into_owned();
+        assert_eq!(inside(&format!("{body}\n")), "***");
+        assert_eq!(
+            inside(&format!("{body}\n{end}\nsk-proj-abc123def456ghi789jkl012")),
+            format!("***\n{end}\nsk-pro...l012")
+        );
+        // Output after a complete block, or with no key at all, is untouched.
+        let closed = format!("{begin}\n{body}\n{end}\n");
+        assert_eq!(
+            ON.excerpt("plain text", closed.as_bytes(), false),
+            "plain text"
+        );
+        assert_eq!(ON.excerpt(body, b"no key here", false), body);
+        // And redact = false passes everything through.
+        let off = Redactor { enabled: false };
+        assert_eq!(off.excerpt(body, before.as_bytes(), false), body);
+    }
 
     #[test]
     fn every_pattern_is_masked() {

@@ -31,6 +31,12 @@ pub(super) fn uptime(s: &Session) -> f64 {
     (secs * 1000.0).round() / 1000.0
 }
 
+/// The last `chars` characters of a session's output, redacted.
+pub(super) fn redacted_tail(r: &Redactor, s: &Session, chars: usize, env_dump: bool) -> String {
+    let tail = s.output.tail_text(chars);
+    r.excerpt(&tail.text, &tail.before, env_dump).into_owned()
+}
+
 pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
     let state = s.state();
     let env_dump = is_env_dump(&s.spec.command);
@@ -41,9 +47,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         pid: s.pid(),
         started_at: rfc3339(s.started_at),
         uptime_seconds: uptime(s),
-        output_preview: r
-            .output(&s.output.tail_text(PREVIEW_CHARS), env_dump)
-            .into_owned(),
+        output_preview: redacted_tail(r, s, PREVIEW_CHARS, env_dump),
         note: s.note.clone(),
         original_chars: None,
         exit: exit_info(&state),
@@ -62,9 +66,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         exit_code: state.exit().and_then(|e| e.exit_code),
         started_at: rfc3339(s.started_at),
         uptime_seconds: uptime(s),
-        output_preview: r
-            .output(&s.output.tail_text(LIST_PREVIEW_CHARS), env_dump)
-            .into_owned(),
+        output_preview: redacted_tail(r, s, LIST_PREVIEW_CHARS, env_dump),
         task_id: s.spec.task_id.clone(),
         session_key: s.spec.session_key.clone(),
         pty: s.spec.pty,
@@ -77,12 +79,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
 }
 
 pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Event {
-    let output = r
-        .output(
-            &s.output.tail_text(WAIT_OUTPUT_CHARS),
-            is_env_dump(&s.spec.command),
-        )
-        .into_owned();
+    let output = redacted_tail(r, s, WAIT_OUTPUT_CHARS, is_env_dump(&s.spec.command));
     let command = s.shown_command(r).to_string();
     let how = match (e.reason, e.exit_code) {
         (CompletionReason::Exited, Some(0)) => "completed normally (exit code 0)".to_string(),

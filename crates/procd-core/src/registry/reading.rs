@@ -50,7 +50,9 @@ impl Registry {
             let now = tokio::time::Instant::now();
             if !window.bytes.is_empty() || eof || now >= deadline {
                 let text = String::from_utf8_lossy(&window.bytes);
-                let data = self.redactor.output(&text, is_env_dump(&s.spec.command));
+                let data =
+                    self.redactor
+                        .excerpt(&text, &window.before, is_env_dump(&s.spec.command));
                 let fetch = format!(
                     "read from cursor {} with a smaller max_bytes to see all of it",
                     window.start
@@ -90,7 +92,12 @@ impl Registry {
     ) -> Result<LogResult, Error> {
         let s = self.find(id)?;
         let limit = limit.unwrap_or(200).min(100_000);
-        let (lines, first, total) = s
+        let crate::output::Lines {
+            lines,
+            first,
+            total,
+            before,
+        } = s
             .output
             .lines(offset, limit)
             .await
@@ -105,7 +112,9 @@ impl Registry {
         if n > 0 {
             output.push('\n');
         }
-        let output = self.redactor.output(&output, is_env_dump(&s.spec.command));
+        let output = self
+            .redactor
+            .excerpt(&output, &before, is_env_dump(&s.spec.command));
         let (output, original_chars) = crate::budget::apply(
             &output,
             budget,
@@ -142,8 +151,12 @@ impl Registry {
         };
         let exited = s.wait_exited(timeout).await;
         let poll = poll_result(&self.redactor, &s);
-        let tail = s.output.tail_text(WAIT_OUTPUT_CHARS);
-        let output = self.redactor.output(&tail, is_env_dump(&s.spec.command));
+        let output = redacted_tail(
+            &self.redactor,
+            &s,
+            WAIT_OUTPUT_CHARS,
+            is_env_dump(&s.spec.command),
+        );
         let (output, original_chars) = crate::budget::apply(
             &output,
             budget,
