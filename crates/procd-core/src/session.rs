@@ -317,11 +317,9 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     mut watch: Option<Watch>,
 ) -> Arc<ExitRecord> {
     const FINAL_DRAIN_MAX: usize = 1 << 20;
-    const MAX_READ_BUF: usize = 1 << 20;
     let store = session.output.clone();
-    // Starts small (many idle sessions), doubles while reads fill it.
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut filtered = Vec::with_capacity(64 * 1024);
+    let mut buf = vec![0u8; MIN_READ_BUF];
+    let mut filtered = Vec::with_capacity(MIN_READ_BUF);
     let mut eof = false;
     let timeout = session.spec.timeout;
     let timer = async move {
@@ -343,9 +341,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
                 Ok(n) => {
                     store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
                     watch_chunk(&mut watch, &filtered);
-                    if n == buf.len() && buf.len() < MAX_READ_BUF {
-                        buf.resize(buf.len() * 2, 0);
-                    }
+                    fit_read_buffers(&mut buf, &mut filtered, n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => eof = true,
@@ -433,6 +429,26 @@ fn watch_expire(watch: &mut Option<Watch>) {
         for outcome in w.matcher.expire(Instant::now()) {
             (w.deliver)(outcome);
         }
+    }
+}
+
+/// The read buffer starts small (many sessions idle).
+const MIN_READ_BUF: usize = 16 * 1024;
+const MAX_READ_BUF: usize = 1 << 20;
+
+/// Sizes the read buffers to the output's pace after a read of `n` bytes:
+/// doubled while reads fill them (a flood: fewer, larger reads), shrunk
+/// once reads are small again, so a session that flooded once does not
+/// hold megabytes for the rest of its life.
+fn fit_read_buffers(buf: &mut Vec<u8>, filtered: &mut Vec<u8>, n: usize) {
+    if n == buf.len() && buf.len() < MAX_READ_BUF {
+        buf.resize(buf.len() * 2, 0);
+    } else if n < buf.len() / 4 && buf.len() > MIN_READ_BUF {
+        let fit = (n * 2).next_power_of_two().max(MIN_READ_BUF);
+        buf.truncate(fit);
+        buf.shrink_to_fit();
+        filtered.clear();
+        filtered.shrink_to(fit);
     }
 }
 
@@ -537,4 +553,26 @@ pub fn termination_of(session: &Session) -> Option<Termination> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fit_read_buffers, MAX_READ_BUF, MIN_READ_BUF};
+
+    #[test]
+    fn read_buffers_grow_in_a_flood_and_shrink_after_it() {
+        let (mut buf, mut filtered) = (vec![0u8; MIN_READ_BUF], Vec::new());
+        while buf.len() < MAX_READ_BUF {
+            let n = buf.len();
+            filtered.resize(n, 0);
+            fit_read_buffers(&mut buf, &mut filtered, n);
+        }
+        fit_read_buffers(&mut buf, &mut filtered, MAX_READ_BUF);
+        assert_eq!(buf.len(), MAX_READ_BUF, "capped");
+        fit_read_buffers(&mut buf, &mut filtered, MAX_READ_BUF / 2);
+        assert_eq!(buf.len(), MAX_READ_BUF, "a half-full read keeps the size");
+        fit_read_buffers(&mut buf, &mut filtered, 100);
+        assert_eq!(buf.len(), MIN_READ_BUF);
+        assert!(buf.capacity() <= 2 * MIN_READ_BUF && filtered.capacity() <= 2 * MIN_READ_BUF);
+    }
 }
