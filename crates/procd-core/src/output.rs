@@ -51,6 +51,9 @@ struct Inner {
     kept_from: u64,
     /// When the head was last dropped (to tell a flood).
     last_compaction: Option<Instant>,
+    /// A tidy failed: not retried until the head is dropped again (else
+    /// the supervisor would retry at once, forever).
+    tidy_failed: bool,
     /// Cursor just past the last stored byte.
     end: u64,
     tail: VecDeque<u8>,
@@ -203,6 +206,7 @@ impl OutputStore {
                 log_base: base,
                 kept_from: base,
                 last_compaction: None,
+                tidy_failed: false,
                 end: base,
                 tail: VecDeque::new(),
                 total_newlines: kept_newlines,
@@ -274,7 +278,7 @@ impl OutputStore {
     /// quiet. None when the log has no hole.
     pub fn tidy_due(&self) -> Option<Instant> {
         let inner = self.lock();
-        let holed = inner.log.is_some() && inner.kept_from > inner.log_base;
+        let holed = inner.log.is_some() && inner.kept_from > inner.log_base && !inner.tidy_failed;
         holed.then(|| inner.last_write.unwrap_or_else(Instant::now) + TIDY_QUIET)
     }
 
@@ -282,7 +286,9 @@ impl OutputStore {
     pub async fn tidy(self: &Arc<Self>) {
         self.off_loop("log tidy", |store| {
             let cut = store.lock().kept_from;
-            store.drop_head(cut)
+            let result = store.drop_head(cut);
+            store.lock().tidy_failed = result.is_err();
+            result
         })
         .await;
     }
@@ -313,6 +319,7 @@ impl OutputStore {
                 .last_compaction
                 .is_some_and(|t| t.elapsed() < FLOOD_WINDOW);
             inner.last_compaction = Some(Instant::now());
+            inner.tidy_failed = false;
             (inner.end, inner.end - inner.log_base, flooding)
         };
         let cut = end - self.max_log_bytes / 2;
@@ -842,6 +849,24 @@ mod tests {
         let fs = nix::sys::statfs::statfs(shm.path()).unwrap();
         assert_eq!(fs.filesystem_type(), nix::sys::statfs::TMPFS_MAGIC);
         flood_then_tidy(shm).await;
+    }
+
+    /// A tidy that fails (here: tmpfs rewrites the file, and its directory
+    /// is gone) is not retried at once, which would spin the supervisor.
+    #[tokio::test]
+    async fn a_failed_tidy_waits_for_the_next_drop() {
+        let shm = tempfile::tempdir_in("/dev/shm").expect("this machine has a tmpfs at /dev/shm");
+        let s = store(&shm, 64 * 1024, 100);
+        lines_of_100(&s, 0, 3_000).await;
+        assert!(s.tidy_due().is_some(), "the flood left a hole");
+        std::fs::remove_dir_all(shm.path()).unwrap();
+        s.tidy().await;
+        assert_eq!(s.tidy_due(), None, "not due again right away");
+        let w = s.window(0, 1 << 20).await.unwrap();
+        assert!(w.dropped > 0 && !w.bytes.is_empty() && !w.bytes.contains(&0));
+        // Dropping the head again re-arms it (and still works: it punches).
+        lines_of_100(&s, 3_000, 4_000).await;
+        assert!(s.tidy_due().is_some());
     }
 
     async fn flood_then_tidy(dir: tempfile::TempDir) {
