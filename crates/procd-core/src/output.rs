@@ -236,13 +236,17 @@ impl OutputStore {
         if bytes.is_empty() {
             return false;
         }
+        // Written before taking the lock: a write that blocks (the kernel
+        // throttling dirty pages) must not hold up polls and reads. Only
+        // this task appends or changes the file, and readers never read
+        // past `end`, so bytes in the file beyond it are harmless.
+        let log = self.lock().log.clone();
+        let failed = log.and_then(|file| (&*file).write_all(bytes).err());
         let mut inner = self.lock();
-        if let Some(file) = &inner.log {
-            if let Err(err) = (&**file).write_all(bytes) {
-                // Keep serving from memory; older output is reported dropped.
-                tracing::warn!(path = %self.path.display(), %err, "log write failed; keeping memory tail only");
-                inner.log = None;
-            }
+        if let Some(err) = failed {
+            // Keep serving from memory; older output is reported dropped.
+            tracing::warn!(path = %self.path.display(), %err, "log write failed; keeping memory tail only");
+            inner.log = None;
         }
         inner.end += bytes.len() as u64;
         inner.total_newlines += memchr::memchr_iter(b'\n', bytes).count() as u64;
