@@ -48,6 +48,37 @@ impl Drop for EmptyHome {
 }
 
 #[test]
+fn spawn_runs_in_the_current_directory_and_cwd_is_relative_to_it() {
+    let d = Daemon::start();
+    let project = d.home.path().join("project");
+    std::fs::create_dir_all(project.join("sub")).unwrap();
+    let in_project = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("--home")
+            .arg(d.home.path())
+            .env("HOME", d.home.path())
+            .current_dir(&project)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for (args, want) in [
+        (vec!["spawn", "--json", "--", "pwd"], project.clone()),
+        (
+            vec!["spawn", "--json", "--cwd", "sub", "--", "pwd"],
+            project.join("sub"),
+        ),
+    ] {
+        let out = in_project(&args);
+        assert!(out.status.success(), "{out:?}");
+        let id = json_out(&out)["session_id"].as_str().unwrap().to_string();
+        d.wait_exit(&id);
+        assert_eq!(d.read_all(&id), format!("{}\n", want.display()));
+    }
+}
+
+#[test]
 fn spawn_wait_logs_round_trip() {
     let d = Daemon::start();
     let out = d.cli(&[

@@ -34,6 +34,14 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     let seen: Value = serde_json::from_slice(&out.stdout).expect("the client's JSON report");
 
     assert_eq!(seen["server"], "procd");
+    // Commands run where the agent runs procd mcp (its project), and a
+    // relative cwd is taken from there.
+    let project = seen["project"].as_str().unwrap();
+    assert_eq!(seen["pwd"]["result"]["output"], format!("{project}\n"));
+    assert_eq!(
+        seen["pwd_sub"]["result"]["output"],
+        format!("{project}/sub\n")
+    );
     let tools: Vec<&str> = seen["tools"]
         .as_array()
         .unwrap()

@@ -14,10 +14,14 @@ from mcp.client.stdio import stdio_client
 
 
 async def main(procd: str, home: str) -> None:
+    # The agent runs in its project: `procd mcp` is started there.
+    project = os.path.join(home, "project")
+    os.makedirs(os.path.join(project, "sub"), exist_ok=True)
     params = StdioServerParameters(
         command=procd,
         args=["--home", home, "mcp"],
         env={"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        cwd=project,
     )
     out = {}
     async with stdio_client(params) as (read, write):
@@ -37,6 +41,9 @@ async def main(procd: str, home: str) -> None:
                 }
 
             out["fast"] = await call("start", {"command": "echo hello from mcp; exit 3", "yield_ms": 10000})
+            out["pwd"] = await call("start", {"command": "pwd", "yield_ms": 10000})
+            out["pwd_sub"] = await call("start", {"command": "pwd", "cwd": "sub", "yield_ms": 10000})
+            out["project"] = project
             out["slow"] = await call("start", {"command": "echo started; exec sleep 300", "yield_ms": 3000})
             out["kept"] = await call("start", {"command": "exec sleep 301", "persist": True, "yield_ms": 0})
             doomed = await call("start", {"command": "exec sleep 302", "yield_ms": 0})

@@ -70,7 +70,8 @@ enum Command {
         /// Run it on a pseudo-terminal.
         #[arg(long)]
         pty: bool,
-        /// Working directory (default: your home).
+        /// Working directory, relative to the current one (default: the
+        /// current directory).
         #[arg(long, value_name = "DIR")]
         cwd: Option<String>,
         /// Extra environment variable, repeatable.
@@ -398,7 +399,7 @@ async fn client_command(
             let r = client
                 .spawn(
                     command.join(" "),
-                    cwd,
+                    cwd_from_here(cwd),
                     (!vars.is_empty()).then_some(vars),
                     Some(pty),
                     None,
@@ -507,5 +508,19 @@ async fn follow_output(target: &Target, client: &Client, id: String) -> Result<i
         if r.eof {
             return Ok(EXIT_OK);
         }
+    }
+}
+
+/// Where a command started from the CLI runs: `--cwd` taken relative to the
+/// current directory, else the current directory itself, as someone typing
+/// `procd spawn -- make test` in a project expects. Only when the current
+/// directory is unknown (deleted, not UTF-8) is it left to the daemon's
+/// default, the home directory.
+pub fn cwd_from_here(cwd: Option<String>) -> Option<String> {
+    let here = std::env::current_dir().ok();
+    match (cwd, here) {
+        (Some(dir), Some(here)) => here.join(dir).into_os_string().into_string().ok(),
+        (Some(dir), None) => Some(dir),
+        (None, here) => here?.into_os_string().into_string().ok(),
     }
 }

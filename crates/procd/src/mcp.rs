@@ -33,7 +33,9 @@ pub struct StartParams {
         description = "Shell command line to run, e.g. \"npm run dev\" or \"pytest -x tests/\". Runs in bash."
     )]
     pub command: String,
-    #[schemars(description = "Working directory (absolute path). Default: the user's home.")]
+    #[schemars(
+        description = "Working directory; a relative path is taken from the directory procd mcp runs in (normally the project). Default: that directory."
+    )]
     pub cwd: Option<String>,
     #[schemars(
         description = "Run on a pseudo-terminal, for interactive programs (REPLs, prompts, TUIs). Default false."
@@ -206,7 +208,7 @@ impl ProcdMcp {
             .client
             .spawn(
                 p.command,
-                p.cwd,
+                crate::cli::cwd_from_here(p.cwd),
                 p.env,
                 p.pty,
                 None,
