@@ -303,10 +303,13 @@ pub async fn supervise_detached(
 }
 
 /// Reads the child's output and waits for its exit, and returns how it
-/// ended; the caller records the exit (events) and then calls `mark_exited`. Exit comes from the direct child, never from EOF:
-/// after the exit, what is still readable is drained until `final_drain`
-/// of quiet (or 1 MiB), so a descendant holding the pipe cannot keep the
-/// session running.
+/// ended; the caller records the exit (events) and then calls
+/// `mark_exited`. Exit comes from the direct child, never from EOF: after
+/// the exit, what is still readable is drained until `final_drain` of
+/// quiet (or 1 MiB), so a descendant holding the pipe cannot keep the
+/// session running. Besides output and exit, the loop wakes only for the
+/// timeout, a watch match's linger and a flooded log's tidy, each armed
+/// only while it applies.
 pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     session: Arc<Session>,
     mut output: R,
