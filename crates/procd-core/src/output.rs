@@ -54,6 +54,9 @@ struct Inner {
     /// A tidy failed: not retried until the head is dropped again (else
     /// the supervisor would retry at once, forever).
     tidy_failed: bool,
+    /// The last drop of the head failed: the next try waits a second (a
+    /// failing disk would otherwise be retried, and logged, on every read).
+    compaction_failed: bool,
     /// Cursor just past the last stored byte.
     end: u64,
     tail: VecDeque<u8>,
@@ -207,6 +210,7 @@ impl OutputStore {
                 kept_from: base,
                 last_compaction: None,
                 tidy_failed: false,
+                compaction_failed: false,
                 end: base,
                 tail: VecDeque::new(),
                 total_newlines: kept_newlines,
@@ -322,18 +326,25 @@ impl OutputStore {
             let flooding = inner
                 .last_compaction
                 .is_some_and(|t| t.elapsed() < FLOOD_WINDOW);
+            if flooding && inner.compaction_failed {
+                return Ok(()); // tried and failed less than a second ago
+            }
             inner.last_compaction = Some(Instant::now());
             inner.tidy_failed = false;
             (inner.end, inner.end - inner.log_base, flooding)
         };
         let cut = end - self.max_log_bytes / 2;
-        if flooding && span < self.max_log_bytes.saturating_mul(MAX_SPAN_CAPS) {
+        let punched = if flooding && span < self.max_log_bytes.saturating_mul(MAX_SPAN_CAPS) {
             match self.punch_head(cut) {
-                Err(e) if unsupported(&e) => {}
-                done => return done,
+                Err(e) if unsupported(&e) => None,
+                done => Some(done),
             }
-        }
-        self.drop_head(cut)
+        } else {
+            None
+        };
+        let result = punched.unwrap_or_else(|| self.drop_head(cut));
+        self.lock().compaction_failed = result.is_err();
+        result
     }
 
     /// Makes `cut` (rounded down to a block) the first kept cursor by
@@ -871,6 +882,22 @@ mod tests {
         // Dropping the head again re-arms it (and still works: it punches).
         lines_of_100(&s, 3_000, 4_000).await;
         assert!(s.tidy_due().is_some());
+    }
+
+    /// When the head cannot be dropped (tmpfs rewrites the file, and its
+    /// directory is gone), output is still stored and served.
+    #[tokio::test]
+    async fn a_log_whose_head_cannot_be_dropped_still_serves_everything() {
+        let shm = tempfile::tempdir_in("/dev/shm").expect("this machine has a tmpfs at /dev/shm");
+        let s = store(&shm, 8 * 1024, 100);
+        std::fs::remove_dir_all(shm.path()).unwrap();
+        lines_of_100(&s, 0, 1_000).await;
+        s.finish();
+        let w = s.window(0, 1 << 20).await.unwrap();
+        assert!(!w.bytes.contains(&0));
+        assert!(w.bytes.ends_with(format!("{:099}\n", 999).as_bytes()));
+        let last = s.lines(None, 1).await.unwrap();
+        assert_eq!(last.lines, vec![format!("{:099}", 999)]);
     }
 
     async fn flood_then_tidy(dir: tempfile::TempDir) {
