@@ -235,8 +235,10 @@ fn a_progress_line_redrawn_with_carriage_returns_is_readable_while_it_runs() {
     }));
     let r = d.ok("read", json!({"session_id": id, "wait_ms": 10000}));
     let data = r["data"].as_str().unwrap();
+    // As much as was there, up to its last redraw (a final "\r" may be
+    // half of "\r\n" and waits for what follows it).
     assert!(
-        data.starts_with("step 1\rstep 2\r") && data.ends_with('\r'),
+        data.starts_with("step 1\r") && data.ends_with('\r'),
         "{data:?}"
     );
     assert_eq!(r["status"], "running");
@@ -605,7 +607,10 @@ fn after_a_flood_the_log_is_plain_capped_text_again_once_output_is_quiet() {
     });
     let polled = d.ok("poll", json!({"session_id": id}));
     assert_eq!(polled["status"], "running");
-    let r = d.ok("read", json!({"session_id": id, "cursor": 0}));
+    let r = d.ok(
+        "read",
+        json!({"session_id": id, "cursor": 0, "max_bytes": 1 << 20}),
+    );
     assert!(
         r["dropped"].as_u64().unwrap() > 1_000_000,
         "{}",
