@@ -72,14 +72,6 @@ fn children_get_the_descriptor_limit_the_daemon_started_with() {
     let soft = hard / 2;
     setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
     let d = Daemon::start();
-    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
-    let open_files: Vec<&str> = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    assert_eq!(open_files[3], hard.to_string(), "the daemon raised its own");
     for pty in [false, true] {
         let id = d.spawn_with(json!({"command": "echo $(ulimit -Sn) $(ulimit -Hn)", "pty": pty}));
         d.wait_exit(&id);
@@ -89,6 +81,16 @@ fn children_get_the_descriptor_limit_the_daemon_started_with() {
             "pty: {pty}"
         );
     }
+    // Checked once it has served requests (it raises before serving; the
+    // socket accepts connections a moment earlier).
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(open_files[3], hard.to_string(), "the daemon raised its own");
 }
 
 // ----- redaction ----------------------------------------------------------------
