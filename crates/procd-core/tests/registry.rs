@@ -36,7 +36,7 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
         config: Config::default(),
         logs_dir: dir.path().join("logs"),
         default_cwd: dir.path().to_path_buf(),
-        inherited_env: std::env::vars().collect(),
+        inherited_env: hermetic_env(dir.path()),
         procfs: ProcFs::default(),
         checkpoint: None,
         scopes: None,
@@ -150,7 +150,7 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
         config: Config::default(),
         logs_dir: dir.join("logs"),
         default_cwd: dir.to_path_buf(),
-        inherited_env: std::env::vars().collect(),
+        inherited_env: hermetic_env(dir),
         procfs: ProcFs::default(),
         checkpoint: Some(dir.join("procs.json")),
         scopes: Some(Arc::new(Scopes::with_programs(
@@ -164,6 +164,16 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
     })
     .unwrap();
     (registry, calls)
+}
+
+/// The test's environment with HOME in the test's directory: `bash -lic`
+/// would otherwise source the developer's dotfiles (slow, and on this
+/// machine pyenv's start helpers that outlive the test).
+fn hermetic_env(home: &Path) -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| k != "HOME")
+        .chain([("HOME".to_string(), home.display().to_string())])
+        .collect()
 }
 
 fn calls(path: &Path) -> Vec<String> {
