@@ -277,6 +277,24 @@ fn watch_patterns_match_split_lines_rate_limit_and_cap() {
 }
 
 #[test]
+fn a_last_line_the_noise_filter_held_back_is_watched_too() {
+    // "logo" could still have become the shell's "logout" line, so the
+    // noise filter holds it until the end of output.
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({"command": "printf logo", "watch_patterns": ["logo"]}));
+    d.wait_exit(&id);
+    let events = d.ok("drain_notifications", json!({}))["events"].clone();
+    let matched: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "watch_match")
+        .collect();
+    assert_eq!(matched.len(), 1, "{events}");
+    assert_eq!(matched[0]["output"], "logo");
+}
+
+#[test]
 fn watch_patterns_are_validated() {
     let d = Daemon::start();
     let (code, msg) = d.err("spawn", json!({"command": "true", "watch_patterns": [""]}));

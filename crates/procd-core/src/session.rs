@@ -343,7 +343,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
                 Ok(0) => eof = true,
                 Ok(n) => {
                     store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
-                    watch_chunk(&mut watch, &filtered);
+                    watch_step(&mut watch, |m, now| m.feed(&filtered, now));
                     fit_read_buffers(&mut buf, &mut filtered, n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -351,7 +351,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
             },
             exit = &mut exit_rx => break exit.ok(),
             () = sleep_until(linger), if linger.is_some() => {
-                watch_expire(&mut watch);
+                watch_step(&mut watch, WatchMatcher::expire);
             }
             () = sleep_until(tidy), if tidy.is_some() => store.tidy().await,
             _ = &mut timer, if on_timeout.is_some() => {
@@ -372,20 +372,18 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
             Ok(Ok(n)) => {
                 drained += n;
                 store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
-                watch_chunk(&mut watch, &filtered);
+                watch_step(&mut watch, |m, now| m.feed(&filtered, now));
             }
         }
     }
     filtered.clear();
     noise.finish(&mut filtered);
-    if !filtered.is_empty() && store.append(&filtered) {
+    if store.append(&filtered) {
         store.compact().await;
     }
-    if let Some(w) = &mut watch {
-        for outcome in w.matcher.finish(Instant::now()) {
-            (w.deliver)(outcome);
-        }
-    }
+    // What the noise filter held back is output too, for watching as well.
+    watch_step(&mut watch, |m, now| m.feed(&filtered, now));
+    watch_step(&mut watch, WatchMatcher::finish);
 
     let termination = session
         .termination
@@ -427,14 +425,6 @@ async fn sleep_until(due: Option<Instant>) {
     }
 }
 
-fn watch_expire(watch: &mut Option<Watch>) {
-    if let Some(w) = watch {
-        for outcome in w.matcher.expire(Instant::now()) {
-            (w.deliver)(outcome);
-        }
-    }
-}
-
 /// The read buffer starts small (many sessions idle).
 const MIN_READ_BUF: usize = 16 * 1024;
 const MAX_READ_BUF: usize = 1 << 20;
@@ -455,9 +445,14 @@ fn fit_read_buffers(buf: &mut Vec<u8>, filtered: &mut Vec<u8>, n: usize) {
     }
 }
 
-fn watch_chunk(watch: &mut Option<Watch>, stored: &[u8]) {
+/// Runs one step of the session's watch matcher (feed, expire, finish),
+/// if it has one, and delivers what the step yields.
+fn watch_step(
+    watch: &mut Option<Watch>,
+    step: impl FnOnce(&mut WatchMatcher, Instant) -> Vec<WatchOutcome>,
+) {
     if let Some(w) = watch {
-        for outcome in w.matcher.feed(stored, Instant::now()) {
+        for outcome in step(&mut w.matcher, Instant::now()) {
             (w.deliver)(outcome);
         }
     }
