@@ -509,20 +509,21 @@ impl OutputStore {
     /// with the output just before it.
     pub fn tail_text(&self, max_chars: usize) -> Tail {
         let inner = self.lock();
-        let want = (max_chars * 4 + KEY_CONTEXT_BYTES).min(inner.tail.len());
-        let bytes: Vec<u8> = inner
-            .tail
-            .range(inner.tail.len() - want..)
-            .copied()
-            .collect();
+        let len = inner.tail.len();
+        let shown = (max_chars * 4).min(len);
+        let context = KEY_CONTEXT_BYTES.min(len - shown);
+        let bytes: Vec<u8> = inner.tail.range(len - shown - context..).copied().collect();
         drop(inner);
-        let start = crate::text::leading_continuations(&bytes);
-        let decoded = String::from_utf8_lossy(&bytes[start..]);
+        // Only the part that may be shown is decoded (polls come here).
+        let (context, region) = bytes.split_at(context);
+        let start = crate::text::leading_continuations(region);
+        let decoded = String::from_utf8_lossy(&region[start..]);
         let text = crate::text::last_chars(&decoded, max_chars);
-        let cut = decoded.len() - text.len();
-        let context_from = cut.saturating_sub(KEY_CONTEXT_BYTES);
+        let skipped = &decoded.as_bytes()[..decoded.len() - text.len()];
+        let mut before = [context, &region[..start], skipped].concat();
+        before.drain(..before.len().saturating_sub(KEY_CONTEXT_BYTES));
         Tail {
-            before: decoded.as_bytes()[context_from..cut].to_vec(),
+            before,
             text: text.to_string(),
         }
     }
