@@ -35,6 +35,54 @@ struct Row {
     detail: String,
 }
 
+/// How a figure compared with its baseline must come out.
+enum Ratio {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+impl Row {
+    /// A figure judged by its ratio to a baseline measured alongside it.
+    fn against(
+        metric: String,
+        value: f64,
+        baseline: f64,
+        unit: &str,
+        goal: Ratio,
+        detail: String,
+    ) -> Row {
+        let ratio = value / baseline;
+        let (target, met) = match goal {
+            Ratio::AtMost(x) => (format!("<= {x}x"), ratio <= x),
+            Ratio::AtLeast(x) => (format!(">= {x}x"), ratio >= x),
+        };
+        Row {
+            metric,
+            value,
+            baseline: Some(baseline),
+            ratio: Some(ratio),
+            unit: unit.into(),
+            target,
+            met,
+            detail,
+        }
+    }
+
+    /// A figure judged on its own: at most `limit`, in its own unit.
+    fn at_most(metric: String, value: f64, unit: &str, limit: f64, detail: String) -> Row {
+        Row {
+            metric,
+            value,
+            baseline: None,
+            ratio: None,
+            unit: unit.into(),
+            target: format!("<= {limit} {unit}"),
+            met: value <= limit,
+            detail,
+        }
+    }
+}
+
 struct Sizes {
     rounds: usize,
     polls: usize,
@@ -296,20 +344,17 @@ fn spawn_wait(d: &Daemon, s: &Sizes) -> Row {
         });
         base.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let (v, b) = (median(&ours), median(&base));
-    Row {
-        metric: "spawn + wait of `true` (2 RPCs)".into(),
-        value: v,
-        baseline: Some(b),
-        ratio: Some(v / b),
-        unit: "ms".into(),
-        target: "<= 1.5x".into(),
-        met: v / b <= 1.5,
-        detail: format!(
+    Row::against(
+        "spawn + wait of `true` (2 RPCs)".into(),
+        median(&ours),
+        median(&base),
+        "ms",
+        Ratio::AtMost(1.5),
+        format!(
             "median of {} rounds; baseline: tokio Command spawn + wait of the same bash -lic argv",
             s.rounds
         ),
-    }
+    )
 }
 
 /// A line echo server: the floor for a request/response over a Unix socket.
@@ -435,23 +480,20 @@ fn poll_round_trip(d: &Daemon, s: &Sizes) -> Row {
     .expect("three sample lists");
     pin(d.pid(), None);
     c.call("kill", json!({"session_id": id}));
-    let (v, b) = (median(&ours), median(&base));
-    Row {
-        metric: "poll round trip, p50".into(),
-        value: v,
-        baseline: Some(b),
-        ratio: Some(v / b),
-        unit: "us".into(),
-        target: "<= 1.3x".into(),
-        met: v / b <= 1.3,
-        detail: format!(
+    Row::against(
+        "poll round trip, p50".into(),
+        median(&ours),
+        median(&base),
+        "us",
+        Ratio::AtMost(1.3),
+        format!(
             "{} alternating round trips, client and servers pinned to one CPU; p99 {:.0} us vs {:.0} us; baseline: line echo server on a Unix socket (threads, blocking reads); the same echo on a Tokio runtime: p50 {:.2} us",
             s.polls,
             percentile(&ours, 0.99),
             percentile(&base, 0.99),
             median(&runtime)
         ),
-    }
+    )
 }
 
 fn exit_to_wait(d: &Daemon, s: &Sizes) -> Row {
@@ -474,21 +516,17 @@ fn exit_to_wait(d: &Daemon, s: &Sizes) -> Row {
             .unwrap_or(got);
         lat.push((got - printed) * 1e3);
     }
-    let p99 = percentile(&lat, 0.99);
-    Row {
-        metric: "child exit -> wait returns, p99".into(),
-        value: p99,
-        baseline: None,
-        ratio: None,
-        unit: "ms".into(),
-        target: "<= 5 ms".into(),
-        met: p99 <= 5.0,
-        detail: format!(
+    Row::at_most(
+        "child exit -> wait returns, p99".into(),
+        percentile(&lat, 0.99),
+        "ms",
+        5.0,
+        format!(
             "{} rounds, median {:.2} ms; from the child's last output to the answer",
             s.rounds,
             median(&lat)
         ),
-    }
+    )
 }
 
 fn ingest(d: &Daemon, s: &Sizes) -> Row {
@@ -518,20 +556,17 @@ fn ingest(d: &Daemon, s: &Sizes) -> Row {
         child.wait().expect("baseline wait");
         base.push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
     }
-    let (v, b) = (median(&ours), median(&base));
-    Row {
-        metric: format!("output ingest ({} MiB, one session)", size >> 20),
-        value: v,
-        baseline: Some(b),
-        ratio: Some(v / b),
-        unit: "MB/s".into(),
-        target: ">= 0.7x".into(),
-        met: v / b >= 0.7,
-        detail: format!(
+    Row::against(
+        format!("output ingest ({} MiB, one session)", size >> 20),
+        median(&ours),
+        median(&base),
+        "MB/s",
+        Ratio::AtLeast(0.7),
+        format!(
             "{} rounds; baseline: the same bytes through a pipe into a reader",
             s.ingest_rounds
         ),
-    }
+    )
 }
 
 fn output_to_read(d: &Daemon, s: &Sizes) -> Row {
@@ -559,17 +594,13 @@ fn output_to_read(d: &Daemon, s: &Sizes) -> Row {
             break;
         }
     }
-    let p99 = percentile(&lat, 0.99);
-    Row {
-        metric: "output appears -> read{wait_ms} returns, p99".into(),
-        value: p99,
-        baseline: None,
-        ratio: None,
-        unit: "ms".into(),
-        target: "<= 5 ms".into(),
-        met: p99 <= 5.0,
-        detail: format!("{} lines, median {:.2} ms", lat.len(), median(&lat)),
-    }
+    Row::at_most(
+        "output appears -> read{wait_ms} returns, p99".into(),
+        percentile(&lat, 0.99),
+        "ms",
+        5.0,
+        format!("{} lines, median {:.2} ms", lat.len(), median(&lat)),
+    )
 }
 
 /// Context switches per thread of `pid` so far.
@@ -654,16 +685,13 @@ fn idle(d: &Daemon, s: &Sizes) -> Vec<Row> {
                 per_second
             ),
         },
-        Row {
-            metric: "idle daemon, RSS".into(),
-            value: rss,
-            baseline: None,
-            ratio: None,
-            unit: "MiB".into(),
-            target: "<= 10 MiB".into(),
-            met: rss <= 10.0,
-            detail: format!("VmRSS of a freshly started idle daemon; the daemon that ran the measurements above (1 GiB ingest included) holds {loaded_rss:.1} MiB"),
-        },
+        Row::at_most(
+            "idle daemon, RSS".into(),
+            rss,
+            "MiB",
+            10.0,
+            format!("VmRSS of a freshly started idle daemon; the daemon that ran the measurements above (1 GiB ingest included) holds {loaded_rss:.1} MiB"),
+        ),
     ]
 }
 
@@ -696,29 +724,22 @@ fn many_sessions(d: &Daemon, s: &Sizes) -> Vec<Row> {
     let rss = rss_mib(crowded.pid());
     c.call("kill_all", json!({}));
     lone.call("kill_all", json!({}));
-    let (v, b) = (median(&many), median(&one));
     vec![
-        Row {
-            metric: format!("poll p50 with {} live sessions", s.many),
-            value: v,
-            baseline: Some(b),
-            ratio: Some(v / b),
-            unit: "us".into(),
-            target: "<= 1.2x".into(),
-            met: v / b <= 1.2,
-            detail: "alternating with polls of a daemon holding one session; pinned as above"
-                .into(),
-        },
-        Row {
-            metric: format!("daemon RSS with {} live sessions", s.many),
-            value: rss,
-            baseline: None,
-            ratio: None,
-            unit: "MiB".into(),
-            target: "<= 100 MiB".into(),
-            met: rss <= 100.0,
-            detail: "VmRSS".into(),
-        },
+        Row::against(
+            format!("poll p50 with {} live sessions", s.many),
+            median(&many),
+            median(&one),
+            "us",
+            Ratio::AtMost(1.2),
+            "alternating with polls of a daemon holding one session; pinned as above".into(),
+        ),
+        Row::at_most(
+            format!("daemon RSS with {} live sessions", s.many),
+            rss,
+            "MiB",
+            100.0,
+            "VmRSS".into(),
+        ),
     ]
 }
 
