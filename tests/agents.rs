@@ -69,10 +69,7 @@ fn budgets_keep_head_and_tail_of_multibyte_text() {
     let d = Daemon::start();
     let id = d.spawn("for i in $(seq 1 300); do echo \"ligne $i — ✓ ünïcödé\"; done");
     d.wait_exit(&id);
-    let full = d.ok("read", json!({"session_id": id}))["data"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let full = d.read_all(&id);
     let full_chars = full.chars().count() as u64;
     for params in [
         json!({"session_id": id, "max_output_chars": 800}),

@@ -41,10 +41,7 @@ fn pty_close_stdin_sends_eof_to_an_eof_driven_child() {
     assert_eq!(c["message"], "EOF sent");
     let w = d.wait_exit(&id);
     assert_eq!(w["exit_code"], 0, "{w}");
-    let out = d.ok("read", json!({"session_id": id}))["data"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let out = d.read_all(&id);
     assert!(
         out.ends_with("hello\r\n"),
         "echo of the input, then the child's line: {out:?}"

@@ -53,10 +53,7 @@ fn daemon_credentials_are_not_inherited() {
     );
     let id = d.spawn("echo \"openai=${OPENAI_API_KEY:-none} gh=${GITHUB_TOKEN:-none} stripe=${STRIPE_SECRET_KEY:-none} aws=$AWS_SECRET_ACCESS_KEY my=$MY_SETTING\"");
     d.wait_exit(&id);
-    let out = d.ok("read", json!({"session_id": id}))["data"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let out = d.read_all(&id);
     assert_eq!(
         out.trim(),
         "openai=none gh=none stripe=none aws=aws-kept my=kept"

@@ -491,10 +491,7 @@ fn environment_is_sanitised_and_marked() {
         "env": {"MY_VAR": "kept", "STRIPE_SECRET": "dropped", "PROCD_FORCE_GH_TOKEN": "forced-value"},
     }));
     d.wait_exit(&id);
-    let out = d.ok("read", json!({"session_id": id}))["data"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let out = d.read_all(&id);
     assert_eq!(
         out.trim(),
         format!("custom=kept secret=none forced=forced-value force_name=none py=1 id={id}")

@@ -294,26 +294,16 @@ impl ProcdMcp {
         let yield_ms = Some(p.yield_ms.unwrap_or(DEFAULT_WRITE_YIELD_MS));
         let text = p.text.unwrap_or_default();
         let close = p.close.unwrap_or(false);
-        let submit = p.submit.unwrap_or(true);
-        let written = if submit {
+        // When the input is closed next, the answer is awaited after that.
+        let first_yield = if close { None } else { yield_ms };
+        let id = p.session_id.clone();
+        let written = if p.submit.unwrap_or(true) {
             self.client
-                .submit_stdin(
-                    p.session_id.clone(),
-                    text,
-                    if close { None } else { yield_ms },
-                    budget,
-                    None,
-                )
+                .submit_stdin(id, text, first_yield, budget, None)
                 .await
         } else {
             self.client
-                .write_stdin(
-                    p.session_id.clone(),
-                    text,
-                    if close { None } else { yield_ms },
-                    budget,
-                    None,
-                )
+                .write_stdin(id, text, first_yield, budget, None)
                 .await
         };
         let mut r = match written {
