@@ -154,7 +154,8 @@ impl Registry {
             timeout: None,
             stdin: StdinMode::Null,
         };
-        let started_at = parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
+        let started_at =
+            crate::clock::parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
         let mut session = Session::recovered(
             e.session_id.clone(),
             spec,
@@ -169,36 +170,8 @@ impl Registry {
         let me = self.me.clone();
         tokio::spawn(async move {
             let record = session::supervise_detached(session.clone(), pidfd).await;
-            let reg = me.upgrade();
-            if let Some(reg) = &reg {
-                reg.on_exit(&session, &record);
-            }
-            session.mark_exited(record);
-            if let Some(reg) = reg {
-                reg.checkpoint_soon();
-            }
+            Registry::record_end(&me, &session, record);
         });
         Some(())
     }
-}
-
-/// Parses what `rfc3339` writes (`YYYY-MM-DDTHH:MM:SS.mmmZ`).
-pub(super) fn parse_rfc3339(text: &str) -> Option<std::time::SystemTime> {
-    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
-    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, millis) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.splitn(3, ':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    let millis: i64 = millis.parse().ok()?;
-    // Days from civil (H. Hinnant), the inverse of clock::civil_from_days.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
-    let ms = u64::try_from(secs * 1000 + millis).ok()?;
-    Some(std::time::UNIX_EPOCH + Duration::from_millis(ms))
 }

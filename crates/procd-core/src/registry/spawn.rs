@@ -370,14 +370,7 @@ impl Registry {
                 watch,
             )
             .await;
-            let reg = me.upgrade();
-            if let Some(reg) = &reg {
-                reg.on_exit(&supervised, &record);
-            }
-            supervised.mark_exited(record);
-            if let Some(reg) = reg {
-                reg.checkpoint_soon();
-            }
+            Registry::record_end(&me, &supervised, record);
         });
 
         if let Err(e) = checkpointed {
@@ -606,9 +599,22 @@ impl Registry {
         });
     }
 
+    /// Ends a supervised session: its events (while the registry still
+    /// exists), then the exit itself, then the checkpoint.
+    pub(super) fn record_end(me: &Weak<Registry>, session: &Session, record: Arc<ExitRecord>) {
+        let reg = me.upgrade();
+        if let Some(reg) = &reg {
+            reg.on_exit(session, &record);
+        }
+        session.mark_exited(record);
+        if let Some(reg) = reg {
+            reg.checkpoint_soon();
+        }
+    }
+
     /// Bookkeeping when a session ends, before its state flips to exited
     /// (so a `wait` that returns sees the completion event already queued).
-    pub(super) fn on_exit(&self, session: &Session, record: &ExitRecord) {
+    fn on_exit(&self, session: &Session, record: &ExitRecord) {
         self.running.fetch_sub(1, Ordering::SeqCst);
         if session.notify_on_complete() {
             self.notifications

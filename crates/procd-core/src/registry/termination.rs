@@ -82,8 +82,7 @@ impl Registry {
         let s = self.find(id)?;
         let signal = match signal {
             None => libc::SIGTERM,
-            Some(spec) => parse_signal(&spec)
-                .ok_or_else(|| Error::InvalidParams(format!("signal: unknown signal {spec:?}")))?,
+            Some(spec) => signal_param(&spec)?,
         };
         let grace = self.grace(grace_s);
         Ok(self
@@ -93,8 +92,7 @@ impl Registry {
 
     pub async fn signal(&self, id: &str, signal: SignalSpec) -> Result<SignalResult, Error> {
         let s = self.find(id)?;
-        let sig = parse_signal(&signal)
-            .ok_or_else(|| Error::InvalidParams(format!("signal: unknown signal {signal:?}")))?;
+        let sig = signal_param(&signal)?;
         if !s.is_running() {
             return Err(Error::WrongState(format!(
                 "session {} has already exited",
@@ -209,4 +207,10 @@ fn kill_result(s: &Session, status: KillStatus) -> KillResult {
         process_running: None,
         exit: exit_info(&s.state()),
     }
+}
+
+/// The signal number a `signal` parameter names.
+fn signal_param(spec: &SignalSpec) -> Result<i32, Error> {
+    parse_signal(spec)
+        .ok_or_else(|| Error::InvalidParams(format!("signal: unknown signal {spec:?}")))
 }
