@@ -439,25 +439,32 @@ impl OutputStore {
     /// line may be a fragment.
     fn copy_tail(&self, file: &File, base: u64, cut: u64) -> io::Result<()> {
         let tmp_path = self.path.with_extension("log.compact");
-        let mut tmp = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp_path)?;
-        let mut newlines = 0u64;
-        let mut buf = vec![0u8; 1 << 16];
-        let mut at = cut - base;
-        loop {
-            let n = file.read_at(&mut buf, at)?;
-            if n == 0 {
-                break;
+        let copied = (|| {
+            let mut tmp = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp_path)?;
+            let mut newlines = 0u64;
+            let mut buf = vec![0u8; 1 << 16];
+            let mut at = cut - base;
+            loop {
+                let n = file.read_at(&mut buf, at)?;
+                if n == 0 {
+                    break;
+                }
+                newlines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+                tmp.write_all(&buf[..n])?;
+                at += n as u64;
             }
-            newlines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
-            tmp.write_all(&buf[..n])?;
-            at += n as u64;
-        }
-        std::fs::rename(&tmp_path, &self.path)?;
+            std::fs::rename(&tmp_path, &self.path)?;
+            Ok::<_, io::Error>(newlines)
+        })();
+        // A half-written copy must not be left beside the log.
+        let newlines = copied.inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp_path);
+        })?;
         let appender = OpenOptions::new()
             .append(true)
             .read(true)
@@ -899,6 +906,21 @@ mod tests {
         assert!(w.bytes.ends_with(format!("{:099}\n", 999).as_bytes()));
         let last = s.lines(None, 1).await.unwrap();
         assert_eq!(last.lines, vec![format!("{:099}", 999)]);
+    }
+
+    /// A rewrite that fails (tmpfs cannot collapse; here the log's path has
+    /// become a directory, so the rename fails) leaves no copy behind.
+    #[tokio::test]
+    async fn a_failed_rewrite_leaves_no_partial_copy() {
+        let shm = tempfile::tempdir_in("/dev/shm").expect("this machine has a tmpfs at /dev/shm");
+        let s = store(&shm, 8 * 1024, 100);
+        std::fs::remove_file(s.path()).unwrap();
+        std::fs::create_dir(s.path()).unwrap();
+        lines_of_100(&s, 0, 200).await;
+        assert!(!s.path().with_extension("log.compact").exists());
+        s.finish();
+        let last = s.lines(None, 1).await.unwrap();
+        assert_eq!(last.lines, vec![format!("{:099}", 199)]);
     }
 
     async fn flood_then_tidy(dir: tempfile::TempDir) {
