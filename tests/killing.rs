@@ -179,3 +179,129 @@ fn kill_all_honours_task_and_exclusions() {
     assert_eq!(st(&other), "running");
     assert_eq!(d.ok("kill_all", json!({}))["killed"], 2);
 }
+
+// ----- kill means kill (SPEC §5.1) -------------------------------------------
+
+#[test]
+fn a_killed_compound_command_runs_no_later_step() {
+    // The shell honours SIGTERM: with no escalation at all (grace 0), the
+    // group's SIGTERM alone ends the command line, and the step after the
+    // one that was running never starts.
+    let d = Daemon::start();
+    let id = d.spawn("sleep 300; echo AFTER-KILL; sleep 300");
+    let pids = wait_for_exec(&id, "sleep");
+    let k = d.ok("kill", json!({"session_id": id, "grace_s": 0}));
+    assert_eq!(k["status"], "killed", "SIGTERM alone ended it: {k}");
+    assert_eq!(k["exit_code"], 143, "the shell left through its trap: {k}");
+    assert_eq!(k["completion_reason"], "killed");
+    assert!(pids.iter().all(|p| !alive(*p)));
+    let out = d.read_all(&id);
+    assert!(!out.contains("AFTER-KILL"), "a later step ran: {out:?}");
+}
+
+#[test]
+fn a_restart_loop_is_not_restarted() {
+    let d = Daemon::start();
+    let id = d.spawn("while true; do sleep 300; echo restarted; done");
+    wait_for_exec(&id, "sleep");
+    let k = d.ok("kill", json!({"session_id": id, "grace_s": 0}));
+    assert_eq!(k["status"], "killed", "{k}");
+    assert!(session_pids(&id).is_empty(), "nothing of the loop runs");
+    assert!(!d.read_all(&id).contains("restarted"));
+}
+
+#[test]
+fn an_escaped_descendant_dies_with_its_running_session() {
+    // `setsid -f env -i` leaves the group and drops the marker; the
+    // session's root is its subreaper, so it is still a descendant.
+    let d = Daemon::start();
+    let mut strays = Strays::default();
+    let id = d.spawn("setsid -f env -i sleep 2991; sleep 300");
+    let mut escaped = Vec::new();
+    wait_until("the escapee runs", || {
+        escaped = strays.find(&["sleep", "2991"]);
+        !escaped.is_empty()
+    });
+    let root = d.ok("poll", json!({"session_id": id}))["pid"]
+        .as_i64()
+        .unwrap() as i32;
+    let ppid = std::fs::read_to_string(format!("/proc/{}/stat", escaped[0])).unwrap();
+    let ppid: i32 = ppid[ppid.rfind(')').unwrap() + 2..]
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(ppid, root, "the session's root adopted it");
+    let k = d.ok("kill", json!({"session_id": id}));
+    assert_eq!(k["status"], "killed", "{k}");
+    assert!(escaped.iter().all(|p| !alive(*p)), "the escapee survived");
+}
+
+#[test]
+fn an_escaped_descendant_of_an_exited_session_dies_with_its_kill() {
+    // The root exits first: the escapee is reparented to the daemon, which
+    // records whose it was.
+    let d = Daemon::start();
+    let mut strays = Strays::default();
+    let id = d.spawn("setsid -f env -i sleep 2992; echo launched");
+    let w = d.wait_exit(&id);
+    assert_eq!(w["exit_code"], 0, "{w}");
+    let escaped = strays.find(&["sleep", "2992"]);
+    assert_eq!(escaped.len(), 1, "the escapee outlived its root");
+    let k = d.ok("kill", json!({"session_id": id}));
+    assert_eq!(k["status"], "already_exited", "{k}");
+    assert_eq!(k["orphans_killed"], 1, "{k}");
+    assert!(!alive(escaped[0]), "the escapee survived the kill");
+}
+
+#[test]
+fn a_stopping_daemon_leaves_nothing_it_started() {
+    // Leftovers of sessions whose root already exited: one in the group,
+    // one that escaped group and marker.
+    let mut d = Daemon::start();
+    let mut strays = Strays::default();
+    let a = d.spawn("sleep 2993 & echo a");
+    let b = d.spawn("setsid -f env -i sleep 2994; echo b");
+    let c = d.spawn("sleep 2995");
+    d.wait_exit(&a);
+    d.wait_exit(&b);
+    let mut left = Vec::new();
+    wait_until("all three run", || {
+        left = [["sleep", "2993"], ["sleep", "2994"], ["sleep", "2995"]]
+            .iter()
+            .flat_map(|argv| strays.find(argv))
+            .collect();
+        left.len() == 3
+    });
+    let _ = c;
+    assert_eq!(d.stop(), Some(0));
+    for pid in left {
+        assert!(!alive(pid), "{pid} ({}) outlived the daemon", comm(pid));
+    }
+}
+
+#[test]
+fn kill_all_waits_without_a_thread_per_session() {
+    let d = Daemon::start();
+    let threads = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse::<i64>().ok())
+            .unwrap()
+    };
+    let ids: Vec<String> = (0..48).map(|_| d.spawn("sleep 300; echo never")).collect();
+    wait_until("every session runs sleep", || {
+        ids.iter()
+            .all(|id| session_pids(id).iter().any(|p| comm(*p) == "sleep"))
+    });
+    let before = threads();
+    let r = d.ok("kill_all", json!({}));
+    assert_eq!(r["killed"], 48);
+    // Blocking threads linger for seconds after their work, so what the
+    // kill took is still visible here.
+    let added = threads() - before;
+    assert!(added <= 6, "kill_all of 48 sessions added {added} threads");
+}

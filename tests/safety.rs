@@ -640,7 +640,7 @@ fn under_the_unit_sessions_run_in_scopes_and_kill_stops_them() {
     );
     assert!(line.starts_with(&expected_prefix), "{line}");
     assert!(
-        line.ends_with("bash -lic set +m; echo scoped"),
+        line.contains("bash -lic set +m; trap ") && line.ends_with(" TERM; echo scoped"),
         "then the shell argv: {line}"
     );
 

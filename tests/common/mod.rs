@@ -564,3 +564,57 @@ impl Drop for Stand {
         let _ = self.0.wait();
     }
 }
+
+/// Live pids whose argv is exactly `argv` (for processes that dropped the
+/// session marker, such as `setsid -f env -i …`).
+pub fn pids_with_argv(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want) && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Processes a test caused to run outside any session marker: SIGKILLed on
+/// drop if they are still the same processes, so a failing test leaks none.
+#[derive(Default)]
+pub struct Strays(Vec<(i32, u64)>);
+
+impl Strays {
+    /// Records the live processes with exactly this argv; returns their pids.
+    pub fn find(&mut self, argv: &[&str]) -> Vec<i32> {
+        let pids = pids_with_argv(argv);
+        for &pid in &pids {
+            if let Some(start) = start_time(pid) {
+                self.0.push((pid, start));
+            }
+        }
+        pids
+    }
+}
+
+impl Drop for Strays {
+    fn drop(&mut self) {
+        for &(pid, start) in &self.0 {
+            if start_time(pid) == Some(start) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}

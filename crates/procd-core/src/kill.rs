@@ -27,6 +27,10 @@ pub struct TreeSpec {
     /// The root is our child and not yet reaped, so its pid cannot have been
     /// recycled: if /proc is unreadable, its pidfd alone identifies it.
     pub root_pinned: bool,
+    /// Further roots whose trees belong to the session: escaped processes
+    /// the session's root left to the daemon when it exited (the root is a
+    /// child subreaper, so they were its children until then).
+    pub adopted: Vec<ProcessIdentity>,
 }
 
 impl TreeSpec {
@@ -106,13 +110,28 @@ fn plan_from_table(
     let pgid_usable = spec.pgid > 1 && spec.pgid != my_pgid && !root_recycled;
 
     let mut chosen: HashSet<i32> = HashSet::new();
-    if !root_recycled {
-        // Descendants of the root through parent links.
+    // Descendants, through parent links, of the root (unless its pid now
+    // names a stranger) and of each adopted orphan that is still itself.
+    // Pids 0 and 1 are never roots: every process descends from them.
+    let mut stack: Vec<i32> = Vec::new();
+    if !root_recycled && spec.root.pid > 1 && spec.root.pid != me {
+        stack.push(spec.root.pid);
+    }
+    for orphan in &spec.adopted {
+        if orphan.pid > 1
+            && by_pid
+                .get(&orphan.pid)
+                .is_some_and(|s| s.start_time == orphan.start_time)
+        {
+            chosen.insert(orphan.pid);
+            stack.push(orphan.pid);
+        }
+    }
+    if !stack.is_empty() {
         let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
         for s in table {
             children.entry(s.ppid).or_default().push(s.pid);
         }
-        let mut stack = vec![spec.root.pid];
         while let Some(pid) = stack.pop() {
             for &child in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
                 if chosen.insert(child) {
@@ -265,7 +284,7 @@ pub async fn terminate(
 pub async fn signal_group(spec: &TreeSpec, procfs: &ProcFs, signal: i32) -> usize {
     let spec2 = spec.clone();
     let procfs2 = procfs.clone();
-    let plan = tokio::task::spawn_blocking(move || KillPlan::group(&spec2, &procfs2))
+    let plan = scan_blocking(move || KillPlan::group(&spec2, &procfs2))
         .await
         .unwrap_or_else(|_| KillPlan {
             targets: vec![spec.root],
@@ -273,10 +292,23 @@ pub async fn signal_group(spec: &TreeSpec, procfs: &ProcFs, signal: i32) -> usiz
     signal_all(spec, &plan.targets, procfs, signal).len()
 }
 
+/// At most this many /proc scans run at once: a bulk kill of hundreds of
+/// sessions must not take a blocking thread per session (they would all
+/// scan the same /proc at the same time anyway).
+static SCANS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// Runs a /proc scan on a blocking thread, at most two at a time.
+pub async fn scan_blocking<T: Send + 'static>(
+    scan: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    let _permit = SCANS.acquire().await;
+    tokio::task::spawn_blocking(scan).await
+}
+
 async fn collect_blocking(spec: &TreeSpec, procfs: &ProcFs, include_root: bool) -> KillPlan {
     let spec2 = spec.clone();
     let procfs2 = procfs.clone();
-    tokio::task::spawn_blocking(move || KillPlan::collect(&spec2, &procfs2, include_root))
+    scan_blocking(move || KillPlan::collect(&spec2, &procfs2, include_root))
         .await
         .unwrap_or_else(|_| KillPlan {
             targets: if include_root {
@@ -285,6 +317,30 @@ async fn collect_blocking(spec: &TreeSpec, procfs: &ProcFs, include_root: bool) 
                 vec![]
             },
         })
+}
+
+/// The daemon's own children that no one waits for (`is_waited` says who
+/// is: session roots and helpers) and that are not in `claimed`: processes
+/// reparented to the daemon when a session's root exited before them.
+/// Blocking (a /proc scan).
+pub fn unclaimed_children(
+    procfs: &ProcFs,
+    is_waited: impl Fn(i32) -> bool,
+    claimed: &HashSet<i32>,
+) -> Vec<ProcessIdentity> {
+    let me = std::process::id() as i32;
+    let Ok(table) = procfs.all() else {
+        return Vec::new();
+    };
+    table
+        .iter()
+        .filter(|s| s.ppid == me && !s.is_dead())
+        .filter(|s| !is_waited(s.pid) && !claimed.contains(&s.pid))
+        .map(|s| ProcessIdentity {
+            pid: s.pid,
+            start_time: s.start_time,
+        })
+        .collect()
 }
 
 /// Parses "SIGINT", "INT", "sigint" or a number into a signal number.
@@ -339,6 +395,7 @@ mod tests {
             pgid: pid,
             marker: Vec::new(),
             root_pinned: false,
+            adopted: Vec::new(),
         }
     }
 
@@ -402,6 +459,7 @@ mod tests {
             pgid: pid,
             marker: Vec::new(),
             root_pinned: true,
+            adopted: Vec::new(),
         };
         let bogus = ProcFs::at("/nonexistent-proc");
         let outcome = terminate(&spec, &bogus, true, libc::SIGTERM, Duration::from_secs(2)).await;

@@ -1,7 +1,10 @@
 //! Drops what the interactive login shell prints about itself (SPEC §3):
 //! the job-control warnings before the command's first real output, `[N]
-//! PID` job notices, and the `logout` line printed when the command calls
-//! `exit`. Works on whole lines; a line is held back only while it could
+//! PID` job notices, the `logout` line printed when the command calls
+//! `exit`, and, at any time, `bash: [PID: LEVEL (FD)] tcsetattr:
+//! Inappropriate ioctl for device`, which an interactive bash prints when a
+//! foreground job it forked dies of a signal (it tries to restore a
+//! terminal it never had; a kill makes this happen at every step). Works on whole lines; a line is held back only while it could
 //! still turn out to be noise, so real output streams without delay.
 
 const JOB_CONTROL_WARNINGS: &[&str] = &[
@@ -78,6 +81,9 @@ impl NoiseFilter {
         if !self.seen_output && is_job_control_warning(text) {
             return;
         }
+        if self.is_tty_restore_warning(text) {
+            return;
+        }
         if text == b"logout" {
             self.release_logout(out);
             self.held_logout = Some(line);
@@ -103,10 +109,35 @@ impl NoiseFilter {
         if could_be_job_notice(text) {
             return true;
         }
-        // Shell warnings look like "bash: …"; hold such a line until its end.
-        !self.seen_output
-            && (self.warning_prefix.starts_with(text) || text.starts_with(&self.warning_prefix))
-            && text.len() < 200
+        // Shell warnings look like "bash: …"; hold such a line until its
+        // end (after real output, only the tty-restore warning is noise).
+        if text.len() >= 200 {
+            return false;
+        }
+        if !self.seen_output {
+            return self.warning_prefix.starts_with(text) || text.starts_with(&self.warning_prefix);
+        }
+        let mut restore = self.warning_prefix.clone();
+        restore.push(b'[');
+        restore.starts_with(text) || text.starts_with(&restore)
+    }
+
+    /// `bash: [123: 2 (255)] tcsetattr: Inappropriate ioctl for device`.
+    fn is_tty_restore_warning(&self, text: &[u8]) -> bool {
+        let Some(rest) = text
+            .strip_prefix(self.warning_prefix.as_slice())
+            .and_then(|r| r.strip_prefix(b"["))
+        else {
+            return false;
+        };
+        let Some(end) = memchr::memchr(b']', rest) else {
+            return false;
+        };
+        let inside = &rest[..end];
+        inside
+            .iter()
+            .all(|b| b.is_ascii_digit() || matches!(b, b':' | b' ' | b'(' | b')' | b'-'))
+            && &rest[end..] == b"] tcsetattr: Inappropriate ioctl for device"
     }
 }
 
@@ -185,6 +216,19 @@ mod tests {
         assert_eq!(out, b"Enter your name: ");
         f.push(b"x\nlogout\nmore\n[1]x\n", &mut out);
         assert_eq!(out, b"Enter your name: x\nlogout\nmore\n[1]x\n");
+    }
+
+    #[test]
+    fn the_tty_restore_warning_is_noise_even_after_output() {
+        let out = run(&[
+            b"got ping\nbash: [2093",
+            b"4: 2 (255)] tcsetattr: Inappropriate ioctl for device\n",
+            b"bash: [x] tcsetattr: Inappropriate ioctl for device\n",
+        ]);
+        assert_eq!(
+            out,
+            "got ping\nbash: [x] tcsetattr: Inappropriate ioctl for device\n"
+        );
     }
 
     #[test]

@@ -79,6 +79,12 @@ impl Reaper {
         Ok((child, inspected, rx))
     }
 
+    /// Whether someone waits for `pid` (a session root or a helper that
+    /// has not been reaped yet).
+    pub fn is_waited(&self, pid: i32) -> bool {
+        self.lock().waiting.contains_key(&pid)
+    }
+
     fn run(&self) {
         loop {
             // Read before waiting so a spawn that races an ECHILD is seen.

@@ -120,6 +120,11 @@ pub struct Session {
     /// The command as callers see it, redacted on first use (see
     /// `shown_command`).
     shown_command: OnceLock<String>,
+    /// Processes that escaped the group and the marker and were still the
+    /// root's children (it is their subreaper) when the root exited: they
+    /// were reparented to the daemon, and this records whose they were.
+    /// `None` until the scan after the root's exit has run.
+    adopted: watch::Sender<Option<Arc<[ProcessIdentity]>>>,
 }
 
 impl Session {
@@ -145,6 +150,7 @@ impl Session {
             note: None,
             systemd_unit: None,
             shown_command: OnceLock::new(),
+            adopted: watch::channel(None).0,
             spec,
         }
     }
@@ -220,7 +226,20 @@ impl Session {
             pgid: self.identity.pid,
             marker: format!("PROCD_SESSION_ID={}", self.id).into_bytes(),
             root_pinned: !self.reaped.load(Ordering::SeqCst),
+            adopted: self.adopted.borrow().as_deref().unwrap_or(&[]).to_vec(),
         }
+    }
+
+    /// Records the orphans the root left to the daemon (see `adopted`).
+    pub fn set_adopted(&self, orphans: Vec<ProcessIdentity>) {
+        self.adopted.send_replace(Some(orphans.into()));
+    }
+
+    /// Waits (up to `limit`) until the orphans the root left behind are
+    /// known, so that a kill right after the exit still finds them.
+    pub async fn adoption_known(&self, limit: Duration) {
+        let mut rx = self.adopted.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(Option::is_some)).await;
     }
 
     /// Records why the session is being ended; the first request wins.

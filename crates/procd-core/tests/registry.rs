@@ -84,6 +84,7 @@ async fn a_recycled_pid_is_never_signalled() {
         pgid: pid,
         marker: Vec::new(),
         root_pinned: false,
+        adopted: Vec::new(),
     };
     let started = Instant::now();
     let out = terminate(

@@ -386,10 +386,14 @@ async fn serve_claimed(
 
 /// SIGTERM and SIGINT, registered before anything else so that a signal
 /// arriving during start-up is held until the daemon can act on it (the
-/// default action would kill it without releasing its state).
+/// default action would kill it without releasing its state). SIGHUP is
+/// caught too, and only logged: a daemon outlives the terminal it was
+/// started from, and a closing terminal must not end it (SPEC §10).
+/// (SIGPIPE is ignored by the Rust runtime before `main`.)
 struct StopSignals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
 }
 
 impl StopSignals {
@@ -398,14 +402,18 @@ impl StopSignals {
         Ok(StopSignals {
             term: signal(SignalKind::terminate()).map_err(|e| format!("signal setup: {e}"))?,
             int: signal(SignalKind::interrupt()).map_err(|e| format!("signal setup: {e}"))?,
+            hup: signal(SignalKind::hangup()).map_err(|e| format!("signal setup: {e}"))?,
         })
     }
 
     fn forward_to(mut self, daemon: Arc<Daemon>) {
         tokio::spawn(async move {
-            tokio::select! {
-                _ = self.term.recv() => daemon.request_shutdown("SIGTERM"),
-                _ = self.int.recv() => daemon.request_shutdown("SIGINT"),
+            loop {
+                tokio::select! {
+                    _ = self.term.recv() => break daemon.request_shutdown("SIGTERM"),
+                    _ = self.int.recv() => break daemon.request_shutdown("SIGINT"),
+                    Some(()) = self.hup.recv() => tracing::info!("SIGHUP ignored"),
+                }
             }
         });
     }

@@ -221,7 +221,7 @@ impl Registry {
         let env = self
             .env_policy
             .build(self.inherited_env.iter().cloned(), caller_env, &id);
-        let script = format!("set +m; {}", rewrite_compound_background(&spec.command));
+        let script = launch_script(&spec.command);
 
         let mut spec = spec;
         let mut unit = match &self.scopes {
@@ -272,6 +272,7 @@ impl Registry {
                     pgid: pid,
                     marker: format!("PROCD_SESSION_ID={id}").into_bytes(),
                     root_pinned: true,
+                    adopted: Vec::new(),
                 };
                 // Wait for the kill so that no process outlives the error.
                 kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO).await;
@@ -445,8 +446,8 @@ impl Registry {
             }
             let nofile = crate::limits::child_soft_nofile();
             // SAFETY: runs in the forked child before exec, after std has
-            // put the PTY slave on fds 0-2; setsid(2), ioctl(2) and
-            // get/setrlimit(2) are async-signal-safe, and nothing here
+            // put the PTY slave on fds 0-2; setsid(2), ioctl(2), prctl(2)
+            // and get/setrlimit(2) are async-signal-safe, and nothing here
             // allocates or touches memory shared with the parent.
             unsafe {
                 cmd.pre_exec(move || {
@@ -454,6 +455,7 @@ impl Registry {
                     if libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
                         return Err(std::io::Error::last_os_error());
                     }
+                    become_subreaper()?;
                     nofile.map_or(Ok(()), crate::limits::restore_in_child)
                 });
             }
@@ -504,12 +506,14 @@ impl Registry {
             };
             let nofile = crate::limits::child_soft_nofile();
             // SAFETY: runs in the forked child before exec and calls only
-            // setsid(2) and get/setrlimit(2), which are async-signal-safe;
+            // setsid(2), prctl(2) and get/setrlimit(2), which are
+            // async-signal-safe;
             // it touches no memory shared with the parent and allocates
             // nothing.
             unsafe {
                 cmd.pre_exec(move || {
                     nix::unistd::setsid().map_err(std::io::Error::from)?;
+                    become_subreaper()?;
                     nofile.map_or(Ok(()), crate::limits::restore_in_child)
                 });
             }
@@ -609,7 +613,40 @@ impl Registry {
         session.mark_exited(record);
         if let Some(reg) = reg {
             reg.checkpoint_soon();
+            reg.adopt_orphans(session);
         }
+    }
+
+    /// Records which processes the session's root left to the daemon when
+    /// it exited (it was their subreaper): the daemon's children that no
+    /// one waits for and no other session has claimed. Off the event loop,
+    /// after the exit is visible (a /proc scan must not delay `wait`); a
+    /// kill of the exited session waits for it (`Session::adoption_known`).
+    /// Two roots that exit within one scan may have their orphans recorded
+    /// under the first; a stopping daemon ends them all regardless.
+    fn adopt_orphans(&self, session: &Session) {
+        let Some(session) = self.table().get(&session.id).cloned() else {
+            return;
+        };
+        let claimed: HashSet<i32> = self
+            .all_sessions()
+            .iter()
+            .flat_map(|s| s.tree().adopted)
+            .map(|p| p.pid)
+            .collect();
+        let procfs = self.procfs.clone();
+        let reaper = self.reaper.clone();
+        tokio::spawn(async move {
+            let orphans = kill::scan_blocking(move || {
+                kill::unclaimed_children(&procfs, |pid| reaper.is_waited(pid), &claimed)
+            })
+            .await
+            .unwrap_or_default();
+            if !orphans.is_empty() {
+                tracing::info!(session = %session.id, ?orphans, "adopted the orphans its root left");
+            }
+            session.set_adopted(orphans);
+        });
     }
 
     /// Bookkeeping when a session ends, before its state flips to exited
@@ -633,6 +670,15 @@ impl Registry {
             "exited_at": rfc3339(record.exited_at),
         }));
     }
+}
+
+/// Makes the session's root (in the forked child, before exec; the flag
+/// survives exec) the child subreaper of its own tree: a descendant that
+/// escapes with `setsid -f env -i …` is reparented to the root, not to the
+/// daemon, so it stays a /proc descendant of the session and dies with it.
+/// Only prctl(2), which is async-signal-safe.
+fn become_subreaper() -> std::io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(std::io::Error::from)
 }
 
 /// A child that exists, with its I/O not yet wired to tasks.
@@ -671,6 +717,23 @@ impl tokio::io::AsyncRead for OutputReader {
             OutputReader::Pty(r) => std::pin::Pin::new(r).poll_read(cx, buf),
         }
     }
+}
+
+/// The line the session's shell runs. `set +m`: no job control. The traps
+/// make the shell honour the signals a kill sends (an interactive bash
+/// ignores SIGTERM without one): it exits 128+n as soon as its current
+/// step ends, instead of going on to the next one. The shell's own stderr
+/// is dropped first: an interactive bash leaving through a trap complains
+/// that it cannot restore a terminal it never had.
+pub fn launch_script(command: &str) -> String {
+    let exit = |n: u8| format!("'exec 2>/dev/null; exit {n}'");
+    format!(
+        "set +m; trap {} HUP; trap {} INT; trap {} TERM; {}",
+        exit(129),
+        exit(130),
+        exit(143),
+        rewrite_compound_background(command)
+    )
 }
 
 /// How long output must pause before a yield returns ("it went quiet").

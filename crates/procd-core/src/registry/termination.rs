@@ -13,7 +13,9 @@ impl Registry {
         source: &str,
     ) -> KillResult {
         if !s.is_running() {
-            // Leftovers still in its group or carrying its marker.
+            // Leftovers still in its group, carrying its marker, or left to
+            // the daemon by its root (known shortly after the exit).
+            s.adoption_known(ADOPTION_LIMIT).await;
             let out = kill::terminate(&s.tree(), &self.procfs, false, signal, grace).await;
             self.stop_scope(s).await;
             return KillResult {
@@ -177,16 +179,52 @@ impl Registry {
         self.kill_many(victims, "owner_released").await
     }
 
-    /// Terminates every running session (daemon shutdown).
+    /// Terminates every running session (daemon shutdown), then every
+    /// leftover: what exited sessions left in their group, under their
+    /// marker or to the daemon, and any other child of the daemon that no
+    /// one waits for. A stopping daemon leaves nothing it started behind.
     pub async fn shutdown_all(&self) -> u32 {
-        let victims = self
-            .all_sessions()
-            .into_iter()
-            .filter(|s| s.is_running())
-            .collect();
-        self.kill_many(victims, "shutdown").await
+        let sessions = self.all_sessions();
+        let running = sessions.iter().filter(|s| s.is_running()).cloned();
+        let killed = self.kill_many(running.collect(), "shutdown").await;
+        let grace = self.grace(None);
+        let leftovers = sessions.iter().map(|s| {
+            self.terminate(
+                s,
+                libc::SIGTERM,
+                grace,
+                CompletionReason::Killed,
+                "shutdown",
+            )
+        });
+        futures::future::join_all(leftovers).await;
+        let procfs = self.procfs.clone();
+        let reaper = self.reaper.clone();
+        let strays = kill::scan_blocking(move || {
+            kill::unclaimed_children(&procfs, |pid| reaper.is_waited(pid), &HashSet::new())
+        })
+        .await
+        .unwrap_or_default();
+        if !strays.is_empty() {
+            let spec = kill::TreeSpec {
+                root: ProcessIdentity {
+                    pid: 0,
+                    start_time: 0,
+                },
+                pgid: 0,
+                marker: Vec::new(),
+                root_pinned: false,
+                adopted: strays,
+            };
+            kill::terminate(&spec, &self.procfs, false, libc::SIGTERM, grace).await;
+        }
+        killed
     }
 }
+
+/// How long a kill of an exited session waits for the scan that finds
+/// what its root left to the daemon (it runs right after the exit).
+const ADOPTION_LIMIT: Duration = Duration::from_secs(2);
 
 pub(super) fn normalize_id(id: &str) -> String {
     if id.starts_with("proc_") {
