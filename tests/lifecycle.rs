@@ -684,3 +684,52 @@ fn socket_activation_and_readiness_notification() {
         "systemd's socket path is left in place"
     );
 }
+
+#[test]
+fn sighup_does_not_end_the_daemon() {
+    // SPEC §10: a closing terminal must not take the daemon with it.
+    let d = Daemon::start();
+    let id = d.spawn("sleep 300");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("SIGHUP");
+    let log = d.home.path().join("daemon.err");
+    wait_until("the daemon notes the SIGHUP", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("SIGHUP ignored"))
+    });
+    assert!(alive(d.pid() as i32));
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
+}
+
+#[test]
+fn an_on_demand_daemon_that_stops_itself_leaves_no_leftover() {
+    // SPEC §5.1: the auto-stop ends what exited sessions left behind, also
+    // a process that escaped the group and dropped the marker.
+    let home = Home::with_config("monitor_interval_s = 0.1");
+    let mut strays = Strays::default();
+    let holder = Stand::sleep();
+    lease(&home, holder.pid());
+    let out = home.cli(&[
+        "spawn",
+        "--json",
+        "--",
+        "setsid -f env -i sleep 2997; sleep 2998 & echo x",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let pid = home.daemon_pid();
+    let mut left = Vec::new();
+    wait_until("both leftovers run", || {
+        left = [["sleep", "2997"], ["sleep", "2998"]]
+            .iter()
+            .flat_map(|argv| strays.find(argv))
+            .collect();
+        left.len() == 2
+    });
+    drop(holder);
+    wait_until("the orphaned daemon stops", || !alive(pid));
+    for p in left {
+        assert!(!alive(p), "{p} outlived the on-demand daemon");
+    }
+}

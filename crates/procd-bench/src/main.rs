@@ -10,7 +10,7 @@
 //! Usage: procd-bench [--quick] [--json] [--only WORD]
 //!
 //! `--only WORD` runs just the figures whose group name contains WORD
-//! (spawn, poll, exit, ingest, latency, idle, many): for profiling one.
+//! (spawn, poll, exit, ingest, latency, idle, many, kill): for profiling one.
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -283,7 +283,7 @@ fn now_epoch() -> f64 {
 
 fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     let d = Daemon::start();
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 7] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 8] = [
         ("spawn", &|| vec![spawn_wait(&d, s)]),
         ("poll", &|| vec![poll_round_trip(&d, s)]),
         ("exit", &|| vec![exit_to_wait(&d, s)]),
@@ -291,6 +291,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("latency", &|| vec![output_to_read(&d, s)]),
         ("idle", &|| idle(&d, s)),
         ("many", &|| many_sessions(&d, s)),
+        ("kill", &|| kill_rows(s)),
     ];
     groups
         .iter()
@@ -307,7 +308,7 @@ fn shell_argv(command: &str) -> (String, Vec<String>) {
         .unwrap_or("bash");
     (
         bash.into(),
-        vec!["-lic".into(), format!("set +m; {command}")],
+        vec!["-lic".into(), procd_core::registry::launch_script(command)],
     )
 }
 
@@ -739,6 +740,99 @@ fn many_sessions(d: &Daemon, s: &Sizes) -> Vec<Row> {
             "MiB",
             100.0,
             "VmRSS".into(),
+        ),
+    ]
+}
+
+/// Threads of a process (from /proc/<pid>/status).
+fn threads(pid: i32) -> i64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .expect("the daemon's thread count")
+}
+
+/// Whether the session's shell has forked its first `sleep` (so its traps
+/// are set: during the login scripts an interactive bash ignores SIGTERM).
+fn runs_sleep(pid: i64) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        let p = e.path();
+        std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim() == "sleep")
+            && std::fs::read_to_string(p.join("stat")).is_ok_and(|s| {
+                s.rfind(')')
+                    .and_then(|i| s[i + 2..].split(' ').nth(1)?.parse::<i64>().ok())
+                    == Some(pid)
+            })
+    })
+}
+
+/// Kill of a compound command, and the threads a bulk kill adds.
+fn kill_rows(s: &Sizes) -> Vec<Row> {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    let mut lat = Vec::new();
+    for _ in 0..s.rounds {
+        let r = c.call(
+            "spawn",
+            json!({"command": "sleep 300; echo after; sleep 300"}),
+        );
+        let pid = r["pid"].as_i64().expect("pid");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !runs_sleep(pid) {
+            assert!(Instant::now() < deadline, "the session never ran sleep");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let t = Instant::now();
+        let k = c.call("kill", json!({"session_id": r["session_id"]}));
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(k["status"], "killed", "{k}");
+    }
+    let many = s.many.min(256);
+    let crowd: Vec<Value> = (0..many)
+        .map(|_| c.call("spawn", json!({"command": "sleep 300; echo after"}))["session_id"].clone())
+        .collect();
+    for id in &crowd {
+        let pid = c.call("poll", json!({"session_id": id}))["pid"]
+            .as_i64()
+            .expect("pid");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !runs_sleep(pid) {
+            assert!(Instant::now() < deadline, "a session never ran sleep");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let before = threads(d.pid());
+    let killed = c.call("kill_all", json!({}))["killed"]
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(killed as usize, many, "kill_all ended every session");
+    // Blocking threads linger ~10 s after their work: still counted here.
+    let added = threads(d.pid()) - before;
+    vec![
+        Row::at_most(
+            "kill of a compound command, answered, p99".into(),
+            percentile(&lat, 0.99),
+            "ms",
+            100.0,
+            format!(
+                "`sleep 300; echo after; sleep 300`, default grace 2 s; {} rounds, median {:.2} ms",
+                s.rounds,
+                median(&lat)
+            ),
+        ),
+        Row::at_most(
+            format!("threads added by kill_all of {many} sessions"),
+            added as f64,
+            "threads",
+            8.0,
+            "daemon's Threads before the call and right after its answer".into(),
         ),
     ]
 }

@@ -48,6 +48,7 @@ mod termination;
 
 use present::*;
 use reading::*;
+pub use spawn::launch_script;
 use spawn::*;
 
 /// Largest command text accepted (bytes).
