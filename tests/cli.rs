@@ -243,3 +243,51 @@ fn concurrent_clients_start_exactly_one_daemon() {
         "all four in one daemon"
     );
 }
+
+#[test]
+fn completions_complete_subcommands_and_the_man_page_renders() {
+    let out = Command::new(BIN)
+        .args(["completions", "bash"])
+        .output()
+        .expect("procd");
+    assert!(out.status.success(), "{out:?}");
+    let dir = short_tempdir();
+    let script = dir.path().join("procd.bash");
+    std::fs::write(&script, &out.stdout).expect("write");
+    // Ask bash's completion function what `procd sp<TAB>` offers.
+    let probe = format!(
+        "source {}; COMP_WORDS=(procd sp); COMP_CWORD=1; COMP_LINE='procd sp'; COMP_POINT=8; _procd procd sp procd; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        script.display()
+    );
+    let done = Command::new("bash")
+        .args(["-c", &probe])
+        .output()
+        .expect("bash");
+    assert_eq!(stdout(&done).trim(), "spawn", "{done:?}");
+    for (shell, mark) in [("zsh", "#compdef procd"), ("fish", "complete -c procd")] {
+        let out = Command::new(BIN)
+            .args(["completions", shell])
+            .output()
+            .expect("procd");
+        assert!(
+            out.status.success() && stdout(&out).contains(mark),
+            "{shell}: {out:?}"
+        );
+    }
+    let man = Command::new(BIN).arg("man").output().expect("procd man");
+    assert!(man.status.success());
+    let page = stdout(&man);
+    assert!(
+        page.contains(".TH procd 1") && page.contains("spawn"),
+        "{page}"
+    );
+    let bad = Command::new(BIN)
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("procd");
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}

@@ -1,5 +1,7 @@
 //! `procd mcp` driven by a real MCP client written by others: the official
-//! Python SDK (`pip install mcp`, done by the README's test command).
+//! Python SDK, in a virtual environment the project owns (target/mcp-venv,
+//! made by tests/mcp-venv.sh: the README's test command runs it, and so
+//! does this test when the venv is missing).
 
 mod common;
 
@@ -19,13 +21,26 @@ impl Drop for Home {
 fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     let home = Home(short_tempdir());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/mcp_client.py");
-    let out = Command::new("python3")
+    let venv = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/mcp-venv.sh"
+    ))
+    .stdin(Stdio::null())
+    .stderr(Stdio::inherit())
+    .output()
+    .expect("run tests/mcp-venv.sh");
+    assert!(
+        venv.status.success(),
+        "cannot set up the Python MCP SDK (see the message above)"
+    );
+    let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
+    let out = Command::new(python)
         .arg(script)
         .arg(BIN)
         .arg(home.0.path())
         .stdin(Stdio::null())
         .output()
-        .expect("run the Python MCP client (python3 with the `mcp` package)");
+        .expect("run the Python MCP client");
     assert!(
         out.status.success(),
         "the MCP client failed: {}",

@@ -141,6 +141,13 @@ enum Command {
     Attach { id: String },
     /// Serve the Model Context Protocol on stdin/stdout for a coding agent.
     Mcp,
+    /// Print a shell completion script (see docs/operations.md).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `procd man | man -l -`.
+    Man,
 }
 
 #[derive(Subcommand, Debug)]
@@ -204,6 +211,20 @@ impl Target {
     }
 }
 
+/// Writes a generated document to stdout; a reader that stops early
+/// (`| head`) is not an error.
+fn print_document(text: &[u8], what: &str) -> i32 {
+    use std::io::Write;
+    match std::io::stdout().write_all(text) {
+        Ok(()) => EXIT_OK,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(e) => {
+            eprintln!("procd {what}: {e}");
+            EXIT_FAILED
+        }
+    }
+}
+
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -243,6 +264,21 @@ pub fn run(cli: Cli) -> i32 {
             return lifecycle::restart(&target.paths, &target.launcher, timeout, target.json);
         }
         Command::Lease(cmd) => return lifecycle::lease(&target.paths, cmd, target.json),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "procd", &mut text);
+            return print_document(&text, "completions");
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            let mut text = Vec::new();
+            if let Err(e) = clap_mangen::Man::new(Cli::command()).render(&mut text) {
+                eprintln!("procd man: {e}");
+                return EXIT_FAILED;
+            }
+            return print_document(&text, "man");
+        }
         Command::Status => return lifecycle::status(&target.paths, target.json),
         Command::Mcp => {
             return block_on(async {
@@ -372,6 +408,8 @@ async fn client_command(
         | Command::Stop { .. }
         | Command::Restart { .. }
         | Command::Lease(_)
+        | Command::Completions { .. }
+        | Command::Man
         | Command::Mcp
         | Command::Status => Ok(EXIT_USAGE),
         Command::Spawn {
