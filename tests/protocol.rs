@@ -302,3 +302,143 @@ print("answer:" + data.decode())
     assert_eq!(text.trim(), "answer:", "a foreign uid gets nothing: {text}");
     assert_still_serving(&d);
 }
+
+#[test]
+fn every_numeric_parameter_is_checked_before_anything_happens() {
+    // SPEC §10: negative, non-finite, fractional counts, wrong types and
+    // values past a field's limit are -32602 naming the field, for every
+    // numeric parameter of every method, and nothing runs.
+    let d = Daemon::start();
+    let live = d.spawn("sleep 300");
+    let durations = [json!(-1), json!(1e20), json!("5"), json!({}), json!([1])];
+    let counts = [
+        json!(-1),
+        json!(1.5),
+        json!(9007199254740993u64),
+        json!(1e300),
+        json!("3"),
+    ];
+    let sizes = [json!(0), json!(4097), json!(-3), json!(70000), json!(2.5)];
+    let table: &[(&str, Value, &str, &[Value])] = &[
+        (
+            "spawn",
+            json!({"command": "echo SHOULD-NOT-RUN"}),
+            "timeout_s",
+            &durations,
+        ),
+        (
+            "spawn",
+            json!({"command": "echo SHOULD-NOT-RUN"}),
+            "yield_ms",
+            &durations,
+        ),
+        (
+            "spawn",
+            json!({"command": "echo SHOULD-NOT-RUN"}),
+            "max_output_chars",
+            &counts,
+        ),
+        (
+            "spawn",
+            json!({"command": "echo SHOULD-NOT-RUN"}),
+            "max_output_tokens",
+            &counts,
+        ),
+        (
+            "spawn",
+            json!({"command": "echo SHOULD-NOT-RUN", "pty": true}),
+            "rows",
+            &sizes,
+        ),
+        (
+            "spawn",
+            json!({"command": "echo SHOULD-NOT-RUN", "pty": true}),
+            "cols",
+            &sizes,
+        ),
+        (
+            "poll",
+            json!({"session_id": live}),
+            "max_output_chars",
+            &counts,
+        ),
+        ("read", json!({"session_id": live}), "cursor", &counts),
+        ("read", json!({"session_id": live}), "max_bytes", &counts),
+        ("read", json!({"session_id": live}), "wait_ms", &durations),
+        ("log", json!({"session_id": live}), "offset", &counts),
+        ("log", json!({"session_id": live}), "limit", &counts),
+        ("wait", json!({"session_id": live}), "timeout_s", &durations),
+        (
+            "wait",
+            json!({"session_id": live}),
+            "max_output_tokens",
+            &counts,
+        ),
+        // A negative grace is clamped to 0 (SPEC §5.1): only the absurd.
+        (
+            "kill",
+            json!({"session_id": live}),
+            "grace_s",
+            &[json!(-1e20), json!(1e20), json!("5")],
+        ),
+        (
+            "write_stdin",
+            json!({"session_id": live, "data": "x"}),
+            "yield_ms",
+            &durations,
+        ),
+        (
+            "submit_stdin",
+            json!({"session_id": live, "data": "x"}),
+            "yield_ms",
+            &durations,
+        ),
+        (
+            "resize",
+            json!({"session_id": live, "rows": 10, "cols": 10}),
+            "rows",
+            &sizes,
+        ),
+        (
+            "resize",
+            json!({"session_id": live, "rows": 10, "cols": 10}),
+            "cols",
+            &sizes,
+        ),
+        (
+            "subscribe_output",
+            json!({"session_id": live}),
+            "cursor",
+            &counts,
+        ),
+        ("has_active", json!({}), "max_active_age_s", &durations),
+        ("shutdown", json!({}), "timeout_s", &durations),
+    ];
+    let mut conn = d.connect();
+    for (method, base, field, bad_values) in table {
+        for bad in bad_values.iter() {
+            let mut params = base.clone();
+            params[*field] = bad.clone();
+            let resp = conn.call(method, params.clone());
+            let err = &resp["error"];
+            assert_eq!(err["code"], -32602, "{method}({params}) -> {resp}");
+            let msg = err["message"].as_str().unwrap_or("");
+            assert!(
+                msg.contains(field),
+                "{method}({params}): {msg:?} names no field"
+            );
+        }
+    }
+    // Nothing ran, nothing was killed, the daemon still serves.
+    let list = d.ok("list", json!({}));
+    assert_eq!(
+        list["processes"].as_array().map(Vec::len),
+        Some(1),
+        "{list}"
+    );
+    assert_eq!(
+        d.ok("poll", json!({"session_id": live}))["status"],
+        "running"
+    );
+    assert_still_serving(&d);
+}

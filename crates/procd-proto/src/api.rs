@@ -5,6 +5,7 @@
 
 #![allow(clippy::too_many_arguments)]
 
+use crate::params::*;
 use crate::types::*;
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::proc_macros::rpc;
@@ -20,27 +21,27 @@ pub trait ProcdApi {
         cwd: Option<String>,
         env: Option<BTreeMap<String, String>>,
         pty: Option<bool>,
-        rows: Option<u16>,
-        cols: Option<u16>,
+        rows: Option<Rows>,
+        cols: Option<Cols>,
         task_id: Option<String>,
         session_key: Option<String>,
         owner: Option<String>,
         persist: Option<bool>,
         notify_on_complete: Option<bool>,
         watch_patterns: Option<Vec<String>>,
-        timeout_s: Option<f64>,
+        timeout_s: Option<TimeoutS>,
         stdin: Option<StdinMode>,
-        yield_ms: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        yield_ms: Option<YieldMs>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<SpawnResult>;
 
     #[method(name = "poll", param_kind = map)]
     async fn poll(
         &self,
         session_id: String,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<PollResult>;
 
     /// Incremental output from a byte cursor, optionally long-polling.
@@ -48,30 +49,30 @@ pub trait ProcdApi {
     async fn read(
         &self,
         session_id: String,
-        cursor: Option<u64>,
-        max_bytes: Option<u64>,
-        wait_ms: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        cursor: Option<Cursor>,
+        max_bytes: Option<MaxBytes>,
+        wait_ms: Option<WaitMs>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<ReadResult>;
 
     #[method(name = "log", param_kind = map)]
     async fn log(
         &self,
         session_id: String,
-        offset: Option<u64>,
-        limit: Option<u64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        offset: Option<Offset>,
+        limit: Option<Limit>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<LogResult>;
 
     #[method(name = "wait", param_kind = map)]
     async fn wait(
         &self,
         session_id: String,
-        timeout_s: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        timeout_s: Option<TimeoutS>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<WaitResult>;
 
     #[method(name = "kill", param_kind = map)]
@@ -79,7 +80,7 @@ pub trait ProcdApi {
         &self,
         session_id: String,
         signal: Option<SignalSpec>,
-        grace_s: Option<f64>,
+        grace_s: Option<GraceS>,
     ) -> RpcResult<KillResult>;
 
     #[method(name = "signal", param_kind = map)]
@@ -92,9 +93,9 @@ pub trait ProcdApi {
         &self,
         session_id: String,
         data: String,
-        yield_ms: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        yield_ms: Option<YieldMs>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<StdinResult>;
 
     #[method(name = "submit_stdin", param_kind = map)]
@@ -102,9 +103,9 @@ pub trait ProcdApi {
         &self,
         session_id: String,
         data: String,
-        yield_ms: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        yield_ms: Option<YieldMs>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<StdinResult>;
 
     #[method(name = "close_stdin", param_kind = map)]
@@ -112,7 +113,7 @@ pub trait ProcdApi {
 
     /// PTY sessions: set the window size (the child gets SIGWINCH).
     #[method(name = "resize", param_kind = map)]
-    async fn resize(&self, session_id: String, rows: u16, cols: u16) -> RpcResult<ResizeResult>;
+    async fn resize(&self, session_id: String, rows: Rows, cols: Cols) -> RpcResult<ResizeResult>;
 
     /// A UI drops its view of a session; the process keeps running.
     #[method(name = "close_terminal", param_kind = map)]
@@ -120,8 +121,11 @@ pub trait ProcdApi {
 
     /// Streams output from `cursor` as it arrives, then one exit item.
     #[subscription(name = "subscribe_output" => "output", unsubscribe = "unsubscribe_output", item = OutputItem, param_kind = map)]
-    async fn subscribe_output(&self, session_id: String, cursor: Option<u64>)
-        -> SubscriptionResult;
+    async fn subscribe_output(
+        &self,
+        session_id: String,
+        cursor: Option<Cursor>,
+    ) -> SubscriptionResult;
 
     /// Streams every event as it is queued (without consuming it), plus
     /// `started`/`exited` for every session and `close_terminal`.
@@ -141,7 +145,7 @@ pub trait ProcdApi {
         &self,
         task_id: Option<String>,
         session_key: Option<String>,
-        max_active_age_s: Option<f64>,
+        max_active_age_s: Option<MaxActiveAgeS>,
     ) -> RpcResult<HasActiveResult>;
 
     #[method(name = "snapshot_running", param_kind = map)]
@@ -174,5 +178,5 @@ pub trait ProcdApi {
     async fn status(&self) -> RpcResult<StatusResult>;
 
     #[method(name = "shutdown", param_kind = map)]
-    async fn shutdown(&self, timeout_s: Option<f64>) -> RpcResult<ShutdownResult>;
+    async fn shutdown(&self, timeout_s: Option<TimeoutS>) -> RpcResult<ShutdownResult>;
 }

@@ -7,7 +7,9 @@
 
 mod api;
 pub mod error;
+pub mod params;
 mod types;
 
 pub use api::*;
+pub use params::*;
 pub use types::*;

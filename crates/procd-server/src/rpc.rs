@@ -27,19 +27,19 @@ impl ProcdApiServer for Api {
         cwd: Option<String>,
         env: Option<BTreeMap<String, String>>,
         pty: Option<bool>,
-        rows: Option<u16>,
-        cols: Option<u16>,
+        rows: Option<Rows>,
+        cols: Option<Cols>,
         task_id: Option<String>,
         session_key: Option<String>,
         owner: Option<String>,
         persist: Option<bool>,
         notify_on_complete: Option<bool>,
         watch_patterns: Option<Vec<String>>,
-        timeout_s: Option<f64>,
+        timeout_s: Option<TimeoutS>,
         stdin: Option<StdinMode>,
-        yield_ms: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        yield_ms: Option<YieldMs>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<SpawnResult> {
         if let Some(token) = &owner {
             if !self.daemon.owner_is_live(token).await {
@@ -53,18 +53,21 @@ impl ProcdApiServer for Api {
             cwd,
             env: env.unwrap_or_default(),
             pty: pty.unwrap_or(false),
-            rows,
-            cols,
+            rows: rows.map(Rows::get),
+            cols: cols.map(Cols::get),
             task_id,
             session_key,
             owner,
             persist: persist.unwrap_or(false),
             notify_on_complete: notify_on_complete.unwrap_or(false),
             watch_patterns: watch_patterns.unwrap_or_default(),
-            timeout_s,
+            timeout_s: timeout_s.map(TimeoutS::get),
             stdin: stdin.unwrap_or_default(),
-            yield_ms,
-            budget: chars_budget(max_output_chars, max_output_tokens),
+            yield_ms: yield_ms.map(YieldMs::get),
+            budget: chars_budget(
+                max_output_chars.map(MaxOutputChars::get),
+                max_output_tokens.map(MaxOutputTokens::get),
+            ),
         };
         self.daemon.registry.spawn(req).await.map_err(rpc_err)
     }
@@ -72,14 +75,17 @@ impl ProcdApiServer for Api {
     async fn poll(
         &self,
         session_id: String,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<PollResult> {
         self.daemon
             .registry
             .poll(
                 &session_id,
-                chars_budget(max_output_chars, max_output_tokens),
+                chars_budget(
+                    max_output_chars.map(MaxOutputChars::get),
+                    max_output_tokens.map(MaxOutputTokens::get),
+                ),
             )
             .map_err(rpc_err)
     }
@@ -87,16 +93,25 @@ impl ProcdApiServer for Api {
     async fn read(
         &self,
         session_id: String,
-        cursor: Option<u64>,
-        max_bytes: Option<u64>,
-        wait_ms: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        cursor: Option<Cursor>,
+        max_bytes: Option<MaxBytes>,
+        wait_ms: Option<WaitMs>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<ReadResult> {
-        let budget = chars_budget(max_output_chars, max_output_tokens);
+        let budget = chars_budget(
+            max_output_chars.map(MaxOutputChars::get),
+            max_output_tokens.map(MaxOutputTokens::get),
+        );
         self.daemon
             .registry
-            .read(&session_id, cursor, max_bytes, wait_ms, budget)
+            .read(
+                &session_id,
+                cursor.map(Cursor::get),
+                max_bytes.map(MaxBytes::get),
+                wait_ms.map(WaitMs::get),
+                budget,
+            )
             .await
             .map_err(rpc_err)
     }
@@ -104,15 +119,23 @@ impl ProcdApiServer for Api {
     async fn log(
         &self,
         session_id: String,
-        offset: Option<u64>,
-        limit: Option<u64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        offset: Option<Offset>,
+        limit: Option<Limit>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<LogResult> {
-        let budget = chars_budget(max_output_chars, max_output_tokens);
+        let budget = chars_budget(
+            max_output_chars.map(MaxOutputChars::get),
+            max_output_tokens.map(MaxOutputTokens::get),
+        );
         self.daemon
             .registry
-            .log(&session_id, offset, limit, budget)
+            .log(
+                &session_id,
+                offset.map(Offset::get),
+                limit.map(Limit::get),
+                budget,
+            )
             .await
             .map_err(rpc_err)
     }
@@ -120,14 +143,17 @@ impl ProcdApiServer for Api {
     async fn wait(
         &self,
         session_id: String,
-        timeout_s: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        timeout_s: Option<TimeoutS>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<WaitResult> {
-        let budget = chars_budget(max_output_chars, max_output_tokens);
+        let budget = chars_budget(
+            max_output_chars.map(MaxOutputChars::get),
+            max_output_tokens.map(MaxOutputTokens::get),
+        );
         self.daemon
             .registry
-            .wait(&session_id, timeout_s, budget)
+            .wait(&session_id, timeout_s.map(TimeoutS::get), budget)
             .await
             .map_err(rpc_err)
     }
@@ -136,11 +162,11 @@ impl ProcdApiServer for Api {
         &self,
         session_id: String,
         signal: Option<SignalSpec>,
-        grace_s: Option<f64>,
+        grace_s: Option<GraceS>,
     ) -> RpcResult<KillResult> {
         self.daemon
             .registry
-            .kill(&session_id, signal, grace_s)
+            .kill(&session_id, signal, grace_s.map(GraceS::get))
             .await
             .map_err(rpc_err)
     }
@@ -157,14 +183,23 @@ impl ProcdApiServer for Api {
         &self,
         session_id: String,
         data: String,
-        yield_ms: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        yield_ms: Option<YieldMs>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<StdinResult> {
-        let budget = chars_budget(max_output_chars, max_output_tokens);
+        let budget = chars_budget(
+            max_output_chars.map(MaxOutputChars::get),
+            max_output_tokens.map(MaxOutputTokens::get),
+        );
         self.daemon
             .registry
-            .write_stdin(&session_id, &data, false, yield_ms, budget)
+            .write_stdin(
+                &session_id,
+                &data,
+                false,
+                yield_ms.map(YieldMs::get),
+                budget,
+            )
             .await
             .map_err(rpc_err)
     }
@@ -173,14 +208,17 @@ impl ProcdApiServer for Api {
         &self,
         session_id: String,
         data: String,
-        yield_ms: Option<f64>,
-        max_output_chars: Option<u64>,
-        max_output_tokens: Option<u64>,
+        yield_ms: Option<YieldMs>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<StdinResult> {
-        let budget = chars_budget(max_output_chars, max_output_tokens);
+        let budget = chars_budget(
+            max_output_chars.map(MaxOutputChars::get),
+            max_output_tokens.map(MaxOutputTokens::get),
+        );
         self.daemon
             .registry
-            .write_stdin(&session_id, &data, true, yield_ms, budget)
+            .write_stdin(&session_id, &data, true, yield_ms.map(YieldMs::get), budget)
             .await
             .map_err(rpc_err)
     }
@@ -193,16 +231,16 @@ impl ProcdApiServer for Api {
             .map_err(rpc_err)
     }
 
-    async fn resize(&self, session_id: String, rows: u16, cols: u16) -> RpcResult<ResizeResult> {
+    async fn resize(&self, session_id: String, rows: Rows, cols: Cols) -> RpcResult<ResizeResult> {
         self.daemon
             .registry
-            .resize(&session_id, rows, cols)
+            .resize(&session_id, rows.get(), cols.get())
             .await
             .map_err(rpc_err)?;
         Ok(ResizeResult {
             status: "ok".into(),
-            rows,
-            cols,
+            rows: rows.get(),
+            cols: cols.get(),
         })
     }
 
@@ -217,7 +255,7 @@ impl ProcdApiServer for Api {
         &self,
         pending: PendingSubscriptionSink,
         session_id: String,
-        cursor: Option<u64>,
+        cursor: Option<Cursor>,
     ) -> SubscriptionResult {
         let registry = self.daemon.registry.clone();
         let session = match registry.find(&session_id) {
@@ -228,7 +266,7 @@ impl ProcdApiServer for Api {
             }
         };
         let sink = pending.accept().await?;
-        let mut cursor = cursor.unwrap_or(0);
+        let mut cursor = cursor.map_or(0, Cursor::get);
         loop {
             // The same window rules as `read`; a slow subscriber only falls
             // behind by cursor, it never holds up ingestion.
@@ -298,12 +336,12 @@ impl ProcdApiServer for Api {
         &self,
         task_id: Option<String>,
         session_key: Option<String>,
-        max_active_age_s: Option<f64>,
+        max_active_age_s: Option<MaxActiveAgeS>,
     ) -> RpcResult<HasActiveResult> {
         Ok(self.daemon.registry.has_active(
             task_id.as_deref(),
             session_key.as_deref(),
-            max_active_age_s,
+            max_active_age_s.map(MaxActiveAgeS::get),
         ))
     }
 
@@ -360,7 +398,7 @@ impl ProcdApiServer for Api {
         Ok(self.daemon.status())
     }
 
-    async fn shutdown(&self, _timeout_s: Option<f64>) -> RpcResult<ShutdownResult> {
+    async fn shutdown(&self, _timeout_s: Option<TimeoutS>) -> RpcResult<ShutdownResult> {
         self.daemon.request_shutdown("shutdown request");
         Ok(ShutdownResult {
             status: "stopping".into(),

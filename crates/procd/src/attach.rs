@@ -8,6 +8,7 @@ use jsonrpsee::core::client::{Client, Error as ClientError};
 use nix::sys::termios::{self, SetArg, Termios};
 use procd_client::ProcdApiClient;
 use procd_proto::OutputItem;
+use procd_proto::{Cols, Cursor, MaxBytes, Rows};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 
@@ -58,13 +59,24 @@ pub async fn run(client: &Client, id: String) -> Result<i32, ClientError> {
     }
     // Start a little before the end, so the screen has some context.
     let end = client
-        .read(id.clone(), Some(u64::MAX), Some(1), None, None, None)
+        .read(
+            id.clone(),
+            Some(Cursor::new(procd_proto::MAX_COUNT)),
+            Some(MaxBytes::new(1)),
+            None,
+            None,
+            None,
+        )
         .await?
         .next_cursor;
     let start = end.saturating_sub(REPLAY_BYTES);
-    let mut output = client.subscribe_output(id.clone(), Some(start)).await?;
+    let mut output = client
+        .subscribe_output(id.clone(), Some(Cursor::new(start)))
+        .await?;
     if let Some((rows, cols)) = window_size() {
-        let _ = client.resize(id.clone(), rows, cols).await;
+        let _ = client
+            .resize(id.clone(), Rows::new(rows), Cols::new(cols))
+            .await;
     }
     let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
         .map_err(|e| ClientError::Custom(e.to_string()))?;
@@ -124,7 +136,7 @@ pub async fn run(client: &Client, id: String) -> Result<i32, ClientError> {
             },
             _ = winch.recv() => {
                 if let Some((rows, cols)) = window_size() {
-                    let _ = client.resize(id.clone(), rows, cols).await;
+                    let _ = client.resize(id.clone(), Rows::new(rows), Cols::new(cols)).await;
                 }
             }
         }

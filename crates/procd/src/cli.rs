@@ -448,7 +448,7 @@ async fn client_command(
                     None,
                     Some(notify),
                     (!watch.is_empty()).then_some(watch),
-                    timeout,
+                    timeout.map(procd_proto::TimeoutS::new),
                     None,
                     None,
                     None,
@@ -473,12 +473,16 @@ async fn client_command(
             if follow {
                 return follow_output(target, client, id).await;
             }
-            let r = client.log(id, None, limit, None, None).await?;
+            let r = client
+                .log(id, None, limit.map(procd_proto::Limit::new), None, None)
+                .await?;
             target.print(&r, |r| r.output.clone());
             Ok(EXIT_OK)
         }
         Command::Wait { id, timeout } => {
-            let r = client.wait(id, timeout, None, None).await?;
+            let r = client
+                .wait(id, timeout.map(procd_proto::TimeoutS::new), None, None)
+                .await?;
             target.print(&r, render::waited);
             Ok(match r.status {
                 procd_proto::WaitStatus::Exited => wait_exit_code(r.exit.and_then(|e| e.exit_code)),
@@ -487,7 +491,11 @@ async fn client_command(
         }
         Command::Kill { id, signal, grace } => {
             let r = client
-                .kill(id, signal.map(procd_proto::SignalSpec::Name), grace)
+                .kill(
+                    id,
+                    signal.map(procd_proto::SignalSpec::Name),
+                    grace.map(procd_proto::GraceS::new),
+                )
                 .await?;
             target.print(&r, render::killed);
             Ok(match r.status {
@@ -533,7 +541,14 @@ async fn follow_output(target: &Target, client: &Client, id: String) -> Result<i
     let mut cursor = 0u64;
     loop {
         let r = client
-            .read(id.clone(), Some(cursor), None, Some(30_000.0), None, None)
+            .read(
+                id.clone(),
+                Some(procd_proto::Cursor::new(cursor)),
+                None,
+                Some(procd_proto::WaitMs::new(30_000.0)),
+                None,
+                None,
+            )
             .await?;
         if target.json {
             println!("{}", serde_json::to_string(&r).unwrap_or_default());

@@ -9,7 +9,9 @@
 use jsonrpsee::core::client::{Client, Error as ClientError};
 use procd_client::{Launcher, Lease, ProcdApiClient};
 use procd_gateway::Paths;
-use procd_proto::{ListFilter, SignalSpec, StdinMode};
+use procd_proto::{
+    Cursor, GraceS, ListFilter, MaxOutputChars, SignalSpec, StdinMode, TimeoutS, WaitMs, YieldMs,
+};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
@@ -219,10 +221,10 @@ impl ProcdMcp {
                 p.persist,
                 p.notify,
                 p.watch,
-                p.timeout_s,
+                p.timeout_s.map(TimeoutS::new),
                 Some(StdinMode::Pipe).filter(|_| p.pty != Some(true)),
-                Some(p.yield_ms.unwrap_or(DEFAULT_START_YIELD_MS)),
-                budget,
+                Some(YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_START_YIELD_MS))),
+                budget.map(MaxOutputChars::new),
                 None,
             )
             .await;
@@ -254,10 +256,10 @@ impl ProcdMcp {
             .client
             .read(
                 p.session_id.clone(),
-                p.cursor,
+                p.cursor.map(Cursor::new),
                 None,
-                p.wait_ms,
-                budget,
+                p.wait_ms.map(WaitMs::new),
+                budget.map(MaxOutputChars::new),
                 None,
             )
             .await;
@@ -291,7 +293,8 @@ impl ProcdMcp {
         Parameters(p): Parameters<WriteParams>,
     ) -> Result<CallToolResult, ErrorData> {
         let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
-        let yield_ms = Some(p.yield_ms.unwrap_or(DEFAULT_WRITE_YIELD_MS));
+        let yield_ms = Some(YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_WRITE_YIELD_MS)));
+        let budget = budget.map(MaxOutputChars::new);
         let text = p.text.unwrap_or_default();
         let close = p.close.unwrap_or(false);
         // When the input is closed next, the answer is awaited after that.
@@ -352,8 +355,8 @@ impl ProcdMcp {
             .client
             .wait(
                 p.session_id.clone(),
-                Some(p.timeout_s.unwrap_or(60.0)),
-                budget,
+                Some(TimeoutS::new(p.timeout_s.unwrap_or(60.0))),
+                budget.map(MaxOutputChars::new),
                 None,
             )
             .await;
@@ -384,7 +387,7 @@ impl ProcdMcp {
             .kill(
                 p.session_id.clone(),
                 p.signal.map(SignalSpec::Name),
-                p.grace_s,
+                p.grace_s.map(GraceS::new),
             )
             .await;
         Ok(match r {

@@ -8,6 +8,7 @@ impl Registry {
             return Err(Error::WrongState("procd is shutting down".into()));
         }
         let spec = self.validate(&req)?;
+        let wait = yield_duration(req.yield_ms)?;
         // Reserve a running slot first so concurrent spawns cannot overshoot.
         let max = self.config.max_running;
         if self
@@ -26,7 +27,6 @@ impl Registry {
             self.running.fetch_sub(1, Ordering::SeqCst);
         }
         let mut result = result?;
-        let wait = yield_duration(req.yield_ms)?;
         if !wait.is_zero() {
             let s = self.find(&result.session_id)?;
             let y = self.yield_output(&s, 0, wait, req.budget).await?;
