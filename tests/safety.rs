@@ -708,3 +708,34 @@ fn when_systemd_run_does_not_work_sessions_run_unscoped() {
         "only the probe ran: {all:?}"
     );
 }
+
+#[test]
+fn a_failed_checkpoint_write_leaks_no_running_slot() {
+    // SPEC §10: counters cannot drift. A spawn whose checkpoint cannot be
+    // written is refused and its process killed; its slot comes back once.
+    let d = Daemon::with_config("max_running = 2");
+    let checkpoint = d.state_dir().join("procs.json");
+    let _ = std::fs::remove_file(&checkpoint);
+    std::fs::create_dir(&checkpoint).expect("a directory where the file goes");
+    for _ in 0..3 {
+        let (code, msg) = d.err("spawn", json!({"command": "sleep 300"}));
+        assert_eq!(code, -32003, "{msg}");
+        assert!(msg.contains("checkpoint"), "{msg}");
+    }
+    let status = d.ok("status", json!({}));
+    assert_eq!(status["running"], 0, "{status}");
+    std::fs::remove_dir(&checkpoint).expect("writable again");
+    let a = d.spawn("sleep 300");
+    let b = d.spawn("sleep 300");
+    let (code, _) = d.err("spawn", json!({"command": "sleep 300"}));
+    assert_eq!(code, -32004, "the limit still holds at exactly 2");
+    let listed = d.ok("list", json!({"status": "running"}))["processes"]
+        .as_array()
+        .map(Vec::len);
+    assert_eq!(listed, Some(2));
+    assert_eq!(d.ok("status", json!({}))["running"], 2);
+    d.ok("kill", json!({"session_id": a}));
+    d.spawn("sleep 300");
+    d.ok("kill_all", json!({}));
+    let _ = b;
+}

@@ -26,6 +26,7 @@ pub mod registry;
 pub mod rewrite;
 pub mod scope;
 pub mod session;
+pub mod slot;
 pub mod text;
 pub mod watch;
 

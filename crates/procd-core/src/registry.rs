@@ -34,7 +34,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -123,7 +123,7 @@ pub struct Registry {
     reaper: Arc<Reaper>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Running sessions plus spawns in progress (the `max_running` gate).
-    running: AtomicUsize,
+    running: crate::slot::Slots,
     notifications: NotificationQueue,
     redactor: Redactor,
     checkpoint: Option<Checkpoint>,
@@ -164,7 +164,7 @@ impl Registry {
             shell,
             reaper: Reaper::global(),
             sessions: Mutex::new(HashMap::new()),
-            running: AtomicUsize::new(0),
+            running: crate::slot::Slots::default(),
             notifications: NotificationQueue::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
             fail_after_spawn: options.fail_after_spawn,

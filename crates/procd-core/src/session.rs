@@ -125,6 +125,8 @@ pub struct Session {
     /// were reparented to the daemon, and this records whose they were.
     /// `None` until the scan after the root's exit has run.
     adopted: watch::Sender<Option<Arc<[ProcessIdentity]>>>,
+    /// The `max_running` slot this session holds while it runs.
+    slot: Mutex<Option<crate::slot::RunningSlot>>,
 }
 
 impl Session {
@@ -151,6 +153,7 @@ impl Session {
             systemd_unit: None,
             shown_command: OnceLock::new(),
             adopted: watch::channel(None).0,
+            slot: Mutex::new(None),
             spec,
         }
     }
@@ -228,6 +231,16 @@ impl Session {
             root_pinned: !self.reaped.load(Ordering::SeqCst),
             adopted: self.adopted.borrow().as_deref().unwrap_or(&[]).to_vec(),
         }
+    }
+
+    /// Gives the session its running slot (before it is shared).
+    pub fn hold_slot(&mut self, slot: crate::slot::RunningSlot) {
+        *self.slot.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(slot);
+    }
+
+    /// Gives the running slot back (once; later calls find none).
+    pub fn release_slot(&self) {
+        drop(self.slot.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 
     /// Records the orphans the root left to the daemon (see `adopted`).

@@ -164,8 +164,8 @@ impl Registry {
             started_at,
         );
         session.systemd_unit = e.systemd_unit.clone();
+        session.hold_slot(self.running.take());
         let session = Arc::new(session);
-        self.running.fetch_add(1, Ordering::SeqCst);
         self.table().insert(session.id.clone(), session.clone());
         let me = self.me.clone();
         tokio::spawn(async move {

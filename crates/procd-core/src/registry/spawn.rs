@@ -9,24 +9,15 @@ impl Registry {
         }
         let spec = self.validate(&req)?;
         let wait = yield_duration(req.yield_ms)?;
-        // Reserve a running slot first so concurrent spawns cannot overshoot.
+        // Take a running slot first so concurrent spawns cannot overshoot;
+        // the session owns it from then on (or an error path drops it).
         let max = self.config.max_running;
-        if self
-            .running
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .is_err()
-        {
+        let Some(slot) = self.running.try_take(max) else {
             return Err(Error::LimitReached(format!(
                 "max_running ({max}) sessions are running; kill one first"
             )));
-        }
-        let result = self.spawn_reserved(spec, &req.env).await;
-        if result.is_err() {
-            self.running.fetch_sub(1, Ordering::SeqCst);
-        }
-        let mut result = result?;
+        };
+        let mut result = self.spawn_reserved(spec, &req.env, slot).await?;
         if !wait.is_zero() {
             let s = self.find(&result.session_id)?;
             let y = self.yield_output(&s, 0, wait, req.budget).await?;
@@ -207,6 +198,7 @@ impl Registry {
         &self,
         spec: SessionSpec,
         caller_env: &BTreeMap<String, String>,
+        slot: crate::slot::RunningSlot,
     ) -> Result<SpawnResult, Error> {
         let id = self.new_session_id();
         let spawn_err = |what: &str, e: std::io::Error| Error::SpawnFailed(format!("{what}: {e}"));
@@ -307,6 +299,7 @@ impl Registry {
         });
         let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx);
         session.systemd_unit = unit;
+        session.hold_slot(slot);
         let session = Arc::new(session);
         self.table().insert(id.clone(), session.clone());
         // Make room: the new session counts towards max_sessions.
@@ -652,7 +645,7 @@ impl Registry {
     /// Bookkeeping when a session ends, before its state flips to exited
     /// (so a `wait` that returns sees the completion event already queued).
     fn on_exit(&self, session: &Session, record: &ExitRecord) {
-        self.running.fetch_sub(1, Ordering::SeqCst);
+        session.release_slot();
         if session.notify_on_complete() {
             self.notifications
                 .push(completion_event(&self.redactor, session, record));
