@@ -739,3 +739,135 @@ fn a_failed_checkpoint_write_leaks_no_running_slot() {
     d.ok("kill_all", json!({}));
     let _ = b;
 }
+
+// ----- directory trust (SPEC §10) ----------------------------------------------
+
+/// A home whose `run` dir was placed by someone else: `prepare` makes it.
+fn home_with_foreign_run(prepare: impl FnOnce(&std::path::Path)) -> tempfile::TempDir {
+    let home = short_tempdir();
+    prepare(&home.path().join("run"));
+    home
+}
+
+fn procd_in(home: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env("HOME", home)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run procd")
+}
+
+#[test]
+fn a_runtime_dir_placed_by_another_user_is_refused_and_left_untouched() {
+    use std::os::unix::fs::PermissionsExt;
+    let nobody = 65534;
+    let home = home_with_foreign_run(|run| {
+        std::fs::create_dir(run).unwrap();
+        std::fs::set_permissions(run, std::fs::Permissions::from_mode(0o777)).unwrap();
+        nix::unistd::chown(run, Some(nix::unistd::Uid::from_raw(nobody)), None).unwrap();
+    });
+    let run = home.path().join("run");
+    for args in [
+        &["spawn", "--", "echo secret-command"][..],
+        &["daemon"],
+        &["start"],
+        &["status"],
+        &["stop"],
+        &["lease", "acquire"],
+    ] {
+        let out = procd_in(home.path(), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert!(
+            err.contains(&run.display().to_string()) && err.contains("owned by uid 65534"),
+            "{args:?} names the path and the problem: {err}"
+        );
+    }
+    let left: Vec<_> = std::fs::read_dir(&run)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "nothing was written there: {left:?}");
+    assert!(
+        !home.path().join("state").exists()
+            || std::fs::read_dir(home.path().join("state"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+}
+
+#[test]
+fn a_symlinked_or_open_runtime_dir_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let elsewhere = short_tempdir();
+    let linked =
+        home_with_foreign_run(|run| std::os::unix::fs::symlink(elsewhere.path(), run).unwrap());
+    let out = procd_in(linked.path(), &["spawn", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("symbolic link"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    let open = home_with_foreign_run(|run| {
+        std::fs::create_dir(run).unwrap();
+        std::fs::set_permissions(run, std::fs::Permissions::from_mode(0o733)).unwrap();
+    });
+    let out = procd_in(open.path(), &["daemon"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("writable by group or others"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_client_sends_nothing_to_a_listener_of_another_user() {
+    // The listener binds as root (our uid here) and listens as nobody:
+    // SO_PEERCRED reports who called listen(2).
+    let home = short_tempdir();
+    let run = home.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    let socket = run.join("procd.sock");
+    let fake = r#"
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+os.setgid(65534); os.setuid(65534)
+s.listen(1)
+print("listening", flush=True)
+c, _ = s.accept()
+c.settimeout(20)
+got = b""
+while True:
+    chunk = c.recv(4096)
+    if not chunk:
+        break
+    got += chunk
+print("received", len(got), flush=True)
+"#;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", fake])
+        .arg(&socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("fake listener");
+    let stdout = child.stdout.take().unwrap();
+    let _listener = Stand(child); // ended on drop, whatever happens
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    assert_eq!(lines.next().unwrap().unwrap(), "listening");
+    let out = procd_in(home.path(), &["poll", "proc_aaaaaaaaaaaa"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(err.contains("runs as uid 65534"), "{err}");
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "received 0",
+        "not a byte was sent"
+    );
+}

@@ -48,9 +48,25 @@ impl TransportReceiverT for LineReceiver {
     }
 }
 
-/// Connects to the daemon listening on `socket`.
+/// Connects to the daemon listening on `socket` — after checking that its
+/// directory can be trusted and, before sending a byte, that the listener
+/// runs as this user (or root): SPEC §10. A refusal is `PermissionDenied`.
 pub async fn connect(socket: &Path) -> io::Result<Client> {
+    if let Some(dir) = socket.parent().filter(|d| d.exists()) {
+        procd_gateway::paths::check_trusted_dir(dir)?;
+    }
     let stream = UnixStream::connect(socket).await?;
+    let me = nix::unistd::getuid().as_raw();
+    let peer = stream.peer_cred()?.uid();
+    if peer != me && peer != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "refusing to talk to {}: the process listening there runs as uid {peer}, not as you (uid {me})",
+                socket.display()
+            ),
+        ));
+    }
     let (read, write) = stream.into_split();
     Ok(ClientBuilder::default()
         .request_timeout(REQUEST_TIMEOUT)
@@ -68,8 +84,10 @@ pub use procd_gateway::lease::Released;
 /// while holding a `Lease`: a daemon with no lease and no session may stop
 /// itself at any moment.
 pub async fn connect_or_start(paths: &Paths, launcher: &Launcher) -> Result<Client, String> {
-    if let Ok(client) = connect(&paths.socket()).await {
-        return Ok(client);
+    match connect(&paths.socket()).await {
+        Ok(client) => return Ok(client),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(e.to_string()),
+        Err(_) => {}
     }
     let (p, l) = (paths.clone(), launcher.clone());
     tokio::task::spawn_blocking(move || {

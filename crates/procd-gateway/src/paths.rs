@@ -79,10 +79,24 @@ impl Paths {
         self.state_dir.join("procd.log")
     }
 
-    /// Creates the runtime and state directories, mode 0700.
+    /// Creates the runtime and state directories (mode 0700) and checks
+    /// that both can be trusted (`check_trusted_dir`). Everything that
+    /// writes into them goes through here first.
     pub fn create_dirs(&self) -> io::Result<()> {
-        create_private_dir(&self.runtime_dir)?;
-        create_private_dir(&self.state_dir)
+        for dir in [&self.runtime_dir, &self.state_dir] {
+            create_private_dir(dir)?;
+            check_trusted_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the runtime dir before a client connects to its socket (when
+    /// it exists; a missing one simply means no daemon).
+    pub fn check_runtime_dir(&self) -> io::Result<()> {
+        match std::fs::symlink_metadata(&self.runtime_dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            _ => check_trusted_dir(&self.runtime_dir),
+        }
     }
 
     /// Makes both directories private to the user (the daemon does this
@@ -104,6 +118,43 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
         .create(dir)
 }
 
+/// SPEC §10: a directory procd writes into or connects through must be a
+/// real directory (not a symlink), owned by the current user, and not
+/// writable by group or others. Otherwise another local user could have
+/// placed it (e.g. `/tmp/procd-<uid>` when XDG_RUNTIME_DIR is unset) to
+/// read requests, plant files or impersonate the daemon. The error names
+/// the path and what is wrong; nothing is written there.
+pub fn check_trusted_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let refuse = |what: String| {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refusing to use {}: {what}", dir.display()),
+        ))
+    };
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        return refuse("it is a symbolic link".into());
+    }
+    if !meta.is_dir() {
+        return refuse("it is not a directory".into());
+    }
+    let me = nix::unistd::getuid().as_raw();
+    if meta.uid() != me {
+        return refuse(format!(
+            "it is owned by uid {}, not by you (uid {me})",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return refuse(format!(
+            "it is writable by group or others (mode {:o}; chmod 700 it)",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
 fn absolute(p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
@@ -117,6 +168,33 @@ fn absolute(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn untrusted_directories_are_refused_with_the_reason() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let ok = tmp.path().join("ok");
+        create_private_dir(&ok).unwrap();
+        check_trusted_dir(&ok).unwrap();
+        let open = tmp.path().join("open");
+        create_private_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_trusted_dir(&open).unwrap_err().to_string();
+        assert!(
+            e.contains("open") && e.contains("writable by group or others"),
+            "{e}"
+        );
+        let link = tmp.path().join("link");
+        symlink(&ok, &link).unwrap();
+        let e = check_trusted_dir(&link).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(check_trusted_dir(&file)
+            .unwrap_err()
+            .to_string()
+            .contains("not a directory"));
+    }
 
     #[test]
     fn a_home_isolates_every_path() {

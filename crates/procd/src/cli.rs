@@ -195,7 +195,11 @@ impl Target {
                 .await
                 .map(Some)
         } else {
-            Ok(procd_client::connect(&self.paths.socket()).await.ok())
+            match procd_client::connect(&self.paths.socket()).await {
+                Ok(client) => Ok(Some(client)),
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(e.to_string()),
+                Err(_) => Ok(None),
+            }
         }
     }
 
@@ -250,6 +254,16 @@ pub fn run(cli: Cli) -> i32 {
         paths,
         json: cli.json,
     };
+    // Nothing is read from, written to or connected through a runtime dir
+    // another user could have placed (SPEC §10); the daemon checks both of
+    // its directories when it claims them.
+    let offline = matches!(cli.command, Command::Completions { .. } | Command::Man);
+    if !offline {
+        if let Err(e) = target.paths.check_runtime_dir() {
+            eprintln!("procd: {e}");
+            return EXIT_FAILED;
+        }
+    }
     match cli.command {
         Command::Daemon { background, set } => {
             return run_daemon(target.paths, cli.config, background, &set)
