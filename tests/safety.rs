@@ -714,6 +714,7 @@ fn a_failed_checkpoint_write_leaks_no_running_slot() {
     // SPEC §10: counters cannot drift. A spawn whose checkpoint cannot be
     // written is refused and its process killed; its slot comes back once.
     let d = Daemon::with_config("max_running = 2");
+    d.ok("status", json!({})); // past start-up (its checkpoint is written)
     let checkpoint = d.state_dir().join("procs.json");
     let _ = std::fs::remove_file(&checkpoint);
     std::fs::create_dir(&checkpoint).expect("a directory where the file goes");

@@ -276,6 +276,13 @@ impl Drop for Daemon {
         if self.child.is_some() {
             let _ = self.stop();
         }
+        // A failing test shows what the daemon said.
+        if std::thread::panicking() {
+            if let Ok(log) = std::fs::read_to_string(self.home.path().join("daemon.err")) {
+                let tail = &log[log.len().saturating_sub(4000)..];
+                eprintln!("--- the daemon's stderr (last 4000 bytes) ---\n{tail}");
+            }
+        }
         // A daemon a CLI test started on demand in this home.
         stop_recorded_daemon(self.home.path());
     }

@@ -1,5 +1,8 @@
 //! JSON files written atomically (temp file in the same dir, 0600, fsync,
 //! rename) and read forgivingly (a corrupt or missing file is "absent").
+//! The temp file has an unpredictable name and is created exclusively
+//! (O_EXCL, O_NOFOLLOW, O_CLOEXEC): nothing placed there beforehand is
+//! followed or reused.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -12,13 +15,13 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let tmp = dir.join(format!(".{name}.{}.tmp", crate::random::hex(8)?));
     let result = (|| {
         let mut f = OpenOptions::new()
-            .create(true)
+            .create_new(true)
             .write(true)
-            .truncate(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?;
         f.write_all(&bytes)?;
         f.write_all(b"\n")?;
@@ -33,7 +36,7 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
 
 /// The parsed file, or None if it is missing or not valid JSON of that shape.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Option<T> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = read_private(path).ok()?;
     match serde_json::from_slice(&bytes) {
         Ok(v) => Some(v),
         Err(err) => {
@@ -41,6 +44,18 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Option<T> {
             None
         }
     }
+}
+
+/// Reads a state file without following a symlink in its place.
+pub fn read_private(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod notify;
 pub mod output;
 pub mod pidfd;
 pub mod procfs;
+pub mod random;
 pub mod reaper;
 pub mod redact;
 pub mod registry;

@@ -150,6 +150,7 @@ impl OutputStore {
             .append(true)
             .read(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)?;
         file.set_len(0)?;
         Ok(Self::with_file(
@@ -169,7 +170,11 @@ impl OutputStore {
         max_log_bytes: u64,
         tail_cap: usize,
     ) -> io::Result<OutputStore> {
-        let mut file = OpenOptions::new().read(true).append(true).open(path)?;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)?;
         // A daemon that died during a flood may have left the head punched
         // out: what is kept starts at the first data.
         let data_start = match nix::unistd::lseek(&file, 0, nix::unistd::Whence::SeekData) {

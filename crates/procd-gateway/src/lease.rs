@@ -150,17 +150,10 @@ pub fn wait_out_stopping(paths: &Paths, _t: &Transition) -> io::Result<()> {
 
 use crate::state::Liveness;
 
-fn new_token() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    format!("lease_{:016x}", h.finish())
+/// A lease token from the OS's CSPRNG (SPEC §10): holding one lets a
+/// client spawn sessions in its name and end them by releasing it.
+fn new_token() -> io::Result<String> {
+    Ok(format!("lease_{}", procd_core::random::hex(16)?))
 }
 
 /// Records a lease for process `pid`; waits out a stopping daemon first.
@@ -179,7 +172,7 @@ pub fn acquire_in(paths: &Paths, t: &Transition, kind: &str, pid: i32) -> io::Re
             format!("no live process {pid} to hold a lease"),
         ));
     }
-    let token = new_token();
+    let token = new_token()?;
     with_clients(paths, |f| {
         f.clients.insert(
             token.clone(),

@@ -19,6 +19,7 @@ fn open(path: &Path) -> io::Result<File> {
         .write(true)
         .truncate(false)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
 }
 

@@ -176,20 +176,12 @@ impl Registry {
         })
     }
 
-    pub(super) fn new_session_id(&self) -> String {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
+    /// `proc_` + 12 hex digits from the OS's CSPRNG (SPEC §10), unused.
+    pub(super) fn new_session_id(&self) -> std::io::Result<String> {
         loop {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-            h.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_nanos(),
-            );
-            let id = format!("proc_{:012x}", h.finish() & 0xffff_ffff_ffff);
+            let id = format!("proc_{}", crate::random::hex(6)?);
             if !self.table().contains_key(&id) {
-                return id;
+                return Ok(id);
             }
         }
     }
@@ -200,8 +192,10 @@ impl Registry {
         caller_env: &BTreeMap<String, String>,
         slot: crate::slot::RunningSlot,
     ) -> Result<SpawnResult, Error> {
-        let id = self.new_session_id();
         let spawn_err = |what: &str, e: std::io::Error| Error::SpawnFailed(format!("{what}: {e}"));
+        let id = self
+            .new_session_id()
+            .map_err(|e| spawn_err("cannot make a session id", e))?;
         let output = Arc::new(
             OutputStore::create(
                 &self.logs_dir.join(format!("{id}.log")),
