@@ -325,6 +325,58 @@ fn stale_and_zombie_state_is_cleared_by_status() {
 }
 
 #[test]
+fn minimal_and_legacy_state_records_are_read() {
+    // SPEC §6.1: only pid is required; identity may be an integer pgid,
+    // command an argv.
+    let home = Home::new();
+    let stand = Stand::sleep();
+    let pgid = identity_of(stand.pid())
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    home.write_gateway(json!({
+        "pid": stand.pid(),
+        "identity": pgid.parse::<i64>().unwrap(),
+        "launch_mode": "background",
+        "command": ["procd", "daemon"],
+    }));
+    let out = home.cli(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(json_out(&out)["pid"], stand.pid());
+    // A minimal record of a dead daemon is stale and cleared.
+    home.write_gateway(json!({"pid": 999_999}));
+    let out = home.cli(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(json_out(&out)["reason"], "stale_state");
+    assert!(home.gateway().is_none());
+}
+
+#[test]
+fn a_corrupt_state_file_is_not_taken_for_no_daemon() {
+    let d = Daemon::start();
+    let state = d.home.path().join("run/gateway.json");
+    std::fs::write(&state, "\u{0}garbage").unwrap();
+    let out = d.cli(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "a daemon answers: {out:?}");
+    assert_eq!(json_out(&out)["pid"].as_u64(), Some(u64::from(d.pid())));
+    // A second daemon does not take over: it finds the first one serving.
+    let second = Command::new(BIN)
+        .args(["daemon", "--home"])
+        .arg(d.home.path())
+        .env("HOME", d.home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(17), "{second:?}");
+    assert_eq!(
+        std::fs::read(&state).unwrap(),
+        b"\0garbage",
+        "left as it was"
+    );
+}
+
+#[test]
 fn stop_refuses_to_signal_an_unverifiable_pid() {
     // G22
     let home = Home::new();

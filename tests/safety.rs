@@ -346,11 +346,18 @@ fn a_crashed_daemons_sessions_are_recovered_and_killable() {
 }
 
 #[test]
-fn recovery_drops_dead_recycled_and_foreign_entries() {
-    // R20, R26
+fn recovery_lists_lost_sessions_and_drops_what_is_not_a_session() {
+    // R20, R26, SPEC §7: a dead, recycled or foreign pid is never
+    // signalled; its session stays listed (exited, "lost", code unknown)
+    // so an id an agent holds keeps answering; non-sessions are dropped.
     let home = short_tempdir();
     let state = home.path().join("state");
     std::fs::create_dir_all(state.join("logs")).unwrap();
+    std::fs::write(
+        state.join("logs/proc_aaaaaaaaaaaa.log"),
+        "before the crash\n",
+    )
+    .unwrap();
     let log = state.join("logs/x.log");
     let recycled = Stand::marked(Some("proc_bbbbbbbbbbbb"));
     let (_, rstart) = identity_of(recycled.pid());
@@ -365,12 +372,73 @@ fn recovery_drops_dead_recycled_and_foreign_entries() {
     ]);
     std::fs::write(state.join("procs.json"), entries.to_string()).unwrap();
     let d = Daemon::in_home(home, "");
-    assert_eq!(d.ok("list", json!({}))["processes"], json!([]));
-    assert_eq!(checkpoint(&d), json!([]));
+    let listed = d.ok("list", json!({}))["processes"].clone();
+    let mut ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["session_id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [
+            "proc_aaaaaaaaaaaa",
+            "proc_bbbbbbbbbbbb",
+            "proc_cccccccccccc"
+        ]
+    );
+    for id in &ids {
+        let p = d.ok("poll", json!({"session_id": id}));
+        assert_eq!(p["status"], "exited", "{p}");
+        assert_eq!(p["completion_reason"], "lost", "{p}");
+        assert_eq!(p["exit_code"], Value::Null, "{p}");
+    }
+    let read = d.ok("read", json!({"session_id": "proc_aaaaaaaaaaaa"}));
+    assert_eq!(
+        read["data"], "before the crash\n",
+        "its log is still readable"
+    );
+    assert_eq!(read["eof"], true);
+    assert_eq!(
+        d.err("poll", json!({"session_id": "proc_dddddddddddd"})).0,
+        -32001
+    );
+    assert_eq!(
+        checkpoint(&d),
+        json!([]),
+        "the checkpoint holds running sessions"
+    );
     assert!(
         alive(recycled.pid()) && alive(foreign.pid()),
         "nothing was signalled"
     );
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_moved_aside_never_overwritten() {
+    let home = short_tempdir();
+    let state = home.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("procs.json"), "[{\"session_id\": \"proc_0123").unwrap();
+    let d = Daemon::in_home(home, "");
+    d.ok("status", json!({}));
+    let aside: Vec<_> = std::fs::read_dir(d.state_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("procs.json.corrupt-")
+        })
+        .collect();
+    assert_eq!(aside.len(), 1, "kept beside it");
+    assert_eq!(
+        std::fs::read_to_string(aside[0].path()).unwrap(),
+        "[{\"session_id\": \"proc_0123",
+        "byte for byte"
+    );
+    assert_eq!(checkpoint(&d), json!([]), "a fresh checkpoint");
 }
 
 #[test]

@@ -34,6 +34,42 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
     result
 }
 
+/// Renames a corrupt file to `<name>.corrupt-<unix time>` beside it, so
+/// that it is kept for a human, never overwritten (SPEC §6.1, §7).
+pub fn move_aside(path: &Path) -> io::Result<std::path::PathBuf> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(format!(".corrupt-{secs}"));
+    let aside = std::path::PathBuf::from(aside);
+    std::fs::rename(path, &aside)?;
+    tracing::warn!(path = %path.display(), kept = %aside.display(), "moved a corrupt state file aside");
+    Ok(aside)
+}
+
+/// What a state file holds.
+#[derive(Debug)]
+pub enum Read<T> {
+    Missing,
+    /// There, but not JSON of that shape (or unreadable).
+    Corrupt,
+    Parsed(T),
+}
+
+/// Reads a state file, telling a missing file from a corrupt one.
+pub fn read_json_checked<T: DeserializeOwned>(path: &Path) -> Read<T> {
+    match read_private(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Read::Missing,
+        Err(_) => Read::Corrupt,
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(v) => Read::Parsed(v),
+            Err(_) => Read::Corrupt,
+        },
+    }
+}
+
 /// The parsed file, or None if it is missing or not valid JSON of that shape.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Option<T> {
     let bytes = read_private(path).ok()?;

@@ -75,9 +75,20 @@ impl Checkpoint {
     /// The recorded entries; a missing or corrupt file is empty, and
     /// entries that do not have the shape of a procd session are skipped
     /// (returned separately so the caller can drop them from the file).
+    /// A file that is not a JSON array is the only record of what ran:
+    /// it is moved aside (`procs.json.corrupt-<unix time>`), never
+    /// overwritten by the next write.
     pub fn read(path: &Path) -> (Vec<CheckpointEntry>, usize) {
-        let Some(values) = crate::atomic::read_json::<Vec<serde_json::Value>>(path) else {
-            return (Vec::new(), 0);
+        use crate::atomic::Read;
+        let values = match crate::atomic::read_json_checked::<Vec<serde_json::Value>>(path) {
+            Read::Parsed(values) => values,
+            Read::Missing => return (Vec::new(), 0),
+            Read::Corrupt => {
+                if let Err(err) = crate::atomic::move_aside(path) {
+                    tracing::warn!(%err, "cannot move the corrupt checkpoint aside");
+                }
+                return (Vec::new(), 0);
+            }
         };
         let total = values.len();
         let entries: Vec<CheckpointEntry> = values

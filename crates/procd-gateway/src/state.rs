@@ -6,22 +6,55 @@ use crate::paths::Paths;
 use procd_core::procfs::ProcFs;
 use serde::{Deserialize, Serialize};
 
+/// The record. Read leniently (SPEC §6.1: the seed's records are minimal):
+/// only `pid` is required, unknown fields are ignored, `identity` may be a
+/// string or an integer (a legacy pgid), `command` a string or an argv.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GatewayState {
     pub pid: i32,
     /// "<pgid>:<starttime>"; older records may hold only "<pgid>" or nothing.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::identity")]
     pub identity: Option<String>,
+    #[serde(default)]
     pub started_at: String,
     /// "foreground" or "background".
+    #[serde(default)]
     pub launch_mode: String,
+    #[serde(default)]
     pub socket: String,
     #[serde(default)]
     pub version: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::command")]
     pub command: String,
     #[serde(default)]
     pub log_path: Option<String>,
+}
+
+mod lenient {
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    /// "<pgid>:<start>", a legacy integer pgid, or nothing.
+    pub fn identity<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::String(s) => Some(s),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+    }
+
+    /// A command line, or an argv joined with spaces.
+    pub fn command<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::String(s) => s,
+            Value::Array(argv) => argv
+                .iter()
+                .map(|a| a.as_str().map_or_else(|| a.to_string(), str::to_string))
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => String::new(),
+        })
+    }
 }
 
 /// What a state file says about the instance.
@@ -81,10 +114,29 @@ pub fn identity_matches(recorded: &str, actual: &str) -> bool {
     }
 }
 
-/// Reads and judges the state file without changing it.
+/// Reads and judges the state file without changing it. A file that is
+/// not a record at all is never taken for "no daemon" while a daemon
+/// answers on the socket: then the listener (by SO_PEERCRED) is reported,
+/// with its identity unavailable (so `stop` will not signal it).
 pub fn inspect(paths: &Paths, procfs: &ProcFs) -> Liveness {
-    let Some(state) = atomic::read_json::<GatewayState>(&paths.gateway_json()) else {
-        return Liveness::NotStarted;
+    let state = match atomic::read_json_checked::<GatewayState>(&paths.gateway_json()) {
+        atomic::Read::Parsed(state) => state,
+        atomic::Read::Missing => return Liveness::NotStarted,
+        atomic::Read::Corrupt => {
+            return match listener_pid(paths) {
+                Some(pid) => Liveness::IdentityUnavailable(GatewayState {
+                    pid,
+                    identity: None,
+                    started_at: String::new(),
+                    launch_mode: String::new(),
+                    socket: paths.socket().display().to_string(),
+                    version: String::new(),
+                    command: String::new(),
+                    log_path: None,
+                }),
+                None => Liveness::NotStarted,
+            };
+        }
     };
     match process_identity(procfs, state.pid) {
         Ok(None) => Liveness::Stale(state),
@@ -97,15 +149,34 @@ pub fn inspect(paths: &Paths, procfs: &ProcFs) -> Liveness {
     }
 }
 
-/// Removes the state file if it still records `pid` (a replacement's state
-/// is left alone). Call with the lifecycle lock held.
+/// The pid of whatever accepts connections on the socket, if anything does.
+fn listener_pid(paths: &Paths) -> Option<i32> {
+    let stream = std::os::unix::net::UnixStream::connect(paths.socket()).ok()?;
+    let cred =
+        nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials).ok()?;
+    Some(cred.pid())
+}
+
+/// Moves a `gateway.json` that is not a record aside (the daemon does this
+/// when it claims the instance, under the lifecycle lock).
+pub fn set_aside_if_corrupt(paths: &Paths) {
+    let path = paths.gateway_json();
+    if let atomic::Read::Corrupt = atomic::read_json_checked::<GatewayState>(&path) {
+        let _ = atomic::move_aside(&path);
+    }
+}
+
+/// Removes the state file if it still records `pid` (a replacement's state,
+/// or a file that is not a record at all, is left alone). Call with the
+/// lifecycle lock held.
 pub fn release_if_own(paths: &Paths, pid: i32) {
-    if let Some(state) = atomic::read_json::<GatewayState>(&paths.gateway_json()) {
-        if state.pid != pid {
-            return;
+    if let atomic::Read::Parsed(state) =
+        atomic::read_json_checked::<GatewayState>(&paths.gateway_json())
+    {
+        if state.pid == pid {
+            let _ = std::fs::remove_file(paths.gateway_json());
         }
     }
-    let _ = std::fs::remove_file(paths.gateway_json());
 }
 
 #[cfg(test)]

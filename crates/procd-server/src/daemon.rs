@@ -175,7 +175,12 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
     let _lock = FileLock::acquire(&paths.lifecycle_lock())
         .map_err(|e| format!("cannot take the lifecycle lock: {e}"))?;
     let procfs = ProcFs::default();
-    match state::inspect(paths, &procfs) {
+    let found = state::inspect(paths, &procfs);
+    if !found.is_running() {
+        // Not a record and nobody answers: keep it for a human, out of the way.
+        state::set_aside_if_corrupt(paths);
+    }
+    match found {
         Liveness::Running(s) | Liveness::IdentityUnavailable(s) => {
             return Ok(Claim::AlreadyRunning(s.pid))
         }

@@ -61,8 +61,11 @@ impl Registry {
 
     /// Re-adopts the sessions of a previous daemon from the checkpoint:
     /// a pid still alive with the recorded start time (and, where readable,
-    /// this session's marker) becomes a detached session; anything else is
-    /// dropped. Then the checkpoint is rewritten to exactly what is tracked.
+    /// this session's marker) becomes a detached session; a session whose
+    /// process is gone (dead, or its pid recycled) stays listed as exited
+    /// with reason "lost", so an id an agent holds never turns into -32001;
+    /// entries that are not procd sessions are dropped. Then the checkpoint
+    /// is rewritten to exactly what is tracked.
     /// Returns (recovered, dropped).
     pub async fn recover(&self) -> std::io::Result<(usize, usize)> {
         let Some(checkpoint) = &self.checkpoint else {
@@ -79,6 +82,7 @@ impl Registry {
                 Some(()) => recovered += 1,
                 None => {
                     dropped += 1;
+                    self.list_lost(&entry).await;
                     // A dead session's scope is stopped; if that fails the
                     // entry stays in the checkpoint to be retried next start.
                     if let Some(unit) = &entry.systemd_unit {
@@ -102,6 +106,65 @@ impl Registry {
         }
         self.write_checkpoint().await?;
         Ok((recovered, dropped))
+    }
+
+    /// Lists a session whose process ended while no daemon watched it:
+    /// exited, reason "lost", exit code unknown; its log (if still there)
+    /// is readable. A completion is queued if it was asked for.
+    pub(super) async fn list_lost(&self, e: &CheckpointEntry) {
+        let Some(hex) = e.session_id.strip_prefix("proc_") else {
+            return;
+        };
+        if hex.len() != 12
+            || !hex.bytes().all(|b| b.is_ascii_hexdigit())
+            || self.table().contains_key(&e.session_id)
+        {
+            return;
+        }
+        let log_path = self.logs_dir.join(format!("{}.log", e.session_id));
+        let (max, tail) = (self.config.max_log_bytes, self.config.memory_tail_bytes);
+        // The recorded log path is only trusted inside our logs dir.
+        let output = tokio::task::spawn_blocking(move || {
+            match OutputStore::open_existing(&log_path, max, tail) {
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                    OutputStore::create(&log_path, max, tail)
+                }
+                other => other,
+            }
+        })
+        .await;
+        let Ok(Ok(output)) = output else {
+            return;
+        };
+        let started_at =
+            crate::clock::parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
+        let mut session = Session::recovered(
+            e.session_id.clone(),
+            recovered_spec(e),
+            ProcessIdentity {
+                pid: e.pid,
+                start_time: e.start_time,
+            },
+            Arc::new(output),
+            started_at,
+        );
+        session.note = Some(
+            "its process ended while no procd was running: the exit code is unknown; output up to then is in the log"
+                .into(),
+        );
+        session.set_adopted(Vec::new());
+        let session = Arc::new(session);
+        self.table().insert(session.id.clone(), session.clone());
+        let now = std::time::SystemTime::now();
+        let record = Arc::new(ExitRecord {
+            exit_code: None,
+            signal: None,
+            reason: CompletionReason::Lost,
+            source: Some("recovery".into()),
+            exited_at: now,
+            exited_instant: Instant::now(),
+        });
+        Registry::record_end(&self.me, &session, record);
     }
 
     /// Adopts one checkpoint entry if its process is still the same one.
@@ -139,21 +202,7 @@ impl Registry {
         .await
         .ok()?
         .ok()?;
-        let spec = SessionSpec {
-            command: e.command.clone(),
-            cwd: PathBuf::from(&e.cwd),
-            task_id: e.task_id.clone(),
-            session_key: e.session_key.clone(),
-            owner: e.owner.clone(),
-            persist: e.persist,
-            pty: e.pty,
-            rows: 30,
-            cols: 120,
-            notify_on_complete: e.notify_on_complete,
-            watch_patterns: e.watch_patterns.clone(),
-            timeout: None,
-            stdin: StdinMode::Null,
-        };
+        let spec = recovered_spec(e);
         let started_at =
             crate::clock::parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
         let mut session = Session::recovered(
@@ -173,5 +222,24 @@ impl Registry {
             Registry::record_end(&me, &session, record);
         });
         Some(())
+    }
+}
+
+/// What a checkpoint entry says about how its session was started.
+fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
+    SessionSpec {
+        command: e.command.clone(),
+        cwd: PathBuf::from(&e.cwd),
+        task_id: e.task_id.clone(),
+        session_key: e.session_key.clone(),
+        owner: e.owner.clone(),
+        persist: e.persist,
+        pty: e.pty,
+        rows: 30,
+        cols: 120,
+        notify_on_complete: e.notify_on_complete,
+        watch_patterns: e.watch_patterns.clone(),
+        timeout: None,
+        stdin: StdinMode::Null,
     }
 }
