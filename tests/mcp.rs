@@ -122,6 +122,10 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
         .args(["kill", kept["session_id"].as_str().unwrap()])
         .output()
         .expect("procd kill");
-    assert!(kill.status.success(), "{kill:?}");
+    if !kill.status.success() {
+        let log =
+            std::fs::read_to_string(home.0.path().join("state/procd.log")).unwrap_or_default();
+        panic!("{kill:?}\n--- procd.log ---\n{log}");
+    }
     assert!(!alive(kept_pid));
 }

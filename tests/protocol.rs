@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
 
 fn assert_still_serving(d: &Daemon) {
     let status = d.ok("status", json!({}));
@@ -441,4 +442,115 @@ fn every_numeric_parameter_is_checked_before_anything_happens() {
         "running"
     );
     assert_still_serving(&d);
+}
+
+// ----- connections that misbehave (SPEC §10) ------------------------------------
+
+#[test]
+fn a_client_that_pauses_reading_is_answered_when_it_reads_again() {
+    // A busy subscription plus 65 pipelined waits (one more than may run
+    // at once), and the client stops reading while the waits time out: the
+    // connection must not deadlock, and every wait is answered.
+    let d = Daemon::start();
+    // Output starts once the waits have all been read, then floods.
+    let busy = d.spawn("sleep 0.3; while true; do echo line-of-output-to-fill-buffers; done");
+    let idle = d.spawn("sleep 300");
+    let mut c = d.connect();
+    c.send_raw(&json!({"jsonrpc": "2.0", "id": 0, "method": "subscribe_output", "params": {"session_id": busy}}).to_string());
+    for id in 1..=65 {
+        c.send_raw(&json!({"jsonrpc": "2.0", "id": id, "method": "wait", "params": {"session_id": idle, "timeout_s": 3}}).to_string());
+    }
+    // Not reading until well after the waits have timed out. (Before the
+    // fix, the 65th wait held the connection's loop while the subscription
+    // filled its queue, and the timed-out waits could never hand in their
+    // answers: none ever came.)
+    let paused = Instant::now();
+    wait_until("the waits have timed out", || {
+        paused.elapsed() > Duration::from_millis(4500)
+    });
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < 65 {
+        let msg = c.recv();
+        if let Some(id) = msg["id"].as_u64().filter(|id| *id >= 1) {
+            assert_eq!(msg["result"]["status"], "timeout", "{msg}");
+            answered.insert(id);
+        }
+    }
+    // Another client is served meanwhile, and the daemon still stops.
+    assert_still_serving(&d);
+    d.ok("kill", json!({"session_id": busy}));
+    drop(c);
+}
+
+#[test]
+fn a_departed_clients_waits_are_cancelled_and_its_connection_freed() {
+    let d = Daemon::start();
+    let idle = d.spawn("sleep 300");
+    let mut gone = d.connect();
+    for id in 1..=10 {
+        gone.send_raw(&json!({"jsonrpc": "2.0", "id": id, "method": "wait", "params": {"session_id": idle, "timeout_s": 300}}).to_string());
+    }
+    // A request on the same connection is answered after the waits were
+    // read, so they are in flight when the client goes.
+    assert_eq!(gone.call("status", json!({}))["result"]["running"], 1);
+    drop(gone);
+    let log = d.home.path().join("daemon.err");
+    wait_until(
+        "the waits are cancelled with their client, not 300 s later",
+        || {
+            std::fs::read_to_string(&log).is_ok_and(|l| {
+                l.contains("cancelled=10") && l.contains("a client left with requests in flight")
+            })
+        },
+    );
+    assert_still_serving(&d);
+}
+
+#[test]
+fn a_client_that_never_reads_does_not_hold_up_shutdown() {
+    // SPEC §10: SIGTERM ends the daemon within kill_grace_s + 2 s whatever
+    // clients do; here one never reads a subscription that fills its socket.
+    let mut d = Daemon::with_config("kill_grace_s = 0.5");
+    let busy =
+        d.spawn("sleep 0.3; while true; do echo more-output-for-a-client-that-never-reads; done");
+    let idle = d.spawn("sleep 300");
+    let mut stuck = d.connect();
+    stuck.send_raw(&json!({"jsonrpc": "2.0", "id": 0, "method": "subscribe_output", "params": {"session_id": busy}}).to_string());
+    for id in 1..=65 {
+        stuck.send_raw(&json!({"jsonrpc": "2.0", "id": id, "method": "wait", "params": {"session_id": idle, "timeout_s": 1}}).to_string());
+    }
+    // The output has filled whatever the client will never read.
+    let _ = d.read_until(&busy, "more-output");
+    let flooding = Instant::now();
+    wait_until("the waits have timed out", || {
+        flooding.elapsed() > Duration::from_millis(2500)
+    });
+    assert_eq!(d.stop(), Some(0), "SIGTERM ends the daemon");
+    drop(stuck);
+}
+
+#[test]
+fn idle_connections_do_not_keep_a_new_client_out() {
+    // 600 idle connections (past the cap of 512): a new client is still
+    // answered, and the longest idle connection was closed to make room.
+    let d = Daemon::start();
+    let mut idle: Vec<std::os::unix::net::UnixStream> = Vec::new();
+    for _ in 0..600 {
+        idle.push(std::os::unix::net::UnixStream::connect(d.socket()).expect("connect"));
+    }
+    let mut fresh = d.connect();
+    let status = fresh.call("status", json!({}));
+    assert!(status["result"]["pid"].is_number(), "{status}");
+    // The first connections were closed by the daemon: EOF on read.
+    use std::io::Read;
+    let first = &mut idle[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        first.read(&mut buf).unwrap_or(0),
+        0,
+        "the idlest connection was closed"
+    );
 }

@@ -321,13 +321,20 @@ pub fn kill_checkpointed_sessions(home: &Path) {
     let Ok(entries) = serde_json::from_str::<Vec<Value>>(&text) else {
         return;
     };
+    let sigkill = |pid: i32| {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    };
     for e in entries {
         let pid = e["pid"].as_i64().unwrap_or(0) as i32;
         if pid > 1 && start_time(pid) == e["start_time"].as_u64() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            sigkill(pid);
+        }
+        // Its descendants too: they carry the session's marker.
+        if let Some(id) = e["session_id"].as_str() {
+            session_pids(id).into_iter().for_each(sigkill);
         }
     }
 }

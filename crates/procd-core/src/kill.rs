@@ -246,7 +246,7 @@ pub async fn terminate(
     grace: Duration,
 ) -> KillOutcome {
     let plan = collect_blocking(spec, procfs, include_root).await;
-    let fds = signal_all(spec, &plan.targets, procfs, signal);
+    let fds = signal_all(spec, &root_first(&plan.targets, &spec.root), procfs, signal);
     let signalled = fds.len();
     let escalate = signal == libc::SIGKILL || !grace.is_zero();
     let first_wait = if signal == libc::SIGKILL || !escalate {
@@ -278,6 +278,20 @@ pub async fn terminate(
         signalled,
         survivors: alive.iter().map(PidFd::pid).collect(),
     }
+}
+
+/// The first signal goes to the root before its descendants. The root is
+/// the session's shell: with the signal already pending when the step it
+/// runs dies, it leaves through its trap at once. Signalled after that
+/// step (children first), it could see the step end, start the next one
+/// and only then take the signal — the race that let `echo AFTER` run
+/// (SPEC §5.1's "descendants first" is kept for everything else: the
+/// plan's order, and the SIGKILL rounds).
+fn root_first(targets: &[ProcessIdentity], root: &ProcessIdentity) -> Vec<ProcessIdentity> {
+    let mut order = Vec::with_capacity(targets.len());
+    order.extend(targets.iter().filter(|t| *t == root));
+    order.extend(targets.iter().filter(|t| *t != root));
+    order
 }
 
 /// Sends one signal to the session's group (and root), no escalation.

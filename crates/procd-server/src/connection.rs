@@ -32,11 +32,77 @@ const DISCARD_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
 /// Subscription notifications buffered per call (used by subscriptions).
 const SUBSCRIPTION_BUFFER: usize = 64;
 
+/// What the listener knows of a live connection: when it was last used,
+/// whether it has work in flight, and how to close it (to make room).
+#[derive(Debug)]
+pub struct ConnectionHandle {
+    /// Milliseconds since `EPOCH` of the last request read or answer written.
+    last_active: std::sync::atomic::AtomicU64,
+    /// Requests in flight plus subscriptions being forwarded.
+    work: std::sync::atomic::AtomicUsize,
+    pub close: CancellationToken,
+}
+
+static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+fn now_ms() -> u64 {
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+impl ConnectionHandle {
+    pub fn new() -> Arc<ConnectionHandle> {
+        Arc::new(ConnectionHandle {
+            last_active: now_ms().into(),
+            work: 0.into(),
+            close: CancellationToken::new(),
+        })
+    }
+
+    fn touch(&self) {
+        self.last_active
+            .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// (has work, last active): the listener closes the connection with
+    /// no work that has been idle the longest first.
+    pub fn idleness(&self) -> (bool, u64) {
+        (
+            self.work.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            self.last_active.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+}
+
+/// How the read loop ended.
+enum End {
+    /// The client sent EOF (it may still read what it asked for).
+    Eof,
+    /// The daemon is stopping.
+    Stopped,
+    /// Writing failed, or the listener closed the connection to make room.
+    Broken,
+    /// An over-long line: answered, then the connection is closed.
+    Refused,
+}
+
+/// Serves one connection until the client leaves, the daemon stops, or the
+/// listener evicts it.
+///
+/// The loop never blocks on one thing while another needs it: answers are
+/// written as they come (a write that the client does not read blocks only
+/// until the daemon stops or the client goes), and when 64 requests are in
+/// flight the loop stops *reading* requests (backpressure) but keeps
+/// writing answers, which is what frees in-flight slots. A request whose
+/// answer is ready at once is answered inline, without a task hand-off.
 pub async fn serve(
     stream: UnixStream,
     methods: Methods,
     max_request_bytes: usize,
     mut shutdown: watch::Receiver<bool>,
+    handle: Arc<ConnectionHandle>,
 ) {
     let (read_half, mut writer) = stream.into_split();
     // Framed on bytes, not str: a line that is not UTF-8 gets a parse
@@ -51,33 +117,42 @@ pub async fn serve(
     // Cancelled when the client stops sending: its subscriptions end (their
     // receivers drop, which frees the subscription tasks in jsonrpsee).
     let client_gone = CancellationToken::new();
-    let mut stopped = false;
-    let mut refused = false;
-    let mut broken = false;
-    loop {
+    // A request that must wait for an in-flight slot; no further line is
+    // read until it has one.
+    let mut queued: Option<PendingRequest> = None;
+    let end = loop {
+        handle
+            .work
+            .store(tasks.len(), std::sync::atomic::Ordering::Relaxed);
         tokio::select! {
-            _ = crate::stopped(&mut shutdown) => { stopped = true; break }
+            _ = crate::stopped(&mut shutdown) => break End::Stopped,
+            _ = handle.close.cancelled() => break End::Broken,
             Some(answer) = out_rx.recv() => {
-                if write_line(&mut writer, answer).await.is_err() { broken = true; break }
+                handle.touch();
+                if !write_or_stop(&mut writer, answer, &mut shutdown, &handle).await { break End::Broken }
             }
-            next = lines.next() => match next {
-                None => break,
+            permit = in_flight.clone().acquire_owned(), if queued.is_some() => {
+                let (Ok(permit), Some(request)) = (permit, queued.take()) else { break End::Broken };
+                tasks.spawn(run_waiting(request, permit, out_tx.clone(), client_gone.clone()));
+            }
+            next = lines.next(), if queued.is_none() => match next {
+                None => break End::Eof,
                 Some(Ok(bytes)) => {
+                    handle.touch();
                     let Ok(line) = String::from_utf8(bytes.to_vec()) else {
                         let msg = "Parse error: the request is not valid UTF-8";
-                        if write_line(&mut writer, error_response(Id::Null, PARSE_ERROR, msg)).await.is_err() {
-                            broken = true;
-                            break;
+                        if !write_or_stop(&mut writer, error_response(Id::Null, PARSE_ERROR, msg), &mut shutdown, &handle).await {
+                            break End::Broken;
                         }
                         continue;
                     };
                     let methods = methods.clone();
-                    let mut request = Box::pin(async move { handle_line(&line, &methods).await });
+                    let mut request: PendingRequest = Box::pin(async move { handle_line(&line, &methods).await });
                     // Most requests finish at once: answer them right here,
                     // without handing them to another task (and thread).
                     if let Some((answer, notifications)) = (&mut request).now_or_never() {
                         if let Some(answer) = answer {
-                            if write_line(&mut writer, answer).await.is_err() { broken = true; break }
+                            if !write_or_stop(&mut writer, answer, &mut shutdown, &handle).await { break End::Broken }
                         }
                         if let Some(rx) = notifications.filter(|rx| !rx.is_closed() || !rx.is_empty()) {
                             tasks.spawn(forward(rx, out_tx.clone(), client_gone.clone()));
@@ -86,68 +161,82 @@ pub async fn serve(
                     }
                     // It waits (a long poll, `wait`, a full stdin pipe): let
                     // it finish on its own while this connection reads on.
-                    let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
-                    let out = out_tx.clone();
-                    let gone = client_gone.clone();
-                    tasks.spawn(async move {
-                        let (answer, notifications) = request.await;
-                        if let Some(answer) = answer {
-                            let _ = out.send(answer).await;
+                    match in_flight.clone().try_acquire_owned() {
+                        Ok(permit) => {
+                            tasks.spawn(run_waiting(request, permit, out_tx.clone(), client_gone.clone()));
                         }
-                        drop(permit);
-                        if let Some(rx) = notifications {
-                            forward(rx, out, gone).await;
-                        }
-                    });
+                        Err(_) => queued = Some(request),
+                    }
                 }
                 Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                     let msg = format!("request line exceeds max_request_bytes ({max_request_bytes}); closing the connection");
-                    let _ = write_line(&mut writer, error_response(Id::Null, INVALID_REQUEST, &msg)).await;
-                    refused = true;
-                    break;
+                    let _ = write_or_stop(&mut writer, error_response(Id::Null, INVALID_REQUEST, &msg), &mut shutdown, &handle).await;
+                    break End::Refused;
                 }
-                Some(Err(AnyDelimiterCodecError::Io(_))) => break,
+                Some(Err(AnyDelimiterCodecError::Io(_))) => break End::Eof,
             },
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
-    }
+    };
     client_gone.cancel();
-    if broken {
-        tasks.abort_all();
-    } else if stopped {
-        // The daemon is stopping: requests already taken get their answers
-        // (a `kill` that just ended the last session, say), within a bound;
-        // long waits and streams are cut off.
-        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-            while let Some(Ok(())) = tasks.join_next().await {}
-        })
-        .await;
-        if drained.is_err() {
+    drop(queued);
+    // A client that closed its socket altogether (it exited, say) reads no
+    // answer: its waits are cancelled at once. One that only stopped
+    // sending (a half-close) still gets the answers to what it asked.
+    let end = match end {
+        End::Eof if peer_gone(writer.as_ref()) => End::Broken,
+        other => other,
+    };
+    match end {
+        End::Broken => {
+            if !tasks.is_empty() {
+                tracing::info!(
+                    cancelled = tasks.len(),
+                    "a client left with requests in flight; they are cancelled"
+                );
+            }
             tasks.abort_all();
         }
-    }
-    // A client that half-closed still gets the answers to what it sent.
-    drop(out_tx);
-    if !broken {
-        loop {
-            tokio::select! {
-                answer = out_rx.recv() => match answer {
-                    Some(answer) => if write_line(&mut writer, answer).await.is_err() { break },
-                    None => break,
-                },
-                joined = tasks.join_next() => if joined.is_none() && out_rx.is_empty() {
-                    // Every task is done; anything they sent is drained next.
-                    while let Ok(answer) = out_rx.try_recv() {
-                        if write_line(&mut writer, answer).await.is_err() { break }
-                    }
-                    break;
-                },
+        End::Stopped => {
+            // The daemon is stopping: requests already taken get their
+            // answers (a `kill` that just ended the last session, say),
+            // within a bound; long waits and streams are cut off.
+            let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+                while let Some(Ok(())) = tasks.join_next().await {}
+            })
+            .await;
+            if drained.is_err() {
+                tasks.abort_all();
             }
         }
+        End::Eof | End::Refused => {}
+    }
+    // Answers still due are written; a stopping daemon gives them a bound.
+    drop(out_tx);
+    if !matches!(end, End::Broken) {
+        let stopping = matches!(end, End::Stopped);
+        let drain = async {
+            loop {
+                tokio::select! {
+                    _ = crate::stopped(&mut shutdown), if !stopping => break,
+                    _ = handle.close.cancelled() => break,
+                    answer = out_rx.recv() => match answer {
+                        Some(answer) => if write_line(&mut writer, answer).await.is_err() { break },
+                        None => break,
+                    },
+                }
+            }
+        };
+        if stopping {
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, drain).await;
+        } else {
+            drain.await;
+        }
+        tasks.abort_all();
     }
     // FIN after the last answer, so the peer sees them and then EOF.
-    let _ = writer.shutdown().await;
-    if refused {
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, writer.shutdown()).await;
+    if matches!(end, End::Refused) {
         // Closing with unread input would reset the connection and destroy
         // the error answer in flight: discard what the peer still sends,
         // briefly, then close.
@@ -158,6 +247,58 @@ pub async fn serve(
         })
         .await;
     }
+}
+
+/// A request being handled: its answer (None for a notification) and the
+/// stream of a subscription it started.
+type PendingRequest = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (Option<String>, Option<Notifications>)> + Send>,
+>;
+
+/// Finishes a request that had to wait, holding one in-flight slot until
+/// its answer is queued for writing.
+async fn run_waiting(
+    request: PendingRequest,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    out: mpsc::Sender<String>,
+    gone: CancellationToken,
+) {
+    let (answer, notifications) = request.await;
+    if let Some(answer) = answer {
+        let _ = out.send(answer).await;
+    }
+    drop(permit);
+    if let Some(rx) = notifications {
+        forward(rx, out, gone).await;
+    }
+}
+
+/// Writes one answer unless the daemon stops or the connection is closed
+/// first (a client that does not read must not hold up a shutdown).
+/// False when the connection is done for.
+async fn write_or_stop(
+    writer: &mut OwnedWriteHalf,
+    line: String,
+    shutdown: &mut watch::Receiver<bool>,
+    handle: &ConnectionHandle,
+) -> bool {
+    tokio::select! {
+        written = write_line(writer, line) => written.is_ok(),
+        _ = crate::stopped(shutdown) => false,
+        _ = handle.close.cancelled() => false,
+    }
+}
+
+/// Whether the peer has closed its end altogether (POLLHUP: it can read
+/// nothing more), as opposed to a half-close (it only stopped sending).
+fn peer_gone(stream: &UnixStream) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLOUT)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
 }
 
 async fn write_line(writer: &mut OwnedWriteHalf, mut line: String) -> std::io::Result<()> {

@@ -1,16 +1,51 @@
-//! The accept loop (in the manner of mini-redis): a semaphore bounds live
-//! connections, each accepted peer must have the daemon's uid (checked
-//! before a byte is read), and a shutdown signal stops accepting.
+//! The accept loop (in the manner of mini-redis): each accepted peer must
+//! have the daemon's uid (checked before a byte is read), live connections
+//! are capped, and a shutdown signal stops accepting.
+//!
+//! At the cap a new client is not made to wait behind idle ones: the
+//! connection idle the longest (one with no request in flight and no
+//! subscription, if there is such) is closed to make room (SPEC §10).
 
+use crate::connection::ConnectionHandle;
 use jsonrpsee::Methods;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::UnixListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-/// Connections served at once; further clients wait in the backlog.
-const MAX_CONNECTIONS: usize = 512;
+/// Connections served at once; past it the longest idle one is closed.
+pub const MAX_CONNECTIONS: usize = 512;
+/// How long connection tasks get to end once the daemon stops, after which
+/// they are aborted: a stopping daemon never waits on a client.
+const STOP_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The live connections, by number.
+#[derive(Default)]
+struct Live(Mutex<HashMap<u64, Arc<ConnectionHandle>>>);
+
+impl Live {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<ConnectionHandle>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Closes the idlest connection if `MAX_CONNECTIONS` are live.
+    fn make_room(&self) {
+        let live = self.lock();
+        if live.len() < MAX_CONNECTIONS {
+            return;
+        }
+        if let Some((_, victim)) = live
+            .iter()
+            .filter(|(_, h)| !h.close.is_cancelled())
+            .min_by_key(|(_, h)| h.idleness())
+        {
+            tracing::info!("connection cap reached: closing the longest idle connection");
+            victim.close.cancel();
+        }
+    }
+}
 
 pub async fn serve(
     listener: UnixListener,
@@ -18,17 +53,11 @@ pub async fn serve(
     max_request_bytes: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let live = Arc::new(Live::default());
     let my_uid = nix::unistd::getuid().as_raw();
     let mut connections = JoinSet::new();
+    let mut next_id = 0u64;
     loop {
-        let permit = tokio::select! {
-            _ = crate::stopped(&mut shutdown) => break,
-            permit = limit.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
         let stream = tokio::select! {
             _ = crate::stopped(&mut shutdown) => break,
             accepted = listener.accept() => match accepted {
@@ -52,14 +81,27 @@ pub async fn serve(
                 continue;
             }
         }
+        live.make_room();
         let methods = methods.clone();
         let shutdown = shutdown.clone();
+        let handle = ConnectionHandle::new();
+        let id = next_id;
+        next_id += 1;
+        live.lock().insert(id, handle.clone());
+        let live = live.clone();
         connections.spawn(async move {
-            crate::connection::serve(stream, methods, max_request_bytes, shutdown).await;
-            drop(permit);
+            crate::connection::serve(stream, methods, max_request_bytes, shutdown, handle).await;
+            live.lock().remove(&id);
         });
         // Reap finished connection tasks so the set does not grow.
         while connections.try_join_next().is_some() {}
     }
-    while connections.join_next().await.is_some() {}
+    let ended = tokio::time::timeout(STOP_DEADLINE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if ended.is_err() {
+        tracing::warn!("connections still busy at shutdown were aborted");
+        connections.abort_all();
+    }
 }
