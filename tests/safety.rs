@@ -940,3 +940,94 @@ print("received", len(got), flush=True)
         "not a byte was sent"
     );
 }
+
+// ----- bounded requests (SPEC §10) ------------------------------------------------
+
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn log_pages_are_capped_and_a_batch_of_them_stays_small() {
+    let d = Daemon::start();
+    // 60 MB of numbered 100-byte lines (600000 lines).
+    let id = d.spawn("seq -w 1 600000 | sed 's/$/ ............................................................................................/' | cut -c1-99");
+    let done = d.wait_exit(&id);
+    assert_eq!(done["exit_code"], 0, "{done}");
+    let page = d.ok(
+        "log",
+        json!({"session_id": id, "offset": 0, "limit": 100000}),
+    );
+    assert_eq!(page["total_lines"], 600000);
+    assert_eq!(
+        page["truncated"], true,
+        "100000 lines are ~10 MB, over 4 MiB"
+    );
+    let next = page["next_offset"].as_u64().unwrap();
+    let out = page["output"].as_str().unwrap();
+    assert!(
+        out.len() <= 4 * 1024 * 1024 && out.len() > 3 * 1024 * 1024,
+        "{}",
+        out.len()
+    );
+    assert_eq!(
+        out.lines().count() as u64,
+        next,
+        "whole lines, and where to go on"
+    );
+    let more = d.ok("log", json!({"session_id": id, "offset": next, "limit": 2}));
+    let first_line = more["output"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(
+        first_line.starts_with(&format!("{:06}", next + 1)),
+        "{first_line}"
+    );
+    // The last lines, and lines deep in the log, come from a seek.
+    let tail = d.ok("log", json!({"session_id": id, "limit": 3}));
+    assert!(
+        tail["output"].as_str().unwrap().starts_with("599998 "),
+        "{tail}"
+    );
+    assert!(tail.get("truncated").is_none());
+    let deep = d.ok(
+        "log",
+        json!({"session_id": id, "offset": 543210, "limit": 1}),
+    );
+    assert!(
+        deep["output"].as_str().unwrap().starts_with("543211 "),
+        "{deep}"
+    );
+
+    // A batch of 32 such pages: the answer is capped as one result, and
+    // the daemon's peak memory barely moves.
+    let before = vm_hwm_kib(d.pid());
+    let batch: Vec<Value> = (0..32)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "log", "params": {"session_id": id, "offset": 0, "limit": 100000}}))
+        .collect();
+    let mut c = d.connect();
+    c.send_raw(&Value::Array(batch).to_string());
+    let answer = c.recv();
+    let answers = answer.as_array().unwrap();
+    assert_eq!(answers.len(), 32);
+    assert!(answers[0]["result"]["truncated"] == true);
+    let refused = answers
+        .iter()
+        .filter(|a| a["error"]["code"] == -32004)
+        .count();
+    assert!(refused >= 30, "entries past the cap are refused: {refused}");
+    let grown_mib = (vm_hwm_kib(d.pid()).saturating_sub(before)) / 1024;
+    assert!(
+        grown_mib < 96,
+        "the batch raised the daemon's peak RSS by {grown_mib} MiB"
+    );
+}

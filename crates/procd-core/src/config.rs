@@ -17,6 +17,8 @@ pub struct Config {
     pub memory_tail_bytes: usize,
     pub final_drain_ms: u64,
     pub max_request_bytes: usize,
+    /// The most one answer may carry (SPEC §10); longer ones are cut.
+    pub max_response_bytes: usize,
     pub max_wait_s: f64,
     pub redact: bool,
     pub env_blocklist: Vec<String>,
@@ -40,6 +42,7 @@ impl Default for Config {
             memory_tail_bytes: 256 * 1024,
             final_drain_ms: 250,
             max_request_bytes: 1024 * 1024,
+            max_response_bytes: 4 * 1024 * 1024,
             max_wait_s: 600.0,
             redact: true,
             env_blocklist: [
@@ -75,11 +78,18 @@ impl Config {
             ("on_demand_idle_s", self.on_demand_idle_s),
         ];
         for (key, value) in non_negative {
-            if !value.is_finite() || value < 0.0 {
-                return Err(format!("{key} must be a non-negative number, got {value}"));
+            // 1e9 s (~31 years): anything longer means a typo, and would
+            // overflow a Duration (SPEC §10: out of range names the key).
+            if !value.is_finite() || !(0.0..=1e9).contains(&value) {
+                return Err(format!(
+                    "{key} must be a number of seconds from 0 to 1e9, got {value}"
+                ));
             }
         }
-        if !(self.monitor_interval_s.is_finite() && self.monitor_interval_s > 0.0) {
+        if !(self.monitor_interval_s.is_finite()
+            && self.monitor_interval_s > 0.0
+            && self.monitor_interval_s <= 1e9)
+        {
             return Err(format!(
                 "monitor_interval_s must be a positive number, got {}",
                 self.monitor_interval_s
@@ -93,6 +103,7 @@ impl Config {
             ("max_running", self.max_running),
             ("memory_tail_bytes", self.memory_tail_bytes),
             ("max_request_bytes", self.max_request_bytes),
+            ("max_response_bytes", self.max_response_bytes),
         ] {
             if value == 0 {
                 return Err(format!("{key} must be at least 1"));

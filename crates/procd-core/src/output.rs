@@ -126,6 +126,8 @@ pub struct Lines {
     pub total: u64,
     /// Up to `KEY_CONTEXT_BYTES` of output just before the first line.
     pub before: Vec<u8>,
+    /// The page was cut by the byte cap before `limit` lines.
+    pub truncated: bool,
 }
 
 /// The newest output as text, and up to `KEY_CONTEXT_BYTES` before it.
@@ -624,9 +626,18 @@ impl OutputStore {
     }
 
     /// Lines of the kept output: `offset` None gives the last `limit` lines.
-    pub async fn lines(&self, offset: Option<u64>, limit: u64) -> io::Result<Lines> {
+    /// Reads only what it returns (SPEC §10): the first line is found from
+    /// the nearest line-count mark (one every MiB), and at most
+    /// `max_bytes` of lines are read; a page cut short by that says so in
+    /// `truncated` (continue from `first + lines.len()`).
+    pub async fn lines(
+        &self,
+        offset: Option<u64>,
+        limit: u64,
+        max_bytes: usize,
+    ) -> io::Result<Lines> {
         let _layout = self.layout.read().await;
-        let (first, end, total, file, base, tail) = {
+        let (first, end, total, fragment, file, base, tail, seek) = {
             let inner = self.lock();
             let first = inner.first_kept();
             let partial = u64::from(inner.end > first && inner.tail.back() != Some(&b'\n'));
@@ -644,13 +655,25 @@ impl OutputStore {
             let skip = first.saturating_sub(inner.tail_start()) as usize;
             let tail =
                 tail_covers.then(|| inner.tail.iter().skip(skip).copied().collect::<Vec<u8>>());
+            // Where to start looking for a line: (cursor, newlines before it).
+            let seek: Vec<(u64, u64)> = std::iter::once((inner.kept_from, inner.dropped_newlines))
+                .chain(
+                    inner
+                        .marks
+                        .iter()
+                        .copied()
+                        .filter(|(at, _)| *at >= inner.kept_from),
+                )
+                .collect();
             (
                 first,
                 inner.end,
                 total,
+                fragment,
                 inner.log.clone(),
                 inner.log_base,
                 tail,
+                seek,
             )
         };
         let start_line = match offset {
@@ -663,43 +686,36 @@ impl OutputStore {
                 first: start_line,
                 total,
                 before: Vec::new(),
+                truncated: false,
             });
         }
-        let bytes = match (tail, file) {
-            (Some(tail), _) => tail,
-            (None, Some(file)) => tokio::task::spawn_blocking(move || {
-                let mut buf = vec![0u8; (end - first) as usize];
-                let n = read_full_at(&file, &mut buf, first - base)?;
-                buf.truncate(n);
-                Ok::<_, io::Error>(buf)
-            })
-            .await
-            .map_err(io::Error::other)??,
-            (None, None) => Vec::new(),
-        };
-        let text = String::from_utf8_lossy(&bytes);
-        // When the head was dropped mid-line, the first kept "line" is a
-        // fragment: it is not counted (see `total` above) nor shown.
-        let body = match memchr::memchr(b'\n', text.as_bytes()) {
-            Some(i) if first > 0 => i + 1,
-            _ => 0, // nothing dropped, or one long line, all of it kept
-        };
-        let mut at = body;
-        let mut lines = Vec::new();
-        for (i, line) in text[body..].split_inclusive('\n').enumerate() {
-            if (i as u64) < start_line {
-                at += line.len();
-            } else if lines.len() as u64 == limit {
-                break;
-            } else {
-                lines.push(line.trim_end_matches(['\n', '\r']).to_string());
+        let want = limit.min(total - start_line);
+        let page = match (tail, file) {
+            (Some(tail), _) => page_in_memory(&tail, first, fragment, start_line, want, max_bytes),
+            (None, Some(file)) => {
+                // Newlines (counted from the first byte ever) before the
+                // first byte of the wanted line.
+                let target = seek[0].1 + fragment + start_line;
+                let (from, counted) = seek
+                    .iter()
+                    .rev()
+                    .find(|(_, nl)| *nl < target || (*nl == 0 && target == 0))
+                    .copied()
+                    .unwrap_or(seek[0]);
+                tokio::task::spawn_blocking(move || {
+                    page_in_file(&file, base, end, from, counted, target, want, max_bytes)
+                })
+                .await
+                .map_err(io::Error::other)??
             }
-        }
+            (None, None) => Page::default(),
+        };
         Ok(Lines {
-            lines,
+            lines: page.lines,
             first: start_line,
             total,
-            before: text.as_bytes()[at.saturating_sub(KEY_CONTEXT_BYTES)..at].to_vec(),
+            before: page.before,
+            truncated: page.truncated,
         })
     }
 
@@ -731,6 +747,125 @@ fn last_line_end(bytes: &[u8]) -> Option<usize> {
         }
         upto = i;
     }
+}
+
+/// A page of lines as read (see `OutputStore::lines`).
+#[derive(Default)]
+struct Page {
+    lines: Vec<String>,
+    before: Vec<u8>,
+    truncated: bool,
+}
+
+/// Splits `bytes` (starting at a line start) into at most `want` lines and
+/// at most `max_bytes` of them; a first line longer than that is cut.
+fn split_page(bytes: &[u8], want: u64, max_bytes: usize) -> (Vec<String>, bool) {
+    let mut lines = Vec::new();
+    let mut used = 0usize;
+    for line in bytes.split_inclusive(|b| *b == b'\n') {
+        if lines.len() as u64 == want {
+            return (lines, false);
+        }
+        if used + line.len() > max_bytes {
+            if lines.is_empty() {
+                let cut = String::from_utf8_lossy(&line[..max_bytes.min(line.len())]);
+                lines.push(cut.trim_end_matches(['\n', '\r']).to_string());
+            }
+            return (lines, true);
+        }
+        used += line.len();
+        let text = String::from_utf8_lossy(line);
+        lines.push(text.trim_end_matches(['\n', '\r']).to_string());
+    }
+    (lines, false)
+}
+
+/// A page from the memory tail, which holds the whole kept output (it is
+/// at most `memory_tail_bytes`).
+fn page_in_memory(
+    kept: &[u8],
+    first: u64,
+    fragment: u64,
+    start_line: u64,
+    want: u64,
+    max_bytes: usize,
+) -> Page {
+    // Skip the fragment (when the head was dropped mid-line), then lines.
+    let mut at = 0usize;
+    let mut skip = fragment + start_line;
+    let _ = first;
+    while skip > 0 {
+        match memchr::memchr(b'\n', &kept[at..]) {
+            Some(i) => at += i + 1,
+            None => {
+                at = kept.len();
+                break;
+            }
+        }
+        skip -= 1;
+    }
+    let (lines, truncated) = split_page(&kept[at..], want, max_bytes);
+    Page {
+        lines,
+        before: kept[at.saturating_sub(KEY_CONTEXT_BYTES)..at].to_vec(),
+        truncated,
+    }
+}
+
+/// A page from the log file: from cursor `from` (with `counted` newlines
+/// before it) scan to just after newline number `target`, then read at
+/// most `max_bytes` of lines. Memory stays bounded by the chunk and the
+/// page, whatever the size of the log.
+#[allow(clippy::too_many_arguments)]
+fn page_in_file(
+    file: &File,
+    base: u64,
+    end: u64,
+    from: u64,
+    counted: u64,
+    target: u64,
+    want: u64,
+    max_bytes: usize,
+) -> io::Result<Page> {
+    const CHUNK: usize = 64 * 1024;
+    let mut buf = vec![0u8; CHUNK];
+    let (mut at, mut newlines) = (from, counted);
+    // Find the start of the wanted line.
+    let mut start = if newlines == target { Some(from) } else { None };
+    while start.is_none() && at < end {
+        let len = (end - at).min(CHUNK as u64) as usize;
+        let n = read_full_at(file, &mut buf[..len], at - base)?;
+        if n == 0 {
+            break;
+        }
+        for i in memchr::memchr_iter(b'\n', &buf[..n]) {
+            newlines += 1;
+            if newlines == target {
+                start = Some(at + i as u64 + 1);
+                break;
+            }
+        }
+        at += n as u64;
+    }
+    let Some(start) = start else {
+        return Ok(Page::default());
+    };
+    // The lines themselves: no more than the page may hold (+ one byte to
+    // tell a line cut by the cap from one that ends there).
+    let len = (end - start).min(max_bytes as u64 + 1) as usize;
+    let mut bytes = vec![0u8; len];
+    let n = read_full_at(file, &mut bytes, start - base)?;
+    bytes.truncate(n);
+    let (lines, truncated) = split_page(&bytes, want, max_bytes);
+    let context = (start - base).min(KEY_CONTEXT_BYTES as u64);
+    let mut before = vec![0u8; context as usize];
+    let got = read_full_at(file, &mut before, start - base - context)?;
+    before.truncate(got);
+    Ok(Page {
+        lines,
+        before,
+        truncated,
+    })
 }
 
 /// Records that output before cursor `cut` (holding `newlines`) is gone.
@@ -842,7 +977,7 @@ mod tests {
             first,
             total,
             ..
-        } = s.lines(None, 2).await.unwrap();
+        } = s.lines(None, 2, usize::MAX / 2).await.unwrap();
         assert_eq!(lines, vec![format!("{:099}", 98), format!("{:099}", 99)]);
         assert_eq!(first + 2, total);
         // Capped (the in-place drop works in whole filesystem blocks, so
@@ -909,7 +1044,7 @@ mod tests {
         let w = s.window(0, 1 << 20).await.unwrap();
         assert!(!w.bytes.contains(&0));
         assert!(w.bytes.ends_with(format!("{:099}\n", 999).as_bytes()));
-        let last = s.lines(None, 1).await.unwrap();
+        let last = s.lines(None, 1, usize::MAX / 2).await.unwrap();
         assert_eq!(last.lines, vec![format!("{:099}", 999)]);
     }
 
@@ -924,7 +1059,7 @@ mod tests {
         lines_of_100(&s, 0, 200).await;
         assert!(!s.path().with_extension("log.compact").exists());
         s.finish();
-        let last = s.lines(None, 1).await.unwrap();
+        let last = s.lines(None, 1, usize::MAX / 2).await.unwrap();
         assert_eq!(last.lines, vec![format!("{:099}", 199)]);
     }
 
@@ -948,7 +1083,7 @@ mod tests {
             first,
             total,
             ..
-        } = s.lines(Some(0), 1_000_000).await.unwrap();
+        } = s.lines(Some(0), 1_000_000, usize::MAX / 2).await.unwrap();
         assert_eq!(lines.last().unwrap(), &format!("{:099}", 9999));
         assert_eq!(first, 0);
         assert_eq!(total as usize, lines.len());
@@ -963,7 +1098,13 @@ mod tests {
         // Cursors still mean the same bytes.
         let after = s.window(0, 1 << 20).await.unwrap();
         assert_eq!((after.start, &after.bytes), (before.start, &before.bytes));
-        assert_eq!(s.lines(Some(0), 1_000_000).await.unwrap().lines, lines);
+        assert_eq!(
+            s.lines(Some(0), 1_000_000, usize::MAX / 2)
+                .await
+                .unwrap()
+                .lines,
+            lines
+        );
         // And the next output appends after it.
         lines_of_100(&s, 10_000, 10_001).await;
         s.finish();
@@ -971,7 +1112,7 @@ mod tests {
             lines: last,
             total: total_after,
             ..
-        } = s.lines(None, 1).await.unwrap();
+        } = s.lines(None, 1, usize::MAX / 2).await.unwrap();
         assert_eq!(last, vec![format!("{:099}", 10_000)]);
         assert_eq!(total_after, total + 1);
     }

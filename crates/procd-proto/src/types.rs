@@ -123,6 +123,12 @@ pub struct LogResult {
     pub showing: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
+    /// The page was cut at a line to stay within `max_response_bytes`;
+    /// `next_offset` is where to continue (both absent when not cut).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -101,6 +101,7 @@ pub async fn serve(
     stream: UnixStream,
     methods: Methods,
     max_request_bytes: usize,
+    max_response_bytes: usize,
     mut shutdown: watch::Receiver<bool>,
     handle: Arc<ConnectionHandle>,
 ) {
@@ -147,7 +148,7 @@ pub async fn serve(
                         continue;
                     };
                     let methods = methods.clone();
-                    let mut request: PendingRequest = Box::pin(async move { handle_line(&line, &methods).await });
+                    let mut request: PendingRequest = Box::pin(async move { handle_line(&line, &methods, max_response_bytes).await });
                     // Most requests finish at once: answer them right here,
                     // without handing them to another task (and thread).
                     if let Some((answer, notifications)) = (&mut request).now_or_never() {
@@ -283,6 +284,9 @@ async fn write_or_stop(
     handle: &ConnectionHandle,
 ) -> bool {
     tokio::select! {
+        // A write that can go at once always goes (the answer to
+        // `shutdown` itself is written after the stop was requested).
+        biased;
         written = write_line(writer, line) => written.is_ok(),
         _ = crate::stopped(shutdown) => false,
         _ = handle.close.cancelled() => false,
@@ -325,18 +329,25 @@ type Notifications = mpsc::Receiver<Box<RawValue>>;
 /// The response line for one request line (None for notifications), and
 /// the stream of a subscription it started. Subscriptions inside a batch
 /// are not streamed (their receivers drop, ending them).
-async fn handle_line(line: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
+async fn handle_line(
+    line: &str,
+    methods: &Methods,
+    max_response_bytes: usize,
+) -> (Option<String>, Option<Notifications>) {
     let text = line.trim();
     if text.is_empty() {
         return (None, None);
     }
     if text.starts_with('[') {
-        return (handle_batch(text, methods).await, None);
+        return (handle_batch(text, methods, max_response_bytes).await, None);
     }
     handle_single(text, methods).await
 }
 
-async fn handle_batch(text: &str, methods: &Methods) -> Option<String> {
+/// A batch's answer counts as one result (SPEC §10): entries are run in
+/// order, and once the answer would pass `max_response_bytes` the rest are
+/// refused with -32004 instead of run.
+async fn handle_batch(text: &str, methods: &Methods, max_response_bytes: usize) -> Option<String> {
     let items: Vec<&RawValue> = match serde_json::from_str(text) {
         Ok(items) => items,
         Err(_) => return Some(malformed(text)),
@@ -351,12 +362,24 @@ async fn handle_batch(text: &str, methods: &Methods) -> Option<String> {
         );
         return Some(error_response(Id::Null, INVALID_REQUEST, &msg));
     }
-    let responses: Vec<String> =
-        futures::future::join_all(items.iter().map(|item| handle_single(item.get(), methods)))
-            .await
-            .into_iter()
-            .filter_map(|(response, _)| response)
-            .collect();
+    let mut responses: Vec<String> = Vec::new();
+    let mut size = 0usize;
+    for item in &items {
+        if size > max_response_bytes {
+            let id = serde_json::from_str::<Probe>(item.get())
+                .ok()
+                .and_then(|p| p.id)
+                .and_then(|raw| serde_json::from_str::<Id>(raw.get()).ok())
+                .unwrap_or(Id::Null);
+            let msg = format!("the batch's answer passed max_response_bytes ({max_response_bytes}); this entry was not run");
+            responses.push(error_response(id, procd_proto::error::LIMIT_REACHED, &msg));
+            continue;
+        }
+        if let (Some(response), _) = handle_single(item.get(), methods).await {
+            size += response.len();
+            responses.push(response);
+        }
+    }
     (!responses.is_empty()).then(|| format!("[{}]", responses.join(",")))
 }
 

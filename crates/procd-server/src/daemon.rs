@@ -375,6 +375,7 @@ async fn serve_claimed(
         listener,
         methods,
         options.config.max_request_bytes,
+        options.config.max_response_bytes,
         shutdown_rx,
     )
     .await;

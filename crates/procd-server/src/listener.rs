@@ -51,6 +51,7 @@ pub async fn serve(
     listener: UnixListener,
     methods: Methods,
     max_request_bytes: usize,
+    max_response_bytes: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let live = Arc::new(Live::default());
@@ -90,7 +91,15 @@ pub async fn serve(
         live.lock().insert(id, handle.clone());
         let live = live.clone();
         connections.spawn(async move {
-            crate::connection::serve(stream, methods, max_request_bytes, shutdown, handle).await;
+            crate::connection::serve(
+                stream,
+                methods,
+                max_request_bytes,
+                max_response_bytes,
+                shutdown,
+                handle,
+            )
+            .await;
             live.lock().remove(&id);
         });
         // Reap finished connection tasks so the set does not grow.

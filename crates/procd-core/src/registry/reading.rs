@@ -28,7 +28,7 @@ impl Registry {
         let cursor = cursor.unwrap_or(0);
         let max_bytes = max_bytes
             .unwrap_or(DEFAULT_READ_BYTES)
-            .clamp(1, MAX_READ_BYTES);
+            .clamp(1, MAX_READ_BYTES.min(self.config.max_response_bytes as u64));
         let wait = duration_param(
             "wait_ms",
             wait_ms.unwrap_or(0.0) / 1000.0,
@@ -97,9 +97,10 @@ impl Registry {
             first,
             total,
             before,
+            truncated,
         } = s
             .output
-            .lines(offset, limit)
+            .lines(offset, limit, self.config.max_response_bytes)
             .await
             .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
         let n = lines.len() as u64;
@@ -128,6 +129,8 @@ impl Registry {
             output,
             total_lines: total,
             showing,
+            truncated,
+            next_offset: truncated.then_some(first + n),
         })
     }
 
