@@ -1031,3 +1031,96 @@ fn log_pages_are_capped_and_a_batch_of_them_stays_small() {
         "the batch raised the daemon's peak RSS by {grown_mib} MiB"
     );
 }
+
+// ----- disk faults (SPEC §10) ---------------------------------------------------
+
+/// A small tmpfs mounted for a test (a real disk that really fills up);
+/// unmounted on drop. None where mounting is not permitted (not root).
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(at: &std::path::Path, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(at).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallDisk(at.to_path_buf()))
+    }
+
+    /// Fills it up; returns the filler's path (remove it to free the disk).
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).expect("filler");
+        let chunk = vec![b'x'; 4096];
+        while f.write_all(&chunk).is_ok() {}
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn faults(d: &Daemon) -> Vec<String> {
+    d.ok("status", json!({}))["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .map(|f| f["what"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
+    let home = short_tempdir();
+    let Some(disk) = SmallDisk::mount(&home.path().join("state"), "1m") else {
+        eprintln!(
+            "SKIPPED: cannot mount a tmpfs here (needs root); the disk-fault test did not run"
+        );
+        return;
+    };
+    let d = Daemon::in_home(home, "monitor_interval_s = 0.1");
+    assert!(faults(&d).is_empty());
+    let ticker = d.spawn("i=0; while true; do i=$((i+1)); echo tick-$i; sleep 0.01; done");
+    d.read_until(&ticker, "tick-5");
+    let filler = disk.fill();
+    // Writes now fail: the log and the checkpoint are faults, and the
+    // daemon keeps serving from memory.
+    let short = d.call("spawn", json!({"command": "true"}));
+    assert_eq!(
+        short["error"]["code"], -32003,
+        "no checkpoint, no new session: {short}"
+    );
+    wait_until("the log and the checkpoint are reported", || {
+        let f = faults(&d);
+        f.contains(&"checkpoint".to_string()) && f.contains(&format!("log {ticker}"))
+    });
+    let seen = d.ok(
+        "read",
+        json!({"session_id": ticker, "cursor": 0, "max_bytes": 1 << 20}),
+    );
+    let next = seen["next_cursor"].as_u64().unwrap();
+    let polled = d.ok("poll", json!({"session_id": ticker}));
+    assert_eq!(polled["status"], "running");
+    // Room again: the faults clear by themselves, output read on.
+    std::fs::remove_file(filler).unwrap();
+    wait_until("the faults clear", || faults(&d).is_empty());
+    let later = d.read_until_from(&ticker, next, "tick-");
+    assert!(!later.is_empty());
+    assert!(
+        checkpoint_ids(&d).contains(&ticker),
+        "the checkpoint was rewritten"
+    );
+    d.ok("kill", json!({"session_id": ticker}));
+}

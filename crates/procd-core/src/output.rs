@@ -57,6 +57,10 @@ struct Inner {
     /// The last drop of the head failed: the next try waits a second (a
     /// failing disk would otherwise be retried, and logged, on every read).
     compaction_failed: bool,
+    /// Writing the log failed (the disk is full, read-only, failing): the
+    /// store serves from memory and tries again a second later, starting
+    /// a new file with what memory still holds.
+    log_error: Option<(String, Instant)>,
     /// Cursor just past the last stored byte.
     end: u64,
     tail: VecDeque<u8>,
@@ -70,6 +74,9 @@ struct Inner {
     last_write: Option<Instant>,
     finished: bool,
 }
+
+/// How long after a failed log write the store tries the disk again.
+const LOG_RETRY: Duration = Duration::from_secs(1);
 
 /// How often a line-count mark is recorded.
 const MARK_EVERY: u64 = 1 << 20;
@@ -218,6 +225,7 @@ impl OutputStore {
                 last_compaction: None,
                 tidy_failed: false,
                 compaction_failed: false,
+                log_error: None,
                 end: base,
                 tail: VecDeque::new(),
                 total_newlines: kept_newlines,
@@ -251,13 +259,25 @@ impl OutputStore {
         // throttling dirty pages) must not hold up polls and reads. Only
         // this task appends or changes the file, and readers never read
         // past `end`, so bytes in the file beyond it are harmless.
-        let log = self.lock().log.clone();
+        let log = {
+            let mut inner = self.lock();
+            if inner.log.is_none()
+                && inner
+                    .log_error
+                    .as_ref()
+                    .is_some_and(|(_, at)| at.elapsed() >= LOG_RETRY)
+            {
+                self.reopen_log(&mut inner);
+            }
+            inner.log.clone()
+        };
         let failed = log.and_then(|file| (&*file).write_all(bytes).err());
         let mut inner = self.lock();
         if let Some(err) = failed {
             // Keep serving from memory; older output is reported dropped.
             tracing::warn!(path = %self.path.display(), %err, "log write failed; keeping memory tail only");
             inner.log = None;
+            inner.log_error = Some((err.to_string(), Instant::now()));
         }
         inner.end += bytes.len() as u64;
         inner.total_newlines += memchr::memchr_iter(b'\n', bytes).count() as u64;
@@ -281,6 +301,56 @@ impl OutputStore {
         drop(inner);
         self.changed.send_replace(end);
         over
+    }
+
+    /// Why the log cannot be written right now, if it cannot.
+    pub fn log_fault(&self) -> Option<String> {
+        let inner = self.lock();
+        inner
+            .log
+            .is_none()
+            .then(|| inner.log_error.as_ref().map(|(e, _)| e.clone()))
+            .flatten()
+    }
+
+    /// After a failed write: a new log file holding what memory still has
+    /// (the tail), so that nothing still in memory is lost once the disk
+    /// works again. On failure the next try is a second later.
+    fn reopen_log(&self, inner: &mut Inner) {
+        let tail: Vec<u8> = inner.tail.iter().copied().collect();
+        let reopened = (|| {
+            let mut file = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .read(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&self.path)?;
+            file.write_all(&tail)?;
+            // Appends from here on (O_APPEND after the tail is in).
+            let appender = OpenOptions::new()
+                .append(true)
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&self.path)?;
+            drop(file);
+            Ok::<_, io::Error>(appender)
+        })();
+        match reopened {
+            Ok(file) => {
+                let start = inner.tail_start();
+                let tail_newlines = memchr::memchr_iter(b'\n', &tail).count() as u64;
+                inner.log = Some(Arc::new(file));
+                inner.log_base = start;
+                let dropped = inner.total_newlines - tail_newlines;
+                forget_head(inner, start, dropped);
+                inner.marks.clear();
+                inner.log_error = None;
+                tracing::info!(path = %self.path.display(), "the log can be written again");
+            }
+            Err(err) => inner.log_error = Some((err.to_string(), Instant::now())),
+        }
     }
 
     /// Drops the oldest half of the log (off the event loop).

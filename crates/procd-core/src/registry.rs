@@ -126,6 +126,8 @@ pub struct Registry {
     notifications: NotificationQueue,
     redactor: Redactor,
     checkpoint: Option<Checkpoint>,
+    /// Faults being lived with (a checkpoint or log that cannot be written).
+    pub faults: crate::faults::Faults,
     scopes: Option<Arc<Scopes>>,
     fail_pty_after_spawn: bool,
     /// Entries kept in the checkpoint though not tracked: dead sessions
@@ -152,6 +154,7 @@ impl Registry {
                 enabled: options.config.redact,
             },
             checkpoint: options.checkpoint.map(Checkpoint::new),
+            faults: crate::faults::Faults::default(),
             scopes: options.scopes,
             fail_pty_after_spawn: options.fail_pty_after_spawn,
             retained: Mutex::new(Vec::new()),

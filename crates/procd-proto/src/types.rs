@@ -300,6 +300,19 @@ pub struct StatusResult {
     pub finished: u32,
     pub socket: String,
     pub state_dir: String,
+    /// Faults the daemon is living with (disk full, read-only, I/O
+    /// errors); empty when all is well (SPEC §10).
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+}
+
+/// One ongoing fault: what fails, the last error, since when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fault {
+    /// "checkpoint", or "log <session id>".
+    pub what: String,
+    pub error: String,
+    pub since: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

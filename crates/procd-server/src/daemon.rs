@@ -122,6 +122,7 @@ impl Daemon {
             finished: finished as u32,
             socket: self.paths.socket().display().to_string(),
             state_dir: self.paths.state_dir.display().to_string(),
+            faults: self.registry.faults.list(),
         }
     }
 }
@@ -425,7 +426,8 @@ impl StopSignals {
     }
 }
 
-/// The daemon's only periodic work: retention, ended leases, auto-stop.
+/// The daemon's only periodic work: retention, retrying faults, ended
+/// leases, auto-stop.
 async fn monitor(
     daemon: Arc<Daemon>,
     every: Duration,
@@ -441,6 +443,7 @@ async fn monitor(
             _ = tick.tick() => {}
         }
         daemon.registry.prune();
+        daemon.registry.retry_faults().await;
         let Some(leases) = daemon.refresh_leases().await else {
             continue;
         };

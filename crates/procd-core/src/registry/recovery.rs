@@ -8,20 +8,40 @@ impl Registry {
     pub(super) fn checkpoint_soon(&self) {
         if let Some(me) = self.me.upgrade() {
             tokio::spawn(async move {
-                if let Err(err) = me.write_checkpoint().await {
-                    tracing::warn!(%err, "cannot write the checkpoint");
-                }
+                let _ = me.write_checkpoint().await;
             });
         }
     }
 
     /// Writes `procs.json`: every running session (command redacted), plus
-    /// retained entries whose scope still needs stopping.
+    /// retained entries whose scope still needs stopping. A failure is a
+    /// fault (`status.faults`) until a later write succeeds; the monitor
+    /// retries (`retry_faults`).
     pub async fn write_checkpoint(&self) -> std::io::Result<()> {
         let Some(checkpoint) = &self.checkpoint else {
             return Ok(());
         };
-        checkpoint.write(|| self.checkpoint_entries()).await
+        let written = checkpoint.write(|| self.checkpoint_entries()).await;
+        match &written {
+            Ok(()) => self.faults.clear("checkpoint"),
+            Err(err) => self.faults.set("checkpoint", &err.to_string()),
+        }
+        written
+    }
+
+    /// Called by the monitor: retries what failed (the checkpoint), and
+    /// reports sessions whose log cannot be written.
+    pub async fn retry_faults(&self) {
+        if self.faults.has("checkpoint") {
+            let _ = self.write_checkpoint().await;
+        }
+        for s in self.all_sessions() {
+            let what = format!("log {}", s.id);
+            match s.output.log_fault() {
+                Some(err) => self.faults.set(&what, &err),
+                None => self.faults.clear(&what),
+            }
+        }
     }
 
     pub(super) fn checkpoint_entries(&self) -> Vec<CheckpointEntry> {
@@ -104,7 +124,9 @@ impl Registry {
                 }
             }
         }
-        self.write_checkpoint().await?;
+        // A checkpoint that cannot be written now is a fault to live with
+        // (retried by the monitor), not a reason to refuse to serve.
+        let _ = self.write_checkpoint().await;
         Ok((recovered, dropped))
     }
 
