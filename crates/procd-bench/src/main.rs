@@ -8,9 +8,12 @@
 //! `bash -lic` reads no dotfiles in either.
 //!
 //! Usage: procd-bench [--quick] [--json] [--only WORD]
+//!        procd-bench --reliability [--quick] [--json]   (fuzz, chaos, load)
 //!
 //! `--only WORD` runs just the figures whose group name contains WORD
 //! (spawn, poll, exit, ingest, latency, idle, many, kill): for profiling one.
+
+mod reliability;
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -121,6 +124,23 @@ fn main() {
     }
     let quick = args.iter().any(|a| a == "--quick");
     let as_json = args.iter().any(|a| a == "--json");
+    if args.iter().any(|a| a == "--reliability") {
+        let sizes = if quick {
+            reliability::QUICK
+        } else {
+            reliability::FULL
+        };
+        let figures = reliability::run(&sizes);
+        if as_json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&figures).unwrap_or_default()
+            );
+        } else {
+            reliability::print(&figures);
+        }
+        return;
+    }
     let sizes = if quick { QUICK } else { FULL };
     let only = args
         .iter()
@@ -157,8 +177,10 @@ fn run_daemon(home: &Path) -> i32 {
 
 // ----- the daemon under test ------------------------------------------------------
 
-struct Daemon {
-    home: tempfile::TempDir,
+pub(crate) struct Daemon {
+    /// The temp home this daemon owns (None: a home the caller keeps).
+    _owned: Option<tempfile::TempDir>,
+    home: PathBuf,
     child: Child,
 }
 
@@ -167,73 +189,153 @@ impl Daemon {
         Daemon::with_config("")
     }
 
-    fn with_config(extra: &str) -> Daemon {
+    pub(crate) fn with_config(extra: &str) -> Daemon {
         let home = tempfile::Builder::new()
             .prefix("pb")
             .tempdir_in("/tmp")
             .expect("temp home");
-        std::fs::write(
-            home.path().join("config.toml"),
-            format!("max_running = 2000\nmax_sessions = 4000\nfinished_ttl_s = 3600\n{extra}"),
-        )
-        .expect("config");
+        // Room for what a benchmark starts, unless `extra` says otherwise.
+        let mut config: String = [
+            "max_running = 2000",
+            "max_sessions = 4000",
+            "finished_ttl_s = 3600",
+        ]
+        .iter()
+        .filter(|line| !extra.contains(line.split(' ').next().unwrap_or("")))
+        .map(|line| format!("{line}\n"))
+        .collect();
+        config.push_str(extra);
+        std::fs::write(home.path().join("config.toml"), config).expect("config");
+        let mut d = Daemon::in_home(home.path());
+        d._owned = Some(home);
+        d
+    }
+
+    /// A daemon on a home the caller keeps (e.g. across crashes).
+    pub(crate) fn in_home(home: &Path) -> Daemon {
         let exe = std::env::current_exe().expect("own path");
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(home.join("daemon.err"))
+            .expect("stderr file");
         let child = Command::new(exe)
             .arg("--daemon-child")
-            .arg(home.path())
-            .env("HOME", home.path())
+            .arg(home)
+            .env("HOME", home)
             .env("PROCD_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
+            .stderr(err)
             .spawn()
             .expect("start the daemon");
-        let d = Daemon { home, child };
+        let d = Daemon {
+            _owned: None,
+            home: home.to_path_buf(),
+            child,
+        };
+        let mut d = d;
         let deadline = Instant::now() + Duration::from_secs(20);
         while UnixStream::connect(d.socket()).is_err() {
-            assert!(Instant::now() < deadline, "the daemon did not start");
+            assert!(
+                Instant::now() < deadline && d.is_alive(),
+                "the daemon did not start: {}",
+                d.stderr()
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         d
     }
 
-    fn socket(&self) -> PathBuf {
-        self.home.path().join("run/procd.sock")
+    pub(crate) fn socket(&self) -> PathBuf {
+        self.home.join("run/procd.sock")
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
-    fn connect(&self) -> Line {
+    pub(crate) fn connect(&self) -> Line {
         Line::open(&self.socket())
+    }
+
+    /// SIGKILL, as a crash would.
+    pub(crate) fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Drop sends a SIGTERM to a pid that is gone (reaped): harmless.
+    }
+
+    pub(crate) fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub(crate) fn stderr(&self) -> String {
+        std::fs::read_to_string(self.home.join("daemon.err")).unwrap_or_default()
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid()),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
+        if let Ok(None) = self.child.try_wait() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid()),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = self.child.wait();
+        }
     }
 }
 
 /// A minimal line client: the same code talks to procd and to the echo
 /// baseline, so the ratio measures the servers, not the clients.
-struct Line {
+pub(crate) struct Line {
     writer: UnixStream,
     reader: BufReader<UnixStream>,
     buf: String,
 }
 
 impl Line {
-    fn open(socket: &Path) -> Line {
-        let s = UnixStream::connect(socket).expect("connect");
-        Line {
-            reader: BufReader::new(s.try_clone().expect("clone")),
+    pub(crate) fn open(socket: &Path) -> Line {
+        Line::try_open(socket).expect("connect")
+    }
+
+    pub(crate) fn try_open(socket: &Path) -> std::io::Result<Line> {
+        let s = UnixStream::connect(socket)?;
+        s.set_read_timeout(Some(Duration::from_secs(120)))?;
+        Ok(Line {
+            reader: BufReader::new(s.try_clone()?),
             writer: s,
             buf: String::new(),
+        })
+    }
+
+    /// The whole answer, or an I/O error (the daemon went away).
+    pub(crate) fn try_call(&mut self, method: &str, params: Value) -> std::io::Result<Value> {
+        let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+            .to_string()
+            + "\n";
+        self.writer.write_all(req.as_bytes())?;
+        self.buf.clear();
+        if self.reader.read_line(&mut self.buf)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let v: Value = serde_json::from_str(&self.buf).map_err(std::io::Error::other)?;
+        Ok(v.get("result").cloned().unwrap_or(v))
+    }
+
+    /// The result, or the whole answer when it is an error.
+    pub(crate) fn result(&mut self, method: &str, params: Value) -> Result<Value, Value> {
+        let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+            .to_string()
+            + "\n";
+        let resp: Value = match serde_json::from_str(self.round_trip(&req)) {
+            Ok(v) => v,
+            Err(e) => return Err(json!(e.to_string())),
+        };
+        match resp.get("result") {
+            Some(r) => Ok(r.clone()),
+            None => Err(resp),
         }
     }
 
@@ -244,7 +346,7 @@ impl Line {
         &self.buf
     }
 
-    fn call(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn call(&mut self, method: &str, params: Value) -> Value {
         let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
             .to_string()
             + "\n";
@@ -331,7 +433,7 @@ fn spawn_wait(d: &Daemon, s: &Sizes) -> Row {
         rt.block_on(async {
             let mut child = tokio::process::Command::new(&bash)
                 .args(&args)
-                .env("HOME", d.home.path())
+                .env("HOME", d.home.as_path())
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -462,14 +564,14 @@ fn poll_round_trip(d: &Daemon, s: &Sizes) -> Row {
     let mut c = d.connect();
     let id = c.call("spawn", json!({"command": "sleep 600"}))["session_id"].clone();
     pin(d.pid(), Some(0));
-    let mut echo = Line::open(&echo_server(d.home.path()));
+    let mut echo = Line::open(&echo_server(d.home.as_path()));
     let poll = json!({"jsonrpc": "2.0", "id": 1, "method": "poll", "params": {"session_id": id}})
         .to_string()
         + "\n";
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string() + "\n";
     // Not the baseline, but it splits the gap: the same echo served by a
     // Tokio runtime shaped like the daemon's (epoll, task wake-ups).
-    let mut tokio_echo = Line::open(&tokio_echo_server(d.home.path()));
+    let mut tokio_echo = Line::open(&tokio_echo_server(d.home.as_path()));
     let [ours, base, runtime] = <[Vec<f64>; 3]>::try_from(alternate(
         s.polls,
         &mut [

@@ -106,6 +106,14 @@ impl ProcFs {
         Ok(out)
     }
 
+    /// The value of `name` in the process's initial environment.
+    pub fn environ_value(&self, pid: i32, name: &str) -> Option<Vec<u8>> {
+        let env = fs::read(self.root.join(pid.to_string()).join("environ")).ok()?;
+        let prefix = format!("{name}=");
+        env.split(|b| *b == 0)
+            .find_map(|e| e.strip_prefix(prefix.as_bytes()).map(<[u8]>::to_vec))
+    }
+
     /// Whether the process's initial environment holds `NAME=value` exactly.
     pub fn environ_has(&self, pid: i32, entry: &[u8]) -> bool {
         match fs::read(self.root.join(pid.to_string()).join("environ")) {

@@ -58,6 +58,9 @@ pub const MAX_ENV_BYTES: usize = 256 * 1024;
 pub const MAX_WATCH_PATTERNS: usize = 32;
 pub const MAX_WATCH_PATTERN_BYTES: usize = 1024;
 const MAX_READ_BYTES: u64 = 1 << 20;
+/// Names the instance (its logs dir) in every child's environment, so that
+/// a new daemon can find what a crashed one started but never recorded.
+const INSTANCE_VAR: &str = "PROCD_INSTANCE";
 const DEFAULT_READ_BYTES: u64 = 65_536;
 const MAX_READ_WAIT_MS: f64 = 300_000.0;
 const MAX_TIMEOUT_S: f64 = 30.0 * 24.0 * 3600.0;

@@ -63,6 +63,8 @@ pub struct Daemon {
     shutdown: watch::Sender<bool>,
     /// The leases as the monitor last read them.
     leases: std::sync::Mutex<lease::LeaseSnapshot>,
+    /// Where the lease file is read (see `lane.rs`).
+    lane: crate::lane::Lane,
 }
 
 impl Daemon {
@@ -84,9 +86,10 @@ impl Daemon {
     /// Re-reads the lease file (off the event loop).
     pub async fn refresh_leases(&self) -> Option<lease::LeaseSnapshot> {
         let paths = self.paths.clone();
-        let snap = tokio::task::spawn_blocking(move || lease::snapshot(&paths))
-            .await
-            .ok()?
+        let snap = self
+            .lane
+            .run(move || lease::snapshot(&paths))
+            .await?
             .map_err(|err| tracing::warn!(%err, "cannot read the lease file"))
             .ok()?;
         *self.leases.lock().unwrap_or_else(|e| e.into_inner()) = snap.clone();
@@ -354,6 +357,8 @@ async fn serve_claimed(
             stopping: false,
             tokens: Vec::new(),
         }),
+        lane: crate::lane::Lane::start("procd-leases")
+            .map_err(|e| format!("cannot start a thread: {e}"))?,
     });
     daemon.refresh_leases().await;
     let methods: jsonrpsee::Methods = Api {

@@ -6,6 +6,7 @@
 
 mod connection;
 mod daemon;
+mod lane;
 mod listener;
 mod rpc;
 mod systemd;

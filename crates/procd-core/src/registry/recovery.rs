@@ -124,10 +124,69 @@ impl Registry {
                 }
             }
         }
+        self.end_unrecorded().await;
         // A checkpoint that cannot be written now is a fault to live with
         // (retried by the monitor), not a reason to refuse to serve.
         let _ = self.write_checkpoint().await;
         Ok((recovered, dropped))
+    }
+
+    /// The value of `PROCD_INSTANCE` in this daemon's children: its logs
+    /// dir, which no other instance shares.
+    pub(super) fn instance_marker(&self) -> String {
+        self.logs_dir.display().to_string()
+    }
+
+    /// Ends processes a previous daemon of this instance started but did not
+    /// record (it died between the fork and the checkpoint write, or before
+    /// it could end what an exited session left behind): they carry this
+    /// instance's marker and belong to no running session. Nobody was told
+    /// about them and nobody would ever end them.
+    async fn end_unrecorded(&self) {
+        let running: HashSet<String> = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running())
+            .map(|s| s.id.clone())
+            .collect();
+        let procfs = self.procfs.clone();
+        let instance = self.instance_marker().into_bytes();
+        let me = std::process::id() as i32;
+        let strays = kill::scan_blocking(move || {
+            let Ok(table) = procfs.all() else {
+                return Vec::new();
+            };
+            table
+                .iter()
+                .filter(|p| !p.is_dead() && p.pid != me)
+                .filter(|p| {
+                    procfs.environ_value(p.pid, INSTANCE_VAR).as_deref() == Some(&instance[..])
+                })
+                .filter(|p| {
+                    procfs
+                        .environ_value(p.pid, "PROCD_SESSION_ID")
+                        .is_none_or(|id| !running.contains(&*String::from_utf8_lossy(&id)))
+                })
+                .map(|p| ProcessIdentity {
+                    pid: p.pid,
+                    start_time: p.start_time,
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        if strays.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            count = strays.len(),
+            "ending processes a previous daemon started but did not record"
+        );
+        for target in strays {
+            if let Some(fd) = target.open(&self.procfs) {
+                let _ = fd.send_signal(libc::SIGKILL);
+            }
+        }
     }
 
     /// Lists a session whose process ended while no daemon watched it:

@@ -207,6 +207,8 @@ impl Registry {
         let env = self
             .env_policy
             .build(self.inherited_env.iter().cloned(), caller_env, &id);
+        let mut env = env;
+        env.insert(INSTANCE_VAR.into(), self.instance_marker());
         let script = launch_script(&spec.command);
 
         let mut spec = spec;
