@@ -394,7 +394,31 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValu
     <&RawValue>::deserialize(d).map(Some)
 }
 
+/// One request; a handler that panics (none should) answers -32603 and
+/// leaves the connection and the daemon serving (SPEC §10).
 async fn handle_single(text: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
+    match std::panic::AssertUnwindSafe(handle_request(text, methods))
+        .catch_unwind()
+        .await
+    {
+        Ok(answer) => answer,
+        Err(_) => {
+            tracing::error!("a request handler panicked; answered -32603");
+            let id = serde_json::from_str::<Probe>(text)
+                .ok()
+                .and_then(|p| p.id)
+                .and_then(|raw| serde_json::from_str::<Id>(raw.get()).ok())
+                .unwrap_or(Id::Null);
+            let msg = "Internal error: the handler failed; procd goes on serving";
+            (
+                Some(error_response(id, procd_proto::error::INTERNAL_ERROR, msg)),
+                None,
+            )
+        }
+    }
+}
+
+async fn handle_request(text: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
     // The common case, a request with an id, is parsed once (by jsonrpsee);
     // anything it rejects is classified below.
     if text.contains("\"id\"") {
@@ -503,6 +527,23 @@ mod tests {
             "Invalid params: missing field `command`"
         );
         assert_eq!(fixed["id"], 1);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_internal_error() {
+        let mut module = jsonrpsee::RpcModule::new(());
+        module
+            .register_method(
+                "boom",
+                |_, _, _| -> Result<(), jsonrpsee::types::ErrorObjectOwned> { panic!("a bug") },
+            )
+            .unwrap();
+        let methods: Methods = module.into();
+        let (answer, _) =
+            handle_single(r#"{"jsonrpc":"2.0","id":7,"method":"boom"}"#, &methods).await;
+        let v: serde_json::Value = serde_json::from_str(&answer.unwrap()).unwrap();
+        assert_eq!(v["error"]["code"], -32603);
+        assert_eq!(v["id"], 7);
     }
 
     #[test]
