@@ -502,7 +502,7 @@ fn the_last_clients_release_stops_an_on_demand_daemon() {
 #[test]
 fn the_last_client_can_leave_the_stop_to_the_monitor() {
     // G12 (deferred)
-    let home = Home::with_config("monitor_interval_s = 0.1");
+    let home = Home::with_config("monitor_interval_s = 0.1\non_demand_idle_s = 0");
     let token = lease(&home, std::process::id() as i32);
     let (pid, _) = start_on_demand(&home);
     let out = home.cli(&["lease", "release", &token, "--no-wait", "--json"]);
@@ -629,7 +629,7 @@ fn a_lease_whose_holder_dies_ends_its_sessions() {
 #[test]
 fn the_monitor_stops_an_orphaned_on_demand_daemon() {
     // G19: the lease holder dies; nothing runs; the daemon stops itself.
-    let home = Home::with_config("monitor_interval_s = 0.1");
+    let home = Home::with_config("monitor_interval_s = 0.1\non_demand_idle_s = 0");
     let holder = Stand::sleep();
     lease(&home, holder.pid());
     let (pid, _) = start_on_demand(&home);
@@ -759,7 +759,7 @@ fn sighup_does_not_end_the_daemon() {
 fn an_on_demand_daemon_that_stops_itself_leaves_no_leftover() {
     // SPEC §5.1: the auto-stop ends what exited sessions left behind, also
     // a process that escaped the group and dropped the marker.
-    let home = Home::with_config("monitor_interval_s = 0.1");
+    let home = Home::with_config("monitor_interval_s = 0.1\non_demand_idle_s = 0");
     let mut strays = Strays::default();
     let holder = Stand::sleep();
     lease(&home, holder.pid());
@@ -784,4 +784,47 @@ fn an_on_demand_daemon_that_stops_itself_leaves_no_leftover() {
     for p in left {
         assert!(!alive(p), "{p} outlived the on-demand daemon");
     }
+}
+
+#[test]
+fn finished_output_stays_readable_for_a_person_at_the_terminal() {
+    // SPEC §14: an on-demand daemon lingers `on_demand_idle_s` after its
+    // last client and session, then stops; after that `procd logs` reads
+    // the finished session's output from disk, redacted, and says so.
+    let home = Home::with_config("monitor_interval_s = 0.1\non_demand_idle_s = 3");
+    let out = home.cli(&[
+        "spawn",
+        "--json",
+        "--",
+        "echo built ok; echo token ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let id = json_out(&out)["session_id"].as_str().unwrap().to_string();
+    let pid = home.daemon_pid();
+    let waited = home.cli(&["wait", &id]);
+    assert_eq!(waited.status.code(), Some(0), "{waited:?}");
+    // Within the idle period the daemon itself answers.
+    let live = json_out(&home.cli(&["logs", "--json", &id]));
+    assert!(live.get("daemon").is_none(), "served by the daemon: {live}");
+    assert!(live["output"].as_str().unwrap().contains("built ok"));
+    wait_until("the idle on-demand daemon stops by itself", || !alive(pid));
+    // From disk, by a unique prefix, redacted like the daemon does.
+    let prefix = &id["proc_".len()..id.len() - 4];
+    let offline = home.cli(&["logs", prefix]);
+    assert!(offline.status.success(), "{offline:?}");
+    let text = stdout(&offline);
+    assert!(text.contains("built ok"), "{text}");
+    assert!(
+        !text.contains("ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
+        "redacted: {text}"
+    );
+    assert!(
+        stderr(&offline).contains("procd is not running"),
+        "{offline:?}"
+    );
+    let json = json_out(&home.cli(&["logs", "--json", &id]));
+    assert_eq!(json["daemon"], "not running");
+    assert!(home.gateway().is_none(), "nothing was started");
+    let missing = home.cli(&["logs", "proc_0123456789ab"]);
+    assert_eq!(missing.status.code(), Some(1));
 }

@@ -61,7 +61,7 @@ impl Default for Config {
             worker_memory_max_mb: 4096,
             stop_timeout_s: 20.0,
             monitor_interval_s: 1.0,
-            on_demand_idle_s: 0.0,
+            on_demand_idle_s: 900.0,
         }
     }
 }

@@ -190,6 +190,8 @@ pub async fn serve(
     };
     match end {
         End::Broken => {
+            // Count only what is still in flight.
+            while tasks.try_join_next().is_some() {}
             if !tasks.is_empty() {
                 tracing::info!(
                     cancelled = tasks.len(),

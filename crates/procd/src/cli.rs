@@ -327,6 +327,7 @@ pub fn run(cli: Cli) -> i32 {
         } else {
             None
         };
+        let config_path = cli.config.clone();
         let code = match target.connect(starts_daemon).await {
             Ok(Some(client)) => match client_command(&target, &client, cli.command).await {
                 Ok(code) => code,
@@ -335,7 +336,17 @@ pub fn run(cli: Cli) -> i32 {
                     EXIT_FAILED
                 }
             },
-            Ok(None) => not_running(&target),
+            Ok(None) => match cli.command {
+                // A finished session's output is still on disk (SPEC §14).
+                Command::Logs {
+                    id,
+                    follow: false,
+                    limit,
+                } => {
+                    crate::offline::logs(&target.paths, &config_path, &id, limit, target.json).await
+                }
+                _ => not_running(&target),
+            },
             Err(err) => {
                 eprintln!("procd: {err}");
                 EXIT_FAILED

@@ -6,6 +6,7 @@ mod attach;
 mod cli;
 mod lifecycle;
 mod mcp;
+mod offline;
 mod render;
 
 use clap::Parser;
