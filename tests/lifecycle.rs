@@ -828,3 +828,43 @@ fn finished_output_stays_readable_for_a_person_at_the_terminal() {
     let missing = home.cli(&["logs", "proc_0123456789ab"]);
     assert_eq!(missing.status.code(), Some(1));
 }
+
+#[test]
+fn the_lease_file_is_read_leniently_and_kept_aside_when_corrupt() {
+    let home = Home::new();
+    let holder = Stand::sleep();
+    let pgid: i64 = identity_of(holder.pid())
+        .split(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A minimal entry: no kind, a legacy integer identity, no auto_stop.
+    home.write_leases(json!({"clients": {"lease_old": {"pid": holder.pid(), "identity": pgid}}}));
+    assert!(home.cli(&["start"]).status.success());
+    let status = json_out(&home.cli(&["status", "--json"]));
+    assert_eq!(status["clients"], 1, "the old lease is live: {status}");
+    // A file that is not a lease file is moved aside, not overwritten.
+    std::fs::write(
+        home.path().join("run/gateway.clients.json"),
+        "{\"clients\": [oops",
+    )
+    .unwrap();
+    let token = lease(&home, std::process::id() as i32);
+    assert!(token.starts_with("lease_"));
+    let aside: Vec<_> = std::fs::read_dir(home.path().join("run"))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("gateway.clients.json.corrupt-")
+        })
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(aside[0].path()).unwrap(),
+        "{\"clients\": [oops"
+    );
+    assert!(home.cli(&["stop"]).status.success());
+}

@@ -32,11 +32,15 @@ pub struct LeaseFile {
     pub stopping: bool,
 }
 
+/// One lease. Read leniently like gateway.json (SPEC §6.1, §10): only the
+/// pid is required; the identity may be a string or a legacy integer pgid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientEntry {
     pub pid: i32,
     /// "<pgid>:<starttime>"; None when it could not be read at acquire.
+    #[serde(default, deserialize_with = "crate::state::lenient_identity")]
     pub identity: Option<String>,
+    #[serde(default)]
     pub kind: String,
 }
 
@@ -70,7 +74,15 @@ pub fn with_clients<T>(paths: &Paths, f: impl FnOnce(&mut LeaseFile) -> T) -> io
     paths.create_dirs()?;
     let _lock = FileLock::acquire(&paths.clients_lock())?;
     let path = paths.clients_json();
-    let before: LeaseFile = atomic::read_json(&path).unwrap_or_default();
+    let before: LeaseFile = match atomic::read_json_checked(&path) {
+        atomic::Read::Parsed(file) => file,
+        atomic::Read::Missing => LeaseFile::default(),
+        atomic::Read::Corrupt => {
+            // Kept for a human, never overwritten by what is written next.
+            let _ = atomic::move_aside(&path);
+            LeaseFile::default()
+        }
+    };
     let mut file = before.clone();
     let procfs = ProcFs::default();
     file.clients

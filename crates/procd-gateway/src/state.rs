@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub struct GatewayState {
     pub pid: i32,
     /// "<pgid>:<starttime>"; older records may hold only "<pgid>" or nothing.
-    #[serde(default, deserialize_with = "lenient::identity")]
+    #[serde(default, deserialize_with = "lenient_identity")]
     pub identity: Option<String>,
     #[serde(default)]
     pub started_at: String,
@@ -30,18 +30,22 @@ pub struct GatewayState {
     pub log_path: Option<String>,
 }
 
+/// An identity as records hold it: "<pgid>:<start>", a legacy integer
+/// pgid, or nothing.
+pub fn lenient_identity<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<String>, D::Error> {
+    use serde::Deserialize;
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) => Some(s),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    })
+}
+
 mod lenient {
     use serde::{Deserialize, Deserializer};
     use serde_json::Value;
-
-    /// "<pgid>:<start>", a legacy integer pgid, or nothing.
-    pub fn identity<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        Ok(match Value::deserialize(d)? {
-            Value::String(s) => Some(s),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        })
-    }
 
     /// A command line, or an argv joined with spaces.
     pub fn command<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
