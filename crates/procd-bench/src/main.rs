@@ -392,7 +392,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("ingest", &|| vec![ingest(&d, s)]),
         ("latency", &|| vec![output_to_read(&d, s)]),
         ("idle", &|| idle(&d, s)),
-        ("many", &|| many_sessions(&d, s)),
+        ("many", &|| many_sessions(s)),
         ("kill", &|| kill_rows(s)),
     ];
     groups
@@ -422,30 +422,41 @@ fn spawn_wait(d: &Daemon, s: &Sizes) -> Row {
         .expect("runtime");
     let (bash, args) = shell_argv("true");
     let (mut ours, mut base) = (Vec::new(), Vec::new());
-    for _ in 0..s.rounds {
-        let t = Instant::now();
-        let id = c.call("spawn", json!({"command": "true"}))["session_id"].clone();
-        let w = c.call("wait", json!({"session_id": id, "timeout_s": 30}));
-        assert_eq!(w["status"], "exited");
-        ours.push(t.elapsed().as_secs_f64() * 1e3);
-
-        let t = Instant::now();
-        rt.block_on(async {
-            let mut child = tokio::process::Command::new(&bash)
-                .args(&args)
-                .env("HOME", d.home.as_path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .process_group(0)
-                .spawn()
-                .expect("baseline spawn");
-            let mut out = child.stdout.take().expect("stdout");
-            let mut sink = Vec::new();
-            let _ = tokio::io::AsyncReadExt::read_to_end(&mut out, &mut sink).await;
-            child.wait().await.expect("baseline wait")
-        });
-        base.push(t.elapsed().as_secs_f64() * 1e3);
+    for round in 0..s.rounds {
+        let mut procd = || {
+            let t = Instant::now();
+            let id = c.call("spawn", json!({"command": "true"}))["session_id"].clone();
+            let w = c.call("wait", json!({"session_id": id, "timeout_s": 30}));
+            assert_eq!(w["status"], "exited");
+            t.elapsed().as_secs_f64() * 1e3
+        };
+        let baseline = || {
+            let t = Instant::now();
+            rt.block_on(async {
+                let mut child = tokio::process::Command::new(&bash)
+                    .args(&args)
+                    .env("HOME", d.home.as_path())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .process_group(0)
+                    .spawn()
+                    .expect("baseline spawn");
+                let mut out = child.stdout.take().expect("stdout");
+                let mut sink = Vec::new();
+                let _ = tokio::io::AsyncReadExt::read_to_end(&mut out, &mut sink).await;
+                child.wait().await.expect("baseline wait")
+            });
+            t.elapsed().as_secs_f64() * 1e3
+        };
+        // Alternate which goes first, so that neither always runs warm.
+        if round % 2 == 0 {
+            ours.push(procd());
+            base.push(baseline());
+        } else {
+            base.push(baseline());
+            ours.push(procd());
+        }
     }
     Row::against(
         "spawn + wait of `true` (2 RPCs)".into(),
@@ -454,7 +465,7 @@ fn spawn_wait(d: &Daemon, s: &Sizes) -> Row {
         "ms",
         Ratio::AtMost(1.5),
         format!(
-            "median of {} rounds; baseline: tokio Command spawn + wait of the same bash -lic argv",
+            "median of {} rounds, alternating which runs first; baseline: tokio Command spawn + wait of the same bash -lic argv",
             s.rounds
         ),
     )
@@ -604,19 +615,19 @@ fn exit_to_wait(d: &Daemon, s: &Sizes) -> Row {
     let mut lat = Vec::new();
     for _ in 0..s.rounds {
         // The last thing the child does is print the time; then it exits.
+        // LC_ALL=C: $EPOCHREALTIME follows the locale's decimal separator.
         let id = c.call(
             "spawn",
-            json!({"command": "sleep 0.02; echo $EPOCHREALTIME"}),
+            json!({"command": "sleep 0.02; echo $EPOCHREALTIME", "env": {"LC_ALL": "C"}}),
         )["session_id"]
             .clone();
         let w = c.call("wait", json!({"session_id": id, "timeout_s": 30}));
         let got = now_epoch();
-        let printed: f64 = w["output"]
-            .as_str()
-            .unwrap_or("")
-            .trim()
-            .parse()
-            .unwrap_or(got);
+        let text = w["output"].as_str().unwrap_or("").trim().to_string();
+        // A figure that cannot be measured fails loudly, never reads 0.
+        let printed: f64 = text.parse().unwrap_or_else(|_| {
+            panic!("exit -> wait: cannot read the child's timestamp from {text:?}")
+        });
         lat.push((got - printed) * 1e3);
     }
     Row::at_most(
@@ -800,14 +811,17 @@ fn idle(d: &Daemon, s: &Sizes) -> Vec<Row> {
 
 /// Polls a session of a daemon holding `many` live sessions, alternating
 /// with polls of a daemon holding one (the baseline, measured in step).
-fn many_sessions(d: &Daemon, s: &Sizes) -> Vec<Row> {
+fn many_sessions(s: &Sizes) -> Vec<Row> {
     let crowded = Daemon::start();
     let mut c = crowded.connect();
     let mut ids = Vec::new();
     for _ in 0..s.many {
         ids.push(c.call("spawn", json!({"command": "sleep 600"}))["session_id"].clone());
     }
-    let mut lone = d.connect();
+    // The baseline daemon is as fresh as the crowded one: one session, no
+    // history (the shared daemon has ingested gigabytes by now).
+    let fresh = Daemon::start();
+    let mut lone = fresh.connect();
     let lone_id = lone.call("spawn", json!({"command": "sleep 600"}))["session_id"].clone();
     let poll = |id: &Value| {
         json!({"jsonrpc": "2.0", "id": 1, "method": "poll", "params": {"session_id": id}})
@@ -815,14 +829,14 @@ fn many_sessions(d: &Daemon, s: &Sizes) -> Vec<Row> {
             + "\n"
     };
     let (crowded_poll, lone_poll) = (poll(&ids[s.many / 2]), poll(&lone_id));
-    pin(d.pid(), Some(0));
+    pin(fresh.pid(), Some(0));
     pin(crowded.pid(), Some(0));
     let [many, one] = <[Vec<f64>; 2]>::try_from(alternate(
         s.polls,
         &mut [(&mut c, &crowded_poll), (&mut lone, &lone_poll)],
     ))
     .expect("two sample lists");
-    pin(d.pid(), None);
+    pin(fresh.pid(), None);
     pin(crowded.pid(), None);
     let rss = rss_mib(crowded.pid());
     c.call("kill_all", json!({}));
@@ -834,7 +848,7 @@ fn many_sessions(d: &Daemon, s: &Sizes) -> Vec<Row> {
             median(&one),
             "us",
             Ratio::AtMost(1.2),
-            "alternating with polls of a daemon holding one session; pinned as above".into(),
+            "alternating with polls of a fresh daemon holding one session; pinned as above".into(),
         ),
         Row::at_most(
             format!("daemon RSS with {} live sessions", s.many),
