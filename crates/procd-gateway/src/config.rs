@@ -40,17 +40,34 @@ pub fn load_with(path: &Path, explicit: bool, overrides: &[String]) -> Result<Co
             .unwrap_or_else(|| toml::Value::String(raw.to_string()));
         table.insert(key.to_string(), value);
     }
-    let config: Config = table
-        .try_into()
-        .map_err(|e: toml::de::Error| e.message().to_string())?;
+    let config = to_config(table)?;
     config.validate()?;
     Ok(config)
 }
 
 pub fn parse(text: &str) -> Result<Config, String> {
-    let config: Config = toml::from_str(text).map_err(|e| e.message().to_string())?;
+    let table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_string())?;
+    let config = to_config(table)?;
     config.validate()?;
     Ok(config)
+}
+
+/// The table as a `Config`. serde's message for a bad value does not say
+/// which key it was ("invalid type: string, expected usize"): on failure
+/// each key is tried alone, and the first that fails is named.
+fn to_config(table: toml::Table) -> Result<Config, String> {
+    match table.clone().try_into::<Config>() {
+        Ok(config) => Ok(config),
+        Err(whole) => {
+            for (key, value) in table {
+                let single: toml::Table = [(key.clone(), value)].into_iter().collect();
+                if let Err(e) = single.try_into::<Config>() {
+                    return Err(format!("{key}: {}", e.message()));
+                }
+            }
+            Err(whole.message().to_string())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -395,7 +395,7 @@ fn run_daemon(paths: Paths, config_path: Option<PathBuf>, background: bool, set:
         Ok(c) => c,
         Err(err) => {
             eprintln!("procd: {err}");
-            return EXIT_USAGE;
+            return EXIT_FAILED;
         }
     };
     let command_line = std::env::args().collect::<Vec<_>>().join(" ");

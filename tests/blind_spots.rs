@@ -1,0 +1,220 @@
+//! Behaviour the spec names that no other test covered (the evidence
+//! issue's list): ambiguous id prefixes, `wait` timeouts and `max_wait_s`,
+//! bad configuration naming its key, the CLI's spawn flags, a released
+//! lease ending its sessions, redaction of subscription items and yields,
+//! orphans reaped, `final_drain_ms`. Each against a real daemon.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::process::{Command, Stdio};
+
+#[test]
+fn an_ambiguous_id_prefix_is_not_found_and_says_so() {
+    // Random ids rarely share 4 hex digits, so two that do come from a
+    // checkpoint (they are listed as lost sessions after recovery).
+    let home = short_tempdir();
+    let state = home.path().join("state");
+    std::fs::create_dir_all(state.join("logs")).unwrap();
+    let entry = |id: &str| {
+        json!({"session_id": id, "command": "true", "pid": 999_999, "start_time": 1,
+            "identity": "999999:1", "pgid": 999_999, "cwd": "/tmp",
+            "started_at": "2026-11-29T12:00:00.000Z", "log_path": "/nonexistent"})
+    };
+    std::fs::write(
+        state.join("procs.json"),
+        json!([entry("proc_abcd00000001"), entry("proc_abcd00000002")]).to_string(),
+    )
+    .unwrap();
+    let d = Daemon::in_home(home, "");
+    let (code, msg) = d.err("poll", json!({"session_id": "abcd"}));
+    assert_eq!(code, -32001, "{msg}");
+    assert!(msg.contains("ambiguous"), "says why: {msg}");
+    let p = d.ok("poll", json!({"session_id": "proc_abcd00000002"}));
+    assert_eq!(p["completion_reason"], "lost");
+    let p = d.ok("poll", json!({"session_id": "abcd00000001"}));
+    assert_eq!(p["session_id"], "proc_abcd00000001");
+}
+
+#[test]
+fn wait_times_out_with_the_running_shape_and_is_capped_by_max_wait_s() {
+    let d = Daemon::with_config("max_wait_s = 0.3");
+    let id = d.spawn("sleep 300");
+    // Asked for 100 s, capped at 0.3 s: it answers, still running.
+    let w = d.ok("wait", json!({"session_id": id, "timeout_s": 100}));
+    assert_eq!(w["status"], "timeout", "{w}");
+    assert_eq!(w["process_running"], true, "{w}");
+    let (code, msg) = d.err("wait", json!({"session_id": id, "timeout_s": 0}));
+    assert_eq!(code, -32602, "{msg}");
+    d.ok("kill", json!({"session_id": id}));
+}
+
+#[test]
+fn a_bad_configuration_value_makes_the_daemon_exit_1_naming_the_key() {
+    for (config, key) in [
+        ("max_sessions = \"many\"", "max_sessions"),
+        ("kill_grace_s = 1e20", "kill_grace_s"),
+        ("monitor_interval_s = 0", "monitor_interval_s"),
+        ("max_response_bytes = 0", "max_response_bytes"),
+        ("no_such_key = 1", "no_such_key"),
+    ] {
+        let home = short_tempdir();
+        std::fs::write(home.path().join("config.toml"), config).unwrap();
+        let out = Command::new(BIN)
+            .args(["daemon", "--home"])
+            .arg(home.path())
+            .env("HOME", home.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("procd daemon");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{config}: {out:?}");
+        assert!(
+            err.contains(key),
+            "{config}: the message names {key}: {err}"
+        );
+        assert!(!home.path().join("run/procd.sock").exists());
+    }
+}
+
+#[test]
+fn the_cli_spawn_flags_reach_the_session() {
+    let d = Daemon::start();
+    let out = d.cli(&[
+        "spawn",
+        "--json",
+        "--env",
+        "GREETING=hi",
+        "--task",
+        "t-cli",
+        "--notify",
+        "--watch",
+        "READY",
+        "--",
+        "echo $GREETING; echo READY now",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = r["session_id"].as_str().unwrap().to_string();
+    d.wait_exit(&id);
+    assert!(d.read_all(&id).starts_with("hi\nREADY now\n"));
+    let listed = d.ok("list", json!({"task_id": "t-cli"}))["processes"].clone();
+    let me = &listed.as_array().unwrap()[0];
+    assert_eq!(me["session_id"], id.as_str());
+    assert_eq!(me["notify_on_complete"], true);
+    assert_eq!(me["watch_patterns"], json!(["READY"]));
+    let events = d.ok("drain_notifications", json!({}))["events"].clone();
+    let kinds: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"watch_match") && kinds.contains(&"completion"),
+        "{kinds:?}"
+    );
+    let pty = d.cli(&[
+        "spawn",
+        "--json",
+        "--pty",
+        "--",
+        "test -t 0 && echo on-a-tty",
+    ]);
+    let id = serde_json::from_slice::<Value>(&pty.stdout).unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    d.wait_exit(&id);
+    assert!(d.read_all(&id).contains("on-a-tty"));
+}
+
+#[test]
+fn releasing_a_lease_ends_its_owners_sessions_but_not_persistent_ones() {
+    let d = Daemon::with_config("monitor_interval_s = 0.1");
+    let holder = Stand::sleep();
+    let out = d.cli(&[
+        "lease",
+        "acquire",
+        "--pid",
+        &holder.pid().to_string(),
+        "--json",
+    ]);
+    let token = serde_json::from_slice::<Value>(&out.stdout).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let owned = d.spawn_with(json!({"command": "sleep 300", "owner": token}));
+    let kept = d.spawn_with(json!({"command": "sleep 300", "owner": token, "persist": true}));
+    let out = d.cli(&["lease", "release", &token, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let w = d.wait_exit(&owned);
+    assert_eq!(w["termination_source"], "owner_released", "{w}");
+    assert_eq!(
+        d.ok("poll", json!({"session_id": kept}))["status"],
+        "running"
+    );
+    d.ok("kill", json!({"session_id": kept}));
+}
+
+#[test]
+fn subscription_items_and_yielded_output_are_redacted() {
+    let d = Daemon::start();
+    let secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";
+    let r = d.ok("spawn", json!({"command": format!("echo token {secret}; sleep 0.2; echo token {secret}"), "yield_ms": 5000}));
+    let yielded = r["output"].as_str().unwrap();
+    assert!(
+        yielded.contains("token ghp_ab") && !yielded.contains(secret),
+        "{yielded}"
+    );
+    let id = r["session_id"].as_str().unwrap().to_string();
+    let mut c = d.connect();
+    c.send_raw(&json!({"jsonrpc": "2.0", "id": 1, "method": "subscribe_output", "params": {"session_id": id}}).to_string());
+    let mut seen = String::new();
+    loop {
+        let msg = c.recv();
+        if let Some(item) = msg["params"]["result"].as_object() {
+            if item.get("exited").is_some() {
+                break;
+            }
+            seen.push_str(item["data"].as_str().unwrap_or(""));
+        }
+    }
+    assert!(seen.contains("token ghp_ab"), "{seen}");
+    assert!(
+        !seen.contains(secret),
+        "a subscription item leaked the token: {seen}"
+    );
+}
+
+#[test]
+fn orphans_are_reaped_and_final_drain_ms_is_honoured() {
+    // A grandchild that outlives its parent and then exits is reaped: no
+    // zombie is left under the daemon.
+    let d = Daemon::with_config("final_drain_ms = 600");
+    let id = d.spawn("(sleep 0.2; exit 0) & echo parent-done");
+    d.wait_exit(&id);
+    wait_until("no zombie under the daemon", || {
+        std::fs::read_dir("/proc").unwrap().flatten().all(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let rest: Vec<&str> = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            !(rest.first() == Some(&"Z") && rest.get(1) == Some(&d.pid().to_string().as_str()))
+        })
+    });
+    // Output a descendant writes within final_drain_ms after the exit is
+    // kept (the descendant holds the pipe open).
+    let id = d.spawn("(sleep 0.1; echo late) & echo early");
+    let w = d.wait_exit(&id);
+    assert_eq!(w["exit_code"], 0);
+    assert_eq!(
+        d.read_all(&id),
+        "early\nlate\n",
+        "the drain kept the late line"
+    );
+}
