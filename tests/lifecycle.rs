@@ -144,14 +144,11 @@ fn start_runs_a_background_daemon_in_its_own_session_and_stop_ends_it() {
     assert_eq!(status["lifetime"], "explicit");
     assert_eq!(status["launch_mode"], "background");
 
-    let started = Instant::now();
-    let out = home.cli(&["stop", "--timeout", "30"]);
+    // A stop that slept out its timeout would outlast the test runner's
+    // limit (180 s) and fail the test: no clock is read here.
+    let out = home.cli(&["stop", "--timeout", "3600"]);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout(&out).contains(&format!("procd stopped (pid {pid})")));
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "stop does not sleep out its timeout"
-    );
     assert!(!alive(pid));
     assert!(home.gateway().is_none(), "state removed");
     let again = home.cli(&["stop"]);
@@ -416,6 +413,7 @@ fn a_stop_that_times_out_keeps_the_state() {
         .ok()
         .map(|_| identity_of(2))
     else {
+        eprintln!("SKIPPED: no kernel thread is visible here (a PID namespace); G24's timeout path did not run");
         return;
     };
     let home = Home::new();

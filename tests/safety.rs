@@ -606,27 +606,45 @@ fn thousands_of_hostile_requests_leave_the_daemon_serving_and_clean() {
         .count();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut sent = 0;
-    while sent < 3000 {
+    // Bounded: at most 100 connections of at most 100 lines.
+    for _ in 0..100 {
+        if sent >= 3000 {
+            break;
+        }
         let stream = std::os::unix::net::UnixStream::connect(d.socket()).expect("connect");
         stream
             .set_read_timeout(Some(std::time::Duration::from_secs(30)))
             .unwrap();
         let mut writer = stream.try_clone().unwrap();
         let mut reader = BufReader::new(stream);
+        // Only an over-long line closes a connection (after answering it).
+        let mut closing = false;
         for _ in 0..100 {
             let mut line = hostile_line(&mut rng);
             line.push(b'\n');
             if writer.write_all(&line).is_err() {
+                assert!(
+                    closing,
+                    "the daemon closed a connection it had no reason to close"
+                );
                 break;
             }
             sent += 1;
+            closing |= line.len() > 65536;
             // Every line that is not a notification gets exactly one answer.
             let is_notification =
                 line.starts_with(b"{") && !line.windows(5).any(|w| w == b"\"id\":");
             if !is_notification {
                 let mut answer = String::new();
                 match reader.read_line(&mut answer) {
-                    Ok(0) | Err(_) => break,
+                    Ok(0) | Err(_) => {
+                        assert!(
+                            closing,
+                            "no answer to {:?}",
+                            String::from_utf8_lossy(&line[..line.len().min(200)])
+                        );
+                        break;
+                    }
                     Ok(_) => {
                         let v: Value = serde_json::from_str(&answer)
                             .unwrap_or_else(|e| panic!("bad answer {answer:?}: {e}"));
@@ -636,6 +654,7 @@ fn thousands_of_hostile_requests_leave_the_daemon_serving_and_clean() {
             }
         }
     }
+    assert!(sent >= 3000, "only {sent} lines were sent");
     // Still serving, nothing running, nothing leaked.
     assert!(d.ok("status", json!({}))["pid"].is_number());
     let running = d.ok("list", json!({"status": "running"}))["processes"].clone();

@@ -5,7 +5,6 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
 #[test]
 fn poll_shows_a_running_session_then_its_exit() {
@@ -94,13 +93,10 @@ fn a_descendant_holding_the_pipe_does_not_keep_the_session_running() {
         "command": "sleep 30 & echo started",
         "notify_on_complete": true,
     }));
-    let started = Instant::now();
+    // Exited while the background sleep (30 s) still holds the pipe: the
+    // leftover check below shows it still runs.
     let w = d.ok("wait", json!({"session_id": id, "timeout_s": 20}));
     assert_eq!(w["status"], "exited", "{w}");
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "exit seen long before the sleep ends"
-    );
     assert_eq!(w["exit_code"], 0);
     assert_eq!(w["completion_reason"], "exited");
     assert!(w["output"].as_str().unwrap().contains("started"));

@@ -6,7 +6,7 @@ use procd_core::identity::ProcessIdentity;
 use procd_core::kill::{terminate, TreeSpec};
 use procd_core::procfs::ProcFs;
 use procd_core::{Config, Registry, RegistryOptions, SpawnRequest};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn marked_pids(marker: &str) -> Vec<i32> {
     let mut out = Vec::new();
@@ -86,7 +86,6 @@ async fn a_recycled_pid_is_never_signalled() {
         root_pinned: false,
         adopted: Vec::new(),
     };
-    let started = Instant::now();
     let out = terminate(
         &spec,
         &ProcFs::default(),
@@ -97,7 +96,6 @@ async fn a_recycled_pid_is_never_signalled() {
     .await;
     assert_eq!(out.signalled, 0, "nothing is signalled");
     assert!(real.is_alive(&ProcFs::default()), "the stranger lives");
-    assert!(started.elapsed() < Duration::from_secs(5));
     real.open(&ProcFs::default())
         .unwrap()
         .send_signal(libc::SIGKILL)
