@@ -120,3 +120,34 @@ fn budgets_keep_head_and_tail_of_multibyte_text() {
         "under budget: untouched"
     );
 }
+
+#[test]
+fn a_budget_keeps_the_error_lines_it_cuts() {
+    // SPEC §12: truncation never hides the one error line.
+    let d = Daemon::start();
+    let id = d.spawn("for i in $(seq 1 400); do if [ $i = 200 ]; then echo 'src/main.rs:7: error: mismatched types'; else echo \"step $i ok\"; fi; done");
+    d.wait_exit(&id);
+    let r = d.ok("read", json!({"session_id": id, "max_output_chars": 600}));
+    assert_eq!(r["kept_error_lines"], 1, "{r}");
+    assert!(r["original_chars"].as_u64().unwrap() > 3000);
+    let data = r["data"].as_str().unwrap();
+    assert!(
+        data.contains("line 200: src/main.rs:7: error: mismatched types"),
+        "{data}"
+    );
+    assert!(
+        data.starts_with("step 1 ok\n") && data.ends_with("step 400 ok\n"),
+        "{data}"
+    );
+    let l = d.ok(
+        "log",
+        json!({"session_id": id, "limit": 400, "max_output_tokens": 150}),
+    );
+    assert_eq!(l["kept_error_lines"], 1, "{l}");
+    // Under budget: nothing cut, nothing reported.
+    let small = d.ok(
+        "read",
+        json!({"session_id": id, "max_output_chars": 100000}),
+    );
+    assert!(small.get("kept_error_lines").is_none() && small.get("original_chars").is_none());
+}

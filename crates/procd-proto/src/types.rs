@@ -66,6 +66,9 @@ pub struct SpawnResult {
     /// Set when `output` was cut to the budget: its full length in chars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
+    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_error_lines: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
 }
@@ -96,6 +99,9 @@ pub struct PollResult {
     /// Set when the output was cut to the budget: its full length in chars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
+    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_error_lines: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
 }
@@ -111,6 +117,9 @@ pub struct ReadResult {
     pub dropped: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
+    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_error_lines: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,6 +132,9 @@ pub struct LogResult {
     pub showing: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
+    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_error_lines: Option<u64>,
     /// The page was cut at a line to stay within `max_response_bytes`;
     /// `next_offset` is where to continue (both absent when not cut).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -154,6 +166,9 @@ pub struct WaitResult {
     pub process_running: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
+    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_error_lines: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
 }
@@ -215,6 +230,9 @@ pub struct StdinResult {
     pub cursor: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
+    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_error_lines: Option<u64>,
     /// With `yield_ms`: whether the session is still running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_status: Option<SessionStatus>,

@@ -50,6 +50,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         output_preview: redacted_tail(r, s, PREVIEW_CHARS, env_dump),
         note: s.note.clone(),
         original_chars: None,
+        kept_error_lines: None,
         exit: exit_info(&state),
     }
 }

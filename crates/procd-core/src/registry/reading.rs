@@ -6,13 +6,14 @@ impl Registry {
     pub fn poll(&self, id: &str, budget: Option<usize>) -> Result<PollResult, Error> {
         let s = self.find(id)?;
         let mut r = poll_result(&self.redactor, &s);
-        let (text, original) = crate::budget::apply(
+        let cut = crate::budget::apply(
             &r.output_preview,
             budget,
             "use log (offset/limit) or read with a cursor for all of it",
         );
-        r.output_preview = text;
-        r.original_chars = original;
+        r.output_preview = cut.text;
+        r.original_chars = cut.original_chars;
+        r.kept_error_lines = cut.kept_error_lines;
         Ok(r)
     }
 
@@ -57,10 +58,11 @@ impl Registry {
                     "read from cursor {} with a smaller max_bytes to see all of it",
                     window.start
                 );
-                let (data, original_chars) = crate::budget::apply(&data, budget, &fetch);
+                let cut = crate::budget::apply(&data, budget, &fetch);
                 return Ok(ReadResult {
-                    original_chars,
-                    data,
+                    original_chars: cut.original_chars,
+                    kept_error_lines: cut.kept_error_lines,
+                    data: cut.text,
                     cursor: window.start,
                     next_cursor: window.end(),
                     eof,
@@ -116,13 +118,15 @@ impl Registry {
         let output = self
             .redactor
             .excerpt(&output, &before, is_env_dump(&s.spec.command));
-        let (output, original_chars) = crate::budget::apply(
+        let cut = crate::budget::apply(
             &output,
             budget,
             &format!("use log with offset {first} and a smaller limit to see all of it"),
         );
+        let output = cut.text;
         Ok(LogResult {
-            original_chars,
+            original_chars: cut.original_chars,
+            kept_error_lines: cut.kept_error_lines,
             session_id: s.id.clone(),
             command: s.shown_command(&self.redactor).to_string(),
             status: status_of(&s.state()),
@@ -160,12 +164,15 @@ impl Registry {
             WAIT_OUTPUT_CHARS,
             is_env_dump(&s.spec.command),
         );
-        let (output, original_chars) = crate::budget::apply(
+        let cut = crate::budget::apply(
             &output,
             budget,
             "use log (offset/limit) or read with a cursor for all of it",
         );
+        let (output, original_chars, kept_error_lines) =
+            (cut.text, cut.original_chars, cut.kept_error_lines);
         Ok(WaitResult {
+            kept_error_lines,
             session_id: poll.session_id,
             command: poll.command,
             status: if exited.is_some() {

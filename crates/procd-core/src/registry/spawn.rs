@@ -25,6 +25,7 @@ impl Registry {
             result.output = Some(y.output);
             result.cursor = Some(y.cursor);
             result.original_chars = y.original_chars;
+            result.kept_error_lines = y.kept_error_lines;
             result.exit = y.exit;
         }
         Ok(result)
@@ -66,12 +67,13 @@ impl Registry {
             .read(&s.id, Some(from), Some(MAX_READ_BYTES), None, None)
             .await?;
         let fetch = format!("read from cursor {} to see all of it", r.cursor);
-        let (output, original_chars) = crate::budget::apply(&r.data, budget, &fetch);
+        let cut = crate::budget::apply(&r.data, budget, &fetch);
         let state = s.state();
         Ok(Yielded {
-            output,
+            output: cut.text,
             cursor: r.next_cursor,
-            original_chars,
+            original_chars: cut.original_chars,
+            kept_error_lines: cut.kept_error_lines,
             status: status_of(&state),
             exit: exit_info(&state),
         })
@@ -390,6 +392,7 @@ impl Registry {
             output: None,
             cursor: None,
             original_chars: None,
+            kept_error_lines: None,
             exit: None,
         })
     }
@@ -735,6 +738,7 @@ pub(super) struct Yielded {
     pub(super) output: String,
     pub(super) cursor: u64,
     pub(super) original_chars: Option<u64>,
+    pub(super) kept_error_lines: Option<u64>,
     pub(super) status: SessionStatus,
     pub(super) exit: Option<ExitInfo>,
 }

@@ -20,6 +20,7 @@ impl Registry {
             result.output = Some(y.output);
             result.cursor = Some(y.cursor);
             result.original_chars = y.original_chars;
+            result.kept_error_lines = y.kept_error_lines;
             result.session_status = Some(y.status);
             result.exit = y.exit;
         }
@@ -164,6 +165,7 @@ pub(super) fn stdin_result(
         output: None,
         cursor: None,
         original_chars: None,
+        kept_error_lines: None,
         session_status: None,
         exit: None,
     }
