@@ -151,3 +151,41 @@ fn a_budget_keeps_the_error_lines_it_cuts() {
     );
     assert!(small.get("kept_error_lines").is_none() && small.get("original_chars").is_none());
 }
+
+#[test]
+fn ports_and_resources_of_a_session_tree_are_reported() {
+    // SPEC §12: the port of a server started by a child process, and the
+    // resources of a multi-process tree.
+    let d = Daemon::with_config("monitor_interval_s = 0.1");
+    let server = "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint('port', s.getsockname()[1], flush=True)\ntime.sleep(300)";
+    let id = d.spawn(&format!("sleep 300 & python3 -c \"{server}\"; wait"));
+    let out = d.read_until(&id, "port ");
+    let port: u64 = out
+        .split_whitespace()
+        .skip_while(|w| *w != "port")
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("the server's port");
+    let mut polled = serde_json::Value::Null;
+    wait_until("poll reports the port", || {
+        polled = d.ok("poll", json!({"session_id": id}));
+        polled["ports"] == json!([port])
+    });
+    let r = &polled["resources"];
+    assert!(
+        r["procs"].as_u64().unwrap() >= 3,
+        "bash, sleep, python: {r}"
+    );
+    assert!(r["rss_bytes"].as_u64().unwrap() > 1 << 20, "{r}");
+    assert!(r["cpu_seconds"].as_f64().unwrap() >= 0.0);
+    let listed = d.ok("list", json!({}))["processes"][0].clone();
+    assert_eq!(listed["ports"], json!([port]));
+    let ps = d.cli(&["ps"]);
+    let table = String::from_utf8_lossy(&ps.stdout).to_string();
+    assert!(
+        table.contains("PORTS") && table.contains(&port.to_string()),
+        "{table}"
+    );
+    d.ok("kill", json!({"session_id": id}));
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["ports"], json!([]));
+}

@@ -18,6 +18,7 @@ pub mod kill;
 pub mod limits;
 pub mod noise;
 pub mod notify;
+pub mod observe;
 pub mod output;
 pub mod pidfd;
 pub mod procfs;

@@ -127,6 +127,8 @@ pub struct Session {
     adopted: watch::Sender<Option<Arc<[ProcessIdentity]>>>,
     /// The `max_running` slot this session holds while it runs.
     slot: Mutex<Option<crate::slot::RunningSlot>>,
+    /// Ports and resources of its tree, as the monitor last saw them.
+    observed: Mutex<crate::observe::Observation>,
 }
 
 impl Session {
@@ -154,6 +156,7 @@ impl Session {
             shown_command: OnceLock::new(),
             adopted: watch::channel(None).0,
             slot: Mutex::new(None),
+            observed: Mutex::new(Default::default()),
             spec,
         }
     }
@@ -231,6 +234,30 @@ impl Session {
             root_pinned: !self.reaped.load(Ordering::SeqCst),
             adopted: self.adopted.borrow().as_deref().unwrap_or(&[]).to_vec(),
         }
+    }
+
+    /// The last observation of its tree (empty once it has exited).
+    pub fn observed(&self) -> crate::observe::Observation {
+        if !self.is_running() {
+            return Default::default();
+        }
+        self.observed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Records an observation; returns the ports that are new since the last.
+    pub fn set_observed(&self, now: crate::observe::Observation) -> Vec<u16> {
+        let mut last = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        let new = now
+            .ports
+            .iter()
+            .filter(|p| !last.ports.contains(p))
+            .copied()
+            .collect();
+        *last = now;
+        new
     }
 
     /// Gives the session its running slot (before it is shared).

@@ -93,6 +93,12 @@ pub struct PollResult {
     pub started_at: String,
     pub uptime_seconds: f64,
     pub output_preview: String,
+    /// TCP ports the session's tree listens on (SPEC §12), sorted.
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// What the session's live tree uses (SPEC §12).
+    #[serde(default)]
+    pub resources: Resources,
     /// Set for a session recovered after a daemon restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -257,10 +263,25 @@ pub struct ProcessEntry {
     pub persist: bool,
     pub notify_on_complete: bool,
     pub watch_patterns: Vec<String>,
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    #[serde(default)]
+    pub resources: Resources,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub session_scoped: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// Resources of a session's live tree, as the monitor last saw them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resources {
+    /// Live processes in the tree.
+    pub procs: u32,
+    /// Resident memory, summed.
+    pub rss_bytes: u64,
+    /// CPU time (user + system) of the live processes, summed.
+    pub cpu_seconds: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

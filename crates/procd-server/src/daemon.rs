@@ -449,6 +449,7 @@ async fn monitor(
         }
         daemon.registry.prune();
         daemon.registry.retry_faults().await;
+        daemon.registry.observe_sessions().await;
         let Some(leases) = daemon.refresh_leases().await else {
             continue;
         };

@@ -81,8 +81,8 @@ pub fn table(r: &ListResult) -> String {
         return "no sessions".into();
     }
     let mut out = format!(
-        "{:<17} {:<8} {:>8} {:>9}  {}\n",
-        "ID", "STATUS", "PID", "UPTIME", "COMMAND"
+        "{:<17} {:<8} {:>8} {:>9} {:>7} {:>8} {:<12}  {}\n",
+        "ID", "STATUS", "PID", "UPTIME", "CPU", "MEM", "PORTS", "COMMAND"
     );
     for p in &r.processes {
         let status = match (p.status, p.exit_code) {
@@ -91,9 +91,27 @@ pub fn table(r: &ListResult) -> String {
             (SessionStatus::Exited, None) => "exited".to_string(),
         };
         let command: String = p.command.chars().take(60).collect();
+        let running = p.status == SessionStatus::Running;
+        let (cpu, mem) = if running {
+            (
+                format!("{:.1}s", p.resources.cpu_seconds),
+                format!("{:.1}M", p.resources.rss_bytes as f64 / (1024.0 * 1024.0)),
+            )
+        } else {
+            ("-".into(), "-".into())
+        };
+        let ports = if p.ports.is_empty() {
+            "-".to_string()
+        } else {
+            p.ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         out.push_str(&format!(
-            "{:<17} {:<8} {:>8} {:>8.1}s  {}\n",
-            p.session_id, status, p.pid, p.uptime_seconds, command
+            "{:<17} {:<8} {:>8} {:>8.1}s {:>7} {:>8} {:<12}  {}\n",
+            p.session_id, status, p.pid, p.uptime_seconds, cpu, mem, ports, command
         ));
     }
     out

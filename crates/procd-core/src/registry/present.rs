@@ -40,6 +40,7 @@ pub(super) fn redacted_tail(r: &Redactor, s: &Session, chars: usize, env_dump: b
 pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
     let state = s.state();
     let env_dump = is_env_dump(&s.spec.command);
+    let observed = s.observed();
     PollResult {
         session_id: s.id.clone(),
         command: s.shown_command(r).to_string(),
@@ -48,6 +49,8 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         started_at: rfc3339(s.started_at),
         uptime_seconds: uptime(s),
         output_preview: redacted_tail(r, s, PREVIEW_CHARS, env_dump),
+        ports: observed.ports,
+        resources: observed.resources,
         note: s.note.clone(),
         original_chars: None,
         kept_error_lines: None,
@@ -58,6 +61,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
 pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> ProcessEntry {
     let state = s.state();
     let env_dump = is_env_dump(&s.spec.command);
+    let observed = s.observed();
     ProcessEntry {
         session_id: s.id.clone(),
         command: first_chars(s.shown_command(r), 200).to_string(),
@@ -74,6 +78,8 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         persist: s.spec.persist,
         notify_on_complete: s.notify_on_complete(),
         watch_patterns: s.spec.watch_patterns.clone(),
+        ports: observed.ports,
+        resources: observed.resources,
         session_scoped,
         note: s.note.clone(),
     }

@@ -222,6 +222,37 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Observes every running session's tree (ports, resources) in one
+    /// pass off the event loop; a port that opened since the last pass is
+    /// announced with a `port` event. Called by the monitor.
+    pub async fn observe_sessions(&self) {
+        let sessions: Vec<Arc<Session>> = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.is_running())
+            .collect();
+        if sessions.is_empty() {
+            return;
+        }
+        let trees: Vec<kill::TreeSpec> = sessions.iter().map(|s| s.tree()).collect();
+        let procfs = self.procfs.clone();
+        let Ok(seen) = kill::scan_blocking(move || crate::observe::observe(&procfs, &trees)).await
+        else {
+            return;
+        };
+        for (s, observation) in sessions.iter().zip(seen) {
+            for port in s.set_observed(observation) {
+                self.notifications.publish(serde_json::json!({
+                    "type": "port",
+                    "session_id": s.id,
+                    "port": port,
+                }));
+            }
+        }
+    }
+}
+
 /// How long a kill of an exited session waits for the scan that finds
 /// what its root left to the daemon (it runs right after the exit).
 const ADOPTION_LIMIT: Duration = Duration::from_secs(2);
