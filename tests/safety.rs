@@ -1143,3 +1143,27 @@ fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
     );
     d.ok("kill", json!({"session_id": ticker}));
 }
+
+// ----- flood fairness (SPEC §10) -------------------------------------------------
+
+#[test]
+fn floods_share_the_daemon_and_lose_nothing() {
+    // Three `yes` floods and a counted one: the floods are held to a
+    // shared budget (their writers block on full pipes), none is starved,
+    // and the counted one arrives whole and in order.
+    let d = Daemon::start();
+    let yes: Vec<String> = (0..3).map(|_| d.spawn("yes")).collect();
+    let counted = d.spawn("seq 1 3000000");
+    let w = d.ok("wait", json!({"session_id": counted, "timeout_s": 120}));
+    assert_eq!(w["status"], "exited", "{w}");
+    assert_eq!(w["exit_code"], 0);
+    let last = d.ok("log", json!({"session_id": counted, "limit": 1}));
+    assert_eq!(last["total_lines"], 3_000_000, "every line arrived");
+    assert_eq!(last["output"], "3000000\n");
+    for id in &yes {
+        let r = d.ok("read", json!({"session_id": id, "max_bytes": 16}));
+        assert!(r["next_cursor"].as_u64().unwrap() > 0, "{id} was starved");
+        assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
+    }
+    assert_eq!(d.ok("kill_all", json!({}))["killed"], 3);
+}

@@ -11,7 +11,7 @@
 //!        procd-bench --reliability [--quick] [--json]   (fuzz, chaos, load)
 //!
 //! `--only WORD` runs just the figures whose group name contains WORD
-//! (spawn, poll, exit, ingest, latency, idle, many, kill): for profiling one.
+//! (spawn, poll, exit, ingest, latency, idle, many, kill, flood): for profiling one.
 
 mod reliability;
 
@@ -385,7 +385,7 @@ fn now_epoch() -> f64 {
 
 fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     let d = Daemon::start();
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 8] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 9] = [
         ("spawn", &|| vec![spawn_wait(&d, s)]),
         ("poll", &|| vec![poll_round_trip(&d, s)]),
         ("exit", &|| vec![exit_to_wait(&d, s)]),
@@ -394,6 +394,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("idle", &|| idle(&d, s)),
         ("many", &|| many_sessions(s)),
         ("kill", &|| kill_rows(s)),
+        ("flood", &|| flood_rows(s)),
     ];
     groups
         .iter()
@@ -856,6 +857,83 @@ fn many_sessions(s: &Sizes) -> Vec<Row> {
             "MiB",
             100.0,
             "VmRSS".into(),
+        ),
+    ]
+}
+
+/// CPU time (user + system) a process has used, in seconds.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("utime/stime in /proc/<pid>/stat")
+    };
+    // utime and stime are fields 14 and 15 (11 and 12 after the comm).
+    // SAFETY: sysconf reads a constant of the system; no memory is touched.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / hz.max(1.0)
+}
+
+/// Poll latency and daemon CPU while four sessions flood their output.
+fn flood_rows(s: &Sizes) -> Vec<Row> {
+    let d = Daemon::start();
+    let mut c = d.connect();
+    let target = c.call("spawn", json!({"command": "sleep 600"}))["session_id"].clone();
+    let poll =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "poll", "params": {"session_id": target}})
+            .to_string()
+            + "\n";
+    let sample = |c: &mut Line| -> Vec<f64> {
+        (0..s.polls)
+            .map(|_| {
+                let t = Instant::now();
+                c.round_trip(&poll);
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect()
+    };
+    let quiet = sample(&mut c);
+    for _ in 0..4 {
+        c.call("spawn", json!({"command": "yes"}));
+    }
+    // Let the floods reach full speed; then the daemon's CPU with the
+    // floods alone (no polls to serve), then the polls.
+    std::thread::sleep(Duration::from_millis(300));
+    let (cpu0, t0) = (cpu_seconds(d.pid()), Instant::now());
+    std::thread::sleep(s.idle.min(Duration::from_secs(3)));
+    let window = t0.elapsed().as_secs_f64();
+    let cores = (cpu_seconds(d.pid()) - cpu0) / window;
+    let flooded = sample(&mut c);
+    c.call("kill_all", json!({}));
+    vec![
+        Row::against(
+            "poll p99 with four `yes` floods".into(),
+            percentile(&flooded, 0.99),
+            percentile(&quiet, 0.99),
+            "us",
+            Ratio::AtMost(3.0),
+            format!(
+                "{} polls during the floods against {} just before them (the baseline), unpinned; p50 {:.1} vs {:.1} us",
+                s.polls,
+                s.polls,
+                median(&flooded),
+                median(&quiet)
+            ),
+        ),
+        Row::at_most(
+            "daemon CPU with four `yes` floods".into(),
+            cores,
+            "cores",
+            0.5,
+            format!("utime+stime of the daemon over {window:.1} s of the floods (no polls meanwhile)"),
         ),
     ]
 }

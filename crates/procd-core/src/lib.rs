@@ -12,6 +12,7 @@ pub mod clock;
 pub mod config;
 pub mod env;
 mod error;
+pub mod fairness;
 pub mod faults;
 pub mod identity;
 pub mod kill;

@@ -41,28 +41,67 @@ impl NoiseFilter {
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         let mut rest = chunk;
         while !rest.is_empty() {
+            // Real output streams through in runs of whole lines, copied
+            // once: a flood of short lines must not cost a step per line.
+            if self.streaming() {
+                let run = self.real_run(rest);
+                if run > 0 {
+                    out.extend_from_slice(&rest[..run]);
+                    rest = &rest[run..];
+                    continue;
+                }
+            }
             let (line, complete) = match memchr::memchr(b'\n', rest) {
                 Some(i) => (&rest[..=i], true),
                 None => (rest, false),
             };
             rest = &rest[line.len()..];
-            if self.passing {
-                out.extend_from_slice(line);
-            } else {
-                self.held.extend_from_slice(line);
-                if complete {
-                    let held = std::mem::take(&mut self.held);
-                    self.judge_line(held, out);
-                } else if !self.could_be_noise(&self.held) {
-                    self.release_logout(out);
-                    out.append(&mut self.held);
-                    self.passing = true;
-                    self.seen_output = true;
-                }
+            self.push_line(line, complete, out);
+        }
+    }
+
+    /// Nothing is held and real output has been seen: only lines that
+    /// start like noise need a look.
+    fn streaming(&self) -> bool {
+        self.seen_output && !self.passing && self.held.is_empty() && self.held_logout.is_none()
+    }
+
+    /// The length of the longest prefix of `bytes` made of whole lines
+    /// that cannot be noise (they do not start like a job notice, `logout`
+    /// or a shell warning).
+    fn real_run(&self, bytes: &[u8]) -> usize {
+        // One vectorised scan for the bytes noise can start with; only
+        // where one begins a line does the run end (a flood of short
+        // lines is not walked line by line).
+        let prefix = self.warning_prefix.first().copied().unwrap_or(b'[');
+        let mut from = 0;
+        while let Some(i) = memchr::memchr3(b'[', b'l', prefix, &bytes[from..]) {
+            let at = from + i;
+            if at == 0 || bytes[at - 1] == b'\n' {
+                return at;
             }
+            from = at + 1;
+        }
+        memchr::memrchr(b'\n', bytes).map_or(0, |i| i + 1)
+    }
+
+    fn push_line(&mut self, line: &[u8], complete: bool, out: &mut Vec<u8>) {
+        if self.passing {
+            out.extend_from_slice(line);
+        } else {
+            self.held.extend_from_slice(line);
             if complete {
-                self.passing = false;
+                let held = std::mem::take(&mut self.held);
+                self.judge_line(held, out);
+            } else if !self.could_be_noise(&self.held) {
+                self.release_logout(out);
+                out.append(&mut self.held);
+                self.passing = true;
+                self.seen_output = true;
             }
+        }
+        if complete {
+            self.passing = false;
         }
     }
 
@@ -228,6 +267,22 @@ mod tests {
         assert_eq!(
             out,
             "got ping\nbash: [x] tcsetattr: Inappropriate ioctl for device\n"
+        );
+    }
+
+    #[test]
+    fn runs_of_real_lines_stream_and_noise_inside_them_is_still_dropped() {
+        let mut f = NoiseFilter::new("bash");
+        let mut out = Vec::new();
+        f.push(b"first\n", &mut out);
+        f.push(
+            b"y\ny\nlike [1] this\n[1] 4242\nblah\nlogout\ny\npartial",
+            &mut out,
+        );
+        f.finish(&mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "first\ny\ny\nlike [1] this\nblah\nlogout\ny\npartial"
         );
     }
 

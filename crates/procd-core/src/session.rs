@@ -392,18 +392,22 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     };
     tokio::pin!(timer);
     let mut on_timeout = Some(on_timeout);
+    // Set while this session has used up its share of a multi-flood
+    // (`fairness.rs`): its pipe is not read until then.
+    let mut held_until: Option<Instant> = None;
 
     let exit = loop {
         let linger = watch.as_ref().and_then(|w| w.matcher.deadline());
         let tidy = store.tidy_due();
         tokio::select! {
             biased;
-            read = output.read(&mut buf), if !eof => match read {
+            read = output.read(&mut buf), if !eof && held_until.is_none() => match read {
                 Ok(0) => eof = true,
                 Ok(n) => {
                     store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
                     watch_step(&mut watch, |m, now| m.feed(&filtered, now));
                     fit_read_buffers(&mut buf, &mut filtered, n);
+                    held_until = crate::fairness::charge(&session.id, n, Instant::now());
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => eof = true,
@@ -413,6 +417,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
                 watch_step(&mut watch, WatchMatcher::expire);
             }
             () = sleep_until(tidy), if tidy.is_some() => store.tidy().await,
+            () = sleep_until(held_until), if held_until.is_some() => held_until = None,
             _ = &mut timer, if on_timeout.is_some() => {
                 if let Some(f) = on_timeout.take() {
                     f(session.clone());
