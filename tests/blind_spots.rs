@@ -196,16 +196,7 @@ fn orphans_are_reaped_and_final_drain_ms_is_honoured() {
     let id = d.spawn("(sleep 0.2; exit 0) & echo parent-done");
     d.wait_exit(&id);
     wait_until("no zombie under the daemon", || {
-        std::fs::read_dir("/proc").unwrap().flatten().all(|e| {
-            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            let rest: Vec<&str> = stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .split_whitespace()
-                .collect();
-            !(rest.first() == Some(&"Z") && rest.get(1) == Some(&d.pid().to_string().as_str()))
-        })
+        zombie_children(d.pid() as i32).is_empty()
     });
     // Output a descendant writes within final_drain_ms after the exit is
     // kept (the descendant holds the pipe open).

@@ -434,26 +434,40 @@ pub fn alive(pid: i32) -> bool {
     matches!(stat_fields(pid), Some((state, _)) if state != 'Z' && state != 'X')
 }
 
+/// Every pid in /proc.
+fn all_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+}
+
 /// Live pids whose environment carries `PROCD_SESSION_ID=<id>`.
 pub fn session_pids(id: &str) -> Vec<i32> {
     let marker = format!("PROCD_SESSION_ID={id}");
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if env.split(|b| *b == 0).any(|e| e == marker.as_bytes()) && alive(pid) {
-            pids.push(pid);
-        }
-    }
-    pids
+    all_pids()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == marker.as_bytes()))
+        })
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+/// Zombies whose parent is `parent` (exited, not reaped).
+pub fn zombie_children(parent: i32) -> Vec<i32> {
+    all_pids()
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let rest: Vec<&str> = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            rest.first() == Some(&"Z") && rest.get(1).and_then(|p| p.parse().ok()) == Some(parent)
+        })
+        .collect()
 }
 
 pub fn comm(pid: i32) -> String {
@@ -600,20 +614,10 @@ pub fn pids_with_argv(argv: &[&str]) -> Vec<i32> {
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
         .collect();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want) && alive(pid) {
-            pids.push(pid);
-        }
-    }
-    pids
+    all_pids()
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .filter(|pid| alive(*pid))
+        .collect()
 }
 
 /// Processes a test caused to run outside any session marker: SIGKILLed on
