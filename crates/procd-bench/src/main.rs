@@ -863,23 +863,10 @@ fn many_sessions(s: &Sizes) -> Vec<Row> {
 
 /// CPU time (user + system) a process has used, in seconds.
 fn cpu_seconds(pid: i32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .expect("utime/stime in /proc/<pid>/stat")
-    };
-    // utime and stime are fields 14 and 15 (11 and 12 after the comm).
-    // SAFETY: sysconf reads a constant of the system; no memory is touched.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / hz.max(1.0)
+    let stat = procd_core::procfs::ProcFs::default()
+        .stat(pid)
+        .expect("the daemon's /proc/<pid>/stat");
+    stat.cpu_ticks as f64 / procd_core::procfs::clock_ticks_per_second()
 }
 
 /// Poll latency and daemon CPU while four sessions flood their output.

@@ -392,6 +392,7 @@ mod tests {
     fn stat(pid: i32, ppid: i32, pgrp: i32, start: u64) -> ProcStat {
         ProcStat {
             pid,
+            cpu_ticks: 0,
             state: 'S',
             ppid,
             pgrp,

@@ -19,7 +19,7 @@ pub struct Observation {
 /// Observes each tree (`trees[i]` gives `result[i]`). Blocking.
 pub fn observe(procfs: &ProcFs, trees: &[TreeSpec]) -> Vec<Observation> {
     let page = page_size();
-    let hz = clock_ticks();
+    let hz = crate::procfs::clock_ticks_per_second();
     // Listening sockets by inode, per network namespace (read once each).
     let mut listening_by_ns: HashMap<String, HashMap<u64, u16>> = HashMap::new();
     trees
@@ -38,7 +38,7 @@ pub fn observe(procfs: &ProcFs, trees: &[TreeSpec]) -> Vec<Observation> {
                 }
                 resources.procs += 1;
                 resources.rss_bytes += rss_pages(&dir) * page;
-                resources.cpu_seconds += cpu_ticks(&dir) as f64 / hz;
+                resources.cpu_seconds += stat.cpu_ticks as f64 / hz;
                 let inodes = socket_inodes(&dir);
                 if inodes.is_empty() {
                     continue;
@@ -66,37 +66,12 @@ fn page_size() -> u64 {
     u64::try_from(n).unwrap_or(4096)
 }
 
-fn clock_ticks() -> f64 {
-    // SAFETY: as above.
-    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if n > 0 {
-        n as f64
-    } else {
-        100.0
-    }
-}
-
 /// Resident pages (the second field of /proc/<pid>/statm).
 fn rss_pages(dir: &Path) -> u64 {
     std::fs::read_to_string(dir.join("statm"))
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
         .unwrap_or(0)
-}
-
-/// utime + stime in clock ticks (fields 14 and 15 of /proc/<pid>/stat).
-fn cpu_ticks(dir: &Path) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
-        return 0;
-    };
-    let rest: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let field = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
 }
 
 /// Inodes of the sockets a process holds (its fds that read "socket:[N]").

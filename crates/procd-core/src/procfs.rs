@@ -15,9 +15,22 @@ pub struct ProcStat {
     pub ppid: i32,
     pub pgrp: i32,
     pub session: i32,
+    /// Fields 14 + 15: CPU time used (user + system), in clock ticks.
+    pub cpu_ticks: u64,
     /// Field 22: start time in clock ticks since boot; with the pid, the
     /// process's identity (a recycled pid has a different start time).
     pub start_time: u64,
+}
+
+/// Clock ticks per second (for `cpu_ticks` and `start_time`).
+pub fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf reads a constant of the system; no memory is touched.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 {
+        n as f64
+    } else {
+        100.0
+    }
 }
 
 impl ProcStat {
@@ -39,14 +52,18 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     let ppid = rest.next()?.parse().ok()?;
     let pgrp = rest.next()?.parse().ok()?;
     let session = rest.next()?.parse().ok()?;
-    // Fields 7..=21 are skipped; field 22 is the 16th after field 6.
-    let start_time = rest.nth(15)?.parse().ok()?;
+    // Fields 7..=13 are skipped; 14 and 15 are utime and stime; 16..=21
+    // are skipped; field 22 is the start time.
+    let utime: u64 = rest.nth(7)?.parse().ok()?;
+    let stime: u64 = rest.next()?.parse().ok()?;
+    let start_time = rest.nth(6)?.parse().ok()?;
     Some(ProcStat {
         pid,
         state,
         ppid,
         pgrp,
         session,
+        cpu_ticks: utime + stime,
         start_time,
     })
 }
@@ -137,6 +154,7 @@ mod tests {
         assert_eq!(st.pgrp, 4242);
         assert_eq!(st.session, 4242);
         assert_eq!(st.start_time, 987654);
+        assert_eq!(st.cpu_ticks, 1 + 2);
     }
 
     #[test]
