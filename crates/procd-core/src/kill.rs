@@ -5,7 +5,11 @@
 //! environment carries the session's marker (descendants that left the group
 //! with setsid). Each target is named by its `ProcessIdentity` and signalled
 //! through a pidfd opened under the identity guard, so a recycled pid is
-//! never signalled. Order: deepest descendants first, the root last.
+//! never signalled. A plan lists the deepest descendants first and the root
+//! last; the first signal of a termination goes to the root first (see
+//! `root_first`), the SIGKILL rounds follow the plan's order. The root is
+//! the session's subreaper, and orphans it left to the daemon when it
+//! exited are roots of the plan too (`TreeSpec::adopted`).
 
 use crate::identity::ProcessIdentity;
 use crate::pidfd::PidFd;

@@ -714,16 +714,11 @@ impl tokio::io::AsyncRead for OutputReader {
 /// The line the session's shell runs. `set +m`: no job control. The traps
 /// make the shell honour the signals a kill sends (an interactive bash
 /// ignores SIGTERM without one): it exits 128+n as soon as its current
-/// step ends, instead of going on to the next one. The shell's own stderr
-/// is dropped first: an interactive bash leaving through a trap complains
-/// that it cannot restore a terminal it never had.
+/// step ends, instead of going on to the next one. (What bash then prints
+/// about restoring a terminal it never had is dropped by the noise filter.)
 pub fn launch_script(command: &str) -> String {
-    let exit = |n: u8| format!("'exec 2>/dev/null; exit {n}'");
     format!(
-        "set +m; trap {} HUP; trap {} INT; trap {} TERM; {}",
-        exit(129),
-        exit(130),
-        exit(143),
+        "set +m; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; {}",
         rewrite_compound_background(command)
     )
 }
