@@ -22,16 +22,20 @@ const SHARED_BYTES: u64 = 2560 * 1024;
 #[derive(Default)]
 struct Windows {
     start: Option<Instant>,
-    /// Bytes stored in the current window, by session.
-    bytes: HashMap<String, u64>,
-    /// How many sessions flooded in the previous window.
+    /// Which window this is (counts up).
+    epoch: u64,
+    /// By session: the window its count is for, and the bytes stored in it.
+    bytes: HashMap<String, (u64, u64)>,
+    /// Sessions flooding in this window, and in the previous one.
+    flooding: usize,
     flooded_before: usize,
 }
 
 static WINDOWS: Mutex<Option<Windows>> = Mutex::new(None);
 
 /// Counts `n` bytes stored for `session`; returns when it may be read again
-/// if it has used up its share (None: read on).
+/// if it has used up its share (None: read on). Constant work per call: it
+/// runs after every read of every session.
 pub fn charge(session: &str, n: usize, now: Instant) -> Option<Instant> {
     WINDOWS
         .lock()
@@ -44,19 +48,30 @@ impl Windows {
     fn charge(&mut self, session: &str, n: usize, now: Instant) -> Option<Instant> {
         let start = *self.start.get_or_insert(now);
         if now.duration_since(start) >= WINDOW {
-            self.flooded_before = self.bytes.values().filter(|b| **b > FLOOD_BYTES).count();
-            self.bytes.clear();
+            self.epoch += 1;
+            self.flooded_before = self.flooding;
+            self.flooding = 0;
             self.start = Some(now);
+            // Forget sessions that stored nothing last window (ended ones).
+            let recent = self.epoch - 1;
+            self.bytes.retain(|_, (epoch, _)| *epoch >= recent);
         }
         let start = self.start.unwrap_or(now);
-        let used = match self.bytes.get_mut(session) {
-            Some(used) => used,
-            None => self.bytes.entry(session.to_string()).or_default(),
+        let epoch = self.epoch;
+        let entry = match self.bytes.get_mut(session) {
+            Some(entry) => entry,
+            None => self.bytes.entry(session.to_string()).or_insert((epoch, 0)),
         };
-        *used += n as u64;
-        let used = *used;
-        let flooding_now = self.bytes.values().filter(|b| **b > FLOOD_BYTES).count();
-        let floods = flooding_now.max(self.flooded_before);
+        if entry.0 != epoch {
+            *entry = (epoch, 0);
+        }
+        let before = entry.1;
+        entry.1 += n as u64;
+        let used = entry.1;
+        if before <= FLOOD_BYTES && used > FLOOD_BYTES {
+            self.flooding += 1;
+        }
+        let floods = self.flooding.max(self.flooded_before);
         if floods < 2 {
             return None;
         }
