@@ -609,6 +609,23 @@ impl Registry {
         }
     }
 
+    /// The daemon's children that no one waits for and that are not in
+    /// `claimed` (a /proc scan, off the event loop).
+    pub(super) fn unclaimed_children(
+        &self,
+        claimed: HashSet<i32>,
+    ) -> impl std::future::Future<Output = Vec<ProcessIdentity>> + Send + 'static {
+        let procfs = self.procfs.clone();
+        let reaper = self.reaper.clone();
+        async move {
+            kill::scan_blocking(move || {
+                kill::unclaimed_children(&procfs, |pid| reaper.is_waited(pid), &claimed)
+            })
+            .await
+            .unwrap_or_default()
+        }
+    }
+
     /// Records which processes the session's root left to the daemon when
     /// it exited (it was their subreaper): the daemon's children that no
     /// one waits for and no other session has claimed. Off the event loop,
@@ -626,14 +643,9 @@ impl Registry {
             .flat_map(|s| s.tree().adopted)
             .map(|p| p.pid)
             .collect();
-        let procfs = self.procfs.clone();
-        let reaper = self.reaper.clone();
+        let scan = self.unclaimed_children(claimed);
         tokio::spawn(async move {
-            let orphans = kill::scan_blocking(move || {
-                kill::unclaimed_children(&procfs, |pid| reaper.is_waited(pid), &claimed)
-            })
-            .await
-            .unwrap_or_default();
+            let orphans = scan.await;
             if !orphans.is_empty() {
                 tracing::info!(session = %session.id, ?orphans, "adopted the orphans its root left");
             }

@@ -198,13 +198,7 @@ impl Registry {
             )
         });
         futures::future::join_all(leftovers).await;
-        let procfs = self.procfs.clone();
-        let reaper = self.reaper.clone();
-        let strays = kill::scan_blocking(move || {
-            kill::unclaimed_children(&procfs, |pid| reaper.is_waited(pid), &HashSet::new())
-        })
-        .await
-        .unwrap_or_default();
+        let strays = self.unclaimed_children(HashSet::new()).await;
         if !strays.is_empty() {
             let spec = kill::TreeSpec {
                 root: ProcessIdentity {
