@@ -115,39 +115,48 @@ macro_rules! duration_param {
     };
 }
 
-macro_rules! count_param {
-    ($(#[$doc:meta])* $name:ident, $field:literal) => {
+/// A whole-number parameter of type `$int` from `$min` to `$max`
+/// (`$range` says it in the message).
+macro_rules! int_param {
+    ($(#[$doc:meta])* $name:ident, $field:literal, $int:ty, $min:expr, $max:expr, $range:literal) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-        pub struct $name(u64);
+        pub struct $name($int);
 
         impl $name {
             /// For clients; the daemon validates what it receives.
-            pub fn new(value: u64) -> Self {
+            pub fn new(value: $int) -> Self {
                 $name(value)
             }
 
-            pub fn get(self) -> u64 {
+            pub fn get(self) -> $int {
                 self.0
             }
         }
 
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_u64(self.0)
+                s.serialize_u64(u64::from(self.0))
             }
         }
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                const RULE: &str = concat!($field, ": must be a whole number from 0 to 2^53");
+                const RULE: &str = concat!($field, ": must be a whole number from ", $range);
                 let v = d.deserialize_any(CountVisitor(RULE))?;
-                if v > MAX_COUNT {
-                    return Err(de::Error::custom(format!("{RULE}, got {v}")));
+                match <$int>::try_from(v) {
+                    Ok(n) if ($min..=$max).contains(&n) => Ok($name(n)),
+                    _ => Err(de::Error::custom(format!("{RULE}, got {v}"))),
                 }
-                Ok($name(v))
             }
         }
+    };
+}
+
+/// A count, cursor or offset: 0 to 2^53.
+macro_rules! count_param {
+    ($(#[$doc:meta])* $name:ident, $field:literal) => {
+        int_param!($(#[$doc])* $name, $field, u64, 0, MAX_COUNT, "0 to 2^53");
     };
 }
 
@@ -198,49 +207,13 @@ count_param!(
     MaxOutputTokens, "max_output_tokens"
 );
 
-/// A terminal dimension (`rows`, `cols`): 1 to 4096.
-macro_rules! term_param {
-    ($(#[$doc:meta])* $name:ident, $field:literal) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub struct $name(u16);
-
-        impl $name {
-            pub fn new(value: u16) -> Self {
-                $name(value)
-            }
-
-            pub fn get(self) -> u16 {
-                self.0
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_u16(self.0)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                const RULE: &str = concat!($field, ": must be a whole number from 1 to 4096");
-                let v = d.deserialize_any(CountVisitor(RULE))?;
-                match u16::try_from(v) {
-                    Ok(n) if (1..=4096).contains(&n) => Ok($name(n)),
-                    _ => Err(de::Error::custom(format!("{RULE}, got {v}"))),
-                }
-            }
-        }
-    };
-}
-
-term_param!(
+int_param!(
     /// PTY height in rows.
-    Rows, "rows"
+    Rows, "rows", u16, 1, 4096, "1 to 4096"
 );
-term_param!(
+int_param!(
     /// PTY width in columns.
-    Cols, "cols"
+    Cols, "cols", u16, 1, 4096, "1 to 4096"
 );
 
 #[cfg(test)]
