@@ -1148,9 +1148,11 @@ fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
 
 #[test]
 fn floods_share_the_daemon_and_lose_nothing() {
-    // Three `yes` floods and a counted one: the floods are held to a
-    // shared budget (their writers block on full pipes), none is starved,
-    // and the counted one arrives whole and in order.
+    // Three `yes` floods and a counted one: none is starved, and the
+    // counted one arrives whole and in order although the daemon holds
+    // floods back. (That they are held to a shared budget is shown by
+    // fairness.rs's unit test and the bench's flood rows: CPU and poll
+    // latency are not asserted in tests.)
     let d = Daemon::start();
     let yes: Vec<String> = (0..3).map(|_| d.spawn("yes")).collect();
     let counted = d.spawn("seq 1 3000000");
