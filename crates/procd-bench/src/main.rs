@@ -751,16 +751,20 @@ fn switches_between(
         .sum()
 }
 
-fn rss_mib(pid: i32) -> f64 {
+/// A number field of /proc/<pid>/status ("Threads:", "VmRSS:" in kB).
+pub(crate) fn status_field(pid: i32, field: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
+}
+
+fn rss_mib(pid: i32) -> f64 {
+    status_field(pid, "VmRSS:").map_or(f64::NAN, |kb| kb as f64 / 1024.0)
 }
 
 fn idle(d: &Daemon, s: &Sizes) -> Vec<Row> {
@@ -927,14 +931,7 @@ fn flood_rows(s: &Sizes) -> Vec<Row> {
 
 /// Threads of a process (from /proc/<pid>/status).
 fn threads(pid: i32) -> i64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse().ok())
-        })
-        .expect("the daemon's thread count")
+    status_field(pid, "Threads:").expect("the daemon's thread count") as i64
 }
 
 /// Whether the session's shell has forked its first `sleep` (so its traps

@@ -668,14 +668,7 @@ fn fds(pid: i32) -> usize {
 }
 
 fn status_field(pid: i32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    crate::status_field(pid, field).unwrap_or(0)
 }
 
 fn zombies_of(pid: i32) -> usize {
