@@ -77,6 +77,37 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
         ]
     );
     assert!(seen["start_schema"]["properties"]["command"]["description"].is_string());
+    assert!(seen["start_schema"]["properties"]["ready"].is_object());
+    let teach = seen["start_description"].as_str().unwrap();
+    assert!(
+        teach.contains("ready") && teach.contains("WAITING FOR INPUT"),
+        "{teach}"
+    );
+
+    // SPEC §12 through MCP: a server started with `ready` answers when it
+    // serves, with its port in the text; a prompt is said to wait for input
+    // and `write` answers it.
+    let server = &seen["devserver"];
+    assert_eq!(server["result"]["ready"], true, "{server}");
+    let text = server["text"].as_str().unwrap();
+    assert!(
+        text.contains("ready (after") && text.contains(&format!("[{}]", seen["port"])),
+        "{text}"
+    );
+    let prompt = &seen["prompt"];
+    assert_eq!(prompt["result"]["waiting_for_input"], true, "{prompt}");
+    assert!(
+        prompt["text"]
+            .as_str()
+            .unwrap()
+            .contains("WAITING FOR INPUT"),
+        "{prompt}"
+    );
+    let reply = seen["reply"]["text"].as_str().unwrap();
+    assert!(
+        reply.contains("answer y") && reply.contains("exited with code 0"),
+        "{reply}"
+    );
 
     // Spawn-and-yield: a fast command's output and exit code in one call.
     let fast = &seen["fast"];

@@ -7,6 +7,7 @@ usage: mcp_client.py PROCD_BINARY HOME
 import asyncio
 import json
 import os
+import socket
 import sys
 
 from mcp import ClientSession, StdioServerParameters
@@ -31,6 +32,7 @@ async def main(procd: str, home: str) -> None:
             tools = await session.list_tools()
             out["tools"] = sorted(t.name for t in tools.tools)
             out["start_schema"] = next(t.input_schema for t in tools.tools if t.name == "start")
+            out["start_description"] = next(t.description for t in tools.tools if t.name == "start")
 
             async def call(name, args):
                 r = await session.call_tool(name, args)
@@ -59,6 +61,27 @@ async def main(procd: str, home: str) -> None:
             out["doomed_pid"] = doomed["result"]["pid"]
             out["bad"] = await call("read", {"session_id": "proc_ffffffffffff"})
             out["list"] = await call("list", {})
+            # A dev server, started with a ready condition: the answer comes
+            # when it listens, and says so.
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            out["port"] = port
+            out["devserver"] = await call(
+                "start",
+                {
+                    "command": f"echo compiling; sleep 1; exec python3 -m http.server {port} --bind 127.0.0.1",
+                    "ready": {"http": f"http://127.0.0.1:{port}/", "port": port},
+                    "yield_ms": 60000,
+                },
+            )
+            # A question: the answer says it waits, and write answers it.
+            out["prompt"] = await call(
+                "start", {"command": "printf 'Proceed? [y/N] '; read a; echo \"answer $a\"", "yield_ms": 60000}
+            )
+            out["reply"] = await call(
+                "write", {"session_id": out["prompt"]["result"]["session_id"], "text": "y", "yield_ms": 60000}
+            )
     print(json.dumps(out))
 
 

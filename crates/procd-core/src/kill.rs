@@ -76,6 +76,17 @@ impl KillPlan {
         }
     }
 
+    /// Like `collect`, from a process table already read (one scan serves
+    /// many sessions).
+    pub fn from_table(
+        spec: &TreeSpec,
+        procfs: &ProcFs,
+        table: &[ProcStat],
+        include_root: bool,
+    ) -> KillPlan {
+        plan_from_table(spec, procfs, table, include_root)
+    }
+
     /// Just the group and the root: the targets of a one-off `signal`.
     pub fn group(spec: &TreeSpec, procfs: &ProcFs) -> KillPlan {
         let Ok(table) = procfs.all() else {

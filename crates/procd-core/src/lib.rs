@@ -24,6 +24,7 @@ pub mod output;
 pub mod pidfd;
 pub mod procfs;
 pub mod random;
+pub mod readiness;
 pub mod reaper;
 pub mod redact;
 pub mod registry;

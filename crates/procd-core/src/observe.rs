@@ -1,33 +1,72 @@
 //! What a session's live tree is doing (SPEC §12): the TCP ports it
-//! listens on and the resources it uses. Taken by the monitor once a tick
+//! listens on, the resources it uses, and whether one of its processes is
+//! blocked reading the session's input. Taken by the monitor once a tick
 //! for every running session with one /proc scan (off the event loop), and
-//! kept on the session, so a `poll` only reads the last observation.
+//! kept on the session, so a `poll` only reads the last observation; a
+//! yield that waits on a quiet session takes its own (`Registry::probe`).
 
 use crate::kill::{KillPlan, TreeSpec};
 use crate::procfs::ProcFs;
 use procd_proto::Resources;
 use std::collections::{BTreeSet, HashMap};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::time::Instant;
 
 /// One observation of a session's tree.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observation {
     pub ports: Vec<u16>,
     pub resources: Resources,
+    /// A process of the tree was blocked reading the session's input.
+    pub reading_input: bool,
+    /// When it was taken (None: never observed).
+    pub taken: Option<Instant>,
 }
 
-/// Observes each tree (`trees[i]` gives `result[i]`). Blocking.
-pub fn observe(procfs: &ProcFs, trees: &[TreeSpec]) -> Vec<Observation> {
+/// What a session's input is: the device and inode of its stdin pipe or
+/// terminal, as `stat` of /proc/<pid>/fd/N shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl InputId {
+    /// What the process's descriptor `fd` refers to.
+    pub fn of_fd(procfs: &ProcFs, pid: i32, fd: u64) -> Option<InputId> {
+        let meta = std::fs::metadata(procfs.root().join(format!("{pid}/fd/{fd}"))).ok()?;
+        Some(InputId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+}
+
+/// A tree to observe, and the input its processes might wait on.
+pub struct Watched {
+    pub tree: TreeSpec,
+    pub input: Option<InputId>,
+}
+
+/// Observes each tree (`trees[i]` gives `result[i]`) from one /proc scan.
+/// Blocking.
+pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
     let page = page_size();
     let hz = crate::procfs::clock_ticks_per_second();
+    let table = procfs.all().ok();
     // Listening sockets by inode, per network namespace (read once each).
     let mut listening_by_ns: HashMap<String, HashMap<u64, u16>> = HashMap::new();
     trees
         .iter()
-        .map(|tree| {
-            let plan = KillPlan::collect(tree, procfs, true);
+        .map(|Watched { tree, input }| {
+            let plan = match &table {
+                Some(table) => KillPlan::from_table(tree, procfs, table, true),
+                None => KillPlan::collect(tree, procfs, true),
+            };
             let mut ports = BTreeSet::new();
             let mut resources = Resources::default();
+            let mut reading_input = false;
             for target in &plan.targets {
                 let dir = procfs.root().join(target.pid.to_string());
                 let Ok(stat) = procfs.stat(target.pid) else {
@@ -39,6 +78,9 @@ pub fn observe(procfs: &ProcFs, trees: &[TreeSpec]) -> Vec<Observation> {
                 resources.procs += 1;
                 resources.rss_bytes += rss_pages(&dir) * page;
                 resources.cpu_seconds += stat.cpu_ticks as f64 / hz;
+                if let Some(input) = input {
+                    reading_input = reading_input || blocked_on(procfs, target.pid, *input);
+                }
                 let inodes = socket_inodes(&dir);
                 if inodes.is_empty() {
                     continue;
@@ -55,9 +97,66 @@ pub fn observe(procfs: &ProcFs, trees: &[TreeSpec]) -> Vec<Observation> {
             Observation {
                 ports: ports.into_iter().collect(),
                 resources,
+                reading_input,
+                taken: Some(Instant::now()),
             }
         })
         .collect()
+}
+
+/// Whether the process's main thread is blocked reading `input`: in a
+/// read on it, in a select whose only descriptor is fd 0 and fd 0 is it
+/// (readline), or in an epoll wait whose set watches it (node, libuv).
+/// /proc/<pid>/syscall names the call and its arguments, the epoll set is
+/// listed in /proc/<pid>/fdinfo/<epfd>. A sleeping process shows its sleep
+/// call and a computing one "running", so neither is ever taken for a
+/// reader. poll(2) keeps its descriptors in the process's memory and is
+/// not recognised (a missed prompt, never a false one).
+fn blocked_on(procfs: &ProcFs, pid: i32, input: InputId) -> bool {
+    let dir = procfs.root().join(pid.to_string());
+    let Ok(text) = std::fs::read_to_string(dir.join("syscall")) else {
+        return false;
+    };
+    let Some((nr, args)) = parse_syscall(&text) else {
+        return false;
+    };
+    let is_input = |fd: u64| InputId::of_fd(procfs, pid, fd) == Some(input);
+    match nr {
+        libc::SYS_read | libc::SYS_readv | libc::SYS_pread64 => is_input(args[0]),
+        libc::SYS_pselect6 => args[0] == 1 && is_input(0),
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_select => args[0] == 1 && is_input(0),
+        libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2 => epoll_watches(&dir, args[0], &is_input),
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_epoll_wait => epoll_watches(&dir, args[0], &is_input),
+        _ => false,
+    }
+}
+
+/// The syscall number and first argument of /proc/<pid>/syscall ("running"
+/// or a negative number when in none).
+fn parse_syscall(text: &str) -> Option<(libc::c_long, [u64; 1])> {
+    let mut fields = text.split_whitespace();
+    let nr = fields.next()?.parse::<libc::c_long>().ok()?;
+    let arg = fields.next()?.strip_prefix("0x")?;
+    Some((nr, [u64::from_str_radix(arg, 16).ok()?]))
+}
+
+/// Whether the epoll set `epfd` watches a descriptor `is_input` accepts
+/// ("tfd: N" lines of its fdinfo).
+fn epoll_watches(dir: &Path, epfd: u64, is_input: &dyn Fn(u64) -> bool) -> bool {
+    let Ok(info) = std::fs::read_to_string(dir.join(format!("fdinfo/{epfd}"))) else {
+        return false;
+    };
+    info.lines()
+        .filter_map(|l| {
+            l.strip_prefix("tfd:")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .any(is_input)
 }
 
 fn page_size() -> u64 {
@@ -130,5 +229,20 @@ mod tests {
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 100 0 0 10 0\n\
    1: 0100007F:A1B2 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 67890 1 0000000000000000 20 4 30 10 -1\n";
         assert_eq!(parse_listening(table), vec![(12345, 8080)]);
+    }
+
+    #[test]
+    fn syscall_lines_give_the_call_and_its_first_argument() {
+        assert_eq!(
+            parse_syscall("0 0x0 0x7ffd70dd4676 0x1 0x0 0x7f16c1acac68 0x0 0x7ffd 0x7f16\n"),
+            Some((0, [0]))
+        );
+        assert_eq!(
+            parse_syscall("281 0xe 0x7ffc666b0650 0x400 0xffffffff 0x0 0x8 0x7ffc 0x7f17"),
+            Some((281, [14]))
+        );
+        assert_eq!(parse_syscall("running\n"), None);
+        // Blocked outside a syscall: a number no read matches.
+        assert_eq!(parse_syscall("-1 0x7ffc 0x7f17\n").map(|c| c.0), Some(-1));
     }
 }

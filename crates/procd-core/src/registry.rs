@@ -20,6 +20,7 @@ use crate::noise::NoiseFilter;
 use crate::notify::NotificationQueue;
 use crate::output::OutputStore;
 use crate::procfs::ProcFs;
+use crate::readiness::Readiness;
 use crate::reaper::Reaper;
 use crate::redact::{is_env_dump, Redactor};
 use crate::rewrite::rewrite_compound_background;
@@ -40,6 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 
 mod present;
 mod reading;
+mod ready;
 mod recovery;
 mod spawn;
 mod stdin;
@@ -110,6 +112,8 @@ pub struct SpawnRequest {
     /// Wait up to this long for the session to exit or go quiet, and
     /// return its output so far (spawn-and-yield).
     pub yield_ms: Option<f64>,
+    /// When the session counts as ready (SPEC §12).
+    pub ready: Option<procd_proto::ReadySpec>,
     /// The character budget of returned output (see `budget`).
     pub budget: Option<usize>,
 }

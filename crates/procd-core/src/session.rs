@@ -35,6 +35,8 @@ pub struct SessionSpec {
     pub watch_patterns: Vec<String>,
     pub timeout: Option<Duration>,
     pub stdin: StdinMode,
+    /// When it counts as ready (SPEC §12).
+    pub ready: Option<crate::readiness::ReadyCheck>,
 }
 
 /// How a session ended.
@@ -129,7 +131,26 @@ pub struct Session {
     slot: Mutex<Option<crate::slot::RunningSlot>>,
     /// Ports and resources of its tree, as the monitor last saw them.
     observed: Mutex<crate::observe::Observation>,
+    /// Its stdin pipe or terminal (None with `stdin: "null"`, or when the
+    /// root was gone before it could be looked at).
+    pub input: Option<crate::observe::InputId>,
+    /// Where it stands against its ready condition (SPEC §12).
+    readiness: watch::Sender<crate::readiness::Readiness>,
+    /// The output end when `input_wanted` was last sent: one event per
+    /// episode (cleared when the session is seen not waiting).
+    input_wanted_at: Mutex<Option<u64>>,
+    /// When input was last written: an observation from before says
+    /// nothing about whether it is waiting again.
+    last_input: Mutex<Option<Instant>>,
+    /// A duplicate of the output pipe's read end (or the PTY master), to
+    /// ask how much output the supervisor has not read yet; dropped at the
+    /// exit, so a leftover writer is not kept from EPIPE.
+    output_probe: Mutex<Option<std::os::fd::OwnedFd>>,
 }
+
+/// How long a session must be quiet, blocked on its input, before it
+/// counts as waiting for input (SPEC §12).
+pub const INPUT_QUIET: Duration = Duration::from_millis(250);
 
 impl Session {
     pub fn new(
@@ -157,6 +178,11 @@ impl Session {
             adopted: watch::channel(None).0,
             slot: Mutex::new(None),
             observed: Mutex::new(Default::default()),
+            input: None,
+            readiness: watch::channel(crate::readiness::Readiness::Unconditioned).0,
+            input_wanted_at: Mutex::new(None),
+            last_input: Mutex::new(None),
+            output_probe: Mutex::new(None),
             spec,
         }
     }
@@ -260,6 +286,102 @@ impl Session {
         new
     }
 
+    /// Whether anything can be typed into it (a pipe or terminal that is
+    /// still open, of a running session).
+    pub fn takes_input(&self) -> bool {
+        self.input.is_some() && !self.stdin_closed() && self.is_running()
+    }
+
+    /// Whether it is waiting for input now: the last observation (taken
+    /// after the last output) saw a process blocked reading its input, and
+    /// it has been quiet for `INPUT_QUIET`.
+    pub fn waiting_for_input(&self) -> bool {
+        if !self.takes_input() {
+            return false;
+        }
+        let quiet = self.output.quiet_for();
+        let last_input = *self.last_input.lock().unwrap_or_else(|e| e.into_inner());
+        let observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        observed.reading_input
+            && quiet >= INPUT_QUIET
+            && observed
+                .taken
+                .is_some_and(|t| t.elapsed() <= quiet && last_input.is_none_or(|i| t > i))
+            && !self.output_unread()
+    }
+
+    /// Keeps `fd` (a duplicate of where its output is read from) to tell
+    /// unread output from quiet.
+    pub fn set_output_probe(&mut self, fd: std::os::fd::OwnedFd) {
+        *self
+            .output_probe
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner()) = Some(fd);
+    }
+
+    /// Output the program wrote that the supervisor has not read yet: a
+    /// prompt in flight is not silence.
+    fn output_unread(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let probe = self.output_probe.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(fd) = probe.as_ref() else {
+            return false;
+        };
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one c_int through the pointer, which is a
+        // live local; the descriptor is owned by `probe`, held locked for
+        // the call, so it is open and is the one we mean.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+        r == 0 && n > 0
+    }
+
+    /// Records that input was written (a new episode may begin).
+    pub fn note_input(&self) {
+        *self.last_input.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        *self
+            .input_wanted_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Whether an `input_wanted` event is due: it is waiting, and no event
+    /// was sent for this episode (same output end, not seen reading since).
+    pub fn take_input_wanted(&self) -> bool {
+        let mut sent = self
+            .input_wanted_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !self.waiting_for_input() {
+            let reading = self
+                .observed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .reading_input;
+            if !reading {
+                *sent = None;
+            }
+            return false;
+        }
+        let end = self.output.end();
+        if *sent == Some(end) {
+            return false;
+        }
+        *sent = Some(end);
+        true
+    }
+
+    pub fn readiness(&self) -> crate::readiness::Readiness {
+        *self.readiness.borrow()
+    }
+
+    pub fn subscribe_readiness(&self) -> watch::Receiver<crate::readiness::Readiness> {
+        self.readiness.subscribe()
+    }
+
+    pub fn set_readiness(&self, now: crate::readiness::Readiness) {
+        self.readiness.send_replace(now);
+    }
+
     /// Gives the session its running slot (before it is shared).
     pub fn hold_slot(&mut self, slot: crate::slot::RunningSlot) {
         *self.slot.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(slot);
@@ -323,6 +445,12 @@ impl Session {
     pub(crate) fn mark_exited(&self, record: Arc<ExitRecord>) {
         // Stdin is useless now; dropping our sender ends the writer task.
         self.take_stdin();
+        drop(
+            self.output_probe
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         self.state.send_if_modified(|state| match state {
             SessionState::Running => {
                 *state = SessionState::Exited(record);

@@ -34,6 +34,7 @@ pub trait ProcdApi {
         yield_ms: Option<YieldMs>,
         max_output_chars: Option<MaxOutputChars>,
         max_output_tokens: Option<MaxOutputTokens>,
+        ready: Option<ReadySpec>,
     ) -> RpcResult<SpawnResult>;
 
     #[method(name = "poll", param_kind = map)]

@@ -69,6 +69,12 @@ pub struct SpawnResult {
     /// Error-looking lines kept from the part a budget cut (SPEC §12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_error_lines: Option<u64>,
+    /// With a ready condition: whether it was met when the yield ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// With `yield_ms`: the session is waiting for input (SPEC §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for_input: Option<bool>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
 }
@@ -99,6 +105,16 @@ pub struct PollResult {
     /// What the session's live tree uses (SPEC §12).
     #[serde(default)]
     pub resources: Resources,
+    /// Null without a ready condition; false until it is met, then true.
+    #[serde(default)]
+    pub ready: Option<bool>,
+    /// Milliseconds from the start to readiness, once ready.
+    #[serde(default)]
+    pub ready_after_ms: Option<u64>,
+    /// A process of the session is blocked reading its input, and it has
+    /// been quiet for 250 ms (SPEC §12).
+    #[serde(default)]
+    pub waiting_for_input: bool,
     /// Set for a session recovered after a daemon restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -242,6 +258,9 @@ pub struct StdinResult {
     /// With `yield_ms`: whether the session is still running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_status: Option<SessionStatus>,
+    /// With `yield_ms`: the session is waiting for input again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for_input: Option<bool>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
 }
@@ -267,10 +286,55 @@ pub struct ProcessEntry {
     pub ports: Vec<u16>,
     #[serde(default)]
     pub resources: Resources,
+    #[serde(default)]
+    pub ready: Option<bool>,
+    #[serde(default)]
+    pub ready_after_ms: Option<u64>,
+    #[serde(default)]
+    pub waiting_for_input: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub session_scoped: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// `spawn{ready}`: when a session counts as ready (SPEC §12). Every key
+/// given must hold; a condition, once met, stays met.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "ready: an object with output, port, http and timeout_s"
+)]
+pub struct ReadySpec {
+    /// A regex matched against whole output lines (ANSI stripped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// A TCP port the session's tree listens on, or any port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<ReadyPort>,
+    /// A loopback URL that answers with a status of 200 to 399.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
+    /// How long to wait before reporting `ready_timeout` (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
+}
+
+/// `ready.port`: a port number, or `"any"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "ready.port: a port number (1 to 65535) or \"any\""
+)]
+pub enum ReadyPort {
+    Number(u32),
+    Any(AnyPort),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnyPort {
+    Any,
 }
 
 /// Resources of a session's live tree, as the monitor last saw them.

@@ -40,6 +40,7 @@ impl ProcdApiServer for Api {
         yield_ms: Option<YieldMs>,
         max_output_chars: Option<MaxOutputChars>,
         max_output_tokens: Option<MaxOutputTokens>,
+        ready: Option<ReadySpec>,
     ) -> RpcResult<SpawnResult> {
         if let Some(token) = &owner {
             if !self.daemon.owner_is_live(token).await {
@@ -64,6 +65,7 @@ impl ProcdApiServer for Api {
             timeout_s: timeout_s.map(TimeoutS::get),
             stdin: stdin.unwrap_or_default(),
             yield_ms: yield_ms.map(YieldMs::get),
+            ready,
             budget: chars_budget(
                 max_output_chars.map(MaxOutputChars::get),
                 max_output_tokens.map(MaxOutputTokens::get),

@@ -89,6 +89,19 @@ enum Command {
         /// Kill the session's tree after this many seconds.
         #[arg(long, value_name = "S")]
         timeout: Option<f64>,
+        /// Ready once an output line matches this regex (then return).
+        #[arg(long, value_name = "REGEX")]
+        ready_output: Option<String>,
+        /// Ready once the tree listens on this TCP port, or "any".
+        #[arg(long, value_name = "PORT")]
+        ready_port: Option<String>,
+        /// Ready once this loopback URL answers 200-399.
+        #[arg(long, value_name = "URL")]
+        ready_http: Option<String>,
+        /// How long to wait for readiness (default 60 s; the session keeps
+        /// running either way).
+        #[arg(long, value_name = "S")]
+        ready_timeout: Option<f64>,
         /// The command: one argument is used as given; several are joined with spaces.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
@@ -422,6 +435,41 @@ fn init_tracing() {
         .init();
 }
 
+/// `spawn{ready}` from the `--ready-*` flags (None without any).
+fn ready_condition(
+    output: Option<String>,
+    port: Option<String>,
+    http: Option<String>,
+    timeout_s: Option<f64>,
+) -> Result<Option<procd_proto::ReadySpec>, String> {
+    if output.is_none() && port.is_none() && http.is_none() {
+        return match timeout_s {
+            Some(_) => {
+                Err("--ready-timeout needs --ready-output, --ready-port or --ready-http".into())
+            }
+            None => Ok(None),
+        };
+    }
+    let port = match port.as_deref() {
+        None => None,
+        Some("any") => Some(procd_proto::ReadyPort::Any(procd_proto::AnyPort::Any)),
+        Some(p) => match p.parse() {
+            Ok(n) => Some(procd_proto::ReadyPort::Number(n)),
+            Err(_) => {
+                return Err(format!(
+                    "--ready-port takes a port number or \"any\", got {p:?}"
+                ))
+            }
+        },
+    };
+    Ok(Some(procd_proto::ReadySpec {
+        output,
+        port,
+        http,
+        timeout_s,
+    }))
+}
+
 async fn client_command(
     target: &Target,
     client: &Client,
@@ -445,8 +493,25 @@ async fn client_command(
             notify,
             watch,
             timeout,
+            ready_output,
+            ready_port,
+            ready_http,
+            ready_timeout,
             command,
         } => {
+            let ready = match ready_condition(ready_output, ready_port, ready_http, ready_timeout) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("procd: {e}");
+                    return Ok(EXIT_USAGE);
+                }
+            };
+            // With a condition, wait for it (and a bit more, so that the
+            // daemon's own timeout answers first).
+            let yield_ms = ready.as_ref().map(|r| {
+                let s = r.timeout_s.unwrap_or(60.0);
+                procd_proto::YieldMs::new(s * 1000.0 + 1000.0)
+            });
             let mut vars = BTreeMap::new();
             for kv in env {
                 match kv.split_once('=') {
@@ -475,9 +540,10 @@ async fn client_command(
                     (!watch.is_empty()).then_some(watch),
                     timeout.map(procd_proto::TimeoutS::new),
                     None,
+                    yield_ms,
                     None,
                     None,
-                    None,
+                    ready,
                 )
                 .await?;
             target.print(&r, render::spawned);

@@ -67,6 +67,43 @@ pub struct StartParams {
         description = "Most characters of output to return (head and tail are kept). Default 20000."
     )]
     pub max_output_chars: Option<u64>,
+    #[schemars(
+        description = "For servers: when it is ready. start then waits (up to yield_ms) until it is, instead of returning when output pauses. E.g. {\"port\": 3000} or {\"output\": \"ready in\"} or {\"http\": \"http://localhost:3000/\"}."
+    )]
+    pub ready: Option<ReadyParams>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ReadyParams {
+    #[schemars(description = "Regex an output line must match.")]
+    pub output: Option<String>,
+    #[schemars(description = "TCP port it must listen on, or \"any\".")]
+    pub port: Option<Value>,
+    #[schemars(description = "Loopback URL that must answer with status 200-399.")]
+    pub http: Option<String>,
+    #[schemars(description = "Seconds before it counts as not ready. Default 60.")]
+    pub timeout_s: Option<f64>,
+}
+
+impl ReadyParams {
+    fn to_wire(&self) -> Result<procd_proto::ReadySpec, String> {
+        let port = match &self.port {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "any" => {
+                Some(procd_proto::ReadyPort::Any(procd_proto::AnyPort::Any))
+            }
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => Some(procd_proto::ReadyPort::Number(n)),
+                None => return Err(format!("ready.port: a port number or \"any\", got {v}")),
+            },
+        };
+        Ok(procd_proto::ReadySpec {
+            output: self.output.clone(),
+            port,
+            http: self.http.clone(),
+            timeout_s: self.timeout_s,
+        })
+    }
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -188,8 +225,54 @@ fn exit_words(exit: &Option<procd_proto::ExitInfo>) -> String {
     }
 }
 
+/// What the model should know about a running session beyond its
+/// output: readiness, ports, resources, and whether it waits for input.
+fn state_words(p: &procd_proto::PollResult) -> String {
+    if p.status != procd_proto::SessionStatus::Running {
+        return String::new();
+    }
+    let mut words = Vec::new();
+    match (p.ready, p.ready_after_ms) {
+        (Some(true), Some(ms)) => words.push(format!("ready (after {ms} ms)")),
+        (Some(_), _) => words.push("not ready yet".to_string()),
+        (None, _) => {}
+    }
+    if !p.ports.is_empty() {
+        words.push(format!("listening on port(s) {:?}", p.ports));
+    }
+    let r = &p.resources;
+    if r.procs > 0 {
+        words.push(format!(
+            "{} process(es), {:.0} MB memory, {:.1} s CPU",
+            r.procs,
+            r.rss_bytes as f64 / 1e6,
+            r.cpu_seconds
+        ));
+    }
+    if p.waiting_for_input {
+        words.push("WAITING FOR INPUT: answer with `write`".to_string());
+    }
+    if words.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", words.join("; "))
+    }
+}
+
 #[tool_router]
 impl ProcdMcp {
+    /// `state_words` of a session now ("" when it cannot be polled).
+    async fn state_of(&self, session_id: &str) -> String {
+        match self
+            .client
+            .poll(session_id.to_string(), Some(MaxOutputChars::new(0)), None)
+            .await
+        {
+            Ok(p) => state_words(&p),
+            Err(_) => String::new(),
+        }
+    }
+
     pub fn new(client: Client, owner: String) -> Self {
         ProcdMcp {
             client: Arc::new(client),
@@ -199,13 +282,21 @@ impl ProcdMcp {
     }
 
     #[tool(
-        description = "Start a shell command as a background process (dev server, test run, build, REPL). Waits up to yield_ms for it to finish or go quiet, then returns its output so far, its status, and a session_id and cursor for later `read`, `write`, `wait` and `kill` calls. Processes end when this agent disconnects unless persist is true."
+        description = "Start a shell command as a background process (dev server, test run, build, REPL). Waits up to yield_ms for it to finish, go quiet, ask for input, or (with `ready`) become ready; then returns its output so far, its status, and a session_id and cursor for later `read`, `write`, `wait` and `kill` calls. For a dev server pass ready (e.g. {\"port\": 3000}) and a yield_ms long enough to start (e.g. 60000): the answer comes as soon as it serves, with its ports. If the answer says WAITING FOR INPUT, the program asks something (a [y/N] question, a prompt): answer with `write`. Processes end when this agent disconnects unless persist is true."
     )]
     async fn start(
         &self,
         Parameters(p): Parameters<StartParams>,
     ) -> Result<CallToolResult, ErrorData> {
         let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
+        let ready = match p.ready.as_ref().map(ReadyParams::to_wire).transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "Invalid arguments: {e}"
+                ))]))
+            }
+        };
         let r = self
             .client
             .spawn(
@@ -226,15 +317,17 @@ impl ProcdMcp {
                 Some(YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_START_YIELD_MS))),
                 budget.map(MaxOutputChars::new),
                 None,
+                ready,
             )
             .await;
         Ok(match r {
             Ok(r) => {
                 let text = format!(
-                    "Started {} (pid {}): {}. Output so far (next cursor {}):\n{}",
+                    "Started {} (pid {}): {}{}. Output so far (next cursor {}):\n{}",
                     r.session_id,
                     r.pid,
                     exit_words(&r.exit),
+                    self.state_of(&r.session_id).await,
                     r.cursor.unwrap_or(0),
                     r.output.as_deref().unwrap_or("")
                 );
@@ -273,7 +366,9 @@ impl ProcdMcp {
                     (false, procd_proto::SessionStatus::Exited) => {
                         "exited; more output remains".into()
                     }
-                    (false, procd_proto::SessionStatus::Running) => "running".into(),
+                    (false, procd_proto::SessionStatus::Running) => {
+                        format!("running{}", self.state_of(&p.session_id).await)
+                    }
                 };
                 let text = format!(
                     "{}: {state}. Output from cursor {} (next cursor {}):\n{}",
@@ -286,7 +381,7 @@ impl ProcdMcp {
     }
 
     #[tool(
-        description = "Type into a running process's input (stdin or terminal): text, then Enter unless submit is false; close ends the input (EOF). Returns the output produced after the write, waiting up to yield_ms for it."
+        description = "Type into a running process's input (stdin or terminal): text, then Enter unless submit is false; close ends the input (EOF). Use it to answer a process that is WAITING FOR INPUT (a question, a password prompt, a REPL). Returns the output produced after the write, waiting up to yield_ms for it (less when the process asks for input again)."
     )]
     async fn write(
         &self,
@@ -330,9 +425,12 @@ impl ProcdMcp {
             procd_proto::StdinStatus::AlreadyExited => {
                 "had already exited; nothing was written".to_string()
             }
-            procd_proto::StdinStatus::Ok => {
-                format!("{} bytes written; {}", r.bytes_written, exit_words(&r.exit))
-            }
+            procd_proto::StdinStatus::Ok => format!(
+                "{} bytes written; {}{}",
+                r.bytes_written,
+                exit_words(&r.exit),
+                self.state_of(&p.session_id).await
+            ),
         };
         let text = format!(
             "{}: {status}. Output since the write (next cursor {}):\n{}",
@@ -458,7 +556,20 @@ impl ProcdMcp {
                         (_, Some(c)) => format!("exited {c}"),
                         _ => "exited".to_string(),
                     };
-                    text.push_str(&format!("{}  {status}  {}\n", e.session_id, e.command));
+                    let mut extra = String::new();
+                    if !e.ports.is_empty() {
+                        extra.push_str(&format!("  ports {:?}", e.ports));
+                    }
+                    if e.ready == Some(true) {
+                        extra.push_str("  ready");
+                    }
+                    if e.waiting_for_input {
+                        extra.push_str("  WAITING FOR INPUT");
+                    }
+                    text.push_str(&format!(
+                        "{}  {status}{extra}  {}\n",
+                        e.session_id, e.command
+                    ));
                 }
                 answer(text, &r)
             }
@@ -467,7 +578,7 @@ impl ProcdMcp {
     }
 
     #[tool(
-        description = "Take the queued notifications: processes that finished (for those started with notify) and watch-pattern matches. Call between turns."
+        description = "Take the queued notifications: processes that finished (for those started with notify), watch-pattern matches, servers that became ready (or did not in time), and processes waiting for input. Call between turns."
     )]
     async fn notifications(
         &self,
@@ -499,6 +610,8 @@ impl ServerHandler for ProcdMcp {
             .with_instructions(
                 "Run background processes: `start` a command (it returns early output and a session_id), \
                  `read` more output by cursor, `write` to its input, `wait` for it, `kill` it. \
+                 Start dev servers with `ready` (e.g. {\"port\": 3000}) and a long yield_ms: the answer comes when they serve. \
+                 When an answer says WAITING FOR INPUT, the process asks a question: answer it with `write`. \
                  Call `notifications` between turns to learn what finished. Processes end when you disconnect \
                  unless started with persist.",
             )

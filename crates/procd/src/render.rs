@@ -20,7 +20,13 @@ fn exit_summary(exit: &Option<ExitInfo>) -> String {
 }
 
 pub fn spawned(r: &SpawnResult) -> String {
-    format!("{}  pid {}  {}", r.session_id, r.pid, r.command)
+    let mut out = format!("{}  pid {}  {}", r.session_id, r.pid, r.command);
+    if let Some(e) = &r.exit {
+        out.push_str(&format!("\nexited: {}", exit_summary(&Some(e.clone()))));
+    } else if let Some(ready) = r.ready {
+        out.push_str(if ready { "\nready" } else { "\nnot ready yet" });
+    }
+    out
 }
 
 pub fn poll(r: &PollResult) -> String {
@@ -32,6 +38,17 @@ pub fn poll(r: &PollResult) -> String {
         "{}  pid {}  {status}\n$ {}\n",
         r.session_id, r.pid, r.command
     );
+    match (r.ready, r.ready_after_ms) {
+        (Some(true), Some(ms)) => out.push_str(&format!("ready after {ms} ms\n")),
+        (Some(_), _) => out.push_str("not ready yet\n"),
+        (None, _) => {}
+    }
+    if !r.ports.is_empty() {
+        out.push_str(&format!("listening on {:?}\n", r.ports));
+    }
+    if r.waiting_for_input {
+        out.push_str("waiting for input\n");
+    }
     if !r.output_preview.is_empty() {
         out.push_str(&r.output_preview);
     }

@@ -322,5 +322,6 @@ fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         watch_patterns: e.watch_patterns.clone(),
         timeout: None,
         stdin: StdinMode::Null,
+        ready: None,
     }
 }

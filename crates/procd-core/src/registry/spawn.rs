@@ -27,12 +27,16 @@ impl Registry {
             result.original_chars = y.original_chars;
             result.kept_error_lines = y.kept_error_lines;
             result.exit = y.exit;
+            result.ready = y.ready;
+            result.waiting_for_input = Some(y.waiting_for_input);
         }
         Ok(result)
     }
 
-    /// Waits until the session exits, goes quiet after some output, or
-    /// `wait` passes; then returns its output from `from` on.
+    /// Waits until the session exits, goes quiet after some output, starts
+    /// waiting for input, becomes ready (when that was awaited: then quiet
+    /// does not count), or `wait` passes; then returns its output from
+    /// `from` on.
     pub(super) async fn yield_output(
         &self,
         s: &Session,
@@ -41,27 +45,59 @@ impl Registry {
         budget: Option<usize>,
     ) -> Result<Yielded, Error> {
         let deadline = tokio::time::Instant::now() + wait;
+        let awaited_ready = s.readiness().awaited();
+        let mut readiness_changed = s.subscribe_readiness();
+        let mut next_probe = tokio::time::Instant::now();
+        let mut waiting = false;
         loop {
             let mut output_changed = s.output.subscribe();
             let mut state_changed = s.subscribe_state();
+            readiness_changed.borrow_and_update();
             if !s.is_running() {
                 break;
             }
-            let quiet_in = YIELD_QUIET.saturating_sub(s.output.quiet_for());
+            let readiness = s.readiness();
+            if awaited_ready && !readiness.awaited() {
+                break; // ready (or timed out)
+            }
+            let quiet = s.output.quiet_for();
             let produced = s.output.end() > from;
-            if produced && quiet_in.is_zero() {
+            let quiet_counts = produced && !readiness.awaited();
+            if quiet_counts && quiet >= YIELD_QUIET && !s.takes_input() {
                 break;
+            }
+            if s.takes_input() && quiet >= session::INPUT_QUIET {
+                if tokio::time::Instant::now() >= next_probe {
+                    self.probe(s).await;
+                    next_probe = tokio::time::Instant::now() + session::INPUT_QUIET;
+                }
+                if s.waiting_for_input() {
+                    waiting = true;
+                    break;
+                }
+                if quiet_counts && s.output.quiet_for() >= YIELD_QUIET {
+                    break;
+                }
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
                 break;
             }
-            let wake = if produced {
-                deadline.min(now + quiet_in)
-            } else {
-                deadline
-            };
-            next_change(&mut output_changed, &mut state_changed, wake).await;
+            let quiet = s.output.quiet_for();
+            let mut wake = deadline;
+            if quiet_counts {
+                wake = wake.min(now + YIELD_QUIET.saturating_sub(quiet));
+            }
+            if s.takes_input() {
+                wake = wake.min(match session::INPUT_QUIET.checked_sub(quiet) {
+                    Some(left) if !left.is_zero() => now + left,
+                    _ => next_probe,
+                });
+            }
+            tokio::select! {
+                _ = next_change(&mut output_changed, &mut state_changed, wake) => {}
+                _ = readiness_changed.changed() => {}
+            }
         }
         let r = self
             .read(&s.id, Some(from), Some(MAX_READ_BYTES), None, None)
@@ -76,6 +112,8 @@ impl Registry {
             kept_error_lines: cut.kept_error_lines,
             status: status_of(&state),
             exit: exit_info(&state),
+            ready: s.readiness().flag(),
+            waiting_for_input: waiting,
         })
     }
 
@@ -161,6 +199,12 @@ impl Registry {
                 "stdin: \"null\" is only for pipe sessions".into(),
             ));
         }
+        let ready = req
+            .ready
+            .as_ref()
+            .map(crate::readiness::ReadyCheck::parse)
+            .transpose()
+            .map_err(Error::InvalidParams)?;
         Ok(SessionSpec {
             command: req.command.clone(),
             cwd,
@@ -175,6 +219,7 @@ impl Registry {
             watch_patterns: req.watch_patterns.clone(),
             timeout,
             stdin: req.stdin,
+            ready,
         })
     }
 
@@ -276,6 +321,12 @@ impl Registry {
                 ));
             }
         };
+        let output_probe = match &io {
+            ChildIo::Pipe { output, .. } => {
+                std::os::fd::AsFd::as_fd(output).try_clone_to_owned().ok()
+            }
+            ChildIo::Pty { master, .. } => master.try_clone().ok(),
+        };
         let (reader, writer) = match io {
             ChildIo::Pipe { output, stdin } => {
                 (OutputReader::Pipe(output), stdin.map(StdinSink::Pipe))
@@ -295,11 +346,26 @@ impl Registry {
             tokio::spawn(session::stdin_writer(sink, rx));
             tx
         });
+        let input = match spec.stdin {
+            StdinMode::Null => None,
+            StdinMode::Pipe => crate::observe::InputId::of_fd(&self.procfs, pid, 0),
+        };
+        let ready = spec.ready.clone();
         let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx);
         session.systemd_unit = unit;
+        session.input = input;
+        if let Some(fd) = output_probe {
+            session.set_output_probe(fd);
+        }
+        if ready.is_some() {
+            session.set_readiness(Readiness::Pending { timed_out: false });
+        }
         session.hold_slot(slot);
         let session = Arc::new(session);
         self.table().insert(id.clone(), session.clone());
+        if let Some(check) = ready {
+            tokio::spawn(self.watch_readiness(session.clone(), check));
+        }
         // Make room: the new session counts towards max_sessions.
         self.prune();
         self.notifications.publish(serde_json::json!({
@@ -393,6 +459,8 @@ impl Registry {
             cursor: None,
             original_chars: None,
             kept_error_lines: None,
+            ready: session.readiness().flag(),
+            waiting_for_input: None,
             exit: None,
         })
     }
@@ -748,6 +816,8 @@ pub(super) struct Yielded {
     pub(super) kept_error_lines: Option<u64>,
     pub(super) status: SessionStatus,
     pub(super) exit: Option<ExitInfo>,
+    pub(super) ready: Option<bool>,
+    pub(super) waiting_for_input: bool,
 }
 
 pub(super) fn yield_duration(yield_ms: Option<f64>) -> Result<Duration, Error> {

@@ -23,6 +23,7 @@ impl Registry {
             result.kept_error_lines = y.kept_error_lines;
             result.session_status = Some(y.status);
             result.exit = y.exit;
+            result.waiting_for_input = Some(y.waiting_for_input);
         }
         Ok(result)
     }
@@ -53,7 +54,10 @@ impl Registry {
             return Ok(already_exited());
         }
         match done.await {
-            Ok(Ok(())) => Ok(stdin_result(StdinStatus::Ok, n, None)),
+            Ok(Ok(())) => {
+                s.note_input();
+                Ok(stdin_result(StdinStatus::Ok, n, None))
+            }
             Ok(Err(e)) if !s.is_running() || e.kind() == std::io::ErrorKind::BrokenPipe => {
                 if s.is_running() {
                     Err(Error::WrongState(format!(
@@ -167,6 +171,7 @@ pub(super) fn stdin_result(
         original_chars: None,
         kept_error_lines: None,
         session_status: None,
+        waiting_for_input: None,
         exit: None,
     }
 }

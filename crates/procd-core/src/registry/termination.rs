@@ -229,20 +229,20 @@ impl Registry {
         if sessions.is_empty() {
             return;
         }
-        let trees: Vec<kill::TreeSpec> = sessions.iter().map(|s| s.tree()).collect();
+        let trees: Vec<crate::observe::Watched> = sessions
+            .iter()
+            .map(|s| crate::observe::Watched {
+                tree: s.tree(),
+                input: s.input,
+            })
+            .collect();
         let procfs = self.procfs.clone();
         let Ok(seen) = kill::scan_blocking(move || crate::observe::observe(&procfs, &trees)).await
         else {
             return;
         };
         for (s, observation) in sessions.iter().zip(seen) {
-            for port in s.set_observed(observation) {
-                self.notifications.publish(serde_json::json!({
-                    "type": "port",
-                    "session_id": s.id,
-                    "port": port,
-                }));
-            }
+            self.record_observation(s, observation);
         }
     }
 }

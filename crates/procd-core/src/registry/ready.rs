@@ -1,0 +1,207 @@
+//! What a session signals an agent can act on (SPEC §12): the readiness
+//! task of a session spawned with `ready`, the probe of one session's tree
+//! a waiting yield or that task takes, and the events `ready`,
+//! `ready_timeout` and `input_wanted`.
+
+use super::*;
+use crate::observe::{Observation, Watched};
+use crate::readiness::{LineMatcher, Readiness, ReadyCheck};
+
+/// How often port and HTTP conditions are probed: often while a server
+/// is likely to come up, then less (there is no event for "now listening").
+fn probe_interval(age: Duration) -> Duration {
+    match age.as_secs() {
+        0..=1 => Duration::from_millis(100),
+        2..=9 => Duration::from_millis(250),
+        _ => Duration::from_secs(1),
+    }
+}
+
+impl Registry {
+    /// The task that decides when `s` is ready (spawned once, at spawn).
+    /// Ends when the session is ready or has exited; past the timeout it
+    /// reports `ready_timeout` once and keeps checking, less often.
+    pub(super) fn watch_readiness(
+        &self,
+        s: Arc<Session>,
+        check: ReadyCheck,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let me = self.me.clone();
+        async move {
+            let deadline = tokio::time::Instant::from_std(s.started_instant + check.timeout);
+            let mut output_met = check.output.is_none();
+            let mut port_met = check.port.is_none();
+            let mut http_met = check.http.is_none();
+            let mut lines = LineMatcher::default();
+            let mut cursor = 0u64;
+            let mut output_rx = s.output.subscribe();
+            let mut state_rx = s.subscribe_state();
+            let mut timed_out = false;
+            let mut next_probe = tokio::time::Instant::now();
+            loop {
+                if !s.is_running() {
+                    return;
+                }
+                let mut partial_in = None;
+                if let (Some(re), false) = (&check.output, output_met) {
+                    while let Ok(w) = s.output.window(cursor, 64 * 1024).await {
+                        if w.start > cursor {
+                            lines.reset(); // lost to the log cap
+                        }
+                        cursor = w.start + w.bytes.len() as u64;
+                        if w.partial_pending {
+                            partial_in = Some(s.output.partial_line_ready_in());
+                        }
+                        if w.bytes.is_empty() {
+                            break;
+                        }
+                        if lines.feed(&w.bytes, re) {
+                            output_met = true;
+                            break;
+                        }
+                    }
+                }
+                let Some(reg) = me.upgrade() else { return };
+                let mut ports = s.observed().ports;
+                let probing = !port_met || !http_met;
+                if probing && tokio::time::Instant::now() >= next_probe {
+                    if !port_met {
+                        ports = reg.probe(&s).await.ports;
+                        port_met = check.port_met(&ports);
+                    }
+                    if let (Some(http), false) = (&check.http, http_met) {
+                        http_met = http.probe().await;
+                    }
+                    next_probe =
+                        tokio::time::Instant::now() + probe_interval(s.started_instant.elapsed());
+                }
+                if output_met && port_met && http_met && s.is_running() {
+                    let after_ms = s.started_instant.elapsed().as_millis() as u64;
+                    s.set_readiness(Readiness::Ready { after_ms });
+                    let text = match ports.as_slice() {
+                        [] => format!("is ready after {after_ms} ms"),
+                        ports => format!("is ready after {after_ms} ms, listening on {ports:?}"),
+                    };
+                    reg.push_event(
+                        &s,
+                        "ready",
+                        &text,
+                        [
+                            ("after_ms", serde_json::json!(after_ms)),
+                            ("ports", serde_json::json!(ports)),
+                        ],
+                    );
+                    return;
+                }
+                let now = tokio::time::Instant::now();
+                if !timed_out && now >= deadline {
+                    timed_out = true;
+                    s.set_readiness(Readiness::Pending { timed_out: true });
+                    let secs = check.timeout.as_secs_f64();
+                    let text = format!("is not ready after {secs} s; it is still running");
+                    reg.push_event(
+                        &s,
+                        "ready_timeout",
+                        &text,
+                        [("timeout_s", serde_json::json!(secs))],
+                    );
+                }
+                drop(reg);
+                let mut wake = if timed_out {
+                    now + Duration::from_secs(3600)
+                } else {
+                    deadline
+                };
+                if !port_met || !http_met {
+                    wake = wake.min(next_probe);
+                }
+                if let Some(p) = partial_in {
+                    wake = wake.min(now + p);
+                }
+                next_change(&mut output_rx, &mut state_rx, wake).await;
+            }
+        }
+    }
+
+    /// Observes one running session's tree now (off the event loop) and
+    /// records it, as the monitor's tick does for all.
+    pub(super) async fn probe(&self, s: &Session) -> Observation {
+        let watched = vec![Watched {
+            tree: s.tree(),
+            input: s.input,
+        }];
+        let procfs = self.procfs.clone();
+        let seen = kill::scan_blocking(move || crate::observe::observe(&procfs, &watched)).await;
+        match seen.ok().and_then(|mut v| v.pop()) {
+            Some(o) => {
+                self.record_observation(s, o.clone());
+                o
+            }
+            None => s.observed(),
+        }
+    }
+
+    /// Keeps an observation on the session and sends what it newly shows:
+    /// `port` for each new port, `input_wanted` once per prompt.
+    pub(super) fn record_observation(&self, s: &Session, o: Observation) {
+        for port in s.set_observed(o) {
+            self.notifications.publish(serde_json::json!({
+                "type": "port",
+                "session_id": s.id,
+                "port": port,
+            }));
+        }
+        if s.take_input_wanted() {
+            let prompt = self.prompt_of(s);
+            let text = format!("is waiting for input: {prompt:?}");
+            self.push_event(
+                s,
+                "input_wanted",
+                &text,
+                [("prompt", serde_json::json!(prompt))],
+            );
+        }
+    }
+
+    /// The last unfinished line of a session's output (redacted, ANSI
+    /// stripped, at most 200 chars): what it asks.
+    pub(super) fn prompt_of(&self, s: &Session) -> String {
+        let tail = redacted_tail(&self.redactor, s, 1000, false);
+        let tail = strip_ansi(&tail);
+        let line = tail
+            .trim_end()
+            .rsplit(['\n', '\r'])
+            .next()
+            .unwrap_or_default();
+        last_chars(line, 200).to_string()
+    }
+
+    /// Queues a §12 event (drained by `drain_notifications`, streamed to
+    /// `subscribe_events`), with the text an agent reads.
+    fn push_event<const N: usize>(
+        &self,
+        s: &Session,
+        kind: &str,
+        what: &str,
+        fields: [(&str, serde_json::Value); N],
+    ) {
+        let command = s.shown_command(&self.redactor).to_string();
+        let text = format!(
+            "Background process {} {what}. Command: {}",
+            s.id,
+            first_chars(&command, 200)
+        );
+        self.notifications.push(Event {
+            kind: kind.into(),
+            session_id: s.id.clone(),
+            session_key: s.spec.session_key.clone(),
+            task_id: s.spec.task_id.clone(),
+            command,
+            text,
+            fields: fields
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        });
+    }
+}
