@@ -413,6 +413,7 @@ mod tests {
             pgrp,
             session: pgrp,
             start_time: start,
+            rss_pages: 0,
         }
     }
 

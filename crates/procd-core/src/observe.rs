@@ -9,7 +9,6 @@ use crate::kill::{KillPlan, TreeSpec};
 use crate::procfs::ProcFs;
 use procd_proto::Resources;
 use std::collections::{BTreeSet, HashMap};
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Instant;
 
@@ -24,22 +23,17 @@ pub struct Observation {
     pub taken: Option<Instant>,
 }
 
-/// What a session's input is: the device and inode of its stdin pipe or
-/// terminal, as `stat` of /proc/<pid>/fd/N shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InputId {
-    pub dev: u64,
-    pub ino: u64,
-}
+/// What a session's input is: the link of its stdin pipe or terminal as
+/// /proc/<pid>/fd/N reads ("pipe:[123]", "/dev/pts/4"), unique while open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputId(pub std::path::PathBuf);
 
 impl InputId {
     /// What the process's descriptor `fd` refers to.
     pub fn of_fd(procfs: &ProcFs, pid: i32, fd: u64) -> Option<InputId> {
-        let meta = std::fs::metadata(procfs.root().join(format!("{pid}/fd/{fd}"))).ok()?;
-        Some(InputId {
-            dev: meta.dev(),
-            ino: meta.ino(),
-        })
+        std::fs::read_link(procfs.root().join(format!("{pid}/fd/{fd}")))
+            .ok()
+            .map(InputId)
     }
 }
 
@@ -50,47 +44,70 @@ pub struct Watched {
 }
 
 /// Observes each tree (`trees[i]` gives `result[i]`) from one /proc scan.
-/// Blocking.
+/// Blocking. A tree here is the root's descendants and its group: the
+/// marker search of a kill plan (every process's environ, for each
+/// session) is left out — the root is a child subreaper, so escapees stay
+/// descendants, and a look once a tick must stay cheap.
 pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
     let page = page_size();
     let hz = crate::procfs::clock_ticks_per_second();
-    let table = procfs.all().ok();
+    let table = procfs.all().unwrap_or_default();
+    let by_pid: HashMap<i32, &crate::procfs::ProcStat> = table.iter().map(|s| (s.pid, s)).collect();
     // Listening sockets by inode, per network namespace (read once each).
     let mut listening_by_ns: HashMap<String, HashMap<u64, u16>> = HashMap::new();
     trees
         .iter()
         .map(|Watched { tree, input }| {
-            let plan = match &table {
-                Some(table) => KillPlan::from_table(tree, procfs, table, true),
-                None => KillPlan::collect(tree, procfs, true),
+            let tree = TreeSpec {
+                marker: Vec::new(),
+                ..tree.clone()
             };
+            let plan = KillPlan::from_table(&tree, procfs, &table, true);
             let mut ports = BTreeSet::new();
             let mut resources = Resources::default();
             let mut reading_input = false;
             for target in &plan.targets {
-                let dir = procfs.root().join(target.pid.to_string());
-                let Ok(stat) = procfs.stat(target.pid) else {
+                let Some(stat) = by_pid.get(&target.pid) else {
                     continue;
                 };
                 if stat.is_dead() || stat.start_time != target.start_time {
                     continue;
                 }
                 resources.procs += 1;
-                resources.rss_bytes += rss_pages(&dir) * page;
+                resources.rss_bytes += stat.rss_pages * page;
                 resources.cpu_seconds += stat.cpu_ticks as f64 / hz;
+                let dir = procfs.root().join(target.pid.to_string());
+                // One listing of its descriptors serves ports and input.
+                let fds = fd_links(&dir);
                 if let Some(input) = input {
-                    reading_input = reading_input || blocked_on(procfs, target.pid, *input);
+                    let input_fds: Vec<u64> = fds
+                        .iter()
+                        .filter(|(_, link)| *link == input.0)
+                        .map(|(fd, _)| *fd)
+                        .collect();
+                    // Only a sleeping process holding the input can be
+                    // blocked reading it.
+                    if !input_fds.is_empty() && matches!(stat.state, 'S' | 'D') {
+                        reading_input = reading_input || blocked_on(&dir, &input_fds);
+                    }
                 }
-                let inodes = socket_inodes(&dir);
+                let inodes: Vec<u64> = fds.iter().filter_map(|(_, l)| socket_inode(l)).collect();
                 if inodes.is_empty() {
                     continue;
                 }
                 let ns = std::fs::read_link(dir.join("ns/net"))
                     .map(|l| l.display().to_string())
                     .unwrap_or_default();
-                let listening = listening_by_ns
-                    .entry(ns)
-                    .or_insert_with(|| listening_sockets(&dir));
+                let listening = listening_by_ns.entry(ns.clone()).or_insert_with(|| {
+                    // Our own namespace through netlink (cheap); another
+                    // one (rare) through that process's /proc/net tables.
+                    let ours = std::fs::read_link(procfs.root().join("self/ns/net"))
+                        .is_ok_and(|l| l.display().to_string() == ns);
+                    match ours.then(crate::sockdiag::listening_tcp) {
+                        Some(Ok(table)) => table,
+                        _ => listening_sockets(&dir),
+                    }
+                });
                 ports.extend(inodes.iter().filter_map(|i| listening.get(i)));
             }
             resources.cpu_seconds = (resources.cpu_seconds * 100.0).round() / 100.0;
@@ -112,23 +129,22 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
 /// call and a computing one "running", so neither is ever taken for a
 /// reader. poll(2) keeps its descriptors in the process's memory and is
 /// not recognised (a missed prompt, never a false one).
-fn blocked_on(procfs: &ProcFs, pid: i32, input: InputId) -> bool {
-    let dir = procfs.root().join(pid.to_string());
+fn blocked_on(dir: &Path, input_fds: &[u64]) -> bool {
     let Ok(text) = std::fs::read_to_string(dir.join("syscall")) else {
         return false;
     };
     let Some((nr, args)) = parse_syscall(&text) else {
         return false;
     };
-    let is_input = |fd: u64| InputId::of_fd(procfs, pid, fd) == Some(input);
+    let is_input = |fd: u64| input_fds.contains(&fd);
     match nr {
         libc::SYS_read | libc::SYS_readv | libc::SYS_pread64 => is_input(args[0]),
         libc::SYS_pselect6 => args[0] == 1 && is_input(0),
         #[cfg(target_arch = "x86_64")]
         libc::SYS_select => args[0] == 1 && is_input(0),
-        libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2 => epoll_watches(&dir, args[0], &is_input),
+        libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2 => epoll_watches(dir, args[0], &is_input),
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_epoll_wait => epoll_watches(&dir, args[0], &is_input),
+        libc::SYS_epoll_wait => epoll_watches(dir, args[0], &is_input),
         _ => false,
     }
 }
@@ -165,29 +181,26 @@ fn page_size() -> u64 {
     u64::try_from(n).unwrap_or(4096)
 }
 
-/// Resident pages (the second field of /proc/<pid>/statm).
-fn rss_pages(dir: &Path) -> u64 {
-    std::fs::read_to_string(dir.join("statm"))
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Inodes of the sockets a process holds (its fds that read "socket:[N]").
-fn socket_inodes(dir: &Path) -> Vec<u64> {
+/// A process's descriptors and what each links to.
+fn fd_links(dir: &Path) -> Vec<(u64, std::path::PathBuf)> {
     let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
         return Vec::new();
     };
     fds.flatten()
         .filter_map(|fd| {
-            let link = std::fs::read_link(fd.path()).ok()?;
-            let text = link.to_str()?;
-            text.strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse()
-                .ok()
+            let n = fd.file_name().to_str()?.parse().ok()?;
+            Some((n, std::fs::read_link(fd.path()).ok()?))
         })
         .collect()
+}
+
+/// The inode of a "socket:[N]" link.
+fn socket_inode(link: &Path) -> Option<u64> {
+    link.to_str()?
+        .strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// TCP sockets in LISTEN state seen from the process's network namespace:

@@ -20,6 +20,8 @@ pub struct ProcStat {
     /// Field 22: start time in clock ticks since boot; with the pid, the
     /// process's identity (a recycled pid has a different start time).
     pub start_time: u64,
+    /// Field 24: resident set size, in pages.
+    pub rss_pages: u64,
 }
 
 /// Clock ticks per second (for `cpu_ticks` and `start_time`).
@@ -57,6 +59,7 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     let utime: u64 = rest.nth(7)?.parse().ok()?;
     let stime: u64 = rest.next()?.parse().ok()?;
     let start_time = rest.nth(6)?.parse().ok()?;
+    let rss_pages = rest.nth(1).and_then(|r| r.parse().ok()).unwrap_or(0);
     Some(ProcStat {
         pid,
         state,
@@ -65,6 +68,7 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
         session,
         cpu_ticks: utime + stime,
         start_time,
+        rss_pages,
     })
 }
 

@@ -128,7 +128,7 @@ impl Registry {
     pub(super) async fn probe(&self, s: &Session) -> Observation {
         let watched = vec![Watched {
             tree: s.tree(),
-            input: s.input,
+            input: s.input.clone(),
         }];
         let procfs = self.procfs.clone();
         let seen = kill::scan_blocking(move || crate::observe::observe(&procfs, &watched)).await;

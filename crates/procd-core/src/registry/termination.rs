@@ -233,7 +233,7 @@ impl Registry {
             .iter()
             .map(|s| crate::observe::Watched {
                 tree: s.tree(),
-                input: s.input,
+                input: s.input.clone(),
             })
             .collect();
         let procfs = self.procfs.clone();
