@@ -152,6 +152,14 @@ enum Command {
     Events,
     /// Connect this terminal to a session; Ctrl-] detaches and leaves it running.
     Attach { id: String },
+    /// Call one JSON-RPC method and print its result as JSON (from shell
+    /// scripts; starts a daemon on demand), e.g.
+    /// `procd rpc poll '{"session_id":"proc_3f2a"}'`.
+    Rpc {
+        method: String,
+        /// The params: a JSON object (default none).
+        params: Option<String>,
+    },
     /// Serve the Model Context Protocol on stdin/stdout for a coding agent.
     Mcp,
     /// Print a shell completion script (see docs/operations.md).
@@ -325,7 +333,10 @@ pub fn run(cli: Cli) -> i32 {
     block_on(async {
         let starts_daemon = matches!(
             cli.command,
-            Command::Spawn { .. } | Command::Send { .. } | Command::Attach { .. }
+            Command::Spawn { .. }
+                | Command::Send { .. }
+                | Command::Attach { .. }
+                | Command::Rpc { .. }
         );
         // A command that may start the daemon holds a lease meanwhile, so
         // an on-demand daemon cannot stop between our start and request.
@@ -614,6 +625,29 @@ async fn client_command(
             Ok(EXIT_OK)
         }
         Command::Attach { id } => crate::attach::run(client, id).await,
+        Command::Rpc { method, params } => {
+            use jsonrpsee::core::client::ClientT;
+            let params = match params.map(serde_json::value::RawValue::from_string) {
+                None => None,
+                Some(Ok(raw)) => Some(raw),
+                Some(Err(e)) => {
+                    eprintln!("procd rpc: params must be JSON: {e}");
+                    return Ok(EXIT_USAGE);
+                }
+            };
+            let result: serde_json::Value = client.request(&method, RawParams(params)).await?;
+            println!("{result}");
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+/// `procd rpc`'s params, passed on as the caller wrote them.
+struct RawParams(Option<Box<serde_json::value::RawValue>>);
+
+impl jsonrpsee::core::traits::ToRpcParams for RawParams {
+    fn to_rpc_params(self) -> Result<Option<Box<serde_json::value::RawValue>>, serde_json::Error> {
+        Ok(self.0)
     }
 }
 

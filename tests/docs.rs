@@ -1,0 +1,484 @@
+//! Docs that run: every fenced example in README.md and docs/*.md is
+//! executed against a real daemon in a temp PROCD_HOME, and what it shows
+//! is checked — Python and Node clients, shell lines, the README's tour,
+//! and each JSON-RPC request of docs/protocol.md, whose documented answer
+//! must have the shape (keys and JSON types) of the real one.
+//!
+//! A comment right before a block says how it is checked:
+//! - `<!-- doc: expect "a" "b" -->`: it runs, exits 0 and prints each string;
+//! - `<!-- doc: session "COMMAND" [pty] -->`: (protocol.md) the session the
+//!   requests' `proc_3f2a` stands for runs COMMAND;
+//! - `<!-- doc: tour -->`: the README's tour (`readme_tour_runs`);
+//! - `<!-- doc: skip — why -->`: not run, for the reason given.
+//!
+//! The only substitutions: `proc_3f2a`/`proc_9b1c` (and longer ids
+//! starting so) become real session ids, `/home/me/project` and
+//! `/home/u/app` a temp project directory.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+#[derive(Debug, Clone)]
+struct Block {
+    file: String,
+    line: usize,
+    lang: String,
+    text: String,
+    /// The `doc:` comment before it, without `doc:`.
+    marker: Option<String>,
+}
+
+impl Block {
+    fn place(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+
+    /// The strings of `expect "…" "…"` (JSON string syntax).
+    fn expected(&self) -> Option<Vec<String>> {
+        let rest = self.marker.as_deref()?.strip_prefix("expect")?;
+        let mut out = Vec::new();
+        let mut de = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+        for s in &mut de {
+            out.push(s.unwrap_or_else(|e| panic!("{}: bad expect marker: {e}", self.place())));
+        }
+        Some(out)
+    }
+}
+
+/// The fenced blocks of a markdown file.
+fn blocks(rel: &str) -> Vec<Block> {
+    let text = std::fs::read_to_string(Path::new(ROOT).join(rel)).expect("read doc");
+    let mut out = Vec::new();
+    let mut lines = text.lines().enumerate();
+    let mut marker: Option<String> = None;
+    while let Some((i, line)) = lines.next() {
+        if let Some(lang) = line.strip_prefix("```") {
+            let mut body = String::new();
+            for (_, l) in lines.by_ref() {
+                if l.starts_with("```") {
+                    break;
+                }
+                body.push_str(l);
+                body.push('\n');
+            }
+            out.push(Block {
+                file: rel.to_string(),
+                line: i + 1,
+                lang: lang.trim().to_string(),
+                text: body,
+                marker: marker.take(),
+            });
+        } else if let Some(m) = line
+            .trim()
+            .strip_prefix("<!-- doc:")
+            .and_then(|m| m.strip_suffix("-->"))
+        {
+            marker = Some(m.trim().to_string());
+        } else if !line.trim().is_empty() {
+            marker = None;
+        }
+    }
+    out
+}
+
+fn all_blocks() -> Vec<Block> {
+    let mut files = vec!["README.md".to_string()];
+    let mut docs: Vec<String> = std::fs::read_dir(Path::new(ROOT).join("docs"))
+        .expect("docs/")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files.iter().flat_map(|f| blocks(f)).collect()
+}
+
+fn is_skipped(b: &Block) -> bool {
+    b.marker.as_deref().is_some_and(|m| m.starts_with("skip"))
+}
+
+#[test]
+fn every_example_is_run_or_says_why_not() {
+    let mut problems = Vec::new();
+    for b in all_blocks() {
+        if is_skipped(&b) {
+            let why = b.marker.as_deref().unwrap_or_default();
+            if why
+                .trim_start_matches("skip")
+                .trim_matches([' ', '—', '-'])
+                .len()
+                < 10
+            {
+                problems.push(format!("{}: a skip must say why", b.place()));
+            }
+            continue;
+        }
+        let runs = match b.lang.as_str() {
+            // A diagram, not code.
+            "" => true,
+            "python" | "js" => b.expected().is_some(),
+            "sh" => b.expected().is_some() || b.marker.as_deref() == Some("tour"),
+            "json" => b.file == "docs/protocol.md",
+            "json response" => b.file == "docs/protocol.md",
+            _ => false,
+        };
+        if !runs {
+            problems.push(format!(
+                "{}: a ```{} block that no test runs (add `<!-- doc: expect … -->` or `<!-- doc: skip — why -->`)",
+                b.place(),
+                b.lang
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// A temp project directory with an `npm run dev` that says "ready" and
+/// answers what it reads.
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("project dir");
+    std::fs::write(
+        dir.path().join("package.json"),
+        r#"{"name":"demo","version":"1.0.0","scripts":{"dev":"echo 'dev server ready on port 5173'; while read line; do echo \"got $line\"; done"}}"#,
+    )
+    .expect("package.json");
+    dir
+}
+
+fn substitute(text: &str, project: &Path, ids: &[(&str, &str)]) -> String {
+    let mut out = text
+        .replace("/home/me/project", &project.display().to_string())
+        .replace("/home/u/app", &project.display().to_string());
+    for (placeholder, id) in ids {
+        // Longer spellings of the placeholder (`proc_3f2a9b1c0d4e`) too.
+        let re = regex::Regex::new(&format!("{placeholder}[0-9a-f]*")).expect("regex");
+        out = re.replace_all(&out, *id).into_owned();
+    }
+    out
+}
+
+/// PATH with the procd under test first.
+fn path_with_procd() -> String {
+    let bin = Path::new(BIN).parent().expect("bin dir");
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Runs a program on a script file with the daemon's home, in `project`.
+fn run_example(program: &str, script: &Path, d: &Daemon, project: &Path) -> Output {
+    Command::new(program)
+        .arg(script)
+        .current_dir(project)
+        .env("PROCD_HOME", d.home.path())
+        .env("HOME", d.home.path())
+        .env("PATH", path_with_procd())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"))
+}
+
+fn check_output(b: &Block, out: &Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{}: exited {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        b.place(),
+        out.status
+    );
+    for want in b.expected().unwrap_or_default() {
+        assert!(
+            stdout.contains(&want),
+            "{}: the output lacks {want:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            b.place()
+        );
+    }
+}
+
+fn run_blocks(lang: &str, program: &str, ext: &str) -> usize {
+    let mut ran = 0;
+    for b in all_blocks() {
+        if b.lang != lang || is_skipped(&b) || b.expected().is_none() {
+            continue;
+        }
+        let d = Daemon::start();
+        let project = project();
+        let script = project.path().join(format!("example.{ext}"));
+        std::fs::write(&script, substitute(&b.text, project.path(), &[])).expect("script");
+        let out = run_example(program, &script, &d, project.path());
+        check_output(&b, &out);
+        ran += 1;
+    }
+    ran
+}
+
+#[test]
+fn python_examples_run() {
+    assert!(run_blocks("python", "python3", "py") >= 1);
+}
+
+#[test]
+fn node_examples_run() {
+    if Command::new("node").arg("--version").output().is_err() {
+        eprintln!("skipped: node is not installed (the Node examples were not run)");
+        return;
+    }
+    assert!(run_blocks("js", "node", "js") >= 1);
+}
+
+#[test]
+fn shell_examples_run() {
+    let mut ran = 0;
+    for b in all_blocks() {
+        if b.lang != "sh" || is_skipped(&b) || b.expected().is_none() {
+            continue;
+        }
+        let d = Daemon::start();
+        let project = project();
+        let script = project.path().join("example.sh");
+        let body = format!(
+            "set -euo pipefail\n{}",
+            substitute(&b.text, project.path(), &[])
+        );
+        std::fs::write(&script, body).expect("script");
+        let out = run_example("bash", &script, &d, project.path());
+        check_output(&b, &out);
+        ran += 1;
+    }
+    assert!(ran >= 3, "{ran}");
+}
+
+/// The README's tour, line by line, each with what its comment promises.
+#[test]
+fn readme_tour_runs() {
+    if Command::new("npm").arg("--version").output().is_err() {
+        eprintln!("skipped: npm is not installed (the tour's `npm run dev` needs it)");
+        return;
+    }
+    let tour = all_blocks()
+        .into_iter()
+        .find(|b| b.marker.as_deref() == Some("tour"))
+        .expect("the README's tour");
+    let lines: Vec<&str> = tour.text.lines().collect();
+    type Check = fn(&Output, &str) -> Result<(), String>;
+    fn code(out: &Output, want: i32) -> Result<(), String> {
+        (out.status.code() == Some(want))
+            .then_some(())
+            .ok_or(format!("exit {:?}, not {want}", out.status.code()))
+    }
+    fn has(out: &Output, what: &str) -> Result<(), String> {
+        code(out, 0)?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.contains(what)
+            .then_some(())
+            .ok_or(format!("no {what:?} in {text:?}"))
+    }
+    // (the line's command, what its comment says, as a check)
+    let checks: [(&str, Check); 10] = [
+        ("procd spawn --ready-output ready -- npm run dev", |o, _| {
+            has(o, "proc_")?;
+            has(o, "\nready")
+        }),
+        ("procd ps", |o, id| {
+            has(o, id)?;
+            has(o, "running")?;
+            has(o, "MEM")
+        }),
+        ("procd poll proc_3f2a", |o, _| has(o, "ready after")),
+        ("procd logs proc_3f2a", |o, _| has(o, "dev server ready")),
+        ("procd send proc_3f2a \"rs\"", |o, _| has(o, "sent 3 bytes")),
+        ("procd kill proc_3f2a", |o, id| {
+            has(o, &format!("{id} killed"))
+        }),
+        ("procd spawn -- 'sleep 1; exit 3'", |o, _| has(o, "proc_")),
+        ("procd logs -f proc_9b1c", |o, _| code(o, 0)),
+        ("procd wait proc_9b1c --timeout 60", |o, _| code(o, 3)),
+        ("procd status", |o, _| has(o, "running")),
+    ];
+    let commands: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split("  #").next().unwrap_or(l).trim())
+        .collect();
+    assert_eq!(
+        commands,
+        checks.iter().map(|c| c.0).collect::<Vec<_>>(),
+        "the tour changed: update the checks in tests/docs.rs"
+    );
+    let d = Daemon::start();
+    let project = project();
+    let mut ids: Vec<(&str, String)> = Vec::new();
+    for (command, check) in checks {
+        let pairs: Vec<(&str, &str)> = ids.iter().map(|(p, id)| (*p, id.as_str())).collect();
+        let line = substitute(command, project.path(), &pairs);
+        let out = Command::new("bash")
+            .args(["-c", &line])
+            .current_dir(project.path())
+            .env("PROCD_HOME", d.home.path())
+            .env("PATH", path_with_procd())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run a tour line");
+        let first = ids.first().map(|(_, id)| id.clone()).unwrap_or_default();
+        if let Err(e) = check(&out, &first) {
+            panic!(
+                "README tour: `{line}`: {e}\n--- stderr\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        if command.starts_with("procd spawn") {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let id = text
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let placeholder = if ids.is_empty() {
+                "proc_3f2a"
+            } else {
+                "proc_9b1c"
+            };
+            ids.push((placeholder, id));
+        }
+    }
+}
+
+/// Whether `real` has the shape of `documented`: the same keys (both ways)
+/// and JSON types; a documented null stands for any value; arrays compare
+/// their first elements.
+fn same_shape(documented: &Value, real: &Value, at: &str) -> Result<(), String> {
+    match (documented, real) {
+        (Value::Null, _) => Ok(()),
+        (Value::Object(d), Value::Object(r)) => {
+            for k in d.keys() {
+                if !r.contains_key(k) {
+                    return Err(format!("{at}.{k}: documented, not in the real answer"));
+                }
+            }
+            for (k, v) in r {
+                match d.get(k) {
+                    None => {
+                        return Err(format!(
+                            "{at}.{k}: in the real answer ({v}), not documented"
+                        ))
+                    }
+                    Some(dv) => same_shape(dv, v, &format!("{at}.{k}"))?,
+                }
+            }
+            Ok(())
+        }
+        (Value::Array(d), Value::Array(r)) => match (d.first(), r.first()) {
+            (Some(d0), Some(r0)) => same_shape(d0, r0, &format!("{at}[0]")),
+            (Some(_), None) => Err(format!("{at}: documented with elements, real one empty")),
+            _ => Ok(()),
+        },
+        (Value::Number(_), Value::Number(_))
+        | (Value::String(_), Value::String(_))
+        | (Value::Bool(_), Value::Bool(_)) => Ok(()),
+        (d, r) => Err(format!("{at}: documented {d}, real {r}")),
+    }
+}
+
+/// Every request line of docs/protocol.md gets an answer of the shape the
+/// block after it documents. Set PROCD_DOCS_CAPTURE=1 to print the real
+/// answers (to write the docs from).
+#[test]
+fn protocol_examples_answer_as_documented() {
+    let capture = std::env::var_os("PROCD_DOCS_CAPTURE").is_some();
+    let blocks = blocks("docs/protocol.md");
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for (i, b) in blocks.iter().enumerate() {
+        if b.lang != "json" || is_skipped(b) {
+            continue;
+        }
+        let documented: Vec<Value> = match blocks.get(i + 1) {
+            Some(next) if next.lang == "json response" => next
+                .text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| {
+                    serde_json::from_str(l)
+                        .unwrap_or_else(|e| panic!("{}: not JSON: {e}: {l}", next.place()))
+                })
+                .collect(),
+            _ if capture => Vec::new(),
+            _ => {
+                problems.push(format!("{}: no ```json response block after it", b.place()));
+                continue;
+            }
+        };
+        // `session "COMMAND" [pty] [notify] [exited]`
+        let (command, flags) = match b.marker.as_deref().and_then(|m| m.strip_prefix("session")) {
+            Some(rest) => {
+                let mut de = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+                let command = de.next().and_then(Result::ok).expect("session command");
+                (
+                    command,
+                    rest.rsplit('"').next().unwrap_or_default().to_string(),
+                )
+            }
+            None => (
+                "printf 'line %s\\n' $(seq 20); exec cat".to_string(),
+                " pty".into(),
+            ),
+        };
+        let pty = flags.contains("pty");
+        let d = Daemon::with_config("monitor_interval_s = 0.1");
+        let project = project();
+        let id = d.spawn_with(json!({
+            "command": command,
+            "pty": pty,
+            "task_id": "t1",
+            "session_key": "chat-7",
+            "notify_on_complete": flags.contains("notify"),
+        }));
+        d.read_until(&id, if pty { "line 20" } else { "" });
+        if flags.contains("exited") {
+            d.wait_exit(&id);
+        }
+        let mut conn = d.connect();
+        let requests: Vec<&str> = b.text.lines().filter(|l| !l.trim().is_empty()).collect();
+        for (n, request) in requests.iter().enumerate() {
+            let line = substitute(request, project.path(), &[("proc_3f2a", &id)]);
+            let req: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("{}: not JSON: {e}: {line}", b.place()));
+            conn.send_raw(&line);
+            let answer = loop {
+                let v = conn.recv();
+                if v.get("id") == req.get("id") {
+                    break v;
+                }
+            };
+            if capture {
+                println!("{} {}\n{answer}", b.place(), req["method"]);
+                continue;
+            }
+            checked += 1;
+            match documented.get(n) {
+                None => problems.push(format!("{}: no documented answer for {line}", b.place())),
+                Some(doc) => {
+                    if let Err(e) = same_shape(doc, &answer, "") {
+                        problems.push(format!(
+                            "{} ({}): {e}\n    real: {answer}",
+                            b.place(),
+                            req["method"]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(capture || checked >= 15, "{checked}");
+}
