@@ -726,9 +726,18 @@ fn under_the_unit_sessions_run_in_scopes_and_kill_stops_them() {
         "systemd-run --user --scope --quiet --collect --unit procd-worker-{id} --property MemoryAccounting=yes --property MemoryMax={max} --property OOMPolicy=kill -- "
     );
     assert!(line.starts_with(&expected_prefix), "{line}");
+    // The shell sources the snapshot (SPEC §13), then, on the next line of
+    // its script (the log shows it as the next line), runs the command.
+    let all = calls(&log);
+    let at = all.iter().position(|l| *l == line).expect("the call");
+    let next = all.get(at + 1).cloned().unwrap_or_default();
     assert!(
-        line.contains("bash -lic set +m; trap ") && line.ends_with(" TERM; echo scoped"),
+        line.contains("/bash -c . '") && line.ends_with("shell-snapshot.sh'"),
         "then the shell argv: {line}"
+    );
+    assert!(
+        next.starts_with("set +m; trap ") && next.ends_with(" TERM; echo scoped"),
+        "then the command: {next}"
     );
 
     // PTY sessions are scoped too, in a new session; kill stops the scope.

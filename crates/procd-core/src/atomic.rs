@@ -12,7 +12,28 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    write_bytes(path, &bytes)
+}
+
+/// Like `write_json`, without the fsync: the new content survives the
+/// process (a crash, SIGKILL) but not the machine. For state that means
+/// nothing after a reboot — the running sessions (`procs.json`): their
+/// processes die with the machine, and a reader treats a damaged file as
+/// corrupt. Saves a disk flush on every spawn and exit.
+pub fn write_json_unsynced<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    write_file(path, &bytes, false)
+}
+
+/// Replaces `path` with `bytes` atomically (0600, fsync, rename).
+pub fn write_bytes(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_file(path, bytes, true)
+}
+
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
     let tmp = dir.join(format!(".{name}.{}.tmp", crate::random::hex(8)?));
@@ -23,9 +44,10 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?;
-        f.write_all(&bytes)?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
+        f.write_all(bytes)?;
+        if sync {
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {

@@ -1,7 +1,8 @@
 //! `procs.json` (SPEC §7): the running sessions, so that a daemon that died
 //! (crash, SIGKILL, host restart of the daemon alone) can be succeeded by
 //! one that re-adopts them. Commands are stored redacted. Written
-//! atomically, one write at a time, off the event loop.
+//! atomically (never fsynced: see `atomic::write_json_unsynced`), one
+//! write at a time, off the event loop.
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -67,7 +68,7 @@ impl Checkpoint {
         let _turn = self.writing.lock().await;
         let snapshot = entries();
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || crate::atomic::write_json(&path, &snapshot))
+        tokio::task::spawn_blocking(move || crate::atomic::write_json_unsynced(&path, &snapshot))
             .await
             .map_err(std::io::Error::other)?
     }

@@ -9,6 +9,12 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// The shell and its flags; the command text is appended as one argument.
     pub shell: Vec<String>,
+    /// Source a snapshot of the login scripts' setup instead of running
+    /// them for every command (SPEC §13; default `bash -lic` only).
+    pub shell_snapshot: bool,
+    /// How long capturing the snapshot may take before the `-lic` launch
+    /// is used instead.
+    pub shell_snapshot_timeout_s: f64,
     pub kill_grace_s: f64,
     pub finished_ttl_s: f64,
     pub max_sessions: usize,
@@ -34,6 +40,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             shell: vec!["bash".into(), "-lic".into()],
+            shell_snapshot: true,
+            shell_snapshot_timeout_s: 10.0,
             kill_grace_s: 2.0,
             finished_ttl_s: 1800.0,
             max_sessions: 64,
@@ -86,14 +94,13 @@ impl Config {
                 ));
             }
         }
-        if !(self.monitor_interval_s.is_finite()
-            && self.monitor_interval_s > 0.0
-            && self.monitor_interval_s <= 1e9)
-        {
-            return Err(format!(
-                "monitor_interval_s must be a positive number, got {}",
-                self.monitor_interval_s
-            ));
+        for (key, value) in [
+            ("monitor_interval_s", self.monitor_interval_s),
+            ("shell_snapshot_timeout_s", self.shell_snapshot_timeout_s),
+        ] {
+            if !(value.is_finite() && value > 0.0 && value <= 1e9) {
+                return Err(format!("{key} must be a positive number, got {value}"));
+            }
         }
         if self.shell.is_empty() || self.shell[0].is_empty() {
             return Err("shell must name a program, e.g. [\"bash\", \"-lic\"]".into());

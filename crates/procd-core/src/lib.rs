@@ -32,6 +32,7 @@ pub mod rewrite;
 pub mod scope;
 pub mod session;
 pub mod slot;
+pub mod snapshot;
 pub mod sockdiag;
 pub mod text;
 pub mod watch;

@@ -25,7 +25,14 @@ pub struct NoiseFilter {
     seen_output: bool,
     /// A complete "logout" line, dropped if nothing follows it.
     held_logout: Option<Vec<u8>>,
+    /// procd is ending the session: the shell's report that its command
+    /// died of the signal ("Terminated") is procd's doing, not output.
+    terminating: bool,
 }
+
+/// What a non-interactive bash prints when its foreground command dies of
+/// the signals a kill sends (`strsignal`).
+const KILL_REPORTS: &[&[u8]] = &[b"Terminated", b"Killed", b"Hangup"];
 
 impl NoiseFilter {
     /// A filter for output of `shell` (a path or name such as "bash").
@@ -35,6 +42,11 @@ impl NoiseFilter {
             warning_prefix: format!("{name}: ").into_bytes(),
             ..Default::default()
         }
+    }
+
+    /// Marks that procd is ending the session (see `terminating`).
+    pub fn set_terminating(&mut self, terminating: bool) {
+        self.terminating = terminating;
     }
 
     /// Filters a chunk; appends what should be stored to `out`.
@@ -63,7 +75,11 @@ impl NoiseFilter {
     /// Nothing is held and real output has been seen: only lines that
     /// start like noise need a look.
     fn streaming(&self) -> bool {
-        self.seen_output && !self.passing && self.held.is_empty() && self.held_logout.is_none()
+        self.seen_output
+            && !self.passing
+            && self.held.is_empty()
+            && self.held_logout.is_none()
+            && !self.terminating
     }
 
     /// The length of the longest prefix of `bytes` made of whole lines
@@ -123,6 +139,9 @@ impl NoiseFilter {
         if self.is_tty_restore_warning(text) {
             return;
         }
+        if self.terminating && self.is_kill_report(text) {
+            return;
+        }
         if text == b"logout" {
             self.release_logout(out);
             self.held_logout = Some(line);
@@ -139,10 +158,44 @@ impl NoiseFilter {
         }
     }
 
+    /// "Terminated", or "bash: line 3: 1234 Terminated   sleep 300".
+    fn is_kill_report(&self, text: &[u8]) -> bool {
+        let report = match text.strip_prefix(self.warning_prefix.as_slice()) {
+            None => text,
+            Some(rest) => {
+                // "line N: PID " before the signal's name.
+                let Some(rest) = rest.strip_prefix(b"line ") else {
+                    return false;
+                };
+                let digits = |b: &[u8]| b.iter().take_while(|c| c.is_ascii_digit()).count();
+                let n = digits(rest);
+                let Some(rest) = rest[n..].strip_prefix(b": ") else {
+                    return false;
+                };
+                let n = digits(rest);
+                if n == 0 {
+                    return false;
+                }
+                let rest = &rest[n..];
+                let spaces = rest.iter().take_while(|c| **c == b' ').count();
+                if spaces == 0 {
+                    return false;
+                }
+                let rest = &rest[spaces..];
+                let end = rest.iter().position(|c| *c == b' ').unwrap_or(rest.len());
+                &rest[..end]
+            }
+        };
+        KILL_REPORTS.contains(&report)
+    }
+
     /// Whether a partial line may still become a noise line.
     fn could_be_noise(&self, partial: &[u8]) -> bool {
         let text = trim_eol(partial);
         if b"logout".starts_with(text) {
+            return true;
+        }
+        if self.terminating && KILL_REPORTS.iter().any(|r| r.starts_with(text)) {
             return true;
         }
         if could_be_job_notice(text) {
@@ -225,6 +278,38 @@ fn could_be_job_notice(text: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shells_kill_report_is_dropped_only_while_procd_kills() {
+        let run = |terminating: bool, chunks: &[&[u8]]| {
+            let mut f = NoiseFilter::new("/usr/bin/bash");
+            let mut out = Vec::new();
+            f.push(b"real\n", &mut out);
+            f.set_terminating(terminating);
+            for c in chunks {
+                f.push(c, &mut out);
+            }
+            f.finish(&mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(run(true, &[b"Termin", b"ated\n"]), "real\n");
+        assert_eq!(
+            run(
+                true,
+                &[b"bash: line 1: 4242 Killed                  sleep 300\n"]
+            ),
+            "real\n"
+        );
+        assert_eq!(run(false, &[b"Terminated\n"]), "real\nTerminated\n");
+        assert_eq!(
+            run(true, &[b"Terminated early\n"]),
+            "real\nTerminated early\n"
+        );
+        assert_eq!(
+            run(true, &[b"bash: line x: Killed\n"]),
+            "real\nbash: line x: Killed\n"
+        );
+    }
 
     fn run(chunks: &[&[u8]]) -> String {
         let mut f = NoiseFilter::new("/usr/bin/bash");

@@ -126,6 +126,8 @@ pub struct Registry {
     env_policy: EnvPolicy,
     inherited_env: Vec<(String, String)>,
     shell: Vec<String>,
+    /// The login scripts' setup, sourced instead of re-run (SPEC §13).
+    snapshot: Option<crate::snapshot::ShellSnapshot>,
     reaper: Arc<Reaper>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Running sessions plus spawns in progress (the `max_running` gate).
@@ -150,11 +152,28 @@ impl Registry {
     pub fn new(options: RegistryOptions) -> std::io::Result<Arc<Registry>> {
         create_private_dir(&options.logs_dir)?;
         let shell = resolve_shell(&options.config.shell, &options.inherited_env);
-        let inherited_env = options
+        let inherited_env: Vec<(String, String)> = options
             .inherited_env
             .into_iter()
             .filter(|(k, _)| !DAEMON_ONLY_VARS.contains(&k.as_str()))
             .collect();
+        let snapshot = snapshot_for(
+            &options.config,
+            &shell,
+            &inherited_env,
+            &options.default_cwd,
+            &options.logs_dir,
+        )
+        .map(|(bash, home, state_dir)| {
+            crate::snapshot::ShellSnapshot::new(
+                bash,
+                home,
+                &state_dir,
+                Duration::from_secs_f64(options.config.shell_snapshot_timeout_s),
+                Reaper::global(),
+                options.procfs.clone(),
+            )
+        });
         Ok(Arc::new_cyclic(|me| Registry {
             env_policy: EnvPolicy::new(&options.config.env_blocklist),
             redactor: Redactor {
@@ -171,6 +190,7 @@ impl Registry {
             procfs: options.procfs,
             inherited_env,
             shell,
+            snapshot,
             reaper: Reaper::global(),
             sessions: Mutex::new(HashMap::new()),
             running: crate::slot::Slots::default(),
@@ -400,6 +420,29 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
+}
+
+/// Where a shell snapshot applies: the launch is bash with `-lic` (as by
+/// default), and it is not switched off. (bash, HOME, state dir).
+fn snapshot_for(
+    config: &Config,
+    shell: &[String],
+    env: &[(String, String)],
+    default_cwd: &Path,
+    logs_dir: &Path,
+) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let bash = Path::new(shell.first()?);
+    let is_bash = bash.file_name().is_some_and(|n| n == "bash");
+    if !config.shell_snapshot || !is_bash || shell.get(1..) != Some(&["-lic".to_string()][..]) {
+        return None;
+    }
+    let home = env
+        .iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| PathBuf::from(v))
+        .unwrap_or_else(|| default_cwd.to_path_buf());
+    let state_dir = logs_dir.parent()?.to_path_buf();
+    Some((bash.to_path_buf(), home, state_dir))
 }
 
 /// The shell argv: the configured one, except that the default `bash`

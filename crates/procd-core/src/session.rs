@@ -108,6 +108,8 @@ pub struct Session {
     /// Set as soon as the root has been reaped (its pid is free again).
     reaped: AtomicBool,
     termination: Mutex<Option<Termination>>,
+    /// Set while a termination is requested (read per output chunk).
+    terminating: AtomicBool,
     /// The stdin writer; None once a pipe is closed (or stdin is null).
     stdin: Mutex<Option<mpsc::Sender<StdinOp>>>,
     /// Set by close_stdin (a PTY keeps its writer for resizes).
@@ -169,6 +171,7 @@ impl Session {
             state: watch::channel(SessionState::Running).0,
             reaped: AtomicBool::new(false),
             termination: Mutex::new(None),
+            terminating: AtomicBool::new(false),
             stdin: Mutex::new(stdin),
             stdin_closed: AtomicBool::new(false),
             notify_on_complete: AtomicBool::new(spec.notify_on_complete),
@@ -413,11 +416,13 @@ impl Session {
                 source: source.to_string(),
             });
         }
+        self.terminating.store(true, Ordering::SeqCst);
     }
 
     /// Forgets a termination request that did not end the session.
     pub fn clear_termination(&self) {
         *self.termination.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.terminating.store(false, Ordering::SeqCst);
     }
 
     pub fn notify_on_complete(&self) -> bool {
@@ -532,6 +537,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
             read = output.read(&mut buf), if !eof && held_until.is_none() => match read {
                 Ok(0) => eof = true,
                 Ok(n) => {
+                    noise.set_terminating(session.terminating.load(Ordering::Relaxed));
                     store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
                     watch_step(&mut watch, |m, now| m.feed(&filtered, now));
                     fit_read_buffers(&mut buf, &mut filtered, n);
@@ -563,6 +569,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
             Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
             Ok(Ok(n)) => {
                 drained += n;
+                noise.set_terminating(session.terminating.load(Ordering::Relaxed));
                 store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
                 watch_step(&mut watch, |m, now| m.feed(&filtered, now));
             }

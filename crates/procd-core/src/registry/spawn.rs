@@ -223,6 +223,55 @@ impl Registry {
         })
     }
 
+    /// The argv that runs `script`: a non-interactive `bash -c` that
+    /// sources the shell snapshot first (on its own line, so that aliases
+    /// apply to the command), or, without a snapshot or when it cannot be
+    /// made, the configured shell (`bash -lic`). The variables the session
+    /// sets itself are named in `PROCD_KEEP`, so the snapshot leaves them.
+    pub(super) async fn launch_argv(
+        &self,
+        script: &str,
+        env: &mut BTreeMap<String, String>,
+        caller_env: &BTreeMap<String, String>,
+    ) -> Vec<String> {
+        if let Some(snapshot) = &self.snapshot {
+            let login_env: Vec<(String, String)> = self
+                .inherited_env
+                .iter()
+                .filter(|(k, _)| {
+                    !self.env_policy.is_blocked(k) && !k.starts_with(crate::env::FORCE_PREFIX)
+                })
+                .cloned()
+                .collect();
+            match snapshot.current(&login_env, &self.env_policy).await {
+                Ok(path) => {
+                    self.faults.clear(SNAPSHOT_FAULT);
+                    let mut keep: Vec<&str> = caller_env
+                        .keys()
+                        .map(|k| k.strip_prefix(crate::env::FORCE_PREFIX).unwrap_or(k))
+                        .collect();
+                    keep.extend(SESSION_VARS);
+                    env.insert(crate::snapshot::KEEP_VAR.into(), keep.join(" "));
+                    let source = crate::snapshot::quote(&path.display().to_string());
+                    return vec![
+                        self.shell[0].clone(),
+                        "-c".into(),
+                        format!(". {source}\n{script}"),
+                    ];
+                }
+                Err(e) => {
+                    if !self.faults.has(SNAPSHOT_FAULT) {
+                        tracing::warn!(error = %e, "no shell snapshot; commands start with the login shell");
+                    }
+                    self.faults.set(SNAPSHOT_FAULT, &e);
+                }
+            }
+        }
+        let mut argv = self.shell.clone();
+        argv.push(script.to_string());
+        argv
+    }
+
     /// `proc_` + 12 hex digits from the OS's CSPRNG (SPEC §10), unused.
     pub(super) fn new_session_id(&self) -> std::io::Result<String> {
         loop {
@@ -256,14 +305,16 @@ impl Registry {
             .build(self.inherited_env.iter().cloned(), caller_env, &id);
         let mut env = env;
         env.insert(INSTANCE_VAR.into(), self.instance_marker());
-        let script = launch_script(&spec.command);
+        let argv = self
+            .launch_argv(&launch_script(&spec.command), &mut env, caller_env)
+            .await;
 
         let mut spec = spec;
         let mut unit = match &self.scopes {
             Some(scopes) if scopes.available().await => Some(unit_name(&id)),
             _ => None,
         };
-        let started = match self.start_child(&spec, &env, &script, unit.as_deref()) {
+        let started = match self.start_child(&spec, &env, &argv, unit.as_deref()) {
             Err(e) if spec.pty => {
                 // The PTY spawn failed, perhaps after its scope was created:
                 // stop that scope before a pipe spawn under a distinct unit,
@@ -279,7 +330,7 @@ impl Registry {
                 tracing::warn!(session = %id, %e, "PTY spawn failed; falling back to pipes");
                 spec.pty = false;
                 unit = unit.map(|u| format!("{u}-pipe-fallback"));
-                self.start_child(&spec, &env, &script, unit.as_deref())
+                self.start_child(&spec, &env, &argv, unit.as_deref())
             }
             other => other,
         };
@@ -472,11 +523,10 @@ impl Registry {
         &self,
         spec: &SessionSpec,
         env: &BTreeMap<String, String>,
-        script: &str,
+        argv: &[String],
         unit: Option<&str>,
     ) -> std::io::Result<StartedChild> {
-        let mut argv: Vec<String> = self.shell.clone();
-        argv.push(script.to_string());
+        let mut argv = argv.to_vec();
         if let (Some(unit), Some(scopes)) = (unit, &self.scopes) {
             argv = scopes.wrap(unit, &argv);
         }
@@ -802,6 +852,18 @@ pub fn launch_script(command: &str) -> String {
         rewrite_compound_background(command)
     )
 }
+
+/// The fault `status.faults` shows while no shell snapshot can be made.
+const SNAPSHOT_FAULT: &str = "shell snapshot";
+/// Variables procd sets per session: a snapshot never overrides them.
+const SESSION_VARS: [&str; 6] = [
+    "PYTHONUNBUFFERED",
+    "PROCD_SESSION_ID",
+    INSTANCE_VAR,
+    "TERM",
+    "PAGER",
+    "GIT_PAGER",
+];
 
 /// How long output must pause before a yield returns ("it went quiet").
 pub(super) const YIELD_QUIET: Duration = Duration::from_millis(300);

@@ -1,0 +1,223 @@
+//! SPEC §13 against a real daemon: the shell snapshot. What the login
+//! scripts set up (exports, functions, aliases, PATH, options) reaches
+//! commands without the scripts running per spawn; credentials they export
+//! do not; a change is picked up by the next spawn; a capture that fails
+//! falls back to the login shell and says so.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::path::Path;
+
+/// A home whose login shell reads ~/.bashrc (as a stock ~/.profile does),
+/// and whose ~/.bashrc counts its runs in ~/rc-runs.
+fn home_with_rc(rc: &str) -> tempfile::TempDir {
+    let home = short_tempdir();
+    std::fs::write(home.path().join(".bash_profile"), ". ~/.bashrc\n").unwrap();
+    write_rc(home.path(), rc);
+    std::fs::create_dir(home.path().join("bin")).unwrap();
+    let prog = home.path().join("bin/rc-prog");
+    std::fs::write(&prog, "#!/bin/sh\necho from-rc-path\n").unwrap();
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    home
+}
+
+fn write_rc(home: &Path, rc: &str) {
+    std::fs::write(
+        home.join(".bashrc"),
+        format!("echo run >> ~/rc-runs\n{rc}\n"),
+    )
+    .unwrap();
+}
+
+fn rc_runs(home: &Path) -> usize {
+    std::fs::read_to_string(home.join("rc-runs"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+fn output_of(d: &Daemon, command: &str, extra: serde_json::Value) -> String {
+    let mut params = json!({"command": command, "yield_ms": 20000});
+    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    let r = d.ok("spawn", params);
+    assert_eq!(r["status"], "exited", "{r}");
+    r["output"].as_str().unwrap().to_string()
+}
+
+const RC: &str = r#"export PATH="$HOME/bin:$PATH"
+export PLAIN=plain-value
+export OPENAI_API_KEY=sk-from-rc-1234567890
+export GITHUB_TOKEN=ghp_fromrc1234567890
+alias greet='echo hello-from-alias'
+hi() { echo "hi from function $1"; }
+shopt -s extglob"#;
+
+#[test]
+fn the_login_scripts_setup_reaches_commands_without_running_per_spawn() {
+    let home = home_with_rc(RC);
+    let d = Daemon::in_home(home, "");
+    let out = output_of(
+        &d,
+        "greet; hi there; rc-prog; echo \"plain=$PLAIN\"; shopt extglob",
+        json!({}),
+    );
+    assert_eq!(
+        out,
+        "hello-from-alias\nhi from function there\nfrom-rc-path\nplain=plain-value\nextglob        \ton\n"
+    );
+    // Credentials the scripts export never reach a child.
+    let env = output_of(&d, "env", json!({}));
+    assert!(env.contains("PLAIN=plain-value"), "{env}");
+    assert!(
+        !env.contains("OPENAI_API_KEY") && !env.contains("GITHUB_TOKEN"),
+        "{env}"
+    );
+    assert!(!env.contains("PROCD_KEEP"), "{env}");
+    // The same in a terminal.
+    let r = d.ok(
+        "spawn",
+        json!({"command": "greet; hi pty", "pty": true, "yield_ms": 20000}),
+    );
+    assert_eq!(r["status"], "exited", "{r}");
+    assert!(
+        r["output"]
+            .as_str()
+            .unwrap()
+            .contains("hello-from-alias\r\nhi from function pty"),
+        "{r}"
+    );
+    // Five spawns, one run of the scripts: the capture.
+    for _ in 0..2 {
+        output_of(&d, "true", json!({}));
+    }
+    assert_eq!(
+        rc_runs(d.home.path()),
+        1,
+        "the rc ran once, for the snapshot"
+    );
+    let snapshot = d.state_dir().join("shell-snapshot.sh");
+    let meta = std::fs::metadata(&snapshot).expect("the snapshot file");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
+    let text = std::fs::read_to_string(&snapshot).unwrap();
+    assert!(
+        !text.contains("sk-from-rc") && !text.contains("ghp_fromrc"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_callers_environment_and_procds_own_variables_win_over_the_scripts() {
+    let home = home_with_rc("export PLAIN=from-rc\nexport PYTHONUNBUFFERED=0\nexport KEEP_ME=rc");
+    let d = Daemon::in_home(home, "");
+    let out = output_of(
+        &d,
+        "echo $PLAIN $PYTHONUNBUFFERED $KEEP_ME; echo ${PROCD_SESSION_ID:0:5}",
+        json!({"env": {"PLAIN": "from-caller"}}),
+    );
+    assert_eq!(out, "from-caller 1 rc\nproc_\n");
+}
+
+#[test]
+fn a_changed_script_is_picked_up_by_the_next_spawn() {
+    let home = home_with_rc("export STAGE=one");
+    let d = Daemon::in_home(home, "");
+    assert_eq!(output_of(&d, "echo $STAGE", json!({})), "one\n");
+    write_rc(
+        d.home.path(),
+        "export STAGE=two\nalias stage='echo alias-two'",
+    );
+    assert_eq!(
+        output_of(&d, "echo $STAGE; stage", json!({})),
+        "two\nalias-two\n"
+    );
+    // A script that appears counts as a change too.
+    std::fs::write(d.home.path().join(".bash_login"), "export IGNORED=1\n").unwrap();
+    std::fs::write(
+        d.home.path().join(".bash_profile"),
+        ". ~/.bashrc\nexport FROM_PROFILE=yes\n",
+    )
+    .unwrap();
+    assert_eq!(output_of(&d, "echo $FROM_PROFILE", json!({})), "yes\n");
+    assert_eq!(rc_runs(d.home.path()), 3);
+}
+
+#[test]
+fn exit_codes_and_the_compound_rewrite_still_behave() {
+    let home = home_with_rc("alias greet='echo hi'");
+    let d = Daemon::in_home(home, "");
+    let r = d.ok(
+        "spawn",
+        json!({"command": "greet; exit 7", "yield_ms": 20000}),
+    );
+    assert_eq!(
+        (r["exit_code"].clone(), r["output"].clone()),
+        (json!(7), json!("hi\n"))
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let r = d.ok(
+        "spawn",
+        json!({
+            "command": format!("cd {} && sleep 30 &>/dev/null &", dir.path().display()),
+            "yield_ms": 20000,
+        }),
+    );
+    // The rewrite puts the background job in braces: the shell returns at
+    // once (the job is the session's, and ends with it).
+    assert_eq!(r["status"], "exited", "{r}");
+    assert_eq!(r["exit_code"], 0);
+    d.ok("kill", json!({"session_id": r["session_id"]}));
+}
+
+#[test]
+fn without_the_snapshot_the_scripts_run_for_every_spawn() {
+    let home = home_with_rc("export PLAIN=plain-value");
+    let d = Daemon::in_home(home, "shell_snapshot = false");
+    for _ in 0..3 {
+        assert_eq!(output_of(&d, "echo $PLAIN", json!({})), "plain-value\n");
+    }
+    assert_eq!(rc_runs(d.home.path()), 3);
+    assert!(!d.state_dir().join("shell-snapshot.sh").exists());
+}
+
+#[test]
+fn a_capture_that_hangs_falls_back_to_the_login_shell_and_says_so() {
+    // The scripts hang only while captured (PROCD_SHELL_SNAPSHOT is set
+    // then): the capture times out, commands start with `bash -lic`.
+    let mut strays = Strays::default();
+    let home = home_with_rc(
+        "export PLAIN=plain-value\nif [ -n \"$PROCD_SHELL_SNAPSHOT\" ]; then sleep 31.5; fi",
+    );
+    let d = Daemon::in_home(home, "shell_snapshot_timeout_s = 1");
+    assert_eq!(output_of(&d, "echo $PLAIN", json!({})), "plain-value\n");
+    let status = d.ok("status", json!({}));
+    let faults = status["faults"].to_string();
+    assert!(
+        faults.contains("shell snapshot") && faults.contains("did not finish"),
+        "{status}"
+    );
+    // The hung capture was ended with its group.
+    wait_until("the capture's sleep is gone", || {
+        strays.find(&["sleep", "31.5"]).is_empty()
+    });
+    // Not retried per spawn while the scripts stay the same.
+    assert_eq!(output_of(&d, "echo $PLAIN", json!({})), "plain-value\n");
+    assert_eq!(
+        rc_runs(d.home.path()),
+        3,
+        "one capture, then two login shells"
+    );
+    // Fixed scripts: the next spawn makes the snapshot, the fault clears.
+    write_rc(d.home.path(), "export PLAIN=fixed");
+    assert_eq!(output_of(&d, "echo $PLAIN", json!({})), "fixed\n");
+    let status = d.ok("status", json!({}));
+    assert!(
+        !status["faults"].to_string().contains("shell snapshot"),
+        "{status}"
+    );
+}
