@@ -5,13 +5,16 @@
 //! is this very binary re-executed as `--daemon-child HOME` (it links the
 //! same daemon library as `procd`), so `cargo run --release -p procd-bench`
 //! needs nothing else. Sessions and baselines run with a temp HOME so that
-//! `bash -lic` reads no dotfiles in either.
+//! no dotfiles shape either (one row adds slow ones on purpose).
 //!
-//! Usage: procd-bench [--quick] [--json] [--only WORD]
+//! Usage: procd-bench [--quick] [--json] [--only WORD] [--repeat N]
 //!        procd-bench --reliability [--quick] [--json]   (fuzz, chaos, load)
 //!
 //! `--only WORD` runs just the figures whose group name contains WORD
-//! (spawn, poll, exit, ingest, latency, idle, many, kill, flood): for profiling one.
+//! (spawn, poll, exit, ingest, latency, idle, many, kill, flood, observe):
+//! for profiling one. `--repeat N` runs the table N times and reports, per
+//! figure, the run with the median ratio (or value) and the min–max
+//! spread; a target is met when that median run meets it.
 
 mod reliability;
 
@@ -37,6 +40,10 @@ struct Row {
     met: bool,
     /// How the figure was taken (median, p99, rounds…).
     detail: String,
+    /// With `--repeat`: min, median, max of the ratio (or of the value
+    /// when there is no baseline) over the runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spread: Option<[f64; 3]>,
 }
 
 /// How a figure compared with its baseline must come out.
@@ -69,6 +76,7 @@ impl Row {
             target,
             met,
             detail,
+            spread: None,
         }
     }
 
@@ -83,8 +91,38 @@ impl Row {
             target: format!("<= {limit} {unit}"),
             met: value <= limit,
             detail,
+            spread: None,
         }
     }
+
+    /// What the spread is taken over: the ratio, or the value.
+    fn figure(&self) -> f64 {
+        self.ratio.unwrap_or(self.value)
+    }
+}
+
+/// One row per figure from `runs` of the whole table: the run whose
+/// figure is the median (the lower middle for an even count) stands for
+/// it, with the min, median and max over all runs.
+fn combine(runs: Vec<Vec<Row>>) -> Vec<Row> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|i| {
+            let mut rows: Vec<&Row> = runs.iter().filter_map(|run| run.get(i)).collect();
+            rows.sort_by(|a, b| a.figure().total_cmp(&b.figure()));
+            let mid = rows[(rows.len() - 1) / 2];
+            let mut row = mid.clone();
+            row.spread = Some([
+                rows[0].figure(),
+                mid.figure(),
+                rows[rows.len() - 1].figure(),
+            ]);
+            row.detail = format!("{} (the median of {} runs)", row.detail, rows.len());
+            row
+        })
+        .collect()
 }
 
 struct Sizes {
@@ -148,7 +186,21 @@ fn main() {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
-    let rows = run_all(&sizes, only);
+    let repeat: usize = args
+        .iter()
+        .position(|a| a == "--repeat")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| {
+            n.parse()
+                .unwrap_or_else(|_| panic!("--repeat takes a count, got {n:?}"))
+        })
+        .unwrap_or(1)
+        .max(1);
+    let rows = if repeat == 1 {
+        run_all(&sizes, only)
+    } else {
+        combine((0..repeat).map(|_| run_all(&sizes, only)).collect())
+    };
     if as_json {
         println!(
             "{}",
@@ -505,17 +557,21 @@ fn spawn_wait_row(d: &Daemon, s: &Sizes, metric: &str, what: &str) -> Row {
 }
 
 /// A line echo server: the floor for a request/response over a Unix socket.
-fn echo_server(dir: &Path) -> PathBuf {
+/// A line server on a Unix socket (a thread per connection, blocking
+/// reads) that answers every line with `answer`.
+fn echo_server(dir: &Path, answer: &str) -> PathBuf {
     let path = dir.join("echo.sock");
     let listener = UnixListener::bind(&path).expect("echo socket");
+    let answer = answer.to_string();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
+            let answer = answer.clone();
             std::thread::spawn(move || {
                 let mut w = stream.try_clone().expect("clone");
                 let mut r = BufReader::new(stream);
                 let mut line = String::new();
                 while r.read_line(&mut line).is_ok_and(|n| n > 0) {
-                    if w.write_all(line.as_bytes()).is_err() {
+                    if w.write_all(answer.as_bytes()).is_err() {
                         return;
                     }
                     line.clear();
@@ -526,10 +582,21 @@ fn echo_server(dir: &Path) -> PathBuf {
     path
 }
 
+/// A JSON-RPC-looking line of exactly `len` bytes (newline included).
+fn line_of_len(len: usize, key: &str) -> String {
+    let shell = format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"{key}\":\"\"}}\n");
+    let pad = len.saturating_sub(shell.len());
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"{key}\":\"{}\"}}\n",
+        "x".repeat(pad)
+    )
+}
+
 /// The line echo on a multi-thread Tokio runtime, as the daemon runs.
-fn tokio_echo_server(dir: &Path) -> PathBuf {
+fn tokio_echo_server(dir: &Path, answer: &str) -> PathBuf {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let path = dir.join("tokio-echo.sock");
+    let answer: std::sync::Arc<str> = answer.into();
     let std_listener = UnixListener::bind(&path).expect("tokio echo socket");
     std_listener.set_nonblocking(true).expect("nonblocking");
     std::thread::spawn(move || {
@@ -540,12 +607,12 @@ fn tokio_echo_server(dir: &Path) -> PathBuf {
         rt.block_on(async move {
             let listener = tokio::net::UnixListener::from_std(std_listener).expect("listener");
             while let Ok((stream, _)) = listener.accept().await {
+                let answer = answer.clone();
                 tokio::spawn(async move {
                     let (r, mut w) = stream.into_split();
                     let mut lines = tokio::io::BufReader::new(r).lines();
-                    while let Ok(Some(mut line)) = lines.next_line().await {
-                        line.push('\n');
-                        if w.write_all(line.as_bytes()).await.is_err() {
+                    while let Ok(Some(_)) = lines.next_line().await {
+                        if w.write_all(answer.as_bytes()).await.is_err() {
                             return;
                         }
                     }
@@ -608,14 +675,18 @@ fn poll_round_trip(d: &Daemon, s: &Sizes) -> Row {
     let mut c = d.connect();
     let id = c.call("spawn", json!({"command": "sleep 600"}))["session_id"].clone();
     pin(d.pid(), Some(0));
-    let mut echo = Line::open(&echo_server(d.home.as_path()));
     let poll = json!({"jsonrpc": "2.0", "id": 1, "method": "poll", "params": {"session_id": id}})
         .to_string()
         + "\n";
-    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string() + "\n";
+    // The baseline moves as many bytes each way as a poll does: a request
+    // the size of poll's, an answer the size of poll's answer.
+    let answer_len = c.round_trip(&poll).len();
+    let answer = line_of_len(answer_len, "result");
+    let ping = line_of_len(poll.len(), "method");
+    let mut echo = Line::open(&echo_server(d.home.as_path(), &answer));
     // Not the baseline, but it splits the gap: the same echo served by a
     // Tokio runtime shaped like the daemon's (epoll, task wake-ups).
-    let mut tokio_echo = Line::open(&tokio_echo_server(d.home.as_path()));
+    let mut tokio_echo = Line::open(&tokio_echo_server(d.home.as_path(), &answer));
     let [ours, base, runtime] = <[Vec<f64>; 3]>::try_from(alternate(
         s.polls,
         &mut [
@@ -634,10 +705,12 @@ fn poll_round_trip(d: &Daemon, s: &Sizes) -> Row {
         "us",
         Ratio::AtMost(1.3),
         format!(
-            "{} alternating round trips, client and servers pinned to one CPU; p99 {:.0} us vs {:.0} us; baseline: line echo server on a Unix socket (threads, blocking reads); the same echo on a Tokio runtime: p50 {:.2} us",
+            "{} alternating round trips, client and servers pinned to one CPU; p99 {:.0} us vs {:.0} us; baseline: a line server on a Unix socket (threads, blocking reads) answering a {}-byte request with a {}-byte line, as poll does; the same server on a Tokio runtime: p50 {:.2} us",
             s.polls,
             percentile(&ours, 0.99),
             percentile(&base, 0.99),
+            poll.len(),
+            answer_len,
             median(&runtime)
         ),
     )
@@ -679,41 +752,88 @@ fn exit_to_wait(d: &Daemon, s: &Sizes) -> Row {
 fn ingest(d: &Daemon, s: &Sizes) -> Row {
     let mut c = d.connect();
     let size = s.ingest_bytes;
-    let (mut ours, mut base) = (Vec::new(), Vec::new());
-    for _ in 0..s.ingest_rounds {
+    let logs = d.home.join("state/logs");
+    let fs = filesystem_of(&logs);
+    let command = format!("head -c {size} /dev/zero");
+    let bash = ["/usr/bin/bash", "/bin/bash"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("bash");
+    // The baselines run what procd runs, as procd runs it: bash -c, a
+    // pipe of the size procd asks for, 64 KiB reads; into a file in the
+    // logs directory (procd's destination), or into nothing.
+    let direct = |to_file: bool| {
         let t = Instant::now();
-        let id = c.call(
-            "spawn",
-            json!({"command": format!("head -c {size} /dev/zero")}),
-        )["session_id"]
-            .clone();
-        let w = c.call("wait", json!({"session_id": id, "timeout_s": 600}));
-        assert_eq!(w["status"], "exited");
-        ours.push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
-
-        let t = Instant::now();
-        let mut child = Command::new("head")
-            .args(["-c", &size.to_string(), "/dev/zero"])
+        let mut child = Command::new(bash)
+            .args(["-c", &command])
             .stdout(Stdio::piped())
             .spawn()
-            .expect("cat baseline");
+            .expect("baseline");
         let mut out = child.stdout.take().expect("stdout");
+        let _ = nix::fcntl::fcntl(&out, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+        let path = logs.join("baseline.bin");
+        let mut file = to_file.then(|| std::fs::File::create(&path).expect("baseline file"));
         let mut buf = vec![0u8; 64 * 1024];
-        while out.read(&mut buf).is_ok_and(|n| n > 0) {}
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if let Some(f) = file.as_mut() {
+                f.write_all(&buf[..n]).expect("baseline write");
+            }
+        }
         child.wait().expect("baseline wait");
-        base.push(size as f64 / t.elapsed().as_secs_f64() / 1e6);
+        drop(file);
+        let _ = std::fs::remove_file(&path);
+        size as f64 / t.elapsed().as_secs_f64() / 1e6
+    };
+    let (mut ours, mut to_file, mut discard) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..s.ingest_rounds {
+        let mut procd = || {
+            let t = Instant::now();
+            let id = c.call("spawn", json!({ "command": command }))["session_id"].clone();
+            let w = c.call("wait", json!({"session_id": id, "timeout_s": 600}));
+            assert_eq!(w["status"], "exited");
+            size as f64 / t.elapsed().as_secs_f64() / 1e6
+        };
+        if round % 2 == 0 {
+            ours.push(procd());
+            to_file.push(direct(true));
+        } else {
+            to_file.push(direct(true));
+            ours.push(procd());
+        }
+        discard.push(direct(false));
     }
     Row::against(
         format!("output ingest ({} MiB, one session)", size >> 20),
         median(&ours),
-        median(&base),
+        median(&to_file),
         "MB/s",
         Ratio::AtLeast(0.7),
         format!(
-            "{} rounds; baseline: the same bytes through a pipe into a reader",
-            s.ingest_rounds
+            "median of {} rounds, alternating; logs on {fs}. procd: spawn + wait RPCs, `bash -c` (snapshot sourced), 1 MiB pipe, output stored in its log (capped at max_log_bytes: the head is punched out as it grows). Baseline: `bash -c '{command}'` spawned directly, the same pipe size and reads, written to a file in the same directory; discarding the bytes instead: {:.0} MB/s",
+            s.ingest_rounds,
+            median(&discard)
         ),
     )
+}
+
+/// The type of the filesystem holding `path` (longest mount point of
+/// /proc/self/mounts that contains it).
+fn filesystem_of(path: &Path) -> String {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((*f.get(1)?, *f.get(2)?))
+        })
+        .filter(|(mount, _)| path.starts_with(mount))
+        .max_by_key(|(mount, _)| mount.len())
+        .map(|(_, fs)| fs.to_string())
+        .unwrap_or_else(|| "an unknown filesystem".into())
 }
 
 fn output_to_read(d: &Daemon, s: &Sizes) -> Row {
@@ -771,16 +891,23 @@ fn context_switches(pid: i32) -> std::collections::HashMap<String, u64> {
     per_thread
 }
 
-/// Switches between two snapshots, thread by thread (threads that exited
-/// meanwhile are not subtracted; new threads count from zero).
+/// Switches between two snapshots, thread by thread: new threads count
+/// from zero, and a thread that exited in between (its last switches are
+/// not visible any more) counts as one switch at least — a thread coming
+/// or going is a wake-up, never nothing.
 fn switches_between(
     before: &std::collections::HashMap<String, u64>,
     after: &std::collections::HashMap<String, u64>,
 ) -> u64 {
-    after
+    let survivors: u64 = after
         .iter()
         .map(|(tid, n)| n.saturating_sub(*before.get(tid).unwrap_or(&0)))
-        .sum()
+        .sum();
+    let exited = before
+        .keys()
+        .filter(|tid| !after.contains_key(*tid))
+        .count() as u64;
+    survivors + exited
 }
 
 /// A number field of /proc/<pid>/status ("Threads:", "VmRSS:" in kB).
@@ -822,6 +949,7 @@ fn idle(d: &Daemon, s: &Sizes) -> Vec<Row> {
     drop(quiet);
     vec![
         Row {
+            spread: None,
             metric: format!("idle daemon, wakeups besides the 1 Hz monitor ({} s)", s.idle.as_secs()),
             value: others,
             baseline: None,
@@ -841,7 +969,7 @@ fn idle(d: &Daemon, s: &Sizes) -> Vec<Row> {
             rss,
             "MiB",
             10.0,
-            format!("VmRSS of a freshly started idle daemon; the daemon that ran the measurements above (1 GiB ingest included) holds {loaded_rss:.1} MiB"),
+            format!("VmRSS of a freshly started idle daemon; the daemon that ran the measurements above (the ingest rows included) holds {loaded_rss:.1} MiB"),
         ),
     ]
 }
@@ -1152,15 +1280,19 @@ fn print_table(rows: &[Row], quick: bool) {
             .baseline
             .map(|b| format!("{b:.2} {}", r.unit))
             .unwrap_or_else(|| "—".into());
-        let ratio = r
-            .ratio
-            .map(|x| format!("{x:.2}x"))
-            .unwrap_or_else(|| "—".into());
+        let ratio = match (r.ratio, r.spread) {
+            (Some(x), Some([lo, _, hi])) => format!("{x:.2}x ({lo:.2}–{hi:.2})"),
+            (Some(x), None) => format!("{x:.2}x"),
+            (None, _) => "—".into(),
+        };
+        let value = match (r.ratio, r.spread) {
+            (None, Some([lo, _, hi])) => format!("{:.2} {} ({lo:.2}–{hi:.2})", r.value, r.unit),
+            _ => format!("{:.2} {}", r.value, r.unit),
+        };
         println!(
-            "| {} | {:.2} {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             r.metric,
-            r.value,
-            r.unit,
+            value,
             base,
             ratio,
             r.target,
