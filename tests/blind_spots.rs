@@ -2,7 +2,9 @@
 //! issue's list): ambiguous id prefixes, `wait` timeouts and `max_wait_s`,
 //! bad configuration naming its key, the CLI's spawn flags, a released
 //! lease ending its sessions, redaction of subscription items and yields,
-//! orphans reaped, `final_drain_ms`. Each against a real daemon.
+//! orphans reaped, `final_drain_ms`, `dropped` and unsubscribing, every
+//! credential suffix and `env_blocklist`, `kill_grace_s`, `procd events`.
+//! Each against a real daemon.
 
 mod common;
 
@@ -208,4 +210,127 @@ fn orphans_are_reaped_and_final_drain_ms_is_honoured() {
         "early\nlate\n",
         "the drain kept the late line"
     );
+}
+
+#[test]
+fn output_subscriptions_report_dropped_bytes_and_unsubscribing_ends_them() {
+    // `dropped` on subscribe_output items (the log cap lost the head), and
+    // unsubscribe_output / unsubscribe_events end their streams.
+    let d = Daemon::with_config("max_log_bytes = 4096\nmemory_tail_bytes = 4096");
+    let id = d.spawn("head -c 20000 /dev/zero | tr '\\0' x; echo; echo end; read more; echo \"after $more\"; sleep 300");
+    d.read_until(&id, "end");
+    let mut sub = d.connect();
+    let r = sub.call("subscribe_output", json!({"session_id": id, "cursor": 0}));
+    let sub_id = r["result"].clone();
+    assert!(!sub_id.is_null(), "{r}");
+    let item = loop {
+        let v = sub.recv();
+        if v["method"] == "output" {
+            break v["params"]["result"].clone();
+        }
+    };
+    assert!(item["dropped"].as_u64().unwrap() > 0, "{item}");
+    assert!(item["cursor"].as_u64().unwrap() > 0, "{item}");
+    let events = sub.call("subscribe_events", json!({}))["result"].clone();
+    let r = sub.call("unsubscribe_output", json!([sub_id]));
+    assert_eq!(r["result"], true, "{r}");
+    let r = sub.call("unsubscribe_events", json!([events]));
+    assert_eq!(r["result"], true, "{r}");
+    // More output and a new session: nothing arrives on that connection
+    // any more (the answer to a later request comes with nothing before it
+    // but what was already in flight for the old subscription).
+    d.ok("submit_stdin", json!({"session_id": id, "data": "x"}));
+    d.read_until(&id, "after x");
+    let other = d.spawn("true");
+    d.wait_exit(&other);
+    sub.send_raw(r#"{"jsonrpc":"2.0","id":99,"method":"status"}"#);
+    loop {
+        let v = sub.recv();
+        if v["id"] == 99 {
+            break;
+        }
+        let text = v.to_string();
+        assert!(
+            !text.contains("after x") && !text.contains(&other),
+            "a notification after unsubscribing: {text}"
+        );
+    }
+    d.ok("kill", json!({"session_id": id}));
+}
+
+#[test]
+fn every_credential_suffix_and_the_configured_blocklist_stay_out_of_children() {
+    let vars = [
+        ("A_API_KEY", "k1"),
+        ("B_APIKEY", "k2"),
+        ("C_TOKEN", "k3"),
+        ("D_SECRET", "k4"),
+        ("E_SECRET_KEY", "k5"),
+        ("F_PASSWORD", "k6"),
+        ("G_PASSWD", "k7"),
+        ("H_CREDENTIALS", "k8"),
+        ("I_PRIVATE_KEY", "k9"),
+        ("MY_INTERNAL_URL", "k10"),
+        ("PLAIN_SETTING", "kept"),
+    ];
+    let d = Daemon::with_env("env_blocklist = [\"MY_INTERNAL_URL\"]", &vars);
+    let r = d.ok("spawn", json!({"command": "env", "yield_ms": 20000}));
+    let env = r["output"].as_str().unwrap();
+    for (name, _) in &vars[..10] {
+        assert!(
+            !env.contains(&format!("{name}=")),
+            "{name} reached the child"
+        );
+    }
+    assert!(env.contains("PLAIN_SETTING=kept"), "{env}");
+}
+
+#[test]
+fn kill_grace_s_from_the_configuration_is_the_default_grace() {
+    // kill_grace_s = 0: no escalation, so a process that ignores SIGTERM
+    // survives a plain kill (and says so); an explicit grace_s escalates.
+    let d = Daemon::with_config("kill_grace_s = 0");
+    let id = d.spawn(
+        "python3 -c 'import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(\"deaf\", flush=True); time.sleep(300)'",
+    );
+    d.read_until(&id, "deaf");
+    let r = d.ok("kill", json!({"session_id": id}));
+    assert_eq!(r["status"], "error", "{r}");
+    assert!(!r["survivors"].as_array().unwrap().is_empty(), "{r}");
+    let r = d.ok("kill", json!({"session_id": id, "grace_s": 0.2}));
+    assert_eq!(r["status"], "killed", "{r}");
+}
+
+#[test]
+fn procd_events_prints_starts_and_exits_as_they_happen() {
+    let d = Daemon::start();
+    let mut events = Command::new(BIN)
+        .args(["--home"])
+        .arg(d.home.path())
+        .args(["events", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("procd events");
+    let out = events.stdout.take().unwrap();
+    let _guard = Stand(events);
+    // It has subscribed once the daemon counts a subscriber: close_terminal
+    // answers -32002 ("no UI is attached") without one.
+    let anchor = d.spawn("sleep 300");
+    wait_until("procd events has subscribed", || {
+        d.call("close_terminal", json!({"session_id": anchor}))
+            .get("error")
+            .is_none()
+    });
+    let id = d.spawn("echo hi");
+    d.wait_exit(&id);
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
+    let mut seen = Vec::new();
+    while !(seen.contains(&"started".to_string()) && seen.contains(&"exited".to_string())) {
+        let line = lines.next().expect("an event line").expect("read");
+        let v: Value = serde_json::from_str(&line).expect("JSON event");
+        if v["session_id"] == id.as_str() {
+            seen.push(v["type"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    d.ok("kill", json!({"session_id": anchor}));
 }

@@ -267,7 +267,7 @@ fn sigterm_stops_the_daemon_cleanly() {
 }
 
 #[test]
-fn a_peer_with_another_uid_is_refused_before_any_request() {
+fn a_peer_with_another_uid_is_refused_before_any_request_and_told_why() {
     use std::os::unix::process::CommandExt;
     let d = Daemon::start();
     // Open the way past file permissions so that only the uid check remains.
@@ -286,9 +286,17 @@ s.connect(sys.argv[1])
 s.settimeout(10)
 try:
     s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"status"}\n')
-    data = s.recv(4096)
 except (BrokenPipeError, ConnectionResetError):
-    data = b''  # refused: closed before or after our request
+    pass  # refused before our request: what it said is still to be read
+data = b''
+while True:
+    try:
+        chunk = s.recv(4096)
+    except ConnectionResetError:
+        break
+    if not chunk:
+        break
+    data += chunk
 print("answer:" + data.decode())
 "#;
     let out = std::process::Command::new("python3")
@@ -300,7 +308,16 @@ print("answer:" + data.decode())
         .expect("probe as nobody");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(text.trim(), "answer:", "a foreign uid gets nothing: {text}");
+    // Nothing is served; the one line it gets says why (-32005).
+    let line = text.trim().strip_prefix("answer:").unwrap_or_default();
+    let answer: serde_json::Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("a JSON-RPC error line, not {line:?}: {e}"));
+    assert_eq!(answer["error"]["code"], -32005, "{answer}");
+    assert!(
+        answer["error"]["message"].as_str().unwrap().contains("permission denied"),
+        "{answer}"
+    );
+    assert!(answer.get("result").is_none(), "a foreign uid gets nothing: {answer}");
     assert_still_serving(&d);
 }
 

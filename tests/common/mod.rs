@@ -186,7 +186,12 @@ impl Daemon {
     pub fn read_all(&self, id: &str) -> String {
         let mut text = String::new();
         let mut cursor = 0;
+        let deadline = Instant::now() + PATIENCE;
         loop {
+            assert!(
+                Instant::now() < deadline,
+                "the output of {id} never reached its end: {text:?}"
+            );
             let r = self.ok(
                 "read",
                 serde_json::json!({"session_id": id, "cursor": cursor, "wait_ms": 5000}),
@@ -537,12 +542,22 @@ impl Activated {
         Conn::open(&self.socket)
     }
 
+    /// SIGTERM, then its exit code; SIGKILL (and None) if it has not
+    /// exited within `PATIENCE`.
     pub fn stop(&mut self) -> Option<i32> {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        self.child.wait().ok()?.code()
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        eprintln!("the activated daemon {pid} ignored SIGTERM and was SIGKILLed");
+        None
     }
 }
 

@@ -251,12 +251,10 @@ mod tests {
             ),
         );
         let ctl = stand_in(dir.path(), "systemctl", "exit 0");
-        let scopes = Arc::new(Scopes::with_programs(
-            run,
-            ctl,
-            4096,
-            Duration::from_millis(500),
-        ));
+        // No sleeps: the TTL's two sides are two instances, one whose TTL
+        // never passes during the test and one whose TTL is always over.
+        let hour = Duration::from_secs(3600);
+        let scopes = Arc::new(Scopes::with_programs(run.clone(), ctl.clone(), 4096, hour));
         let probes = || {
             std::fs::read_to_string(&count)
                 .unwrap_or_default()
@@ -276,17 +274,20 @@ mod tests {
         assert_eq!(probes(), 1);
         assert!(scopes.available().await, "cached");
         assert_eq!(probes(), 1);
-        // A failed probe is remembered, and retried once the TTL passed.
+        // A failed probe is remembered too.
         std::fs::write(&fail, "").unwrap();
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(!scopes.available().await);
+        let failing = Scopes::with_programs(run.clone(), ctl.clone(), 4096, hour);
+        assert!(!failing.available().await);
         assert_eq!(probes(), 2);
-        assert!(!scopes.available().await, "the failure is cached too");
+        assert!(!failing.available().await, "the failure is cached too");
         assert_eq!(probes(), 2);
-        std::fs::remove_file(&fail).unwrap();
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(scopes.available().await, "retried after the TTL");
+        // Past the TTL (zero here) it is probed again and sees the fix.
+        let expiring = Scopes::with_programs(run, ctl, 4096, Duration::ZERO);
+        assert!(!expiring.available().await);
         assert_eq!(probes(), 3);
+        std::fs::remove_file(&fail).unwrap();
+        assert!(expiring.available().await, "retried after the TTL");
+        assert_eq!(probes(), 4);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,6 +75,13 @@ pub async fn serve(
             Ok(cred) if cred.uid() == my_uid => {}
             Ok(cred) => {
                 tracing::warn!(uid = cred.uid(), "refused a connection from another user");
+                // One line saying why (best effort: a fresh socket's buffer
+                // takes it without blocking), then the connection closes.
+                let refusal = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":{},\"message\":\"permission denied: this procd serves uid {my_uid} only\"}}}}\n",
+                    procd_proto::error::PERMISSION_DENIED
+                );
+                let _ = stream.try_write(refusal.as_bytes());
                 continue;
             }
             Err(err) => {
