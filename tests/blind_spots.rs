@@ -334,3 +334,44 @@ fn procd_events_prints_starts_and_exits_as_they_happen() {
     }
     d.ok("kill", json!({"session_id": anchor}));
 }
+
+#[test]
+fn a_configuration_named_with_config_is_the_one_used() {
+    // `--config FILE` (a file outside the home) reaches the daemon it
+    // starts: here max_running = 1 refuses a second running session.
+    let home = short_tempdir();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let file = elsewhere.path().join("procd-test.toml");
+    std::fs::write(&file, "max_running = 1\n").unwrap();
+    let procd = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("--home")
+            .arg(home.path())
+            .arg("--config")
+            .arg(&file)
+            .args(args)
+            .env("HOME", home.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run procd")
+    };
+    assert!(procd(&["start"]).status.success());
+    let first = procd(&["spawn", "--", "sleep 300"]);
+    assert!(first.status.success(), "{first:?}");
+    let second = procd(&["spawn", "--", "sleep 300"]);
+    assert_eq!(second.status.code(), Some(1), "{second:?}");
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("max_running (1)"),
+        "{second:?}"
+    );
+    // A missing file named explicitly is an error, not the defaults.
+    let missing = Command::new(BIN)
+        .arg("--home")
+        .arg(home.path())
+        .args(["--config", "/nonexistent/procd.toml", "daemon"])
+        .env("HOME", home.path())
+        .output()
+        .expect("run procd");
+    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    assert!(procd(&["stop"]).status.success());
+}

@@ -314,10 +314,16 @@ print("answer:" + data.decode())
         .unwrap_or_else(|e| panic!("a JSON-RPC error line, not {line:?}: {e}"));
     assert_eq!(answer["error"]["code"], -32005, "{answer}");
     assert!(
-        answer["error"]["message"].as_str().unwrap().contains("permission denied"),
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("permission denied"),
         "{answer}"
     );
-    assert!(answer.get("result").is_none(), "a foreign uid gets nothing: {answer}");
+    assert!(
+        answer.get("result").is_none(),
+        "a foreign uid gets nothing: {answer}"
+    );
     assert_still_serving(&d);
 }
 
