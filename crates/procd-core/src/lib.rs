@@ -5,25 +5,18 @@
 //! sockets, JSON-RPC framing or daemon lifecycle: the server crate turns
 //! requests into calls on `Registry` and its results into responses.
 
-pub mod atomic;
 pub mod budget;
 pub mod checkpoint;
-pub mod clock;
-pub mod config;
 pub mod env;
 mod error;
 pub mod fairness;
 pub mod faults;
-pub mod identity;
 pub mod kill;
 pub mod limits;
 pub mod noise;
 pub mod notify;
 pub mod observe;
 pub mod output;
-pub mod pidfd;
-pub mod procfs;
-pub mod random;
 pub mod readiness;
 pub mod reaper;
 pub mod redact;
@@ -37,6 +30,11 @@ pub mod sockdiag;
 pub mod text;
 pub mod watch;
 
-pub use config::Config;
+// The OS layer and the configuration live below this crate (procd-sys,
+// procd-proto); re-exported so that `crate::pidfd` and friends read as
+// before.
 pub use error::Error;
+pub use procd_proto::config;
+pub use procd_proto::config::Config;
+pub use procd_sys::{atomic, clock, identity, pidfd, procfs, random};
 pub use registry::{Registry, RegistryOptions, SpawnRequest};

@@ -1,7 +1,7 @@
-//! Loading `config.toml` into `procd_core::Config`: every key optional,
+//! Loading `config.toml` into `procd_proto::config::Config`: every key optional,
 //! unknown keys and bad values are errors that name the key.
 
-use procd_core::Config;
+use procd_proto::config::Config;
 use std::path::Path;
 
 /// The config at `path`; a missing file gives the defaults.

@@ -16,7 +16,7 @@ use crate::atomic;
 use crate::lock::FileLock;
 use crate::paths::Paths;
 use crate::state::{self, identity_matches, process_identity};
-use procd_core::procfs::ProcFs;
+use procd_sys::procfs::ProcFs;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
@@ -151,7 +151,7 @@ pub fn wait_out_stopping(paths: &Paths, _t: &Transition) -> io::Result<()> {
         }
         // The daemon is not our child: watch its pidfd for the exit.
         if let Liveness::Running(s) | Liveness::IdentityUnavailable(s) = daemon {
-            if let Ok(fd) = procd_core::pidfd::PidFd::open(s.pid) {
+            if let Ok(fd) = procd_sys::pidfd::PidFd::open(s.pid) {
                 fd.wait_exit_blocking(Duration::from_millis(200));
                 continue;
             }
@@ -165,7 +165,7 @@ use crate::state::Liveness;
 /// A lease token from the OS's CSPRNG (SPEC §10): holding one lets a
 /// client spawn sessions in its name and end them by releasing it.
 fn new_token() -> io::Result<String> {
-    Ok(format!("lease_{}", procd_core::random::hex(16)?))
+    Ok(format!("lease_{}", procd_sys::random::hex(16)?))
 }
 
 /// Records a lease for process `pid`; waits out a stopping daemon first.

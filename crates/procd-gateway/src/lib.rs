@@ -5,7 +5,7 @@
 //! All functions here do blocking file I/O; async callers run them through
 //! `spawn_blocking` (the event loop never blocks on a file lock).
 
-pub use procd_core::atomic;
+pub use procd_sys::atomic;
 pub mod config;
 pub mod control;
 pub mod lease;

@@ -3,7 +3,7 @@
 
 use crate::atomic;
 use crate::paths::Paths;
-use procd_core::procfs::ProcFs;
+use procd_sys::procfs::ProcFs;
 use serde::{Deserialize, Serialize};
 
 /// The record. Read leniently (SPEC §6.1: the seed's records are minimal):
@@ -99,7 +99,7 @@ pub fn process_identity(procfs: &ProcFs, pid: i32) -> std::io::Result<Option<Str
     }
     match procfs.stat(pid) {
         Ok(stat) if stat.is_dead() => Ok(None),
-        Ok(stat) => Ok(Some(procd_core::identity::identity_string(
+        Ok(stat) => Ok(Some(procd_sys::identity::identity_string(
             stat.pgrp,
             stat.start_time,
         ))),

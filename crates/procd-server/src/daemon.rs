@@ -10,13 +10,13 @@
 //! tree, removes the socket and (if still ours) the state file.
 
 use crate::rpc::Api;
-use procd_core::clock::rfc3339;
-use procd_core::procfs::ProcFs;
 use procd_core::{Config, Registry, RegistryOptions};
 use procd_gateway::lock::FileLock;
 use procd_gateway::state::{self, GatewayState, Liveness};
 use procd_gateway::{atomic, lease, Paths};
 use procd_proto::{ProcdApiServer, StatusResult};
+use procd_sys::clock::rfc3339;
+use procd_sys::procfs::ProcFs;
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;

@@ -1,0 +1,14 @@
+//! procd-sys: the thin layer over the operating system that both the
+//! daemon (procd-core) and its clients (procd-gateway) need: pidfds and the
+//! identity guard's building blocks (`ProcessIdentity` = pid + start time),
+//! reading /proc, atomic private files, CSPRNG names, RFC 3339 clocks.
+//!
+//! It knows nothing of sessions, sockets or JSON-RPC, and depends on no
+//! procd crate: a client that links it does not link the registry.
+
+pub mod atomic;
+pub mod clock;
+pub mod identity;
+pub mod pidfd;
+pub mod procfs;
+pub mod random;
