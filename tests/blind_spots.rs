@@ -375,3 +375,32 @@ fn a_configuration_named_with_config_is_the_one_used() {
     assert_eq!(missing.status.code(), Some(1), "{missing:?}");
     assert!(procd(&["stop"]).status.success());
 }
+
+#[test]
+fn a_stalled_event_subscriber_is_told_how_many_events_it_missed() {
+    // subscribe_events: a subscriber that does not read falls behind the
+    // daemon's event stream; what it missed is reported as one
+    // {type:"lagged", missed} item instead of growing memory without bound.
+    let d = Daemon::start();
+    let anchor = d.spawn("sleep 300");
+    let mut stalled = d.connect();
+    let r = stalled.call("subscribe_events", json!({}));
+    assert!(r.get("result").is_some(), "{r}");
+    // Every close_terminal is an event for subscribers; the stalled one
+    // reads nothing meanwhile.
+    let mut c = d.connect();
+    for _ in 0..6000 {
+        let r = c.call("close_terminal", json!({"session_id": anchor}));
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    let missed = loop {
+        let v = stalled.recv();
+        let item = &v["params"]["result"];
+        if item["type"] == "lagged" {
+            break item["missed"].as_u64().unwrap_or(0);
+        }
+        assert_eq!(item["type"], "close_terminal", "{v}");
+    };
+    assert!(missed > 0, "it says how many it missed");
+    d.ok("kill", json!({"session_id": anchor}));
+}

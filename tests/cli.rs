@@ -149,7 +149,7 @@ fn send_kill_and_follow() {
         .expect("logs -f");
     let killed = json_out(&d.cli(&["kill", "--json", &id]));
     assert_eq!(killed["status"], "killed");
-    let followed = follower.wait_with_output().expect("follower");
+    let followed = output_within(follower, "procd logs -f");
     assert!(followed.status.success());
     assert_eq!(
         stdout(&followed),
@@ -233,7 +233,7 @@ fn concurrent_clients_start_exactly_one_daemon() {
         })
         .collect();
     for child in children {
-        let out = child.wait_with_output().expect("client");
+        let out = output_within(child, "a concurrent procd spawn");
         assert!(out.status.success(), "{out:?}");
     }
     let listed = json_out(&home.cli(&["ps", "--json"]));

@@ -395,7 +395,7 @@ fn attach_types_streams_resizes_and_detaches() {
             Ok(())
         });
     }
-    let mut attach = cmd.spawn().expect("procd attach");
+    let attach = cmd.spawn().expect("procd attach");
     term.wait_for("Ctrl-] detaches");
     // Keystrokes go to the session; its output comes back.
     term.type_keys(b"echo marker-$((40+2))\r");
@@ -411,7 +411,7 @@ fn attach_types_streams_resizes_and_detaches() {
     });
     // Ctrl-] detaches; the session keeps running.
     term.type_keys(&[0x1d]);
-    let status = attach.wait().expect("attach exits");
+    let status = output_within(attach, "procd attach after Ctrl-]").status;
     assert!(status.success(), "{status:?}");
     term.wait_for("it keeps running");
     assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");

@@ -647,6 +647,26 @@ fn the_monitor_stops_an_orphaned_on_demand_daemon() {
     );
 }
 
+/// Whether `holder` has a pidfd open on `target` (fdinfo's "Pid:" line).
+fn holds_pidfd_of(holder: i32, target: i32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{holder}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        let is_pidfd = std::fs::read_link(fd.path())
+            .is_ok_and(|l| l.to_string_lossy() == "anon_inode:[pidfd]");
+        is_pidfd
+            && std::fs::read_to_string(format!(
+                "/proc/{holder}/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .is_ok_and(|info| {
+                info.lines()
+                    .any(|l| l.split_whitespace().eq(["Pid:", &target.to_string()]))
+            })
+    })
+}
+
 #[test]
 fn a_client_arriving_while_the_daemon_stops_waits_for_it() {
     // G13, G19: "stopping" is set; a new lease waits until the old daemon
@@ -669,8 +689,11 @@ fn a_client_arriving_while_the_daemon_stops_waits_for_it() {
         .spawn()
         .unwrap();
     let waiter = waiting.id() as i32;
-    // Still waiting while the old daemon lives.
-    std::thread::sleep(Duration::from_millis(300));
+    // It waits on the old daemon: it holds a pidfd of that daemon (that is
+    // how it learns of the exit), and has not finished.
+    wait_until("the acquire watches the stopping daemon's pidfd", || {
+        holds_pidfd_of(waiter, pid)
+    });
     assert!(alive(waiter), "the acquire waits for the stopping daemon");
     assert!(alive(pid));
     nix::sys::signal::kill(

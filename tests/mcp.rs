@@ -8,6 +8,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 struct Home(tempfile::TempDir);
 
@@ -34,13 +35,16 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
         "cannot set up the Python MCP SDK (see the message above)"
     );
     let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
-    let out = Command::new(python)
+    let client = Command::new(python)
         .arg(script)
         .arg(BIN)
         .arg(home.0.path())
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run the Python MCP client");
+    let out = output_within_for(client, "the Python MCP client", Duration::from_secs(120));
     assert!(
         out.status.success(),
         "the MCP client failed: {}",

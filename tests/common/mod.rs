@@ -19,6 +19,36 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_procd");
 /// Generous bound for conditions on a loaded 2-core machine.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
+/// Waits for a child we started and collects its output; a child still
+/// running after `PATIENCE` is SIGKILLed (so a hung test leaks nothing)
+/// and the test fails naming `what`.
+pub fn output_within(child: Child, what: &str) -> Output {
+    output_within_for(child, what, PATIENCE)
+}
+
+/// `output_within` with another limit.
+pub fn output_within_for(child: Child, what: &str, limit: Duration) -> Output {
+    let pid = child.id() as i32;
+    let start = start_time(pid);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.unwrap_or_else(|e| panic!("{what}: {e}")),
+        Err(_) => {
+            // Still ours: its pid cannot be reused before the thread reaps it.
+            if start.is_some() && start_time(pid) == start {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            panic!("{what} did not finish within {limit:?} (killed)");
+        }
+    }
+}
+
 /// Waits until `cond` holds, or panics with `what` after `PATIENCE`.
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;

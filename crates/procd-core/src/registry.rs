@@ -448,6 +448,15 @@ fn snapshot_for(
 /// The shell argv: the configured one, except that the default `bash`
 /// falls back to /usr/bin/bash, /bin/bash, $SHELL, then /bin/sh -lc.
 fn resolve_shell(configured: &[String], env: &[(String, String)]) -> Vec<String> {
+    resolve_shell_among(configured, env, &["/usr/bin/bash", "/bin/bash"])
+}
+
+/// `resolve_shell` with the fixed places to look for bash given.
+fn resolve_shell_among(
+    configured: &[String],
+    env: &[(String, String)],
+    fixed: &[&str],
+) -> Vec<String> {
     if configured.first().map(String::as_str) != Some("bash") {
         return configured.to_vec();
     }
@@ -460,9 +469,7 @@ fn resolve_shell(configured: &[String], env: &[(String, String)]) -> Vec<String>
         .split(':')
         .map(|d| Path::new(d).join("bash"))
         .find(|p| is_executable(p));
-    let candidates = in_path
-        .into_iter()
-        .chain(["/usr/bin/bash", "/bin/bash"].map(PathBuf::from));
+    let candidates = in_path.into_iter().chain(fixed.iter().map(PathBuf::from));
     for candidate in candidates {
         if is_executable(&candidate) {
             let mut argv = configured.to_vec();
@@ -485,4 +492,57 @@ fn is_executable(p: &Path) -> bool {
     p.metadata()
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_default_bash_falls_back_along_the_documented_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = |name: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p.display().to_string()
+        };
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let in_path = exe("bin/bash");
+        let fixed = exe("fixed-bash");
+        let user_shell = exe("zsh");
+        let missing = dir.path().join("none").display().to_string();
+        let default = vec!["bash".to_string(), "-lic".to_string()];
+        let env = |path: &str, shell: &str| {
+            vec![
+                ("PATH".to_string(), path.to_string()),
+                ("SHELL".to_string(), shell.to_string()),
+            ]
+        };
+        let argv0 =
+            |env: &[(String, String)], fixed: &[&str]| resolve_shell_among(&default, env, fixed);
+        let bin_dir = bin.display().to_string();
+        // 1. bash on PATH, 2. the fixed places, 3. $SHELL, 4. /bin/sh -lc.
+        assert_eq!(argv0(&env(&bin_dir, &user_shell), &[&fixed])[0], in_path);
+        assert_eq!(
+            argv0(&env("/nonexistent", &user_shell), &[&missing, &fixed])[0],
+            fixed
+        );
+        assert_eq!(
+            argv0(&env("/nonexistent", &user_shell), &[&missing]),
+            vec![user_shell.clone(), "-lic".to_string()]
+        );
+        assert_eq!(
+            argv0(&env("/nonexistent", &missing), &[&missing]),
+            vec!["/bin/sh".to_string(), "-lc".to_string()]
+        );
+        // A configured shell is taken as given.
+        let zsh = vec!["zsh".to_string(), "-c".to_string()];
+        assert_eq!(
+            resolve_shell_among(&zsh, &env("/nonexistent", &missing), &[]),
+            zsh
+        );
+    }
 }
