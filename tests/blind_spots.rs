@@ -404,3 +404,58 @@ fn a_stalled_event_subscriber_is_told_how_many_events_it_missed() {
     assert!(missed > 0, "it says how many it missed");
     d.ok("kill", json!({"session_id": anchor}));
 }
+
+#[test]
+fn without_bash_the_default_shell_falls_back_to_shell_then_bin_sh() {
+    // SPEC §5 (config `shell`): the default `bash` is looked for on PATH,
+    // at /usr/bin/bash and /bin/bash, then $SHELL, then `/bin/sh -lc`.
+    // Bash is hidden from a real daemon in a private mount namespace.
+    let unshare = std::path::Path::new("/usr/bin/unshare");
+    if !nix::unistd::geteuid().is_root() || !unshare.exists() {
+        eprintln!("SKIPPED: hiding bash needs root and unshare(1); the fallback chain ran only as a unit test");
+        return;
+    }
+    let hide_bash = "mount --bind /dev/null /usr/bin/bash && { [ -L /bin ] || mount --bind /dev/null /bin/bash; } && exec \"$0\" daemon --home \"$1\"";
+    for (user_shell, expected) in [(Some("/usr/bin/dash"), "/usr/bin/dash"), (None, "/bin/sh")] {
+        if user_shell.is_some_and(|s| !std::path::Path::new(s).exists()) {
+            continue;
+        }
+        let home = short_tempdir();
+        let mut cmd = Command::new(unshare);
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            hide_bash,
+            BIN,
+        ])
+        .arg(home.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if let Some(s) = user_shell {
+            cmd.env("SHELL", s);
+        }
+        let daemon = Stand(cmd.spawn().expect("a daemon without bash"));
+        let socket = home.path().join("run/procd.sock");
+        wait_until("the daemon without bash serves", || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        let mut c = Conn::open(&socket);
+        let r = c.call(
+            "spawn",
+            json!({"command": "echo \"shell=$0\"; exit 4", "yield_ms": 20000}),
+        )["result"]
+            .clone();
+        assert_eq!(r["output"], format!("shell={expected}\n"), "{r}");
+        assert_eq!(r["exit_code"], 4, "{r}");
+        let pid = nix::unistd::Pid::from_raw(daemon.pid());
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        wait_until("the daemon without bash stops", || !alive(daemon.pid()));
+    }
+}

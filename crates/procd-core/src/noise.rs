@@ -11,6 +11,9 @@ const JOB_CONTROL_WARNINGS: &[&str] = &[
     "no job control in this shell",
     "cannot set terminal process group",
     "Inappropriate ioctl for device",
+    // dash (`/bin/sh -lc` fallback, or $SHELL): "sh: 0: can't access tty;
+    // job control turned off".
+    "can't access tty; job control turned off",
 ];
 
 #[derive(Debug, Default)]
