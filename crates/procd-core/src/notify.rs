@@ -16,8 +16,8 @@ const MAX_QUEUED: usize = 1000;
 pub struct NotificationQueue {
     queue: Mutex<VecDeque<Event>>,
     /// Every event as it is queued, plus live-only ones (started, exited,
-    /// close_terminal), for subscribers; never consumed.
-    live: broadcast::Sender<serde_json::Value>,
+    /// port, close_terminal), for subscribers; never consumed.
+    live: broadcast::Sender<Event>,
 }
 
 impl Default for NotificationQueue {
@@ -32,9 +32,7 @@ impl Default for NotificationQueue {
 impl NotificationQueue {
     pub fn push(&self, event: Event) {
         if self.live.receiver_count() > 0 {
-            if let Ok(value) = serde_json::to_value(&event) {
-                let _ = self.live.send(value);
-            }
+            let _ = self.live.send(event.clone());
         }
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         if queue.len() >= MAX_QUEUED {
@@ -47,22 +45,20 @@ impl NotificationQueue {
     pub fn drain(&self, session_key: Option<&str>, owned_keys: &[String]) -> Vec<Event> {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let (taken, kept): (Vec<Event>, Vec<Event>) =
-            queue
-                .drain(..)
-                .partition(|e| match e.session_key.as_deref() {
-                    None => true,
-                    Some(key) => session_key == Some(key) || owned_keys.iter().any(|k| k == key),
-                });
+            queue.drain(..).partition(|e| match e.session_key() {
+                None => true,
+                Some(key) => session_key == Some(key) || owned_keys.iter().any(|k| k == key),
+            });
         queue.extend(kept);
         taken
     }
 
     /// Sends an event to live subscribers only (it is not queued).
-    pub fn publish(&self, event: serde_json::Value) {
+    pub fn publish(&self, event: Event) {
         let _ = self.live.send(event);
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<serde_json::Value> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.live.subscribe()
     }
 
@@ -85,14 +81,15 @@ mod tests {
     use super::*;
 
     fn ev(id: &str, key: Option<&str>) -> Event {
-        Event {
-            kind: "completion".into(),
-            session_id: id.into(),
-            session_key: key.map(String::from),
-            task_id: None,
-            command: "x".into(),
-            text: String::new(),
-            fields: Default::default(),
+        Event::InputWanted {
+            about: procd_proto::About {
+                session_id: id.into(),
+                session_key: key.map(String::from),
+                task_id: None,
+                command: "x".into(),
+                text: String::new(),
+            },
+            prompt: String::new(),
         }
     }
 
@@ -107,13 +104,13 @@ mod tests {
         let got: Vec<String> = q
             .drain(Some("k1"), &[])
             .into_iter()
-            .map(|e| e.session_id)
+            .map(|e| e.session_id().unwrap_or_default().to_string())
             .collect();
         assert_eq!(got, ["a", "c", "d"]);
         let got: Vec<String> = q
             .drain(Some("k3"), &["old".to_string()])
             .into_iter()
-            .map(|e| e.session_id)
+            .map(|e| e.session_id().unwrap_or_default().to_string())
             .collect();
         assert_eq!(got, ["e"]);
         assert_eq!(q.len(), 1);
@@ -122,6 +119,6 @@ mod tests {
             0,
             "a keyless drain takes no keyed event"
         );
-        assert_eq!(q.drain(Some("k2"), &[])[0].session_id, "b");
+        assert_eq!(q.drain(Some("k2"), &[])[0].session_id(), Some("b"));
     }
 }

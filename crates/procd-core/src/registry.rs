@@ -338,10 +338,9 @@ impl Registry {
                 "no UI is attached (nobody is subscribed to events)".into(),
             ));
         }
-        self.notifications.publish(serde_json::json!({
-            "type": "close_terminal",
-            "session_id": s.id,
-        }));
+        self.notifications.publish(Event::CloseTerminal {
+            session_id: s.id.clone(),
+        });
         Ok(CloseTerminalResult {
             status: "ok".into(),
             closed: s.id.clone(),

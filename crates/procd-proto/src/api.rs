@@ -130,7 +130,7 @@ pub trait ProcdApi {
 
     /// Streams every event as it is queued (without consuming it), plus
     /// `started`/`exited` for every session and `close_terminal`.
-    #[subscription(name = "subscribe_events" => "event", unsubscribe = "unsubscribe_events", item = serde_json::Value)]
+    #[subscription(name = "subscribe_events" => "event", unsubscribe = "unsubscribe_events", item = Event)]
     async fn subscribe_events(&self) -> SubscriptionResult;
 
     #[method(name = "list", param_kind = map)]

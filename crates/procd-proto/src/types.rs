@@ -2,7 +2,6 @@
 //! protocol's: they are serialized exactly as SPEC §3.1 spells them.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// A session is either still running or has exited (exactly once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -369,20 +368,135 @@ pub struct KilledCount {
     pub killed: u32,
 }
 
-/// A queued notification: a completion, a watch match, or `watch_disabled`.
-/// `kind`-specific fields stay in `fields` so the queue is one plain type.
+/// Whose a queued event is, and what it says (SPEC §4.4): every queued
+/// event carries these, flattened beside its own fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Event {
-    #[serde(rename = "type")]
-    pub kind: String,
+pub struct About {
     pub session_id: String,
     pub session_key: Option<String>,
     pub task_id: Option<String>,
     pub command: String,
     /// A short human summary for an agent.
     pub text: String,
-    #[serde(flatten)]
-    pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+/// Every event procd sends, by its `type`: the queued ones (consumed by
+/// `drain_notifications`, streamed to `subscribe_events`) carry `About`;
+/// the live-only ones (`started`, `exited`, `port`, `close_terminal`,
+/// `lagged`) go to `subscribe_events` subscribers only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A session ended (sessions with `notify_on_complete`).
+    Completion {
+        #[serde(flatten)]
+        about: About,
+        exit_code: Option<i32>,
+        completion_reason: CompletionReason,
+        termination_source: Option<String>,
+        /// The last 2000 characters of output, redacted.
+        output: String,
+        started_at: String,
+        exited_at: String,
+    },
+    /// An output line contained a watch pattern.
+    WatchMatch {
+        #[serde(flatten)]
+        about: About,
+        pattern: String,
+        /// The matching line and up to 20 following lines.
+        output: String,
+        /// Matches since the last delivery that were not delivered.
+        suppressed: u32,
+    },
+    /// The delivery cap was reached: watching stopped, completion is on.
+    WatchDisabled {
+        #[serde(flatten)]
+        about: About,
+        deliveries: u32,
+    },
+    /// The ready condition was met (SPEC §12).
+    Ready {
+        #[serde(flatten)]
+        about: About,
+        after_ms: u64,
+        ports: Vec<u16>,
+    },
+    /// The ready condition was not met within `timeout_s`.
+    ReadyTimeout {
+        #[serde(flatten)]
+        about: About,
+        timeout_s: f64,
+    },
+    /// The session waits for input; `prompt` is its last line.
+    InputWanted {
+        #[serde(flatten)]
+        about: About,
+        prompt: String,
+    },
+    Started {
+        session_id: String,
+        pid: i32,
+        command: String,
+        task_id: Option<String>,
+        session_key: Option<String>,
+        pty: bool,
+        started_at: String,
+    },
+    Exited {
+        session_id: String,
+        command: String,
+        task_id: Option<String>,
+        session_key: Option<String>,
+        exit_code: Option<i32>,
+        signal: Option<String>,
+        completion_reason: CompletionReason,
+        termination_source: Option<String>,
+        exited_at: String,
+    },
+    /// The session's tree started listening on a port.
+    Port { session_id: String, port: u16 },
+    /// A UI asked to drop its view of the session (`close_terminal`).
+    CloseTerminal { session_id: String },
+    /// This subscriber fell behind: `missed` events were not delivered.
+    Lagged { missed: u64 },
+}
+
+impl Event {
+    /// The owner and summary of a queued event (None for live-only ones).
+    pub fn about(&self) -> Option<&About> {
+        match self {
+            Event::Completion { about, .. }
+            | Event::WatchMatch { about, .. }
+            | Event::WatchDisabled { about, .. }
+            | Event::Ready { about, .. }
+            | Event::ReadyTimeout { about, .. }
+            | Event::InputWanted { about, .. } => Some(about),
+            _ => None,
+        }
+    }
+
+    /// The session it is about, if any.
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            Event::Started { session_id, .. }
+            | Event::Exited { session_id, .. }
+            | Event::Port { session_id, .. }
+            | Event::CloseTerminal { session_id } => Some(session_id),
+            Event::Lagged { .. } => None,
+            other => other.about().map(|a| a.session_id.as_str()),
+        }
+    }
+
+    /// The session key a drain must name to consume it.
+    pub fn session_key(&self) -> Option<&str> {
+        self.about().and_then(|a| a.session_key.as_deref())
+    }
+
+    /// The summary written for a model (queued events only).
+    pub fn text(&self) -> Option<&str> {
+        self.about().map(|a| a.text.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -313,8 +313,7 @@ impl ProcdApiServer for Api {
             match event {
                 Ok(value) => send(&sink, &value).await?,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                    let note = serde_json::json!({"type": "lagged", "missed": missed});
-                    send(&sink, &note).await?;
+                    send(&sink, &Event::Lagged { missed }).await?;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
             }

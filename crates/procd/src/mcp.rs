@@ -591,7 +591,7 @@ impl ProcdMcp {
                 } else {
                     r.events
                         .iter()
-                        .map(|e| e.text.clone())
+                        .map(|e| e.text().unwrap_or_default().to_string())
                         .collect::<Vec<_>>()
                         .join("\n")
                 };

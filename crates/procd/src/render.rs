@@ -134,22 +134,31 @@ pub fn table(r: &ListResult) -> String {
     out
 }
 
-pub fn event(e: &serde_json::Value) -> String {
-    let kind = e["type"].as_str().unwrap_or("event");
-    let id = e["session_id"].as_str().unwrap_or("");
-    match e["text"].as_str() {
-        Some(text) => format!("{kind:<14} {text}"),
-        None => {
-            let detail = match kind {
-                "started" => format!("pid {}  {}", e["pid"], e["command"].as_str().unwrap_or("")),
-                "exited" => format!(
-                    "exit code {} ({})",
-                    e["exit_code"],
-                    e["completion_reason"].as_str().unwrap_or("")
-                ),
-                _ => String::new(),
-            };
-            format!("{kind:<14} {id}  {detail}")
-        }
+pub fn event(e: &Event) -> String {
+    let kind = serde_json::to_value(e)
+        .ok()
+        .and_then(|v| v["type"].as_str().map(String::from))
+        .unwrap_or_else(|| "event".into());
+    if let Some(text) = e.text() {
+        return format!("{kind:<14} {text}");
     }
+    let detail = match e {
+        Event::Started { pid, command, .. } => format!("pid {pid}  {command}"),
+        Event::Exited {
+            exit_code,
+            completion_reason,
+            ..
+        } => format!(
+            "exit code {} ({})",
+            exit_code.map_or("unknown".into(), |c| c.to_string()),
+            serde_json::to_value(completion_reason)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        ),
+        Event::Port { port, .. } => format!("listening on {port}"),
+        Event::Lagged { missed } => format!("{missed} events missed (this client fell behind)"),
+        _ => String::new(),
+    };
+    format!("{kind:<14} {}  {detail}", e.session_id().unwrap_or(""))
 }

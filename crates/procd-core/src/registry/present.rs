@@ -112,23 +112,19 @@ pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Eve
         first_chars(&command, 200),
         last_chars(&output, 500)
     );
-    let mut fields = BTreeMap::new();
-    fields.insert("exit_code".into(), serde_json::json!(e.exit_code));
-    fields.insert("completion_reason".into(), serde_json::json!(e.reason));
-    fields.insert("termination_source".into(), serde_json::json!(e.source));
-    fields.insert("output".into(), serde_json::json!(output));
-    fields.insert(
-        "started_at".into(),
-        serde_json::json!(rfc3339(s.started_at)),
-    );
-    fields.insert("exited_at".into(), serde_json::json!(rfc3339(e.exited_at)));
-    Event {
-        kind: "completion".into(),
-        session_id: s.id.clone(),
-        session_key: s.spec.session_key.clone(),
-        task_id: s.spec.task_id.clone(),
-        command,
-        text,
-        fields,
+    Event::Completion {
+        about: About {
+            session_id: s.id.clone(),
+            session_key: s.spec.session_key.clone(),
+            task_id: s.spec.task_id.clone(),
+            command,
+            text,
+        },
+        exit_code: e.exit_code,
+        completion_reason: e.reason,
+        termination_source: e.source.clone(),
+        output,
+        started_at: rfc3339(s.started_at),
+        exited_at: rfc3339(e.exited_at),
     }
 }

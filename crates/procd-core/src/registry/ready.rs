@@ -82,15 +82,12 @@ impl Registry {
                         [] => format!("is ready after {after_ms} ms"),
                         ports => format!("is ready after {after_ms} ms, listening on {ports:?}"),
                     };
-                    reg.push_event(
-                        &s,
-                        "ready",
-                        &text,
-                        [
-                            ("after_ms", serde_json::json!(after_ms)),
-                            ("ports", serde_json::json!(ports)),
-                        ],
-                    );
+                    let about = reg.about_event(&s, &text);
+                    reg.notifications.push(Event::Ready {
+                        about,
+                        after_ms,
+                        ports,
+                    });
                     return;
                 }
                 let now = tokio::time::Instant::now();
@@ -99,12 +96,11 @@ impl Registry {
                     s.set_readiness(Readiness::Pending { timed_out: true });
                     let secs = check.timeout.as_secs_f64();
                     let text = format!("is not ready after {secs} s; it is still running");
-                    reg.push_event(
-                        &s,
-                        "ready_timeout",
-                        &text,
-                        [("timeout_s", serde_json::json!(secs))],
-                    );
+                    let about = reg.about_event(&s, &text);
+                    reg.notifications.push(Event::ReadyTimeout {
+                        about,
+                        timeout_s: secs,
+                    });
                 }
                 drop(reg);
                 let mut wake = if timed_out {
@@ -145,21 +141,16 @@ impl Registry {
     /// `port` for each new port, `input_wanted` once per prompt.
     pub(super) fn record_observation(&self, s: &Session, o: Observation) {
         for port in s.set_observed(o) {
-            self.notifications.publish(serde_json::json!({
-                "type": "port",
-                "session_id": s.id,
-                "port": port,
-            }));
+            self.notifications.publish(Event::Port {
+                session_id: s.id.clone(),
+                port,
+            });
         }
         if s.take_input_wanted() {
             let prompt = self.prompt_of(s);
-            let text = format!("is waiting for input: {prompt:?}");
-            self.push_event(
-                s,
-                "input_wanted",
-                &text,
-                [("prompt", serde_json::json!(prompt))],
-            );
+            let about = self.about_event(s, &format!("is waiting for input: {prompt:?}"));
+            self.notifications
+                .push(Event::InputWanted { about, prompt });
         }
     }
 
@@ -176,32 +167,14 @@ impl Registry {
         last_chars(line, 200).to_string()
     }
 
-    /// Queues a §12 event (drained by `drain_notifications`, streamed to
-    /// `subscribe_events`), with the text an agent reads.
-    fn push_event<const N: usize>(
-        &self,
-        s: &Session,
-        kind: &str,
-        what: &str,
-        fields: [(&str, serde_json::Value); N],
-    ) {
+    /// `About` for a §12 event: `what` completes "Background process ID …".
+    fn about_event(&self, s: &Session, what: &str) -> About {
         let command = s.shown_command(&self.redactor).to_string();
         let text = format!(
             "Background process {} {what}. Command: {}",
             s.id,
             first_chars(&command, 200)
         );
-        self.notifications.push(Event {
-            kind: kind.into(),
-            session_id: s.id.clone(),
-            session_key: s.spec.session_key.clone(),
-            task_id: s.spec.task_id.clone(),
-            command,
-            text,
-            fields: fields
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-        });
+        self.about(s, text)
     }
 }

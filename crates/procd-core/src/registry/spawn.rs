@@ -419,16 +419,15 @@ impl Registry {
         }
         // Make room: the new session counts towards max_sessions.
         self.prune();
-        self.notifications.publish(serde_json::json!({
-            "type": "started",
-            "session_id": id,
-            "pid": pid,
-            "command": session.shown_command(&self.redactor),
-            "task_id": session.spec.task_id,
-            "session_key": session.spec.session_key,
-            "pty": session.spec.pty,
-            "started_at": rfc3339(session.started_at),
-        }));
+        self.notifications.publish(Event::Started {
+            session_id: id.clone(),
+            pid,
+            command: session.shown_command(&self.redactor).to_string(),
+            task_id: session.spec.task_id.clone(),
+            session_key: session.spec.session_key.clone(),
+            pty: session.spec.pty,
+            started_at: rfc3339(session.started_at),
+        });
 
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
@@ -666,8 +665,7 @@ impl Registry {
     /// Queues a watch event; when the delivery cap is reached, watching
     /// stops and the session is switched to notify on completion instead.
     pub(super) fn deliver_watch(&self, s: &Session, outcome: WatchOutcome) {
-        let mut fields = BTreeMap::new();
-        let (kind, text) = match outcome {
+        let event = match outcome {
             WatchOutcome::Match {
                 pattern,
                 output,
@@ -687,30 +685,37 @@ impl Registry {
                     },
                     first_chars(&output, 300)
                 );
-                fields.insert("pattern".into(), serde_json::json!(pattern));
-                fields.insert("output".into(), serde_json::json!(output));
-                fields.insert("suppressed".into(), serde_json::json!(suppressed));
-                ("watch_match", text)
+                Event::WatchMatch {
+                    about: self.about(s, text),
+                    pattern,
+                    output,
+                    suppressed,
+                }
             }
             WatchOutcome::Disabled { deliveries } => {
                 s.enable_notify_on_complete();
-                fields.insert("deliveries".into(), serde_json::json!(deliveries));
                 let text = format!(
                     "Background process {}: watch patterns matched {deliveries} times, so watching stopped; you will be notified when it completes.",
                     s.id
                 );
-                ("watch_disabled", text)
+                Event::WatchDisabled {
+                    about: self.about(s, text),
+                    deliveries,
+                }
             }
         };
-        self.notifications.push(Event {
-            kind: kind.into(),
+        self.notifications.push(event);
+    }
+
+    /// Whose an event is, with its summary (`text` as an agent reads it).
+    pub(super) fn about(&self, s: &Session, text: String) -> About {
+        About {
             session_id: s.id.clone(),
             session_key: s.spec.session_key.clone(),
             task_id: s.spec.task_id.clone(),
             command: s.shown_command(&self.redactor).to_string(),
             text,
-            fields,
-        });
+        }
     }
 
     /// Ends a supervised session: its events (while the registry still
@@ -779,18 +784,17 @@ impl Registry {
             self.notifications
                 .push(completion_event(&self.redactor, session, record));
         }
-        self.notifications.publish(serde_json::json!({
-            "type": "exited",
-            "session_id": session.id,
-            "command": session.shown_command(&self.redactor),
-            "task_id": session.spec.task_id,
-            "session_key": session.spec.session_key,
-            "exit_code": record.exit_code,
-            "signal": record.signal.map(signal_name),
-            "completion_reason": record.reason,
-            "termination_source": record.source,
-            "exited_at": rfc3339(record.exited_at),
-        }));
+        self.notifications.publish(Event::Exited {
+            session_id: session.id.clone(),
+            command: session.shown_command(&self.redactor).to_string(),
+            task_id: session.spec.task_id.clone(),
+            session_key: session.spec.session_key.clone(),
+            exit_code: record.exit_code,
+            signal: record.signal.map(signal_name),
+            completion_reason: record.reason,
+            termination_source: record.source.clone(),
+            exited_at: rfc3339(record.exited_at),
+        });
     }
 }
 
