@@ -16,7 +16,17 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
-pub use procd_proto::ProcdApiClient;
+pub use procd_proto::{ProcdApiClient, SpawnParams};
+
+/// `spawn` (the one method outside `ProcdApiClient`: its params are one
+/// struct). Build them with `SpawnParams { command, ..Default::default() }`.
+pub async fn spawn(
+    client: &Client,
+    params: SpawnParams,
+) -> Result<procd_proto::SpawnResult, jsonrpsee::core::client::Error> {
+    use jsonrpsee::core::client::ClientT;
+    client.request("spawn", params).await
+}
 
 /// How long a request may take before the client gives up; long enough for
 /// the longest `wait` (600 s) and `read` long-poll (300 s).

@@ -37,4 +37,4 @@ pub use error::Error;
 pub use procd_proto::config;
 pub use procd_proto::config::Config;
 pub use procd_sys::{atomic, clock, identity, pidfd, procfs, random};
-pub use registry::{Registry, RegistryOptions, SpawnRequest};
+pub use registry::{Registry, RegistryOptions};

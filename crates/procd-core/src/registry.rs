@@ -92,9 +92,9 @@ pub struct RegistryOptions {
     pub fail_after_spawn: bool,
 }
 
-/// The `spawn` params after the wire layer parsed them.
+/// `SpawnParams` with the defaults applied (what validation works on).
 #[derive(Debug, Clone, Default)]
-pub struct SpawnRequest {
+pub(crate) struct SpawnRequest {
     pub command: String,
     pub cwd: Option<String>,
     pub env: BTreeMap<String, String>,
@@ -116,6 +116,33 @@ pub struct SpawnRequest {
     pub ready: Option<procd_proto::ReadySpec>,
     /// The character budget of returned output (see `budget`).
     pub budget: Option<usize>,
+}
+
+impl From<SpawnParams> for SpawnRequest {
+    fn from(p: SpawnParams) -> SpawnRequest {
+        SpawnRequest {
+            command: p.command,
+            cwd: p.cwd,
+            env: p.env.unwrap_or_default(),
+            pty: p.pty.unwrap_or(false),
+            rows: p.rows.map(Rows::get),
+            cols: p.cols.map(Cols::get),
+            task_id: p.task_id,
+            session_key: p.session_key,
+            owner: p.owner,
+            persist: p.persist.unwrap_or(false),
+            notify_on_complete: p.notify_on_complete.unwrap_or(false),
+            watch_patterns: p.watch_patterns.unwrap_or_default(),
+            timeout_s: p.timeout_s.map(TimeoutS::get),
+            stdin: p.stdin.unwrap_or_default(),
+            yield_ms: p.yield_ms.map(YieldMs::get),
+            ready: p.ready,
+            budget: crate::budget::chars_budget(
+                p.max_output_chars.map(MaxOutputChars::get),
+                p.max_output_tokens.map(MaxOutputTokens::get),
+            ),
+        }
+    }
 }
 
 pub struct Registry {

@@ -5,7 +5,8 @@
 use procd_core::identity::ProcessIdentity;
 use procd_core::kill::{terminate, TreeSpec};
 use procd_core::procfs::ProcFs;
-use procd_core::{Config, Registry, RegistryOptions, SpawnRequest};
+use procd_core::{Config, Registry, RegistryOptions};
+use procd_proto::SpawnParams;
 use std::time::Duration;
 
 fn marked_pids(marker: &str) -> Vec<i32> {
@@ -47,9 +48,9 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
     let mut env = std::collections::BTreeMap::new();
     env.insert("R18_TAG".to_string(), tag.clone());
     let err = registry
-        .spawn(SpawnRequest {
+        .spawn(SpawnParams {
             command: "exec sleep 300".into(),
-            env,
+            env: Some(env),
             ..Default::default()
         })
         .await
@@ -189,9 +190,9 @@ async fn a_failed_pty_spawn_stops_its_scope_and_falls_back_to_pipes() {
     let (registry, log) = scoped_registry(dir.path(), true, true);
     let ran = dir.path().join("ran");
     let r = registry
-        .spawn(SpawnRequest {
+        .spawn(SpawnParams {
             command: format!("echo once >> {}", ran.display()),
-            pty: true,
+            pty: Some(true),
             ..Default::default()
         })
         .await
@@ -225,9 +226,9 @@ async fn if_the_scope_cannot_be_stopped_the_spawn_fails_and_nothing_runs_twice()
     let (registry, log) = scoped_registry(dir.path(), false, true);
     let ran = dir.path().join("ran");
     let err = registry
-        .spawn(SpawnRequest {
+        .spawn(SpawnParams {
             command: format!("echo once >> {}", ran.display()),
-            pty: true,
+            pty: Some(true),
             ..Default::default()
         })
         .await

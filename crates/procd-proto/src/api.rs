@@ -9,33 +9,12 @@ use crate::params::*;
 use crate::types::*;
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::proc_macros::rpc;
-use std::collections::BTreeMap;
 
 #[rpc(server, client)]
 pub trait ProcdApi {
-    /// Start a session (SPEC §3.1 `spawn`).
-    #[method(name = "spawn", param_kind = map)]
-    async fn spawn(
-        &self,
-        command: String,
-        cwd: Option<String>,
-        env: Option<BTreeMap<String, String>>,
-        pty: Option<bool>,
-        rows: Option<Rows>,
-        cols: Option<Cols>,
-        task_id: Option<String>,
-        session_key: Option<String>,
-        owner: Option<String>,
-        persist: Option<bool>,
-        notify_on_complete: Option<bool>,
-        watch_patterns: Option<Vec<String>>,
-        timeout_s: Option<TimeoutS>,
-        stdin: Option<StdinMode>,
-        yield_ms: Option<YieldMs>,
-        max_output_chars: Option<MaxOutputChars>,
-        max_output_tokens: Option<MaxOutputTokens>,
-        ready: Option<ReadySpec>,
-    ) -> RpcResult<SpawnResult>;
+    // `spawn` takes one `SpawnParams` (see types.rs): it is registered by
+    // the daemon beside this table, and called by clients through
+    // `procd_client::spawn`.
 
     #[method(name = "poll", param_kind = map)]
     async fn poll(

@@ -49,6 +49,58 @@ pub enum ListFilter {
     All,
 }
 
+/// `spawn`'s parameters (SPEC §3.1, §12), spelled out once: the daemon
+/// parses a request's params into it (by name, or positionally in this
+/// order), Rust clients build it with `..Default::default()`. Numbers are
+/// the validating types of `params.rs`, so a bad value is -32602 naming
+/// its field before anything runs. Unknown keys are ignored.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SpawnParams {
+    pub command: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<crate::Rows>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cols: Option<crate::Cols>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<String>,
+    /// A lease token: the session ends with that lease (unless `persist`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persist: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify_on_complete: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch_patterns: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<crate::TimeoutS>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<StdinMode>,
+    /// Wait this long for the exit, quiet, a prompt or readiness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yield_ms: Option<crate::YieldMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_chars: Option<crate::MaxOutputChars>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<crate::MaxOutputTokens>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<ReadySpec>,
+}
+
+impl jsonrpsee::core::traits::ToRpcParams for SpawnParams {
+    fn to_rpc_params(self) -> Result<Option<Box<serde_json::value::RawValue>>, serde_json::Error> {
+        serde_json::value::to_raw_value(&self).map(Some)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpawnResult {
     pub session_id: String,

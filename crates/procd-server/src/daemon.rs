@@ -14,7 +14,7 @@ use procd_core::{Config, Registry, RegistryOptions};
 use procd_gateway::lock::FileLock;
 use procd_gateway::state::{self, GatewayState, Liveness};
 use procd_gateway::{atomic, lease, Paths};
-use procd_proto::{ProcdApiServer, StatusResult};
+use procd_proto::StatusResult;
 use procd_sys::clock::rfc3339;
 use procd_sys::procfs::ProcFs;
 use std::collections::HashSet;
@@ -364,7 +364,7 @@ async fn serve_claimed(
     let methods: jsonrpsee::Methods = Api {
         daemon: daemon.clone(),
     }
-    .into_rpc()
+    .methods()
     .into();
 
     signals.forward_to(daemon.clone());

@@ -535,28 +535,20 @@ async fn client_command(
                     }
                 }
             }
-            let r = client
-                .spawn(
-                    command.join(" "),
-                    cwd_from_here(cwd),
-                    (!vars.is_empty()).then_some(vars),
-                    Some(pty),
-                    None,
-                    None,
-                    task,
-                    None,
-                    None,
-                    None,
-                    Some(notify),
-                    (!watch.is_empty()).then_some(watch),
-                    timeout.map(procd_proto::TimeoutS::new),
-                    None,
-                    yield_ms,
-                    None,
-                    None,
-                    ready,
-                )
-                .await?;
+            let params = procd_proto::SpawnParams {
+                command: command.join(" "),
+                cwd: cwd_from_here(cwd),
+                env: (!vars.is_empty()).then_some(vars),
+                pty: Some(pty),
+                task_id: task,
+                notify_on_complete: Some(notify),
+                watch_patterns: (!watch.is_empty()).then_some(watch),
+                timeout_s: timeout.map(procd_proto::TimeoutS::new),
+                yield_ms,
+                ready,
+                ..Default::default()
+            };
+            let r = procd_client::spawn(client, params).await?;
             target.print(&r, render::spawned);
             Ok(EXIT_OK)
         }

@@ -297,29 +297,23 @@ impl ProcdMcp {
                 ))]))
             }
         };
-        let r = self
-            .client
-            .spawn(
-                p.command,
-                crate::cli::cwd_from_here(p.cwd),
-                p.env,
-                p.pty,
-                None,
-                None,
-                None,
-                None,
-                Some(self.owner.clone()),
-                p.persist,
-                p.notify,
-                p.watch,
-                p.timeout_s.map(TimeoutS::new),
-                Some(StdinMode::Pipe).filter(|_| p.pty != Some(true)),
-                Some(YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_START_YIELD_MS))),
-                budget.map(MaxOutputChars::new),
-                None,
-                ready,
-            )
-            .await;
+        let params = procd_proto::SpawnParams {
+            command: p.command,
+            cwd: crate::cli::cwd_from_here(p.cwd),
+            env: p.env,
+            pty: p.pty,
+            owner: Some(self.owner.clone()),
+            persist: p.persist,
+            notify_on_complete: p.notify,
+            watch_patterns: p.watch,
+            timeout_s: p.timeout_s.map(TimeoutS::new),
+            stdin: Some(StdinMode::Pipe).filter(|_| p.pty != Some(true)),
+            yield_ms: Some(YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_START_YIELD_MS))),
+            max_output_chars: budget.map(MaxOutputChars::new),
+            ready,
+            ..Default::default()
+        };
+        let r = procd_client::spawn(&self.client, params).await;
         Ok(match r {
             Ok(r) => {
                 let text = format!(

@@ -3,7 +3,8 @@
 use super::*;
 
 impl Registry {
-    pub async fn spawn(&self, req: SpawnRequest) -> Result<SpawnResult, Error> {
+    pub async fn spawn(&self, params: SpawnParams) -> Result<SpawnResult, Error> {
+        let req = SpawnRequest::from(params);
         if self.closing.load(Ordering::SeqCst) {
             return Err(Error::WrongState("procd is shutting down".into()));
         }
