@@ -155,15 +155,40 @@ const FULL: Sizes = Sizes {
     many: 500,
 };
 
+/// Measures procd against baselines in the same run (README: Performance,
+/// Reliability).
+#[derive(clap::Parser, Debug)]
+#[command(name = "procd-bench")]
+struct Args {
+    /// Small sizes: a smoke run (figures not for comparison).
+    #[arg(long)]
+    quick: bool,
+    /// Print the rows as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Run only the groups whose name contains WORD (spawn, poll, exit,
+    /// ingest, latency, idle, many, kill, flood, observe).
+    #[arg(long, value_name = "WORD")]
+    only: Option<String>,
+    /// Run the table N times; report the median run and the spread.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// The fuzzer, chaos and load runs instead of the table.
+    #[arg(long)]
+    reliability: bool,
+    /// Internal: run as the daemon under test for HOME.
+    #[arg(long, value_name = "HOME", hide = true)]
+    daemon_child: Option<PathBuf>,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--daemon-child") {
-        let home = PathBuf::from(args.get(i + 1).expect("--daemon-child HOME"));
-        std::process::exit(run_daemon(&home));
+    use clap::Parser;
+    let args = Args::parse();
+    if let Some(home) = &args.daemon_child {
+        std::process::exit(run_daemon(home));
     }
-    let quick = args.iter().any(|a| a == "--quick");
-    let as_json = args.iter().any(|a| a == "--json");
-    if args.iter().any(|a| a == "--reliability") {
+    let (quick, as_json) = (args.quick, args.json);
+    if args.reliability {
         let sizes = if quick {
             reliability::QUICK
         } else {
@@ -181,21 +206,8 @@ fn main() {
         return;
     }
     let sizes = if quick { QUICK } else { FULL };
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str);
-    let repeat: usize = args
-        .iter()
-        .position(|a| a == "--repeat")
-        .and_then(|i| args.get(i + 1))
-        .map(|n| {
-            n.parse()
-                .unwrap_or_else(|_| panic!("--repeat takes a count, got {n:?}"))
-        })
-        .unwrap_or(1)
-        .max(1);
+    let only = args.only.as_deref();
+    let repeat = args.repeat as usize;
     let rows = if repeat == 1 {
         run_all(&sizes, only)
     } else {
