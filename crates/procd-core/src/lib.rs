@@ -37,4 +37,6 @@ pub use error::Error;
 pub use procd_proto::config;
 pub use procd_proto::config::Config;
 pub use procd_sys::{atomic, clock, identity, pidfd, procfs, random};
+#[cfg(feature = "test-hooks")]
+pub use registry::InjectedFailures;
 pub use registry::{Registry, RegistryOptions};

@@ -86,10 +86,18 @@ pub struct RegistryOptions {
     pub checkpoint: Option<PathBuf>,
     /// Wrap sessions in systemd scopes (the daemon runs under its unit).
     pub scopes: Option<Arc<Scopes>>,
-    /// Test hook: fail every PTY spawn right after the child exists.
-    pub fail_pty_after_spawn: bool,
-    /// Test hook: fail every spawn right after the child exists (R18).
-    pub fail_after_spawn: bool,
+}
+
+/// Failures a real system cannot produce on demand, injected by tests
+/// (`Registry::inject`, with the `test-hooks` feature only: production
+/// builds have neither the switch nor the checks).
+#[cfg(feature = "test-hooks")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InjectedFailures {
+    /// Fail every spawn right after the child exists (R18).
+    pub after_spawn: bool,
+    /// Fail every PTY spawn right after the child exists.
+    pub pty_after_spawn: bool,
 }
 
 /// `SpawnParams` with the defaults applied (what validation works on).
@@ -165,13 +173,13 @@ pub struct Registry {
     /// Faults being lived with (a checkpoint or log that cannot be written).
     pub faults: crate::faults::Faults,
     scopes: Option<Arc<Scopes>>,
-    fail_pty_after_spawn: bool,
     /// Entries kept in the checkpoint though not tracked: dead sessions
     /// whose systemd scope could not be stopped (retried next start).
     retained: Mutex<Vec<CheckpointEntry>>,
     /// Set when the daemon is shutting down: spawns are refused.
     closing: std::sync::atomic::AtomicBool,
-    fail_after_spawn: bool,
+    #[cfg(feature = "test-hooks")]
+    injected: Mutex<InjectedFailures>,
     me: Weak<Registry>,
 }
 
@@ -209,7 +217,6 @@ impl Registry {
             checkpoint: options.checkpoint.map(Checkpoint::new),
             faults: crate::faults::Faults::default(),
             scopes: options.scopes,
-            fail_pty_after_spawn: options.fail_pty_after_spawn,
             retained: Mutex::new(Vec::new()),
             config: options.config,
             logs_dir: options.logs_dir,
@@ -223,9 +230,34 @@ impl Registry {
             running: crate::slot::Slots::default(),
             notifications: NotificationQueue::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
-            fail_after_spawn: options.fail_after_spawn,
+            #[cfg(feature = "test-hooks")]
+            injected: Mutex::new(InjectedFailures::default()),
             me: me.clone(),
         }))
+    }
+
+    /// Makes the next spawns fail as `failures` says (tests only).
+    #[cfg(feature = "test-hooks")]
+    pub fn inject(&self, failures: InjectedFailures) {
+        *self.injected.lock().unwrap_or_else(|e| e.into_inner()) = failures;
+    }
+
+    /// Whether a test asked spawns to fail after the fork (`pty`: PTY ones).
+    fn injected_failure(&self, pty: bool) -> bool {
+        #[cfg(feature = "test-hooks")]
+        {
+            let f = *self.injected.lock().unwrap_or_else(|e| e.into_inner());
+            if pty {
+                f.pty_after_spawn
+            } else {
+                f.after_spawn
+            }
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        {
+            let _ = pty;
+            false
+        }
     }
 
     pub fn notifications(&self) -> &NotificationQueue {

@@ -41,10 +41,12 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
         procfs: ProcFs::default(),
         checkpoint: None,
         scopes: None,
-        fail_pty_after_spawn: false,
-        fail_after_spawn: true,
     })
     .unwrap();
+    registry.inject(procd_core::InjectedFailures {
+        after_spawn: true,
+        ..Default::default()
+    });
     let mut env = std::collections::BTreeMap::new();
     env.insert("R18_TAG".to_string(), tag.clone());
     let err = registry
@@ -159,10 +161,12 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
             4096,
             procd_core::scope::PROBE_TTL,
         ))),
-        fail_pty_after_spawn: fail_pty,
-        fail_after_spawn: false,
     })
     .unwrap();
+    registry.inject(procd_core::InjectedFailures {
+        pty_after_spawn: fail_pty,
+        ..Default::default()
+    });
     (registry, calls)
 }
 

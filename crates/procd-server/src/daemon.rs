@@ -329,8 +329,6 @@ async fn serve_claimed(
                 options.config.worker_memory_max_mb,
             ))
         }),
-        fail_pty_after_spawn: false,
-        fail_after_spawn: false,
     })
     .map_err(|e| format!("cannot create {}: {e}", options.paths.logs_dir().display()))?;
     // Re-adopt what a previous daemon left running, and rewrite the

@@ -346,7 +346,7 @@ impl Registry {
 
         // From here on the child exists: any failure must kill it first.
         let setup = (|| {
-            if self.fail_after_spawn {
+            if self.injected_failure(false) {
                 return Err(std::io::Error::other("injected failure after spawn"));
             }
             Ok::<_, std::io::Error>(started.io)
@@ -575,7 +575,7 @@ impl Registry {
             // Only the child may hold the slave: EIO then marks the end.
             drop(cmd);
             drop(pts);
-            if self.fail_pty_after_spawn {
+            if self.injected_failure(true) {
                 let root = ProcessIdentity {
                     pid: child.id() as i32,
                     start_time,
