@@ -150,7 +150,7 @@ impl Lease {
     pub async fn release(self, wait_for_stop: bool) -> io::Result<Released> {
         let Lease { paths, token } = self;
         tokio::task::spawn_blocking(move || {
-            procd_gateway::lease::release(&paths, &token, wait_for_stop, STOP_TIMEOUT)
+            procd_gateway::control::release(&paths, &token, wait_for_stop, STOP_TIMEOUT)
         })
         .await
         .map_err(io::Error::other)?

@@ -285,3 +285,37 @@ fn wait_until_serving(paths: &Paths) -> Result<Started, ControlError> {
         pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
+
+/// Ends a lease. The last client of an on-demand daemon stops it (when
+/// `wait_for_stop`), or leaves that to the daemon's monitor. (The lease
+/// file is lease.rs's; stopping is this module's, so the call lives here
+/// and lease.rs needs nothing from control.rs.)
+pub fn release(
+    paths: &Paths,
+    token: &str,
+    wait_for_stop: bool,
+    stop_timeout: Duration,
+) -> io::Result<lease::Released> {
+    let t = Transition::begin(paths)?;
+    let last = lease::with_clients(paths, |f| {
+        f.clients.remove(token);
+        f.auto_stop && f.clients.is_empty()
+    })?;
+    if !last {
+        return Ok(lease::Released::Kept);
+    }
+    if !wait_for_stop {
+        return Ok(lease::Released::LeftToMonitor);
+    }
+    match stop_in(paths, &t, stop_timeout) {
+        Ok(_) => {
+            lease::with_clients(paths, |f| {
+                if f.clients.is_empty() {
+                    *f = lease::LeaseFile::default();
+                }
+            })?;
+            Ok(lease::Released::Stopped)
+        }
+        Err(e) => Ok(lease::Released::StopFailed(e.to_string())),
+    }
+}

@@ -216,34 +216,3 @@ pub enum Released {
     StopFailed(String),
 }
 
-/// Ends a lease. The last client of an on-demand daemon stops it (when
-/// `wait_for_stop`), or leaves that to the daemon's monitor.
-pub fn release(
-    paths: &Paths,
-    token: &str,
-    wait_for_stop: bool,
-    stop_timeout: Duration,
-) -> io::Result<Released> {
-    let t = Transition::begin(paths)?;
-    let last = with_clients(paths, |f| {
-        f.clients.remove(token);
-        f.auto_stop && f.clients.is_empty()
-    })?;
-    if !last {
-        return Ok(Released::Kept);
-    }
-    if !wait_for_stop {
-        return Ok(Released::LeftToMonitor);
-    }
-    match crate::control::stop_in(paths, &t, stop_timeout) {
-        Ok(_) => {
-            with_clients(paths, |f| {
-                if f.clients.is_empty() {
-                    *f = LeaseFile::default();
-                }
-            })?;
-            Ok(Released::Stopped)
-        }
-        Err(e) => Ok(Released::StopFailed(e.to_string())),
-    }
-}

@@ -177,7 +177,7 @@ pub fn lease(paths: &Paths, cmd: LeaseCmd, as_json: bool) -> i32 {
             })
         }
         LeaseCmd::Release { token, no_wait } => {
-            lease::release(paths, &token, !no_wait, Duration::from_secs(20)).map(|r| {
+            procd_gateway::control::release(paths, &token, !no_wait, Duration::from_secs(20)).map(|r| {
                 let (status, text) = match &r {
                     lease::Released::Kept => ("released", "lease released".to_string()),
                     lease::Released::Stopped => (
