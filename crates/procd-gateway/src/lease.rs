@@ -215,4 +215,3 @@ pub enum Released {
     /// Last client; the stop failed. `auto_stop` stays set (retryable).
     StopFailed(String),
 }
-

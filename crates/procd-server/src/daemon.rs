@@ -10,11 +10,12 @@
 //! tree, removes the socket and (if still ours) the state file.
 
 use crate::rpc::Api;
+use crate::shared::Daemon;
+pub use crate::shared::LaunchMode;
 use procd_core::{Config, Registry, RegistryOptions};
 use procd_gateway::lock::FileLock;
 use procd_gateway::state::{self, GatewayState, Liveness};
 use procd_gateway::{atomic, lease, Paths};
-use procd_proto::StatusResult;
 use procd_sys::clock::rfc3339;
 use procd_sys::procfs::ProcFs;
 use std::collections::HashSet;
@@ -26,24 +27,6 @@ use tokio::sync::watch;
 /// Exit status of a daemon that finds another one running on its instance.
 pub const EXIT_ALREADY_RUNNING: i32 = 17;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LaunchMode {
-    /// `procd daemon`: explicit, in the foreground (also under systemd).
-    Foreground,
-    /// Detached by `procd start` or by a client that needed a daemon; the
-    /// lifetime (explicit or on-demand) is the lease file's `auto_stop`.
-    Background,
-}
-
-impl LaunchMode {
-    fn launch_mode(self) -> &'static str {
-        match self {
-            LaunchMode::Foreground => "foreground",
-            LaunchMode::Background => "background",
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
     pub paths: Paths,
@@ -51,83 +34,6 @@ pub struct DaemonOptions {
     pub mode: LaunchMode,
     /// How this daemon was invoked (recorded in gateway.json).
     pub command_line: String,
-}
-
-/// State shared by the method table and the daemon's own tasks.
-pub struct Daemon {
-    pub registry: Arc<Registry>,
-    paths: Paths,
-    mode: LaunchMode,
-    started_at: SystemTime,
-    started: Instant,
-    shutdown: watch::Sender<bool>,
-    /// The leases as the monitor last read them.
-    leases: std::sync::Mutex<lease::LeaseSnapshot>,
-    /// Where the lease file is read (see `lane.rs`).
-    lane: crate::lane::Lane,
-}
-
-impl Daemon {
-    pub fn request_shutdown(&self, why: &str) {
-        if !*self.shutdown.borrow() {
-            tracing::info!(why, "shutting down");
-        }
-        self.registry.close();
-        self.shutdown.send_replace(true);
-    }
-
-    fn leases(&self) -> lease::LeaseSnapshot {
-        self.leases
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Re-reads the lease file (off the event loop).
-    pub async fn refresh_leases(&self) -> Option<lease::LeaseSnapshot> {
-        let paths = self.paths.clone();
-        let snap = self
-            .lane
-            .run(move || lease::snapshot(&paths))
-            .await?
-            .map_err(|err| tracing::warn!(%err, "cannot read the lease file"))
-            .ok()?;
-        *self.leases.lock().unwrap_or_else(|e| e.into_inner()) = snap.clone();
-        Some(snap)
-    }
-
-    /// Whether `token` names a live lease (read fresh: it may be brand new).
-    pub async fn owner_is_live(&self, token: &str) -> bool {
-        if self.leases().tokens.iter().any(|t| t == token) {
-            return true;
-        }
-        self.refresh_leases()
-            .await
-            .is_some_and(|s| s.tokens.iter().any(|t| t == token))
-    }
-
-    pub fn status(&self) -> StatusResult {
-        let (running, finished) = self.registry.counts();
-        let leases = self.leases();
-        StatusResult {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            pid: std::process::id() as i32,
-            started_at: rfc3339(self.started_at),
-            uptime_seconds: (self.started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
-            launch_mode: self.mode.launch_mode().to_string(),
-            lifetime: if leases.auto_stop && self.mode == LaunchMode::Background {
-                "on_demand".to_string()
-            } else {
-                "explicit".to_string()
-            },
-            clients: leases.clients as u32,
-            running: running as u32,
-            finished: finished as u32,
-            socket: self.paths.socket().display().to_string(),
-            state_dir: self.paths.state_dir.display().to_string(),
-            faults: self.registry.faults.list(),
-        }
-    }
 }
 
 /// Runs the daemon to completion and returns its exit status.

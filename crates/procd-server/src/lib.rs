@@ -9,6 +9,7 @@ mod daemon;
 mod lane;
 mod listener;
 mod rpc;
+mod shared;
 mod systemd;
 
 pub use daemon::{run, DaemonOptions, LaunchMode, EXIT_ALREADY_RUNNING};

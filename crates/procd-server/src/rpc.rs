@@ -1,7 +1,7 @@
 //! The method table: `ProcdApiServer` implemented over the registry. Each
 //! method only converts parameters and errors; the logic is in procd-core.
 
-use crate::daemon::Daemon;
+use crate::shared::Daemon;
 use jsonrpsee::core::{async_trait, RpcResult, SubscriptionResult};
 use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{PendingSubscriptionSink, SubscriptionSink};

@@ -177,24 +177,26 @@ pub fn lease(paths: &Paths, cmd: LeaseCmd, as_json: bool) -> i32 {
             })
         }
         LeaseCmd::Release { token, no_wait } => {
-            procd_gateway::control::release(paths, &token, !no_wait, Duration::from_secs(20)).map(|r| {
-                let (status, text) = match &r {
-                    lease::Released::Kept => ("released", "lease released".to_string()),
-                    lease::Released::Stopped => (
-                        "stopped",
-                        "lease released; the on-demand daemon stopped".to_string(),
-                    ),
-                    lease::Released::LeftToMonitor => (
-                        "left_to_monitor",
-                        "lease released; the daemon stops itself when idle".to_string(),
-                    ),
-                    lease::Released::StopFailed(e) => (
-                        "stop_failed",
-                        format!("lease released, but stopping the daemon failed: {e}"),
-                    ),
-                };
-                say(as_json, json!({"status": status}), &text);
-            })
+            procd_gateway::control::release(paths, &token, !no_wait, Duration::from_secs(20)).map(
+                |r| {
+                    let (status, text) = match &r {
+                        lease::Released::Kept => ("released", "lease released".to_string()),
+                        lease::Released::Stopped => (
+                            "stopped",
+                            "lease released; the on-demand daemon stopped".to_string(),
+                        ),
+                        lease::Released::LeftToMonitor => (
+                            "left_to_monitor",
+                            "lease released; the daemon stops itself when idle".to_string(),
+                        ),
+                        lease::Released::StopFailed(e) => (
+                            "stop_failed",
+                            format!("lease released, but stopping the daemon failed: {e}"),
+                        ),
+                    };
+                    say(as_json, json!({"status": status}), &text);
+                },
+            )
         }
         LeaseCmd::Ephemeral => lease::mark_ephemeral(paths).map(|()| {
             say(
