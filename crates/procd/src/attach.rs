@@ -3,7 +3,7 @@
 //! streamed through `subscribe_output`, the window size follows SIGWINCH.
 //! Ctrl-] detaches and leaves the session running.
 
-use crate::cli::{EXIT_FAILED, EXIT_OK};
+use crate::base::{EXIT_FAILED, EXIT_OK};
 use jsonrpsee::core::client::{Client, Error as ClientError};
 use nix::sys::termios::{self, SetArg, Termios};
 use procd_client::ProcdApiClient;

@@ -1,7 +1,9 @@
 //! Subcommands and their exit codes (SPEC §8): 0 ok, 1 failed, 2 usage,
 //! 3 not running (`status`); `procd wait` exits with the session's code.
 
+use crate::base::*;
 use crate::lifecycle;
+use crate::lifecycle::LeaseCommand;
 use crate::render;
 use clap::{Parser, Subcommand};
 use jsonrpsee::core::client::{Client, Error as ClientError};
@@ -10,13 +12,6 @@ use procd_gateway::Paths;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-pub const EXIT_OK: i32 = 0;
-pub const EXIT_FAILED: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
-pub const EXIT_NOT_RUNNING: i32 = 3;
-/// `procd wait` when the session is still running at the timeout.
-pub const EXIT_WAIT_TIMEOUT: i32 = 124;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -171,35 +166,6 @@ enum Command {
     Man,
 }
 
-#[derive(Subcommand, Debug)]
-pub enum LeaseCommand {
-    /// Record a lease for a process; prints its token.
-    Acquire {
-        /// What kind of client holds it (e.g. "agent").
-        #[arg(long, default_value = "client")]
-        kind: String,
-        /// The process that holds it (default: the parent of this command).
-        #[arg(long)]
-        pid: Option<i32>,
-        /// Also mark the daemon's lifetime on-demand.
-        #[arg(long)]
-        ephemeral: bool,
-    },
-    /// End a lease; the last client of an on-demand daemon stops it.
-    Release {
-        token: String,
-        /// Leave the stop to the daemon's monitor instead of waiting for it.
-        #[arg(long)]
-        no_wait: bool,
-    },
-    /// Mark the daemon's lifetime on-demand (it stops when nothing is left).
-    Ephemeral,
-    /// Show the leases (dead or recycled holders are pruned first).
-    Snapshot,
-}
-
-pub use LeaseCommand as LeaseCmd;
-
 /// What a client command needs to reach the daemon.
 struct Target {
     paths: Paths,
@@ -246,19 +212,6 @@ fn print_document(text: &[u8], what: &str) -> i32 {
         Err(e) => {
             eprintln!("procd {what}: {e}");
             EXIT_FAILED
-        }
-    }
-}
-
-pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt.block_on(f),
-        Err(err) => {
-            eprintln!("procd: cannot start the async runtime: {err}");
-            std::process::exit(EXIT_FAILED);
         }
     }
 }
@@ -678,19 +631,5 @@ async fn follow_output(target: &Target, client: &Client, id: String) -> Result<i
         if r.eof {
             return Ok(EXIT_OK);
         }
-    }
-}
-
-/// Where a command started from the CLI runs: `--cwd` taken relative to the
-/// current directory, else the current directory itself, as someone typing
-/// `procd spawn -- make test` in a project expects. Only when the current
-/// directory is unknown (deleted, not UTF-8) is it left to the daemon's
-/// default, the home directory.
-pub fn cwd_from_here(cwd: Option<String>) -> Option<String> {
-    let here = std::env::current_dir().ok();
-    match (cwd, here) {
-        (Some(dir), Some(here)) => here.join(dir).into_os_string().into_string().ok(),
-        (Some(dir), None) => Some(dir),
-        (None, here) => here?.into_os_string().into_string().ok(),
     }
 }

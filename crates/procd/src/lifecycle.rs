@@ -2,7 +2,8 @@
 //! the outside (SPEC §6.2, §6.3). The work is procd-gateway's; this file
 //! words the outcomes and picks the exit codes.
 
-use crate::cli::{LeaseCmd, EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_OK};
+use crate::base::{EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_OK};
+use clap::Subcommand;
 use procd_gateway::control::{self, ControlError, Launcher, Started, Stopped};
 use procd_gateway::lease;
 use procd_gateway::state::Liveness;
@@ -129,7 +130,7 @@ pub fn status(paths: &Paths, as_json: bool) -> i32 {
         }
         Liveness::Running(s) | Liveness::IdentityUnavailable(s) => s.clone(),
     };
-    let live = crate::cli::block_on(async {
+    let live = crate::base::block_on(async {
         let client = procd_client::connect(&paths.socket()).await.ok()?;
         tokio::time::timeout(Duration::from_secs(5), client.status())
             .await
@@ -156,9 +157,9 @@ pub fn status(paths: &Paths, as_json: bool) -> i32 {
     EXIT_OK
 }
 
-pub fn lease(paths: &Paths, cmd: LeaseCmd, as_json: bool) -> i32 {
+pub fn lease(paths: &Paths, cmd: LeaseCommand, as_json: bool) -> i32 {
     let result = match cmd {
-        LeaseCmd::Acquire {
+        LeaseCommand::Acquire {
             kind,
             pid,
             ephemeral,
@@ -176,7 +177,7 @@ pub fn lease(paths: &Paths, cmd: LeaseCmd, as_json: bool) -> i32 {
                 Ok(())
             })
         }
-        LeaseCmd::Release { token, no_wait } => {
+        LeaseCommand::Release { token, no_wait } => {
             procd_gateway::control::release(paths, &token, !no_wait, Duration::from_secs(20)).map(
                 |r| {
                     let (status, text) = match &r {
@@ -198,14 +199,14 @@ pub fn lease(paths: &Paths, cmd: LeaseCmd, as_json: bool) -> i32 {
                 },
             )
         }
-        LeaseCmd::Ephemeral => lease::mark_ephemeral(paths).map(|()| {
+        LeaseCommand::Ephemeral => lease::mark_ephemeral(paths).map(|()| {
             say(
                 as_json,
                 json!({"auto_stop": true}),
                 "the daemon's lifetime is on-demand",
             );
         }),
-        LeaseCmd::Snapshot => lease::snapshot(paths).map(|s| {
+        LeaseCommand::Snapshot => lease::snapshot(paths).map(|s| {
             let text = format!(
                 "{} client(s), auto_stop {}, stopping {}",
                 s.clients, s.auto_stop, s.stopping
@@ -220,4 +221,31 @@ pub fn lease(paths: &Paths, cmd: LeaseCmd, as_json: bool) -> i32 {
             EXIT_FAILED
         }
     }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LeaseCommand {
+    /// Record a lease for a process; prints its token.
+    Acquire {
+        /// What kind of client holds it (e.g. "agent").
+        #[arg(long, default_value = "client")]
+        kind: String,
+        /// The process that holds it (default: the parent of this command).
+        #[arg(long)]
+        pid: Option<i32>,
+        /// Also mark the daemon's lifetime on-demand.
+        #[arg(long)]
+        ephemeral: bool,
+    },
+    /// End a lease; the last client of an on-demand daemon stops it.
+    Release {
+        token: String,
+        /// Leave the stop to the daemon's monitor instead of waiting for it.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Mark the daemon's lifetime on-demand (it stops when nothing is left).
+    Ephemeral,
+    /// Show the leases (dead or recycled holders are pruned first).
+    Snapshot,
 }

@@ -3,6 +3,7 @@
 //! and human-readable output live here; no logic does.
 
 mod attach;
+mod base;
 mod cli;
 mod lifecycle;
 mod mcp;

@@ -299,7 +299,7 @@ impl ProcdMcp {
         };
         let params = procd_proto::SpawnParams {
             command: p.command,
-            cwd: crate::cli::cwd_from_here(p.cwd),
+            cwd: crate::base::cwd_from_here(p.cwd),
             env: p.env,
             pty: p.pty,
             owner: Some(self.owner.clone()),

@@ -3,7 +3,7 @@
 //! the reader is told that the daemon is not running. Read-only: it starts
 //! nothing and writes nothing.
 
-use crate::cli::{EXIT_FAILED, EXIT_OK};
+use crate::base::{EXIT_FAILED, EXIT_OK};
 use procd_core::output::OutputStore;
 use procd_core::redact::Redactor;
 use procd_gateway::Paths;

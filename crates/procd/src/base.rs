@@ -1,0 +1,38 @@
+//! What every command module of the binary shares, and nothing else: exit
+//! statuses, the one-shot async runtime, where a command runs. A leaf:
+//! cli.rs, lifecycle.rs, attach.rs, mcp.rs and offline.rs use it; it uses
+//! none of them.
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILED: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_NOT_RUNNING: i32 = 3;
+/// `procd wait` when the session is still running at the timeout.
+pub const EXIT_WAIT_TIMEOUT: i32 = 124;
+
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(f),
+        Err(err) => {
+            eprintln!("procd: cannot start the async runtime: {err}");
+            std::process::exit(EXIT_FAILED);
+        }
+    }
+}
+
+/// Where a command started from the CLI runs: `--cwd` taken relative to the
+/// current directory, else the current directory itself, as someone typing
+/// `procd spawn -- make test` in a project expects. Only when the current
+/// directory is unknown (deleted, not UTF-8) is it left to the daemon's
+/// default, the home directory.
+pub fn cwd_from_here(cwd: Option<String>) -> Option<String> {
+    let here = std::env::current_dir().ok();
+    match (cwd, here) {
+        (Some(dir), Some(here)) => here.join(dir).into_os_string().into_string().ok(),
+        (Some(dir), None) => Some(dir),
+        (None, here) => here?.into_os_string().into_string().ok(),
+    }
+}
