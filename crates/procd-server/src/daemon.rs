@@ -224,7 +224,8 @@ async fn serve_claimed(
     let registry = Registry::new(RegistryOptions {
         config: options.config.clone(),
         logs_dir: options.paths.logs_dir(),
-        default_cwd: dirs_home(),
+        // $HOME, else the password database's entry; / when neither.
+        default_cwd: dirs::home_dir().unwrap_or_else(|| "/".into()),
         inherited_env: std::env::vars().collect(),
         procfs: ProcFs::default(),
         checkpoint: Some(options.paths.procs_json()),
@@ -393,11 +394,4 @@ async fn monitor(
             return;
         }
     }
-}
-
-fn dirs_home() -> std::path::PathBuf {
-    std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from("/"))
 }
