@@ -46,11 +46,12 @@ mod recovery;
 mod spawn;
 mod stdin;
 mod termination;
+mod yields;
 
 use present::*;
 use reading::*;
 pub use spawn::launch_script;
-use spawn::*;
+use yields::*;
 
 /// Largest command text accepted (bytes).
 pub const MAX_COMMAND_BYTES: usize = 65_536;

@@ -34,90 +34,6 @@ impl Registry {
         Ok(result)
     }
 
-    /// Waits until the session exits, goes quiet after some output, starts
-    /// waiting for input, becomes ready (when that was awaited: then quiet
-    /// does not count), or `wait` passes; then returns its output from
-    /// `from` on.
-    pub(super) async fn yield_output(
-        &self,
-        s: &Session,
-        from: u64,
-        wait: Duration,
-        budget: Option<usize>,
-    ) -> Result<Yielded, Error> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let awaited_ready = s.readiness().awaited();
-        let mut readiness_changed = s.subscribe_readiness();
-        let mut next_probe = tokio::time::Instant::now();
-        let mut waiting = false;
-        loop {
-            let mut output_changed = s.output.subscribe();
-            let mut state_changed = s.subscribe_state();
-            readiness_changed.borrow_and_update();
-            if !s.is_running() {
-                break;
-            }
-            let readiness = s.readiness();
-            if awaited_ready && !readiness.awaited() {
-                break; // ready (or timed out)
-            }
-            let quiet = s.output.quiet_for();
-            let produced = s.output.end() > from;
-            let quiet_counts = produced && !readiness.awaited();
-            if quiet_counts && quiet >= YIELD_QUIET && !s.takes_input() {
-                break;
-            }
-            if s.takes_input() && quiet >= session::INPUT_QUIET {
-                if tokio::time::Instant::now() >= next_probe {
-                    self.probe(s).await;
-                    next_probe = tokio::time::Instant::now() + session::INPUT_QUIET;
-                }
-                if s.waiting_for_input() {
-                    waiting = true;
-                    break;
-                }
-                if quiet_counts && s.output.quiet_for() >= YIELD_QUIET {
-                    break;
-                }
-            }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                break;
-            }
-            let quiet = s.output.quiet_for();
-            let mut wake = deadline;
-            if quiet_counts {
-                wake = wake.min(now + YIELD_QUIET.saturating_sub(quiet));
-            }
-            if s.takes_input() {
-                wake = wake.min(match session::INPUT_QUIET.checked_sub(quiet) {
-                    Some(left) if !left.is_zero() => now + left,
-                    _ => next_probe,
-                });
-            }
-            tokio::select! {
-                _ = next_change(&mut output_changed, &mut state_changed, wake) => {}
-                _ = readiness_changed.changed() => {}
-            }
-        }
-        let r = self
-            .read(&s.id, Some(from), Some(MAX_READ_BYTES), None, None)
-            .await?;
-        let fetch = format!("read from cursor {} to see all of it", r.cursor);
-        let cut = crate::budget::apply(&r.data, budget, &fetch);
-        let state = s.state();
-        Ok(Yielded {
-            output: cut.text,
-            cursor: r.next_cursor,
-            original_chars: cut.original_chars,
-            kept_error_lines: cut.kept_error_lines,
-            status: status_of(&state),
-            exit: exit_info(&state),
-            ready: s.readiness().flag(),
-            waiting_for_input: waiting,
-        })
-    }
-
     pub(super) fn validate(&self, req: &SpawnRequest) -> Result<SessionSpec, Error> {
         let n = req.command.len();
         if n == 0 || n > MAX_COMMAND_BYTES {
@@ -430,6 +346,52 @@ impl Registry {
             started_at: rfc3339(session.started_at),
         });
 
+        let checkpointed = self.write_checkpoint().await;
+        self.supervise_in_background(session.clone(), reader, exit_rx);
+
+        if let Err(e) = checkpointed {
+            // The session cannot be recovered after a crash: refuse it
+            // rather than run something procd could lose track of.
+            self.terminate(
+                &session,
+                libc::SIGKILL,
+                Duration::ZERO,
+                CompletionReason::FailedStart,
+                "spawn",
+            )
+            .await;
+            self.table().remove(&id);
+            session.output.delete_log();
+            return Err(Error::SpawnFailed(format!(
+                "cannot write the checkpoint (the process was killed): {e}"
+            )));
+        }
+        Ok(SpawnResult {
+            session_id: id,
+            pid,
+            pty: session.spec.pty,
+            status: SessionStatus::Running,
+            command: session.shown_command(&self.redactor).to_string(),
+            started_at: rfc3339(session.started_at),
+            output: None,
+            cursor: None,
+            original_chars: None,
+            kept_error_lines: None,
+            ready: session.readiness().flag(),
+            waiting_for_input: None,
+            exit: None,
+        })
+    }
+
+    /// Starts the session's supervisor task (session.rs): the output
+    /// reader with its noise filter and watch patterns, the exit, the
+    /// timeout; when it ends, the exit is recorded (`record_end`).
+    fn supervise_in_background(
+        &self,
+        session: Arc<Session>,
+        reader: OutputReader,
+        exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
+    ) {
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
         let final_drain = Duration::from_millis(self.config.final_drain_ms);
@@ -466,8 +428,7 @@ impl Registry {
             });
             session::Watch { matcher, deliver }
         });
-        let supervised = session.clone();
-        let checkpointed = self.write_checkpoint().await;
+        let supervised = session;
         tokio::spawn(async move {
             let record = session::supervise(
                 supervised.clone(),
@@ -481,39 +442,6 @@ impl Registry {
             .await;
             Registry::record_end(&me, &supervised, record);
         });
-
-        if let Err(e) = checkpointed {
-            // The session cannot be recovered after a crash: refuse it
-            // rather than run something procd could lose track of.
-            self.terminate(
-                &session,
-                libc::SIGKILL,
-                Duration::ZERO,
-                CompletionReason::FailedStart,
-                "spawn",
-            )
-            .await;
-            self.table().remove(&id);
-            session.output.delete_log();
-            return Err(Error::SpawnFailed(format!(
-                "cannot write the checkpoint (the process was killed): {e}"
-            )));
-        }
-        Ok(SpawnResult {
-            session_id: id,
-            pid,
-            pty: session.spec.pty,
-            status: SessionStatus::Running,
-            command: session.shown_command(&self.redactor).to_string(),
-            started_at: rfc3339(session.started_at),
-            output: None,
-            cursor: None,
-            original_chars: None,
-            kept_error_lines: None,
-            ready: session.readiness().flag(),
-            waiting_for_input: None,
-            exit: None,
-        })
     }
 
     /// Forks the session's root: `setsid`, stdio on pipes or on a new PTY
@@ -869,28 +797,3 @@ const SESSION_VARS: [&str; 6] = [
     "PAGER",
     "GIT_PAGER",
 ];
-
-/// How long output must pause before a yield returns ("it went quiet").
-pub(super) const YIELD_QUIET: Duration = Duration::from_millis(300);
-/// The longest a spawn or write may yield.
-pub(super) const MAX_YIELD_MS: f64 = 300_000.0;
-
-/// What a spawn or write that yields returns.
-pub(super) struct Yielded {
-    pub(super) output: String,
-    pub(super) cursor: u64,
-    pub(super) original_chars: Option<u64>,
-    pub(super) kept_error_lines: Option<u64>,
-    pub(super) status: SessionStatus,
-    pub(super) exit: Option<ExitInfo>,
-    pub(super) ready: Option<bool>,
-    pub(super) waiting_for_input: bool,
-}
-
-pub(super) fn yield_duration(yield_ms: Option<f64>) -> Result<Duration, Error> {
-    duration_param(
-        "yield_ms",
-        yield_ms.unwrap_or(0.0) / 1000.0,
-        MAX_YIELD_MS / 1000.0,
-    )
-}
