@@ -150,22 +150,9 @@ pub struct PollResult {
     pub started_at: String,
     pub uptime_seconds: f64,
     pub output_preview: String,
-    /// TCP ports the session's tree listens on (SPEC §12), sorted.
-    #[serde(default)]
-    pub ports: Vec<u16>,
-    /// What the session's live tree uses (SPEC §12).
-    #[serde(default)]
-    pub resources: Resources,
-    /// Null without a ready condition; false until it is met, then true.
-    #[serde(default)]
-    pub ready: Option<bool>,
-    /// Milliseconds from the start to readiness, once ready.
-    #[serde(default)]
-    pub ready_after_ms: Option<u64>,
-    /// A process of the session is blocked reading its input, and it has
-    /// been quiet for 250 ms (SPEC §12).
-    #[serde(default)]
-    pub waiting_for_input: bool,
+    /// Ports, resources, readiness, waiting for input (SPEC §12).
+    #[serde(flatten)]
+    pub activity: Activity,
     /// Set for a session recovered after a daemon restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -333,16 +320,8 @@ pub struct ProcessEntry {
     pub persist: bool,
     pub notify_on_complete: bool,
     pub watch_patterns: Vec<String>,
-    #[serde(default)]
-    pub ports: Vec<u16>,
-    #[serde(default)]
-    pub resources: Resources,
-    #[serde(default)]
-    pub ready: Option<bool>,
-    #[serde(default)]
-    pub ready_after_ms: Option<u64>,
-    #[serde(default)]
-    pub waiting_for_input: bool,
+    #[serde(flatten)]
+    pub activity: Activity,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub session_scoped: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -386,6 +365,28 @@ pub enum ReadyPort {
 #[serde(rename_all = "snake_case")]
 pub enum AnyPort {
     Any,
+}
+
+/// What a session's live tree is doing (SPEC §12), as `poll` and `list`
+/// report it (flattened into both).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Activity {
+    /// TCP ports the session's tree listens on, sorted.
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// What the live tree uses.
+    #[serde(default)]
+    pub resources: Resources,
+    /// Null without a ready condition; false until it is met, then true.
+    #[serde(default)]
+    pub ready: Option<bool>,
+    /// Milliseconds from the start to readiness, once ready.
+    #[serde(default)]
+    pub ready_after_ms: Option<u64>,
+    /// A process of the session is blocked reading its input, and it has
+    /// been quiet for 250 ms.
+    #[serde(default)]
+    pub waiting_for_input: bool,
 }
 
 /// Resources of a session's live tree, as the monitor last saw them.

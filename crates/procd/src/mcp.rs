@@ -232,15 +232,15 @@ fn state_words(p: &procd_proto::PollResult) -> String {
         return String::new();
     }
     let mut words = Vec::new();
-    match (p.ready, p.ready_after_ms) {
+    match (p.activity.ready, p.activity.ready_after_ms) {
         (Some(true), Some(ms)) => words.push(format!("ready (after {ms} ms)")),
         (Some(_), _) => words.push("not ready yet".to_string()),
         (None, _) => {}
     }
-    if !p.ports.is_empty() {
-        words.push(format!("listening on port(s) {:?}", p.ports));
+    if !p.activity.ports.is_empty() {
+        words.push(format!("listening on port(s) {:?}", p.activity.ports));
     }
-    let r = &p.resources;
+    let r = &p.activity.resources;
     if r.procs > 0 {
         words.push(format!(
             "{} process(es), {:.0} MB memory, {:.1} s CPU",
@@ -249,7 +249,7 @@ fn state_words(p: &procd_proto::PollResult) -> String {
             r.cpu_seconds
         ));
     }
-    if p.waiting_for_input {
+    if p.activity.waiting_for_input {
         words.push("WAITING FOR INPUT: answer with `write`".to_string());
     }
     if words.is_empty() {
@@ -551,13 +551,13 @@ impl ProcdMcp {
                         _ => "exited".to_string(),
                     };
                     let mut extra = String::new();
-                    if !e.ports.is_empty() {
-                        extra.push_str(&format!("  ports {:?}", e.ports));
+                    if !e.activity.ports.is_empty() {
+                        extra.push_str(&format!("  ports {:?}", e.activity.ports));
                     }
-                    if e.ready == Some(true) {
+                    if e.activity.ready == Some(true) {
                         extra.push_str("  ready");
                     }
-                    if e.waiting_for_input {
+                    if e.activity.waiting_for_input {
                         extra.push_str("  WAITING FOR INPUT");
                     }
                     text.push_str(&format!(

@@ -38,15 +38,15 @@ pub fn poll(r: &PollResult) -> String {
         "{}  pid {}  {status}\n$ {}\n",
         r.session_id, r.pid, r.command
     );
-    match (r.ready, r.ready_after_ms) {
+    match (r.activity.ready, r.activity.ready_after_ms) {
         (Some(true), Some(ms)) => out.push_str(&format!("ready after {ms} ms\n")),
         (Some(_), _) => out.push_str("not ready yet\n"),
         (None, _) => {}
     }
-    if !r.ports.is_empty() {
-        out.push_str(&format!("listening on {:?}\n", r.ports));
+    if !r.activity.ports.is_empty() {
+        out.push_str(&format!("listening on {:?}\n", r.activity.ports));
     }
-    if r.waiting_for_input {
+    if r.activity.waiting_for_input {
         out.push_str("waiting for input\n");
     }
     if !r.output_preview.is_empty() {
@@ -111,16 +111,20 @@ pub fn table(r: &ListResult) -> String {
         let running = p.status == SessionStatus::Running;
         let (cpu, mem) = if running {
             (
-                format!("{:.1}s", p.resources.cpu_seconds),
-                format!("{:.1}M", p.resources.rss_bytes as f64 / (1024.0 * 1024.0)),
+                format!("{:.1}s", p.activity.resources.cpu_seconds),
+                format!(
+                    "{:.1}M",
+                    p.activity.resources.rss_bytes as f64 / (1024.0 * 1024.0)
+                ),
             )
         } else {
             ("-".into(), "-".into())
         };
-        let ports = if p.ports.is_empty() {
+        let ports = if p.activity.ports.is_empty() {
             "-".to_string()
         } else {
-            p.ports
+            p.activity
+                .ports
                 .iter()
                 .map(u16::to_string)
                 .collect::<Vec<_>>()

@@ -37,10 +37,22 @@ pub(super) fn redacted_tail(r: &Redactor, s: &Session, chars: usize, env_dump: b
     r.excerpt(&tail.text, &tail.before, env_dump).into_owned()
 }
 
+/// Ports, resources, readiness and waiting-for-input, for poll and list.
+fn activity(s: &Session) -> Activity {
+    let observed = s.observed();
+    let readiness = s.readiness();
+    Activity {
+        ports: observed.ports,
+        resources: observed.resources,
+        ready: readiness.flag(),
+        ready_after_ms: readiness.after_ms(),
+        waiting_for_input: s.waiting_for_input(),
+    }
+}
+
 pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
     let state = s.state();
     let env_dump = is_env_dump(&s.spec.command);
-    let observed = s.observed();
     PollResult {
         session_id: s.id.clone(),
         command: s.shown_command(r).to_string(),
@@ -49,11 +61,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         started_at: rfc3339(s.started_at),
         uptime_seconds: uptime(s),
         output_preview: redacted_tail(r, s, PREVIEW_CHARS, env_dump),
-        ports: observed.ports,
-        resources: observed.resources,
-        ready: s.readiness().flag(),
-        ready_after_ms: s.readiness().after_ms(),
-        waiting_for_input: s.waiting_for_input(),
+        activity: activity(s),
         note: s.note.clone(),
         original_chars: None,
         kept_error_lines: None,
@@ -64,7 +72,6 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
 pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> ProcessEntry {
     let state = s.state();
     let env_dump = is_env_dump(&s.spec.command);
-    let observed = s.observed();
     ProcessEntry {
         session_id: s.id.clone(),
         command: first_chars(s.shown_command(r), 200).to_string(),
@@ -81,11 +88,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         persist: s.spec.persist,
         notify_on_complete: s.notify_on_complete(),
         watch_patterns: s.spec.watch_patterns.clone(),
-        ports: observed.ports,
-        resources: observed.resources,
-        ready: s.readiness().flag(),
-        ready_after_ms: s.readiness().after_ms(),
-        waiting_for_input: s.waiting_for_input(),
+        activity: activity(s),
         session_scoped,
         note: s.note.clone(),
     }
