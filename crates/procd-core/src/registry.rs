@@ -200,10 +200,9 @@ impl Registry {
             &options.default_cwd,
             &options.logs_dir,
         )
-        .map(|(bash, home, state_dir)| {
+        .map(|(login, state_dir)| {
             crate::snapshot::ShellSnapshot::new(
-                bash,
-                home,
+                login,
                 &state_dir,
                 Duration::from_secs_f64(options.config.shell_snapshot_timeout_s),
                 Reaper::global(),
@@ -482,14 +481,14 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Where a shell snapshot applies: the launch is bash with `-lic` (as by
-/// default), and it is not switched off. (bash, HOME, state dir).
+/// default), and it is not switched off. (The login shell, the state dir.)
 fn snapshot_for(
     config: &Config,
     shell: &[String],
     env: &[(String, String)],
     default_cwd: &Path,
     logs_dir: &Path,
-) -> Option<(PathBuf, PathBuf, PathBuf)> {
+) -> Option<(crate::snapshot::LoginShell, PathBuf)> {
     let bash = Path::new(shell.first()?);
     let is_bash = bash.file_name().is_some_and(|n| n == "bash");
     if !config.shell_snapshot || !is_bash || shell.get(1..) != Some(&["-lic".to_string()][..]) {
@@ -501,7 +500,13 @@ fn snapshot_for(
         .map(|(_, v)| PathBuf::from(v))
         .unwrap_or_else(|| default_cwd.to_path_buf());
     let state_dir = logs_dir.parent()?.to_path_buf();
-    Some((bash.to_path_buf(), home, state_dir))
+    let login = crate::snapshot::LoginShell {
+        shell: bash.to_path_buf(),
+        home,
+        env: env.to_vec(),
+        policy: EnvPolicy::new(&config.env_blocklist),
+    };
+    Some((login, state_dir))
 }
 
 /// The shell argv: the configured one, except that the default `bash`

@@ -64,7 +64,8 @@ const CAPTURE: &str = r#"env -0 > "$1" && { declare -f; alias -p; shopt -p; } > 
 /// A file as it was: modified (s, ns), size, inode; None when absent.
 type Stamp = Option<(i64, i64, u64, u64)>;
 
-/// What a snapshot was made from: each source's stamp, HOME, the shell.
+/// What a snapshot was made from: each source's stamp and the shell's
+/// (HOME is fixed for the daemon's life).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Fingerprint(Vec<(PathBuf, Stamp)>);
 
@@ -84,7 +85,6 @@ impl Fingerprint {
             })
             .collect();
         items.push((shell.to_path_buf(), stamp(shell)));
-        items.push((home.to_path_buf(), None));
         Fingerprint(items)
     }
 }
@@ -96,9 +96,24 @@ enum State {
     Failed(Fingerprint, String),
 }
 
+/// The login shell a snapshot is taken from, and what it starts with.
+pub struct LoginShell {
+    /// A bash.
+    pub shell: PathBuf,
+    pub home: PathBuf,
+    /// The daemon's environment; credentials are filtered out here.
+    pub env: Vec<(String, String)>,
+    /// The environment policy (SPEC §5.2), also applied to what the
+    /// scripts export.
+    pub policy: EnvPolicy,
+}
+
 pub struct ShellSnapshot {
     shell: PathBuf,
     home: PathBuf,
+    /// What the login shell starts with: the daemon's, filtered.
+    env: Vec<(String, String)>,
+    policy: EnvPolicy,
     path: PathBuf,
     timeout: Duration,
     reaper: Arc<Reaper>,
@@ -107,18 +122,26 @@ pub struct ShellSnapshot {
 }
 
 impl ShellSnapshot {
-    /// A snapshot of `shell` (a bash) for `home`, kept in `state_dir`.
+    /// A snapshot of `login`, kept in `state_dir`.
     pub fn new(
-        shell: PathBuf,
-        home: PathBuf,
+        login: LoginShell,
         state_dir: &Path,
         timeout: Duration,
         reaper: Arc<Reaper>,
         procfs: ProcFs,
     ) -> ShellSnapshot {
+        let env = login
+            .env
+            .into_iter()
+            .filter(|(k, _)| {
+                !login.policy.is_blocked(k) && !k.starts_with(crate::env::FORCE_PREFIX)
+            })
+            .collect();
         ShellSnapshot {
-            shell,
-            home,
+            shell: login.shell,
+            home: login.home,
+            env,
+            policy: login.policy,
             path: state_dir.join(FILE_NAME),
             timeout,
             reaper,
@@ -132,13 +155,8 @@ impl ShellSnapshot {
     }
 
     /// The snapshot to source, made or remade first when its sources
-    /// changed. Concurrent callers wait for one capture. `env` is what the
-    /// login shell starts with (the daemon's environment after the policy).
-    pub async fn current(
-        &self,
-        env: &[(String, String)],
-        policy: &EnvPolicy,
-    ) -> Result<&Path, String> {
+    /// changed. Concurrent callers wait for one capture.
+    pub async fn current(&self) -> Result<&Path, String> {
         let mut state = self.state.lock().await;
         let (home, shell) = (self.home.clone(), self.shell.clone());
         let path = self.path.clone();
@@ -151,7 +169,7 @@ impl ShellSnapshot {
             State::Failed(f, e) if *f == now => return Err(e.clone()),
             _ => {}
         }
-        match self.capture(env, policy).await {
+        match self.capture().await {
             Ok(()) => {
                 *state = State::Ready(now);
                 Ok(&self.path)
@@ -163,7 +181,7 @@ impl ShellSnapshot {
         }
     }
 
-    async fn capture(&self, env: &[(String, String)], policy: &EnvPolicy) -> Result<(), String> {
+    async fn capture(&self) -> Result<(), String> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         let env_file = Scratch::create(dir, "env")
             .map_err(|e| format!("cannot create a scratch file: {e}"))?;
@@ -174,7 +192,7 @@ impl ShellSnapshot {
             .arg(&env_file.0)
             .arg(&defs_file.0)
             .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(CAPTURE_VAR, "1")
             .current_dir(&self.home)
             .stdin(Stdio::null())
@@ -221,7 +239,7 @@ impl ShellSnapshot {
         }
         let (env_path, defs_path, path) =
             (env_file.0.clone(), defs_file.0.clone(), self.path.clone());
-        let policy = policy.clone();
+        let policy = self.policy.clone();
         tokio::task::spawn_blocking(move || {
             let vars = crate::atomic::read_private(&env_path)?;
             let defs = crate::atomic::read_private(&defs_path)?;

@@ -152,15 +152,7 @@ impl Registry {
         caller_env: &BTreeMap<String, String>,
     ) -> Vec<String> {
         if let Some(snapshot) = &self.snapshot {
-            let login_env: Vec<(String, String)> = self
-                .inherited_env
-                .iter()
-                .filter(|(k, _)| {
-                    !self.env_policy.is_blocked(k) && !k.starts_with(crate::env::FORCE_PREFIX)
-                })
-                .cloned()
-                .collect();
-            match snapshot.current(&login_env, &self.env_policy).await {
+            match snapshot.current().await {
                 Ok(path) => {
                     self.faults.clear(SNAPSHOT_FAULT);
                     let mut keep: Vec<&str> = caller_env
