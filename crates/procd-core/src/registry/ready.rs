@@ -119,21 +119,31 @@ impl Registry {
         }
     }
 
-    /// Observes one running session's tree now (off the event loop) and
-    /// records it, as the monitor's tick does for all.
+    /// Observes one running session's tree now, as the monitor's tick does
+    /// for all, and returns what it saw (the last observation if /proc
+    /// could not be scanned).
     pub(super) async fn probe(&self, s: &Session) -> Observation {
-        let watched = vec![Watched {
-            tree: s.tree(),
-            input: s.input.clone(),
-        }];
+        self.observe_and_record(&[s]).await;
+        s.observed()
+    }
+
+    /// Observes these sessions' trees with one /proc scan (off the event
+    /// loop) and records what each shows (`record_observation`).
+    pub(super) async fn observe_and_record(&self, sessions: &[&Session]) {
+        let watched: Vec<Watched> = sessions
+            .iter()
+            .map(|s| Watched {
+                tree: s.tree(),
+                input: s.input.clone(),
+            })
+            .collect();
         let procfs = self.procfs.clone();
-        let seen = kill::scan_blocking(move || crate::observe::observe(&procfs, &watched)).await;
-        match seen.ok().and_then(|mut v| v.pop()) {
-            Some(o) => {
-                self.record_observation(s, o.clone());
-                o
-            }
-            None => s.observed(),
+        let scanned = kill::scan_blocking(move || crate::observe::observe(&procfs, &watched));
+        let Ok(seen) = scanned.await else {
+            return;
+        };
+        for (s, observation) in sessions.iter().zip(seen) {
+            self.record_observation(s, observation);
         }
     }
 

@@ -229,21 +229,8 @@ impl Registry {
         if sessions.is_empty() {
             return;
         }
-        let trees: Vec<crate::observe::Watched> = sessions
-            .iter()
-            .map(|s| crate::observe::Watched {
-                tree: s.tree(),
-                input: s.input.clone(),
-            })
-            .collect();
-        let procfs = self.procfs.clone();
-        let Ok(seen) = kill::scan_blocking(move || crate::observe::observe(&procfs, &trees)).await
-        else {
-            return;
-        };
-        for (s, observation) in sessions.iter().zip(seen) {
-            self.record_observation(s, observation);
-        }
+        let sessions: Vec<&Session> = sessions.iter().map(|s| &**s).collect();
+        self.observe_and_record(&sessions).await;
     }
 }
 
