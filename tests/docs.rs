@@ -301,8 +301,11 @@ fn readme_tour_runs() {
         ("procd kill proc_3f2a", |o, id| {
             has(o, &format!("{id} killed"))
         }),
-        ("procd spawn -- 'sleep 1; exit 3'", |o, _| has(o, "proc_")),
-        ("procd logs -f proc_9b1c", |o, _| code(o, 0)),
+        ("procd spawn -- 'sleep 1; echo done; exit 3'", |o, _| {
+            has(o, "proc_")
+        }),
+        // Printed a second after the spawn: only a follower sees it.
+        ("procd logs -f proc_9b1c", |o, _| has(o, "done")),
         ("procd wait proc_9b1c --timeout 60", |o, _| code(o, 3)),
         ("procd status", |o, _| has(o, "running")),
     ];
