@@ -24,8 +24,14 @@ pub async fn spawn(
     client: &Client,
     params: SpawnParams,
 ) -> Result<procd_proto::SpawnResult, jsonrpsee::core::client::Error> {
-    use jsonrpsee::core::client::ClientT;
-    client.request("spawn", params).await
+    use jsonrpsee::core::client::{ClientT, Error};
+    // Sent as named params (jsonrpsee sends a JSON object map as is).
+    match serde_json::to_value(params).map_err(Error::ParseError)? {
+        serde_json::Value::Object(named) => client.request("spawn", named).await,
+        other => Err(Error::Custom(format!(
+            "spawn params are not an object: {other}"
+        ))),
+    }
 }
 
 /// How long a request may take before the client gives up; long enough for

@@ -95,12 +95,6 @@ pub struct SpawnParams {
     pub ready: Option<ReadySpec>,
 }
 
-impl jsonrpsee::core::traits::ToRpcParams for SpawnParams {
-    fn to_rpc_params(self) -> Result<Option<Box<serde_json::value::RawValue>>, serde_json::Error> {
-        serde_json::value::to_raw_value(&self).map(Some)
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpawnResult {
     pub session_id: String,

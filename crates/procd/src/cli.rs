@@ -572,27 +572,25 @@ async fn client_command(
         Command::Attach { id } => crate::attach::run(client, id).await,
         Command::Rpc { method, params } => {
             use jsonrpsee::core::client::ClientT;
-            let params = match params.map(serde_json::value::RawValue::from_string) {
-                None => None,
-                Some(Ok(raw)) => Some(raw),
+            use serde_json::Value;
+            // Named params (an object) or positional ones (an array), as
+            // the caller wrote them.
+            let result: Value = match params.map(|p| serde_json::from_str::<Value>(&p)) {
+                None => client.request(&method, Vec::<Value>::new()).await?,
+                Some(Ok(Value::Object(named))) => client.request(&method, named).await?,
+                Some(Ok(Value::Array(positional))) => client.request(&method, positional).await?,
+                Some(Ok(other)) => {
+                    eprintln!("procd rpc: params must be a JSON object or array, got {other}");
+                    return Ok(EXIT_USAGE);
+                }
                 Some(Err(e)) => {
                     eprintln!("procd rpc: params must be JSON: {e}");
                     return Ok(EXIT_USAGE);
                 }
             };
-            let result: serde_json::Value = client.request(&method, RawParams(params)).await?;
             println!("{result}");
             Ok(EXIT_OK)
         }
-    }
-}
-
-/// `procd rpc`'s params, passed on as the caller wrote them.
-struct RawParams(Option<Box<serde_json::value::RawValue>>);
-
-impl jsonrpsee::core::traits::ToRpcParams for RawParams {
-    fn to_rpc_params(self) -> Result<Option<Box<serde_json::value::RawValue>>, serde_json::Error> {
-        Ok(self.0)
     }
 }
 
