@@ -21,6 +21,10 @@ pub struct Observation {
     pub reading_input: bool,
     /// When it was taken (None: never observed).
     pub taken: Option<Instant>,
+    /// When the observations began to see it blocked reading its input,
+    /// with nothing happening on its terminal or pipes since (kept across
+    /// observations by `Session::set_observed`).
+    pub reading_since: Option<Instant>,
 }
 
 /// What a session's input is: the link of its stdin pipe or terminal as
@@ -116,6 +120,7 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                 resources,
                 reading_input,
                 taken: Some(Instant::now()),
+                reading_since: None,
             }
         })
         .collect()

@@ -277,8 +277,16 @@ impl Session {
     }
 
     /// Records an observation; returns the ports that are new since the last.
-    pub fn set_observed(&self, now: crate::observe::Observation) -> Vec<u16> {
+    pub fn set_observed(&self, mut now: crate::observe::Observation) -> Vec<u16> {
+        let idle = self.idle_for();
         let mut last = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        // A run of "blocked reading" observations goes on only while
+        // nothing happened since it began.
+        let run = last.reading_since.filter(|since| idle >= since.elapsed());
+        now.reading_since = match now.reading_input {
+            true => run.or(now.taken),
+            false => None,
+        };
         let new = now
             .ports
             .iter()
@@ -295,21 +303,39 @@ impl Session {
         self.input.is_some() && !self.stdin_closed() && self.is_running()
     }
 
-    /// Whether it is waiting for input now: the last observation (taken
-    /// after the last output) saw a process blocked reading its input, and
-    /// it has been quiet for `INPUT_QUIET`.
+    /// How long nothing has happened on its terminal or pipes: no output,
+    /// and no input written (a program needs a moment to take what it was
+    /// sent; until then it still looks blocked in its read).
+    pub fn idle_for(&self) -> Duration {
+        let quiet = self.output.quiet_for();
+        match *self.last_input.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(at) => quiet.min(at.elapsed()),
+            None => quiet,
+        }
+    }
+
+    /// Whether the last observation saw a process blocked reading its
+    /// input (a run that `waiting_for_input` may soon confirm).
+    pub fn seen_reading_input(&self) -> bool {
+        let observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        observed.reading_input && observed.reading_since.is_some()
+    }
+
+    /// Whether it is waiting for input now: observations have seen a
+    /// process blocked reading its input for `INPUT_QUIET`, with no output
+    /// and no input since they began. (One observation is not enough: a
+    /// prompt the program wrote just before blocking may still be on its
+    /// way through the kernel — a PTY's flip buffer — and show up later.)
     pub fn waiting_for_input(&self) -> bool {
         if !self.takes_input() {
             return false;
         }
-        let quiet = self.output.quiet_for();
-        let last_input = *self.last_input.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = self.idle_for();
         let observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
         observed.reading_input
-            && quiet >= INPUT_QUIET
             && observed
-                .taken
-                .is_some_and(|t| t.elapsed() <= quiet && last_input.is_none_or(|i| t > i))
+                .reading_since
+                .is_some_and(|since| since.elapsed() >= INPUT_QUIET && idle >= since.elapsed())
             && !self.output_unread()
     }
 

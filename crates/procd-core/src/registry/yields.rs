@@ -32,13 +32,9 @@ impl Registry {
             if awaited_ready && !readiness.awaited() {
                 break; // ready (or timed out)
             }
-            let quiet = s.output.quiet_for();
             let produced = s.output.end() > from;
             let quiet_counts = produced && !readiness.awaited();
-            if quiet_counts && quiet >= YIELD_QUIET && !s.takes_input() {
-                break;
-            }
-            if s.takes_input() && quiet >= session::INPUT_QUIET {
+            if s.takes_input() && s.idle_for() >= session::INPUT_QUIET {
                 if tokio::time::Instant::now() >= next_probe {
                     self.probe(s).await;
                     next_probe = tokio::time::Instant::now() + session::INPUT_QUIET;
@@ -47,9 +43,12 @@ impl Registry {
                     waiting = true;
                     break;
                 }
-                if quiet_counts && s.output.quiet_for() >= YIELD_QUIET {
-                    break;
-                }
+            }
+            // Seen blocked on its input, not yet for long enough: the next
+            // probe decides, so "quiet" does not end the yield meanwhile.
+            let confirming = s.takes_input() && s.seen_reading_input();
+            if quiet_counts && !confirming && s.output.quiet_for() >= YIELD_QUIET {
+                break;
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
@@ -57,11 +56,11 @@ impl Registry {
             }
             let quiet = s.output.quiet_for();
             let mut wake = deadline;
-            if quiet_counts {
+            if quiet_counts && !confirming {
                 wake = wake.min(now + YIELD_QUIET.saturating_sub(quiet));
             }
             if s.takes_input() {
-                wake = wake.min(match session::INPUT_QUIET.checked_sub(quiet) {
+                wake = wake.min(match session::INPUT_QUIET.checked_sub(s.idle_for()) {
                     Some(left) if !left.is_zero() => now + left,
                     _ => next_probe,
                 });
