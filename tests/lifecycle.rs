@@ -138,7 +138,15 @@ fn start_runs_a_background_daemon_in_its_own_session_and_stop_ends_it() {
     let pid = state["pid"].as_i64().unwrap() as i32;
     assert_eq!(state["launch_mode"], "background");
     assert_eq!(state["identity"], identity_of(pid));
-    assert_eq!(session_of(pid), pid, "runs in a new session");
+    // Its keeper (SPEC §11) leads a new session, and the daemon runs in it.
+    let keeper = state["keeper_pid"].as_i64().expect("keeper_pid") as i32;
+    assert_eq!(state["keeper_identity"], identity_of(keeper));
+    assert_eq!(session_of(keeper), keeper, "runs in a new session");
+    assert_eq!(
+        session_of(pid),
+        keeper,
+        "the daemon runs in its keeper's session"
+    );
     assert!(home.path().join("state/procd.log").exists());
     let status = json_out(&home.cli(&["status", "--json"]));
     assert_eq!(status["lifetime"], "explicit");
@@ -150,6 +158,7 @@ fn start_runs_a_background_daemon_in_its_own_session_and_stop_ends_it() {
     assert!(out.status.success(), "{out:?}");
     assert!(stdout(&out).contains(&format!("procd stopped (pid {pid})")));
     assert!(!alive(pid));
+    assert!(!alive(keeper), "the keeper ended with its daemon");
     assert!(home.gateway().is_none(), "state removed");
     let again = home.cli(&["stop"]);
     assert_eq!(again.status.code(), Some(0));

@@ -123,8 +123,41 @@ impl Daemon {
             .expect("start procd daemon")
     }
 
+    /// The daemon that serves: the child of the keeper (`procd daemon`,
+    /// the process this helper started) that runs procd (SPEC §11); 0 when
+    /// none runs right now.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+        daemon_below(self.keeper_pid()).unwrap_or(0) as u32
+    }
+
+    /// The keeper: the `procd daemon` process this helper started.
+    pub fn keeper_pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    /// SIGKILLs the daemon alone (its keeper starts another) and waits
+    /// until a new one serves; returns the new daemon's pid.
+    pub fn kill_daemon(&self) -> u32 {
+        let old = self.pid();
+        assert!(old > 0, "no daemon runs below the keeper");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(old as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let mut new = 0;
+        wait_until("the keeper starts a new daemon", || {
+            new = self.pid();
+            new != 0 && new != old
+        });
+        let socket = self.socket();
+        let mut conn = None;
+        wait_until("the new daemon serves", || {
+            conn = Some(Conn::open(&socket));
+            conn.as_mut()
+                .map(|c| c.call("status", json!({})))
+                .is_some_and(|s| s["result"]["pid"].as_u64() == Some(u64::from(new)))
+        });
+        new
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -275,11 +308,20 @@ impl Daemon {
         }
     }
 
-    /// Kills the daemon with SIGKILL (a crash): it cannot clean anything up.
+    /// Kills the keeper and then the daemon with SIGKILL (both die): nothing
+    /// can clean anything up, and no daemon comes back by itself.
     pub fn crash(&mut self) {
+        let daemon = self.pid();
         let mut child = self.child.take().expect("daemon");
         let _ = child.kill();
         let _ = child.wait();
+        if daemon > 0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(daemon as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            wait_until("the daemon is gone", || !alive(daemon as i32));
+        }
     }
 
     /// Starts a new daemon on the same home (after `crash` or `stop`).
@@ -386,6 +428,20 @@ pub fn kill_checkpointed_sessions(home: &Path) {
             session_pids(id).into_iter().for_each(sigkill);
         }
     }
+}
+
+/// The procd process among `keeper`'s children (session roots that a dead
+/// daemon left to it are children too, but run a shell, not procd).
+pub fn daemon_below(keeper: i32) -> Option<i32> {
+    if keeper <= 0 {
+        return None;
+    }
+    let children =
+        std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .find(|pid| comm(*pid) == "procd")
 }
 
 /// A temp dir with a short path (Unix socket paths must fit 108 bytes).

@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
+mod handover;
 mod present;
 mod reading;
 mod ready;
@@ -87,6 +88,9 @@ pub struct RegistryOptions {
     pub checkpoint: Option<PathBuf>,
     /// Wrap sessions in systemd scopes (the daemon runs under its unit).
     pub scopes: Option<Arc<Scopes>>,
+    /// The keeper that holds sessions' descriptors across a daemon's death
+    /// (SPEC §11), when the daemon runs under one.
+    pub keeper: Option<Arc<procd_keeper::Link>>,
 }
 
 /// Failures a real system cannot produce on demand, injected by tests
@@ -179,6 +183,12 @@ pub struct Registry {
     retained: Mutex<Vec<CheckpointEntry>>,
     /// Set when the daemon is shutting down: spawns are refused.
     closing: std::sync::atomic::AtomicBool,
+    keeper: Option<Arc<procd_keeper::Link>>,
+    /// Set when the daemon hands its sessions to the next one: supervisors
+    /// stop reading (nothing read is left unstored) and record no exit.
+    handing_over: tokio::sync::watch::Sender<bool>,
+    /// Supervisor tasks still running (`hand_over` waits for none).
+    supervisors: tokio::sync::watch::Sender<usize>,
     #[cfg(feature = "test-hooks")]
     injected: Mutex<InjectedFailures>,
     me: Weak<Registry>,
@@ -230,6 +240,9 @@ impl Registry {
             running: crate::slot::Slots::default(),
             notifications: NotificationQueue::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
+            keeper: options.keeper,
+            handing_over: tokio::sync::watch::channel(false).0,
+            supervisors: tokio::sync::watch::channel(0).0,
             #[cfg(feature = "test-hooks")]
             injected: Mutex::new(InjectedFailures::default()),
             me: me.clone(),

@@ -192,6 +192,42 @@ impl Session {
 
     /// A session re-adopted from the checkpoint: not our child, no stdin,
     /// output only as far as its log reached.
+    /// A session a previous daemon started and the keeper handed over:
+    /// live (output, stdin, exit all come through), but not our child, so
+    /// its root's pid is not pinned (signals go through the identity guard
+    /// with its start time).
+    pub fn handed_over(
+        id: String,
+        spec: SessionSpec,
+        identity: ProcessIdentity,
+        output: Arc<OutputStore>,
+        stdin: Option<mpsc::Sender<StdinOp>>,
+        started_at: SystemTime,
+    ) -> Session {
+        let mut s = Session::new(id, spec, identity, output, stdin);
+        s.set_started_at(started_at);
+        s.reaped.store(true, Ordering::SeqCst);
+        if s.stdin
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+        {
+            s.stdin_closed.store(true, Ordering::SeqCst);
+        }
+        s
+    }
+
+    /// Dates the session from `started_at` (a previous daemon started it);
+    /// the monotonic start is derived from the wall clock.
+    fn set_started_at(&mut self, started_at: SystemTime) {
+        self.started_at = started_at;
+        self.started_instant = SystemTime::now()
+            .duration_since(started_at)
+            .ok()
+            .and_then(|age| Instant::now().checked_sub(age))
+            .unwrap_or_else(Instant::now);
+    }
+
     pub fn recovered(
         id: String,
         spec: SessionSpec,
@@ -200,13 +236,7 @@ impl Session {
         started_at: SystemTime,
     ) -> Session {
         let mut s = Session::new(id, spec, identity, output, None);
-        s.started_at = started_at;
-        // The monotonic start is unknown; uptime counts from the wall clock.
-        s.started_instant = SystemTime::now()
-            .duration_since(started_at)
-            .ok()
-            .and_then(|age| Instant::now().checked_sub(age))
-            .unwrap_or_else(Instant::now);
+        s.set_started_at(started_at);
         s.reaped.store(true, Ordering::SeqCst); // never our child: no pin
         s.stdin_closed.store(true, Ordering::SeqCst);
         s.note = Some(
@@ -522,7 +552,10 @@ pub async fn supervise_detached(
 
 /// Reads the child's output and waits for its exit, and returns how it
 /// ended; the caller records the exit (events) and then calls
-/// `mark_exited`. Exit comes from the direct child, never from EOF: after
+/// `mark_exited`. Returns None when the daemon hands its sessions over
+/// (`handing_over` turns true): it stops between reads, so every byte it
+/// took from the pipe is stored, and the next daemon reads on.
+/// Exit comes from the direct child, never from EOF: after
 /// the exit, what is still readable is drained until `final_drain` of
 /// quiet (or 1 MiB), so a descendant holding the pipe cannot keep the
 /// session running. Besides output and exit, the loop wakes only for the
@@ -532,11 +565,15 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     session: Arc<Session>,
     mut output: R,
     mut exit_rx: oneshot::Receiver<ChildExit>,
-    mut noise: NoiseFilter,
-    final_drain: Duration,
-    on_timeout: impl FnOnce(Arc<Session>) + Send + 'static,
-    mut watch: Option<Watch>,
-) -> Arc<ExitRecord> {
+    how: Supervision<impl FnOnce(Arc<Session>) + Send + 'static>,
+) -> Option<Arc<ExitRecord>> {
+    let Supervision {
+        mut noise,
+        final_drain,
+        on_timeout,
+        mut watch,
+        mut handing_over,
+    } = how;
     const FINAL_DRAIN_MAX: usize = 1 << 20;
     let store = session.output.clone();
     let mut buf = vec![0u8; MIN_READ_BUF];
@@ -573,6 +610,14 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
                 Err(_) => eof = true,
             },
             exit = &mut exit_rx => break exit.ok(),
+            () = handed_over(&mut handing_over) => {
+                // What the noise filter holds is output the next daemon
+                // will not see again.
+                filtered.clear();
+                noise.finish(&mut filtered);
+                store.append(&filtered);
+                return None;
+            }
             () = sleep_until(linger), if linger.is_some() => {
                 watch_step(&mut watch, WatchMatcher::expire);
             }
@@ -637,7 +682,26 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
         store.tidy().await;
     }
     store.finish();
-    record
+    Some(record)
+}
+
+/// How a supervisor treats its session's output and life.
+pub struct Supervision<T> {
+    pub noise: NoiseFilter,
+    /// How long output must be quiet after the exit to end the drain.
+    pub final_drain: Duration,
+    /// Called once if the session's timeout passes.
+    pub on_timeout: T,
+    pub watch: Option<Watch>,
+    /// Turns true when the daemon hands its sessions over.
+    pub handing_over: watch::Receiver<bool>,
+}
+
+/// Resolves once the daemon hands its sessions over (never if it cannot).
+async fn handed_over(handing_over: &mut watch::Receiver<bool>) {
+    if handing_over.wait_for(|h| *h).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Sleeps until `due` (a watch match has waited long enough for its

@@ -41,6 +41,7 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
         procfs: ProcFs::default(),
         checkpoint: None,
         scopes: None,
+        keeper: None,
     })
     .unwrap();
     registry.inject(procd_core::InjectedFailures {
@@ -161,6 +162,7 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
             4096,
             procd_core::scope::PROBE_TTL,
         ))),
+        keeper: None,
     })
     .unwrap();
     registry.inject(procd_core::InjectedFailures {
@@ -254,7 +256,7 @@ async fn recovery_stops_dead_sessions_scopes_and_retries_failed_stops() {
         }]);
         std::fs::write(dir.path().join("procs.json"), entry.to_string()).unwrap();
         let (registry, log) = scoped_registry(dir.path(), systemctl_ok, false);
-        assert_eq!(registry.recover().await.unwrap(), (0, 1));
+        assert_eq!(registry.recover(Vec::new()).await.unwrap(), (0, 1));
         assert!(calls(&log)
             .contains(&"systemctl --user stop procd-worker-proc_dead00000000.scope".to_string()));
         let after: serde_json::Value =
@@ -297,7 +299,7 @@ async fn killing_a_recovered_exited_session_still_stops_its_scope() {
     }]);
     std::fs::write(dir.path().join("procs.json"), entry.to_string()).unwrap();
     let (registry, log) = scoped_registry(dir.path(), true, false);
-    assert_eq!(registry.recover().await.unwrap(), (1, 0));
+    assert_eq!(registry.recover(Vec::new()).await.unwrap(), (1, 0));
     ProcessIdentity {
         pid,
         start_time: start,

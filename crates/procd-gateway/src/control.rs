@@ -6,7 +6,7 @@
 use crate::lease::{self, Transition};
 use crate::lock::FileLock;
 use crate::paths::Paths;
-use crate::state::{self, GatewayState, Liveness};
+use crate::state::{self, Liveness};
 use procd_sys::pidfd::PidFd;
 use procd_sys::procfs::ProcFs;
 use std::io;
@@ -90,14 +90,23 @@ pub fn stop(paths: &Paths, timeout: Duration) -> Result<Stopped, ControlError> {
 }
 
 /// Stops the recorded daemon: SIGTERM, up to `timeout`, SIGKILL, 2 s more.
+/// A daemon under a keeper is stopped through the keeper (SPEC §11): it
+/// tells the daemon to end every session (starting one first if none runs
+/// right now) and then exits instead of starting another; what is waited
+/// for is the keeper's exit.
 pub fn stop_in(paths: &Paths, _t: &Transition, timeout: Duration) -> Result<Stopped, ControlError> {
     let record = match status(paths) {
         Liveness::NotStarted | Liveness::Stale(_) => return Ok(Stopped::NotRunning),
         Liveness::IdentityUnavailable(s) => return Err(ControlError::IdentityUnavailable(s.pid)),
-        Liveness::Running(s) => s,
+        Liveness::Running(s) | Liveness::Restarting(s) => s,
     };
     let pid = record.pid;
-    let Some(pidfd) = open_verified(&record) else {
+    let daemon = open_verified(record.pid, record.identity.as_deref());
+    let keeper = record
+        .keeper_pid
+        .and_then(|k| open_verified(k, record.keeper_identity.as_deref()));
+    // Whose exit ends the stop: the keeper's (it outlives its daemon).
+    let Some(last) = keeper.as_ref().or(daemon.as_ref()) else {
         // It exited (or was recycled) between the check and now.
         return Ok(Stopped::NotRunning);
     };
@@ -106,14 +115,23 @@ pub fn stop_in(paths: &Paths, _t: &Transition, timeout: Duration) -> Result<Stop
         .as_deref()
         .and_then(|i| i.split(':').next())
         .and_then(|g| g.parse::<i32>().ok());
-    let _ = send(&pidfd, pgid, libc::SIGTERM);
-    let mut exited = pidfd.wait_exit_blocking(timeout);
+    match (&keeper, &daemon) {
+        (Some(keeper), _) => drop(keeper.send_signal(libc::SIGTERM)?),
+        (None, Some(daemon)) => send(daemon, pgid, libc::SIGTERM)?,
+        (None, None) => {}
+    }
+    let mut exited = last.wait_exit_blocking(timeout);
     if !exited {
-        let _ = send(&pidfd, pgid, libc::SIGKILL);
-        exited = pidfd.wait_exit_blocking(KILL_WAIT);
+        if let Some(daemon) = &daemon {
+            let _ = send(daemon, pgid, libc::SIGKILL);
+        }
+        if let Some(keeper) = &keeper {
+            let _ = keeper.send_signal(libc::SIGKILL);
+        }
+        exited = last.wait_exit_blocking(KILL_WAIT);
     }
     // A process that exits right at the deadline counts as stopped.
-    if !exited && !pidfd.has_exited() {
+    if !exited && !last.has_exited() {
         return Err(ControlError::StopTimeout(pid));
     }
     // A daemon that died hard could not release its state; do it for it.
@@ -122,12 +140,12 @@ pub fn stop_in(paths: &Paths, _t: &Transition, timeout: Duration) -> Result<Stop
     Ok(Stopped::Stopped(pid))
 }
 
-/// A pidfd for the recorded daemon, only if it is still that process.
-fn open_verified(record: &GatewayState) -> Option<PidFd> {
-    let pidfd = PidFd::open(record.pid).ok()?;
-    let actual = state::process_identity(&ProcFs::default(), record.pid).ok()??;
-    let recorded = record.identity.as_deref()?;
-    state::identity_matches(recorded, &actual).then_some(pidfd)
+/// A pidfd for a recorded process (the daemon or its keeper), only if it
+/// is still that process.
+fn open_verified(pid: i32, recorded: Option<&str>) -> Option<PidFd> {
+    let pidfd = PidFd::open(pid).ok()?;
+    let actual = state::process_identity(&ProcFs::default(), pid).ok()??;
+    state::identity_matches(recorded?, &actual).then_some(pidfd)
 }
 
 /// Signals the daemon, and its group when it leads one of its own (a
@@ -169,7 +187,7 @@ pub fn start_background(paths: &Paths, launcher: &Launcher) -> Result<Started, C
     let t = Transition::begin(paths)?;
     lease::wait_out_stopping(paths, &t)?;
     match status(paths) {
-        Liveness::Running(s) | Liveness::IdentityUnavailable(s) => {
+        Liveness::Running(s) | Liveness::IdentityUnavailable(s) | Liveness::Restarting(s) => {
             let promoted =
                 lease::with_clients(paths, |f| std::mem::replace(&mut f.auto_stop, false))?;
             return Ok(if promoted {
@@ -191,7 +209,9 @@ pub fn start_on_demand(
     _t: &Transition,
     launcher: &Launcher,
 ) -> Result<Started, ControlError> {
-    if let Liveness::Running(s) | Liveness::IdentityUnavailable(s) = status(paths) {
+    if let Liveness::Running(s) | Liveness::IdentityUnavailable(s) | Liveness::Restarting(s) =
+        status(paths)
+    {
         return Ok(Started::AlreadyRunning(s.pid));
     }
     lease::mark_ephemeral(paths)?;
@@ -205,7 +225,7 @@ pub fn restart(
     timeout: Duration,
 ) -> Result<Started, ControlError> {
     let record = match status(paths) {
-        Liveness::Running(s) => s,
+        Liveness::Running(s) | Liveness::Restarting(s) => s,
         Liveness::IdentityUnavailable(s) => return Err(ControlError::IdentityUnavailable(s.pid)),
         _ => return Err(ControlError::NotRunning),
     };
@@ -213,6 +233,16 @@ pub fn restart(
         return Err(ControlError::Foreground(record.pid));
     }
     let t = Transition::begin(paths)?;
+    // Under a keeper the sessions are handed over, not ended (SPEC §11):
+    // the daemon exits, the keeper starts the program on disk (perhaps a
+    // new version) and gives it everything.
+    if let Some(keeper) = record
+        .keeper_pid
+        .and_then(|k| open_verified(k, record.keeper_identity.as_deref()))
+    {
+        keeper.send_signal(libc::SIGUSR1)?;
+        return wait_until_serving(paths, Some(record.pid));
+    }
     let on_demand = lease::with_clients(paths, |f| f.auto_stop)?;
     stop_in(paths, &t, timeout)?;
     if on_demand {
@@ -259,18 +289,19 @@ fn launch_detached(paths: &Paths, launcher: &Launcher) -> Result<Started, Contro
             "starting procd failed ({status})"
         )));
     }
-    wait_until_serving(paths)
+    wait_until_serving(paths, None)
 }
 
-/// Waits (≤ 5 s) until a live daemon is recorded and its socket accepts.
-/// No event announces another process's listening socket, so this retries
-/// with a short, growing pause.
-fn wait_until_serving(paths: &Paths) -> Result<Started, ControlError> {
+/// Waits (≤ 5 s) until a live daemon (other than `not`) is recorded and
+/// its socket accepts. No event announces another process's listening
+/// socket, so this retries with a short, growing pause.
+fn wait_until_serving(paths: &Paths, not: Option<i32>) -> Result<Started, ControlError> {
     let deadline = Instant::now() + START_TIMEOUT;
     let mut pause = Duration::from_millis(2);
     loop {
         if let Liveness::Running(s) = state::inspect(paths, &ProcFs::default()) {
-            if std::os::unix::net::UnixStream::connect(paths.socket()).is_ok() {
+            if Some(s.pid) != not && std::os::unix::net::UnixStream::connect(paths.socket()).is_ok()
+            {
                 return Ok(Started::Started(s.pid));
             }
         }

@@ -28,6 +28,23 @@ pub struct GatewayState {
     pub command: String,
     #[serde(default)]
     pub log_path: Option<String>,
+    /// The keeper above the daemon (SPEC §11), if it runs under one: it
+    /// outlives a daemon that dies and starts the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeper_pid: Option<i32>,
+    /// "<pgid>:<start time>" of the keeper, as `identity` is of the daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeper_identity: Option<String>,
+}
+
+impl GatewayState {
+    /// Whether the recorded keeper is alive and still the recorded process.
+    pub fn keeper_alive(&self, procfs: &ProcFs) -> bool {
+        let (Some(pid), Some(recorded)) = (self.keeper_pid, self.keeper_identity.as_deref()) else {
+            return false;
+        };
+        matches!(process_identity(procfs, pid), Ok(Some(actual)) if identity_matches(recorded, &actual))
+    }
 }
 
 /// An identity as records hold it: "<pgid>:<start>", a legacy integer
@@ -71,6 +88,9 @@ pub enum Liveness {
     /// The pid is alive but its identity cannot be checked: assume running.
     IdentityUnavailable(GatewayState),
     Running(GatewayState),
+    /// The recorded daemon is gone but its keeper lives: a new daemon is
+    /// about to serve (the keeper holds the listening socket meanwhile).
+    Restarting(GatewayState),
 }
 
 impl Liveness {
@@ -80,13 +100,14 @@ impl Liveness {
             Liveness::Stale(_) => "stale_state",
             Liveness::IdentityUnavailable(_) => "identity_unavailable",
             Liveness::Running(_) => "running",
+            Liveness::Restarting(_) => "restarting",
         }
     }
 
     pub fn is_running(&self) -> bool {
         matches!(
             self,
-            Liveness::Running(_) | Liveness::IdentityUnavailable(_)
+            Liveness::Running(_) | Liveness::IdentityUnavailable(_) | Liveness::Restarting(_)
         )
     }
 }
@@ -137,12 +158,15 @@ pub fn inspect(paths: &Paths, procfs: &ProcFs) -> Liveness {
                     version: String::new(),
                     command: String::new(),
                     log_path: None,
+                    keeper_pid: None,
+                    keeper_identity: None,
                 }),
                 None => Liveness::NotStarted,
             };
         }
     };
     match process_identity(procfs, state.pid) {
+        Ok(None) if state.keeper_alive(procfs) => Liveness::Restarting(state),
         Ok(None) => Liveness::Stale(state),
         Err(_) => Liveness::IdentityUnavailable(state),
         Ok(Some(actual)) => match state.identity.as_deref() {
@@ -213,6 +237,8 @@ mod tests {
             version: String::new(),
             command: String::new(),
             log_path: None,
+            keeper_pid: None,
+            keeper_identity: None,
         };
         atomic::write_json(&paths.gateway_json(), &state).unwrap();
         assert!(matches!(inspect(&paths, &procfs), Liveness::Running(_)));

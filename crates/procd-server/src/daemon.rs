@@ -37,13 +37,44 @@ pub struct DaemonOptions {
 }
 
 /// Runs the daemon to completion and returns its exit status.
+///
+/// Unless systemd supervises it, `procd daemon` is the keeper (SPEC §11,
+/// `procd_keeper`): it runs this same program again as its child, the
+/// daemon proper, which finds `PROCD_KEEPER_FD` and takes what the keeper
+/// hands it (the listening socket and the sessions of a daemon that died
+/// or restarted) before it serves.
 pub fn run(options: DaemonOptions) -> i32 {
-    if options.mode == LaunchMode::Background {
+    let link = procd_keeper::Link::from_env();
+    if link.is_none() && options.mode == LaunchMode::Background {
         // Lead a session (and group) of our own: detached from whoever
-        // started us, and our pgid in gateway.json is our own pid. EPERM
-        // means we already lead a group; that is fine too.
+        // started us. EPERM means we already lead a group; that is fine
+        // too. (A daemon under a keeper stays in the keeper's.)
         let _ = nix::unistd::setsid();
     }
+    if link.is_none() && wants_keeper() {
+        let launch = match std::env::current_exe() {
+            Ok(exe) => procd_keeper::Launch {
+                exe,
+                args: std::env::args_os().skip(1).collect(),
+            },
+            Err(err) => {
+                eprintln!("procd: cannot find this program to run the daemon: {err}");
+                return 1;
+            }
+        };
+        return procd_keeper::run(launch);
+    }
+    let (link, handover) = match link {
+        None => (None, procd_keeper::Handover::default()),
+        Some(link) => match link.receive_handover() {
+            Ok(handover) => (Some(Arc::new(link)), handover),
+            Err(err) => {
+                // Serve without it: sessions then do not survive a crash.
+                eprintln!("procd: cannot use the keeper: {err}");
+                (None, procd_keeper::Handover::default())
+            }
+        },
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -54,13 +85,21 @@ pub fn run(options: DaemonOptions) -> i32 {
             return 1;
         }
     };
-    match runtime.block_on(serve(options)) {
+    match runtime.block_on(serve(options, link, handover)) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("procd: {err}");
             1
         }
     }
+}
+
+/// Whether `procd daemon` runs as a keeper with the daemon below it. Not
+/// under systemd: the socket it passes and the readiness it expects name
+/// the main process (`LISTEN_PID`, `NotifyAccess=main`), and its unit's
+/// `Restart=` restarts the daemon (sessions then come back detached).
+fn wants_keeper() -> bool {
+    std::env::var_os("LISTEN_FDS").is_none() && std::env::var_os("NOTIFY_SOCKET").is_none()
 }
 
 enum Claim {
@@ -75,8 +114,13 @@ struct Listening {
 }
 
 /// Under the lifecycle lock: refuse if a live daemon is recorded, else
-/// remove a stale socket, bind (or take systemd's socket), record ourselves.
-fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
+/// remove a stale socket, bind (or take the keeper's or systemd's socket),
+/// record ourselves (and our keeper).
+fn claim_instance(
+    options: &DaemonOptions,
+    keeper: Option<&procd_keeper::Link>,
+    kept_listener: Option<std::os::fd::OwnedFd>,
+) -> Result<Claim, String> {
     let paths = &options.paths;
     paths
         .create_dirs()
@@ -90,10 +134,18 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
         // Not a record and nobody answers: keep it for a human, out of the way.
         state::set_aside_if_corrupt(paths);
     }
+    // Our keeper, as gateway.json records it.
+    let keeper_pid = keeper.map(|_| nix::unistd::getppid().as_raw());
+    let keeper_identity =
+        keeper_pid.and_then(|pid| state::process_identity(&procfs, pid).ok().flatten());
     match found {
         Liveness::Running(s) | Liveness::IdentityUnavailable(s) => {
             return Ok(Claim::AlreadyRunning(s.pid))
         }
+        // Our own keeper restarting us: the record is the dead daemon's.
+        Liveness::Restarting(s)
+            if s.keeper_pid == keeper_pid && s.keeper_identity == keeper_identity => {}
+        Liveness::Restarting(s) => return Ok(Claim::AlreadyRunning(s.keeper_pid.unwrap_or(s.pid))),
         Liveness::Stale(_) | Liveness::NotStarted => {}
     }
     // Record ourselves before the socket accepts anything: whoever can
@@ -114,6 +166,8 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
         command: options.command_line.clone(),
         log_path: (options.mode == LaunchMode::Background)
             .then(|| paths.daemon_log().display().to_string()),
+        keeper_pid,
+        keeper_identity,
     };
     atomic::write_json(&paths.gateway_json(), &record)
         .map_err(|e| format!("cannot write {}: {e}", paths.gateway_json().display()))?;
@@ -123,6 +177,12 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
     };
     let (listener, activated) = match crate::systemd::take_listen_fd() {
         Some(listener) => (listener, true),
+        None if kept_listener.is_some() => {
+            // The socket the previous daemon listened on, kept open by the
+            // keeper: clients that connected meanwhile wait in its backlog.
+            let fd = kept_listener.ok_or("no listener")?;
+            (std::os::unix::net::UnixListener::from(fd), false)
+        }
         None => {
             match std::fs::remove_file(&socket) {
                 Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
@@ -144,6 +204,11 @@ fn claim_instance(options: &DaemonOptions) -> Result<Claim, String> {
                     "cannot restrict {}: {e}",
                     socket.display()
                 )));
+            }
+            if let Some(keeper) = keeper {
+                if let Err(err) = keeper.keep_listener(std::os::fd::AsFd::as_fd(&listener)) {
+                    tracing::warn!(%err, "the keeper cannot hold the listening socket");
+                }
             }
             (listener, false)
         }
@@ -182,12 +247,20 @@ fn release_instance(paths: &Paths, activated: bool) {
     }
 }
 
-async fn serve(options: DaemonOptions) -> Result<i32, String> {
+async fn serve(
+    options: DaemonOptions,
+    keeper: Option<Arc<procd_keeper::Link>>,
+    handover: procd_keeper::Handover,
+) -> Result<i32, String> {
     let signals = StopSignals::register()?;
     let claim_opts = options.clone();
-    let claim = tokio::task::spawn_blocking(move || claim_instance(&claim_opts))
-        .await
-        .map_err(|e| format!("start-up failed: {e}"))??;
+    let claim_keeper = keeper.clone();
+    let kept_listener = handover.listener;
+    let claim = tokio::task::spawn_blocking(move || {
+        claim_instance(&claim_opts, claim_keeper.as_deref(), kept_listener)
+    })
+    .await
+    .map_err(|e| format!("start-up failed: {e}"))??;
     let listening = match claim {
         Claim::AlreadyRunning(pid) => {
             eprintln!("procd is already running (pid {pid})");
@@ -197,7 +270,11 @@ async fn serve(options: DaemonOptions) -> Result<i32, String> {
     };
     let paths = options.paths.clone();
     let activated = listening.activated;
-    let result = serve_claimed(options, listening, signals).await;
+    let result = serve_claimed(options, listening, signals, keeper, handover.sessions).await;
+    if let Ok(procd_keeper::EXIT_HANDOVER) = result {
+        // The next daemon takes the socket and the record over.
+        return result;
+    }
     crate::systemd::notify("STOPPING=1");
     let _ = tokio::task::spawn_blocking(move || release_instance(&paths, activated)).await;
     result
@@ -207,6 +284,8 @@ async fn serve_claimed(
     options: DaemonOptions,
     listening: Listening,
     signals: StopSignals,
+    keeper: Option<Arc<procd_keeper::Link>>,
+    handed: Vec<procd_keeper::HandedSession>,
 ) -> Result<i32, String> {
     let std_listener = listening.listener;
     // Each session holds a few descriptors: allow as many as the hard limit
@@ -236,11 +315,12 @@ async fn serve_claimed(
                 options.config.worker_memory_max_mb,
             ))
         }),
+        keeper: keeper.clone(),
     })
     .map_err(|e| format!("cannot create {}: {e}", options.paths.logs_dir().display()))?;
     // Re-adopt what a previous daemon left running, and rewrite the
     // checkpoint to what we track, before the first request is served.
-    match registry.recover().await {
+    match registry.recover(handed).await {
         Ok((0, 0)) => {}
         Ok((recovered, dropped)) => {
             tracing::info!(recovered, dropped, "recovered sessions from the checkpoint")
@@ -264,7 +344,11 @@ async fn serve_claimed(
         }),
         lane: crate::lane::Lane::start("procd-leases")
             .map_err(|e| format!("cannot start a thread: {e}"))?,
+        handing_over: std::sync::atomic::AtomicBool::new(false),
     });
+    if let Some(keeper) = &keeper {
+        listen_to_keeper(keeper, daemon.clone())?;
+    }
     daemon.refresh_leases().await;
     let methods: jsonrpsee::Methods = Api {
         daemon: daemon.clone(),
@@ -291,6 +375,17 @@ async fn serve_claimed(
     )
     .await;
 
+    if daemon
+        .handing_over
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        // The keeper holds the socket and every session's descriptors;
+        // the next daemon serves them.
+        registry.hand_over(Duration::from_secs(2)).await;
+        monitor.abort();
+        tracing::info!("sessions handed over; exiting");
+        return Ok(procd_keeper::EXIT_HANDOVER);
+    }
     // Stop accepting first (the listener is gone), then end every session.
     if !listening.activated {
         let _ = std::fs::remove_file(options.paths.socket());
@@ -299,6 +394,35 @@ async fn serve_claimed(
     tracing::info!(killed, "sessions terminated; exiting");
     monitor.abort();
     Ok(0)
+}
+
+/// Tells the keeper we serve, and acts on what it asks later: hand the
+/// sessions over (`procd restart`), stop (`procd stop` reached the
+/// keeper), or nothing more (it is gone: reported as a fault).
+fn listen_to_keeper(keeper: &Arc<procd_keeper::Link>, daemon: Arc<Daemon>) -> Result<(), String> {
+    use procd_keeper::Request;
+    if let Err(err) = keeper.serving() {
+        tracing::warn!(%err, "cannot tell the keeper we serve");
+    }
+    let runtime = tokio::runtime::Handle::current();
+    keeper
+        .listen(move |request| {
+            let daemon = daemon.clone();
+            runtime.spawn(async move {
+                match request {
+                    Request::HandOver => daemon.request_handover(),
+                    Request::Stop => daemon.request_shutdown("the keeper was asked to stop"),
+                    Request::Gone => {
+                        tracing::warn!("the keeper is gone; sessions will not survive this daemon's death");
+                        daemon.registry.faults.set(
+                            "keeper",
+                            "the keeper process is gone: sessions will not survive this daemon's death",
+                        );
+                    }
+                }
+            });
+        })
+        .map_err(|e| format!("cannot start a thread: {e}"))
 }
 
 /// SIGTERM and SIGINT, registered before anything else so that a signal

@@ -40,6 +40,9 @@ pub struct Daemon {
     pub(crate) leases: std::sync::Mutex<lease::LeaseSnapshot>,
     /// Where the lease file is read (see `lane.rs`).
     pub(crate) lane: crate::lane::Lane,
+    /// Set when the daemon stops to hand its sessions to the next one
+    /// (the keeper asked: `procd restart`, an upgrade) instead of ending them.
+    pub(crate) handing_over: std::sync::atomic::AtomicBool,
 }
 
 impl Daemon {
@@ -47,6 +50,15 @@ impl Daemon {
         if !*self.shutdown.borrow() {
             tracing::info!(why, "shutting down");
         }
+        self.registry.close();
+        self.shutdown.send_replace(true);
+    }
+
+    /// Stops serving and hands every session to the next daemon.
+    pub fn request_handover(&self) {
+        tracing::info!("handing the sessions over to a new daemon");
+        self.handing_over
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.registry.close();
         self.shutdown.send_replace(true);
     }

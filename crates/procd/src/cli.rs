@@ -12,6 +12,7 @@ use procd_gateway::Paths;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -527,9 +528,15 @@ async fn client_command(
             Ok(EXIT_OK)
         }
         Command::Wait { id, timeout } => {
-            let r = client
-                .wait(id, timeout.map(procd_proto::TimeoutS::new), None, None)
-                .await?;
+            let timeout = timeout.map(procd_proto::TimeoutS::new);
+            let mut fresh = None;
+            let r = loop {
+                let c = fresh.as_ref().unwrap_or(client);
+                match c.wait(id.clone(), timeout, None, None).await {
+                    Err(e) if is_disconnect(&e) => fresh = Some(reconnect(target, e).await?),
+                    other => break other?,
+                }
+            };
             target.print(&r, render::waited);
             Ok(match r.status {
                 procd_proto::WaitStatus::Exited => wait_exit_code(r.exit.and_then(|e| e.exit_code)),
@@ -603,12 +610,46 @@ fn wait_exit_code(code: Option<i32>) -> i32 {
     }
 }
 
-/// `procd logs -f`: reads by cursor with a long-poll until the session ends.
+/// How long a follower tries to reach a restarting daemon (SPEC §11).
+const RECONNECT_FOR: Duration = Duration::from_secs(10);
+
+/// Whether a call failed because the connection went (the daemon died or
+/// restarted), not because the daemon answered with an error.
+fn is_disconnect(err: &ClientError) -> bool {
+    matches!(
+        err,
+        ClientError::RestartNeeded(_) | ClientError::Transport(_)
+    )
+}
+
+/// Connects again after the daemon went away (SPEC §11), for up to 10 s;
+/// the keeper holds the socket meanwhile, so a connection waits for the
+/// next daemon. Fails with `why` if none comes.
+async fn reconnect(target: &Target, why: ClientError) -> Result<Client, ClientError> {
+    let deadline = tokio::time::Instant::now() + RECONNECT_FOR;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if let Ok(client) = procd_client::connect(&target.paths.socket()).await {
+            return Ok(client);
+        }
+        if tokio::time::Instant::now() + pause > deadline {
+            return Err(why);
+        }
+        // No event announces a socket that comes back.
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// `procd logs -f`: reads by cursor with a long-poll until the session
+/// ends; rides through a daemon restart from the same cursor.
 async fn follow_output(target: &Target, client: &Client, id: String) -> Result<i32, ClientError> {
     use std::io::Write;
     let mut cursor = 0u64;
+    let mut fresh = None;
     loop {
-        let r = client
+        let c = fresh.as_ref().unwrap_or(client);
+        let read = c
             .read(
                 id.clone(),
                 Some(procd_proto::Cursor::new(cursor)),
@@ -617,7 +658,14 @@ async fn follow_output(target: &Target, client: &Client, id: String) -> Result<i
                 None,
                 None,
             )
-            .await?;
+            .await;
+        let r = match read {
+            Err(e) if is_disconnect(&e) => {
+                fresh = Some(reconnect(target, e).await?);
+                continue;
+            }
+            other => other?,
+        };
         if target.json {
             println!("{}", serde_json::to_string(&r).unwrap_or_default());
         } else {

@@ -128,8 +128,12 @@ pub fn status(paths: &Paths, as_json: bool) -> i32 {
             );
             return EXIT_NOT_RUNNING;
         }
-        Liveness::Running(s) | Liveness::IdentityUnavailable(s) => s.clone(),
+        Liveness::Running(s) | Liveness::IdentityUnavailable(s) | Liveness::Restarting(s) => {
+            s.clone()
+        }
     };
+    // While a keeper restarts the daemon, the socket (which the keeper
+    // holds) answers as soon as the new one serves.
     let live = crate::base::block_on(async {
         let client = procd_client::connect(&paths.socket()).await.ok()?;
         tokio::time::timeout(Duration::from_secs(5), client.status())
@@ -143,7 +147,10 @@ pub fn status(paths: &Paths, as_json: bool) -> i32 {
                        "started_at": record.started_at, "socket": record.socket}),
     };
     value["running"] = json!(true);
-    value["reason"] = json!(liveness.reason());
+    value["reason"] = json!(match (&live, &liveness) {
+        (Some(_), Liveness::Restarting(_)) => "running",
+        _ => liveness.reason(),
+    });
     let text = match &live {
         Some(s) => crate::render::status(s),
         None => format!(

@@ -80,14 +80,23 @@ impl Registry {
     }
 
     /// Re-adopts the sessions of a previous daemon from the checkpoint:
-    /// a pid still alive with the recorded start time (and, where readable,
+    /// one the keeper kept (`handed`) comes back fully live, with its exit
+    /// from the keeper even if it ended meanwhile (SPEC §11); else a pid
+    /// still alive with the recorded start time (and, where readable,
     /// this session's marker) becomes a detached session; a session whose
     /// process is gone (dead, or its pid recycled) stays listed as exited
     /// with reason "lost", so an id an agent holds never turns into -32001;
     /// entries that are not procd sessions are dropped. Then the checkpoint
     /// is rewritten to exactly what is tracked.
     /// Returns (recovered, dropped).
-    pub async fn recover(&self) -> std::io::Result<(usize, usize)> {
+    pub async fn recover(
+        &self,
+        handed: Vec<procd_keeper::HandedSession>,
+    ) -> std::io::Result<(usize, usize)> {
+        let mut handed: HashMap<String, procd_keeper::HandedSession> = handed
+            .into_iter()
+            .map(|h| (h.session_id.clone(), h))
+            .collect();
         let Some(checkpoint) = &self.checkpoint else {
             return Ok((0, 0));
         };
@@ -98,6 +107,13 @@ impl Registry {
         let mut recovered = 0;
         let mut dropped = skipped;
         for entry in entries {
+            if let Some(kept) = handed.remove(&entry.session_id) {
+                if self.adopt_handed(&entry, kept).await.is_some() {
+                    recovered += 1;
+                    continue;
+                }
+                self.release_from_keeper(&entry.session_id);
+            }
             match self.adopt(&entry).await {
                 Some(()) => recovered += 1,
                 None => {
@@ -123,6 +139,12 @@ impl Registry {
                     }
                 }
             }
+        }
+        // Kept by the keeper but never recorded (the daemon died between
+        // the fork and the checkpoint): nobody was told of them;
+        // `end_unrecorded` ends their processes.
+        for id in handed.into_keys() {
+            self.release_from_keeper(&id);
         }
         self.end_unrecorded().await;
         // A checkpoint that cannot be written now is a fault to live with
@@ -307,7 +329,7 @@ impl Registry {
 }
 
 /// What a checkpoint entry says about how its session was started.
-fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
+pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
     SessionSpec {
         command: e.command.clone(),
         cwd: PathBuf::from(&e.cwd),

@@ -281,6 +281,7 @@ impl Registry {
                 ));
             }
         };
+        self.hold_in_keeper(&id, identity, &io);
         let output_probe = match &io {
             ChildIo::Pipe { output, .. } => {
                 std::os::fd::AsFd::as_fd(output).try_clone_to_owned().ok()
@@ -378,7 +379,7 @@ impl Registry {
     /// Starts the session's supervisor task (session.rs): the output
     /// reader with its noise filter and watch patterns, the exit, the
     /// timeout; when it ends, the exit is recorded (`record_end`).
-    fn supervise_in_background(
+    pub(super) fn supervise_in_background(
         &self,
         session: Arc<Session>,
         reader: OutputReader,
@@ -421,18 +422,21 @@ impl Registry {
             session::Watch { matcher, deliver }
         });
         let supervised = session;
+        let handing_over = self.handing_over.subscribe();
+        let counted = self.count_supervisor();
         tokio::spawn(async move {
-            let record = session::supervise(
-                supervised.clone(),
-                reader,
-                exit_rx,
+            let _counted = counted;
+            let how = session::Supervision {
                 noise,
                 final_drain,
                 on_timeout,
                 watch,
-            )
-            .await;
-            Registry::record_end(&me, &supervised, record);
+                handing_over,
+            };
+            let record = session::supervise(supervised.clone(), reader, exit_rx, how).await;
+            if let Some(record) = record {
+                Registry::record_end(&me, &supervised, record);
+            }
         });
     }
 
@@ -648,6 +652,7 @@ impl Registry {
         }
         session.mark_exited(record);
         if let Some(reg) = reg {
+            reg.release_from_keeper(&session.id);
             reg.checkpoint_soon();
             reg.adopt_orphans(session);
         }
@@ -736,7 +741,7 @@ pub(super) struct StartedChild {
     io: ChildIo,
 }
 
-enum ChildIo {
+pub(super) enum ChildIo {
     Pipe {
         output: tokio::net::unix::pipe::Receiver,
         stdin: Option<tokio::net::unix::pipe::Sender>,
@@ -748,7 +753,7 @@ enum ChildIo {
     },
 }
 
-enum OutputReader {
+pub(super) enum OutputReader {
     Pipe(tokio::net::unix::pipe::Receiver),
     Pty(PtyReader),
 }

@@ -104,8 +104,10 @@ impl Registry {
         }
         if !s.spec.pty {
             // The pipe's writer ends after the close; a PTY keeps its writer
-            // (resize goes through it).
+            // (resize goes through it). The keeper's copy of the write end
+            // goes too, or the program would never see EOF.
             s.take_stdin();
+            self.keeper_closes_stdin(&s.id);
         }
         // Queued writes go first.
         let (reply, done) = oneshot::channel();

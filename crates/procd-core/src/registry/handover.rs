@@ -1,0 +1,205 @@
+//! Sessions that survive the daemon (SPEC §11): what the keeper is told as
+//! sessions come and go, handing every session to the next daemon
+//! (`hand_over`), and taking back the ones a previous daemon started
+//! (`adopt_handed`). docs/survival.md has the design.
+
+use super::recovery::recovered_spec;
+use super::*;
+use procd_keeper::{FdKind, HandedSession};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// Counts a supervisor task while it lives (`Registry::hand_over` waits
+/// until none is left).
+pub(super) struct SupervisorCount(tokio::sync::watch::Sender<usize>);
+
+impl Drop for SupervisorCount {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl Registry {
+    pub(super) fn count_supervisor(&self) -> SupervisorCount {
+        self.supervisors.send_modify(|n| *n += 1);
+        SupervisorCount(self.supervisors.clone())
+    }
+
+    /// Gives the keeper duplicates of what a new session lives on: its
+    /// output pipe's read end and stdin pipe's write end, or its PTY
+    /// master. Without them a daemon's death would close the last reader
+    /// (SIGPIPE at the next write) or the master (SIGHUP).
+    pub(super) fn hold_in_keeper(&self, id: &str, root: ProcessIdentity, io: &spawn::ChildIo) {
+        let Some(keeper) = &self.keeper else {
+            return;
+        };
+        let fds: Vec<(FdKind, BorrowedFd<'_>)> = match io {
+            spawn::ChildIo::Pipe { output, stdin } => {
+                std::iter::once((FdKind::Output, output.as_fd()))
+                    .chain(stdin.as_ref().map(|s| (FdKind::Stdin, s.as_fd())))
+                    .collect()
+            }
+            spawn::ChildIo::Pty { master, .. } => vec![(FdKind::Pty, master.as_fd())],
+        };
+        match keeper.hold(id, root.pid, root.start_time, &fds) {
+            Ok(()) => self.faults.clear("keeper"),
+            Err(err) => self.faults.set(
+                "keeper",
+                &format!("the keeper cannot hold session {id}: {err}; it will not survive the daemon's death"),
+            ),
+        }
+    }
+
+    /// The session is over: the keeper closes its copies.
+    pub(super) fn release_from_keeper(&self, id: &str) {
+        if let Some(keeper) = &self.keeper {
+            let _ = keeper.release(id);
+        }
+    }
+
+    /// A pipe's stdin was closed: so must the keeper's copy of it be.
+    pub(super) fn keeper_closes_stdin(&self, id: &str) {
+        if let Some(keeper) = &self.keeper {
+            let _ = keeper.close_stdin(id);
+        }
+    }
+
+    /// Hands every session to the next daemon (`procd restart`, an
+    /// upgrade): no spawn is accepted any more, every supervisor stops
+    /// between two reads (so all output it took is stored), and the
+    /// checkpoint is written last. The sessions keep running; the keeper
+    /// holds their descriptors. Waits at most `limit` for the supervisors.
+    pub async fn hand_over(&self, limit: Duration) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.handing_over.send_replace(true);
+        let mut left = self.supervisors.subscribe();
+        let _ = tokio::time::timeout(limit, left.wait_for(|n| *n == 0)).await;
+        let _ = self.write_checkpoint().await;
+    }
+
+    /// Takes back a session the keeper kept (`entry` is its checkpoint
+    /// record): its log reopened at its end, a supervisor reading the same
+    /// pipe or PTY master on, stdin writable again, its exit from the
+    /// keeper (exact, also when it ended while no daemon ran). None when
+    /// the two do not describe the same process.
+    pub(super) async fn adopt_handed(
+        &self,
+        e: &CheckpointEntry,
+        handed: HandedSession,
+    ) -> Option<()> {
+        if handed.pid != e.pid || handed.start_time != e.start_time {
+            return None;
+        }
+        let keeper = self.keeper.clone()?;
+        let log_path = PathBuf::from(&e.log_path);
+        if log_path.parent() != Some(self.logs_dir.as_path()) {
+            return None;
+        }
+        let (max, tail) = (self.config.max_log_bytes, self.config.memory_tail_bytes);
+        let output =
+            tokio::task::spawn_blocking(move || OutputStore::open_existing(&log_path, max, tail))
+                .await
+                .ok()?
+                .ok()?;
+        let mut spec = recovered_spec(e);
+        if handed.stdin.is_some() || handed.pty.is_some() {
+            spec.stdin = StdinMode::Pipe;
+        }
+        let (reader, sink, probe) = match handed_io(handed) {
+            Ok(io) => io,
+            Err(err) => {
+                tracing::warn!(session = %e.session_id, %err, "cannot use what the keeper kept");
+                return None;
+            }
+        };
+        let stdin_tx = sink.map(|sink| {
+            let (tx, rx) = mpsc::channel(16);
+            tokio::spawn(session::stdin_writer(sink, rx));
+            tx
+        });
+        let identity = ProcessIdentity {
+            pid: e.pid,
+            start_time: e.start_time,
+        };
+        let started_at =
+            crate::clock::parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
+        let mut session = Session::handed_over(
+            e.session_id.clone(),
+            spec,
+            identity,
+            Arc::new(output),
+            stdin_tx,
+            started_at,
+        );
+        session.systemd_unit = e.systemd_unit.clone();
+        session.input = crate::observe::InputId::of_fd(&self.procfs, e.pid, 0);
+        if let Some(fd) = probe {
+            session.set_output_probe(fd);
+        }
+        session.hold_slot(self.running.take());
+        let session = Arc::new(session);
+        self.table().insert(session.id.clone(), session.clone());
+        let (tx, exit_rx) = oneshot::channel();
+        let from_keeper = keeper.exit_of(e.pid);
+        tokio::spawn(async move {
+            if let Ok(exit) = from_keeper.await {
+                let _ = tx.send(match exit {
+                    procd_keeper::Exit::Code(c) => crate::reaper::ChildExit::Code(c),
+                    procd_keeper::Exit::Signal(s) => crate::reaper::ChildExit::Signal(s),
+                });
+            }
+        });
+        self.supervise_in_background(session, reader, exit_rx);
+        Some(())
+    }
+}
+
+/// The output reader, stdin sink and unread-output probe of a handed-over
+/// session, from the descriptors the keeper kept.
+fn handed_io(
+    handed: HandedSession,
+) -> std::io::Result<(spawn::OutputReader, Option<StdinSink>, Option<OwnedFd>)> {
+    if let Some(master) = handed.pty {
+        // It must be a PTY master: TIOCGPTN answers only on one.
+        let mut n: libc::c_uint = 0;
+        // SAFETY: TIOCGPTN writes one c_uint through the pointer, a live
+        // local; the descriptor is owned by `master` for the call.
+        if unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&master),
+                libc::TIOCGPTN,
+                &mut n,
+            )
+        } != 0
+        {
+            return Err(std::io::Error::other(
+                "the kept terminal is not a PTY master",
+            ));
+        }
+        let flags = nix::fcntl::fcntl(&master, nix::fcntl::FcntlArg::F_GETFL)?;
+        let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+        nix::fcntl::fcntl(&master, nix::fcntl::FcntlArg::F_SETFL(flags))?;
+        let keep = master.try_clone()?;
+        let probe = master.try_clone().ok();
+        // SAFETY: `master` is an open PTY master (TIOCGPTN answered), in
+        // non-blocking mode (set just above), and owned by this call.
+        let pty = unsafe { pty_process::Pty::from_fd(master) }.map_err(std::io::Error::other)?;
+        let (reader, writer) = pty.into_split();
+        return Ok((
+            spawn::OutputReader::Pty(PtyReader(reader)),
+            Some(StdinSink::Pty(writer, keep)),
+            probe,
+        ));
+    }
+    let output = handed
+        .output
+        .ok_or_else(|| std::io::Error::other("the keeper kept no output pipe"))?;
+    let probe = output.try_clone().ok();
+    let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(output)?;
+    let sink = match handed.stdin {
+        Some(fd) => Some(StdinSink::Pipe(
+            tokio::net::unix::pipe::Sender::from_owned_fd(fd)?,
+        )),
+        None => None,
+    };
+    Ok((spawn::OutputReader::Pipe(reader), sink, probe))
+}

@@ -1,0 +1,12 @@
+//! procd's keeper (SPEC §11, docs/survival.md): the small process above the
+//! daemon that keeps sessions alive across the daemon's death. `keeper`
+//! is the process; `link` is the daemon's side of their socket; `wire` is
+//! what goes over it. Depends on no other procd crate.
+
+pub mod keeper;
+pub mod link;
+pub mod wire;
+
+pub use keeper::{run, Launch};
+pub use link::{HandedSession, Handover, Link, Request};
+pub use wire::{Exit, FdKind, EXIT_HANDOVER};
