@@ -1,0 +1,251 @@
+//! Sessions survive the daemon (SPEC §11): when the daemon is SIGKILLed its
+//! keeper keeps every session's descriptors and exit status and starts a new
+//! daemon, which has every session back — same id, every byte in order,
+//! stdin, resize and kill working, the exact exit code of what ended in the
+//! gap. `procd restart` hands sessions over the same way; followers ride
+//! through; a killed keeper leaves the daemon serving.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::process::{Command, Stdio};
+
+/// A session printing "tick 0" … "tick 300", one line every 10 ms.
+const TICKER: &str = "for i in $(seq 0 300); do echo tick $i; sleep 0.01; done";
+
+/// Every line of `out` is "tick N", N counting up from 0 to `last` with no
+/// gap and no repeat.
+fn assert_ticks(out: &str, last: u64) {
+    let lines: Vec<&str> = out
+        .split('\n')
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.is_empty())
+        .collect();
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(
+            *line,
+            format!("tick {i}"),
+            "line {i} of the output: {out:?}"
+        );
+    }
+    assert_eq!(lines.len() as u64, last + 1, "{out:?}");
+}
+
+fn pid_of(d: &Daemon, id: &str) -> i32 {
+    d.ok("poll", json!({"session_id": id}))["pid"]
+        .as_i64()
+        .expect("pid") as i32
+}
+
+#[test]
+fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
+    let d = Daemon::start();
+    let daemon = d.pid() as i32;
+    let pipe = d.spawn(TICKER);
+    let pty = d.spawn_with(json!({"command": TICKER, "pty": true}));
+    let echo = d.spawn("while read l; do echo got $l; done; exit 3");
+    let size = d.spawn_with(json!({"command": "read x; stty size", "pty": true}));
+    let sleeper = d.spawn("sleep 300");
+    // Two that end while no daemon may be serving: with a code, by a signal.
+    let seven = d.spawn(&format!("tail --pid={daemon} -f /dev/null; exit 7"));
+    let signalled = d.spawn(&format!(
+        "exec sh -c 'tail --pid={daemon} -f /dev/null; kill -TERM $$'"
+    ));
+    let sleeper_pid = pid_of(&d, &sleeper);
+    let sleeper_start = start_time(sleeper_pid);
+    d.read_until(&pipe, "tick 20");
+    d.read_until(&pty, "tick 20");
+
+    let new = d.kill_daemon();
+    assert_ne!(new as i32, daemon);
+
+    // The same sessions, the same processes.
+    let list = d.ok("list", json!({}));
+    let ids: Vec<&str> = list["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter_map(|s| s["session_id"].as_str())
+        .collect();
+    for id in [&pipe, &pty, &echo, &size, &sleeper, &seven, &signalled] {
+        assert!(ids.contains(&id.as_str()), "{id} is gone: {list}");
+    }
+    assert!(alive(sleeper_pid) && start_time(sleeper_pid) == sleeper_start);
+    assert_eq!(
+        d.ok("poll", json!({"session_id": sleeper}))["status"],
+        "running"
+    );
+
+    // Exact exits of what ended around the gap.
+    let r = d.wait_exit(&seven);
+    assert_eq!(r["exit_code"], 7, "{r}");
+    assert_eq!(r["completion_reason"], "exited", "{r}");
+    let r = d.wait_exit(&signalled);
+    assert_eq!(r["signal"], "SIGTERM", "{r}");
+
+    // Stdin and the terminal work on.
+    d.ok(
+        "write_stdin",
+        json!({"session_id": echo, "data": "hello\n"}),
+    );
+    d.read_until(&echo, "got hello");
+    d.ok("close_stdin", json!({"session_id": echo}));
+    assert_eq!(d.wait_exit(&echo)["exit_code"], 3);
+    d.ok(
+        "resize",
+        json!({"session_id": size, "rows": 41, "cols": 101}),
+    );
+    d.ok("write_stdin", json!({"session_id": size, "data": "go\n"}));
+    d.read_until(&size, "41 101");
+
+    // Every byte, in order, and no SIGPIPE: both tickers finish with 0.
+    for id in [&pipe, &pty] {
+        assert_eq!(d.wait_exit(id)["exit_code"], 0, "{id}");
+        assert_ticks(&d.read_all(id), 300);
+    }
+
+    // And kill still kills.
+    let k = d.ok("kill", json!({"session_id": sleeper}));
+    assert_eq!(k["status"], "killed", "{k}");
+    wait_until("the killed session's process is gone", || {
+        !alive(sleeper_pid)
+    });
+}
+
+#[test]
+fn sessions_survive_several_kills_in_a_row() {
+    // The keeper restarts a daemon that keeps dying (not more than five
+    // times in ten seconds), handing the same sessions over each time.
+    let d = Daemon::start();
+    let id = d.spawn(TICKER);
+    for round in 0..3 {
+        d.read_until(&id, &format!("tick {}", 10 * (round + 1)));
+        d.kill_daemon();
+    }
+    assert_eq!(d.wait_exit(&id)["exit_code"], 0);
+    assert_ticks(&d.read_all(&id), 300);
+}
+
+#[test]
+fn a_follower_and_a_waiter_ride_through_a_kill() {
+    let d = Daemon::start();
+    let id = d.spawn("for i in $(seq 0 300); do echo tick $i; sleep 0.01; done; exit 5");
+    let bin = env!("CARGO_BIN_EXE_procd");
+    let home = d.home.path().to_str().expect("home");
+    let follow = Command::new(bin)
+        .args(["--home", home, "logs", "-f", &id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("procd logs -f");
+    let waiter = Command::new(bin)
+        .args(["--home", home, "wait", &id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("procd wait");
+    d.read_until(&id, "tick 30");
+    d.kill_daemon();
+    let followed = output_within(follow, "procd logs -f");
+    assert!(followed.status.success(), "{followed:?}");
+    assert_ticks(&String::from_utf8_lossy(&followed.stdout), 300);
+    let waited = output_within(waiter, "procd wait");
+    assert_eq!(waited.status.code(), Some(5), "{waited:?}");
+}
+
+#[test]
+fn restart_hands_every_session_to_the_new_daemon() {
+    let home = short_tempdir();
+    let bin = env!("CARGO_BIN_EXE_procd");
+    let cli = |args: &[&str]| {
+        Command::new(bin)
+            .arg("--home")
+            .arg(home.path())
+            .args(args)
+            .env("HOME", home.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run procd")
+    };
+    let _cleanup = RecordedDaemon(home.path().to_path_buf());
+    assert!(cli(&["start"]).status.success());
+    let spawned = cli(&["spawn", "--json", "--", TICKER]);
+    let id = serde_json::from_slice::<serde_json::Value>(&spawned.stdout).expect("json")
+        ["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let echo_out = cli(&["spawn", "--json", "--", "read l; echo got $l"]);
+    let echo = serde_json::from_slice::<serde_json::Value>(&echo_out.stdout).expect("json")
+        ["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let before = gateway_pid(home.path());
+    let out = cli(&["restart", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let after = gateway_pid(home.path());
+    assert_ne!(before, after, "a new daemon serves");
+    assert!(cli(&["send", &echo, "hi"]).status.success());
+    let waited = cli(&["wait", &echo]);
+    assert_eq!(waited.status.code(), Some(0), "{waited:?}");
+    let waited = cli(&["wait", &id]);
+    assert_eq!(waited.status.code(), Some(0), "{waited:?}");
+    let logs = cli(&["logs", "--limit", "1000", &id]);
+    assert_ticks(&String::from_utf8_lossy(&logs.stdout), 300);
+    let logs = cli(&["logs", &echo]);
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("got hi"),
+        "{logs:?}"
+    );
+    // `procd stop` still ends everything.
+    let sleeper = cli(&["spawn", "--json", "--", "sleep 300"]);
+    let pid = serde_json::from_slice::<serde_json::Value>(&sleeper.stdout).expect("json")["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    assert!(cli(&["stop"]).status.success());
+    assert!(!alive(pid), "stop ended the session");
+    assert!(!alive(after), "the daemon is gone");
+}
+
+#[test]
+fn a_killed_keeper_leaves_the_daemon_serving_and_says_so() {
+    let mut d = Daemon::start();
+    let id = d.spawn("sleep 300");
+    let pid = pid_of(&d, &id);
+    let daemon = d.pid() as i32;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.keeper_pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    wait_until("the daemon reports the keeper gone", || {
+        d.ok("status", json!({}))["faults"]
+            .to_string()
+            .contains("keeper")
+    });
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
+    assert!(alive(daemon));
+    // Stopping the daemon itself still ends every session.
+    d.stop();
+    stop_recorded_daemon(d.home.path());
+    assert!(!alive(daemon), "the daemon stopped");
+    assert!(!alive(pid), "the session ended with the daemon");
+}
+
+/// The daemon recorded in `<home>/run/gateway.json`.
+fn gateway_pid(home: &std::path::Path) -> i32 {
+    let text = std::fs::read_to_string(home.join("run/gateway.json")).expect("gateway.json");
+    serde_json::from_str::<serde_json::Value>(&text).expect("json")["pid"]
+        .as_i64()
+        .expect("pid") as i32
+}
+
+/// Stops a background daemon this test started, whatever happens.
+struct RecordedDaemon(std::path::PathBuf);
+
+impl Drop for RecordedDaemon {
+    fn drop(&mut self) {
+        stop_recorded_daemon(&self.0);
+    }
+}
