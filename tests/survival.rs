@@ -115,16 +115,22 @@ fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
 
 #[test]
 fn sessions_survive_several_kills_in_a_row() {
-    // The keeper restarts a daemon that keeps dying (not more than five
-    // times in ten seconds), handing the same sessions over each time.
+    // The keeper restarts a daemon that keeps dying, handing the same
+    // sessions over each time; what ended under one daemon keeps its exit
+    // (ended.json) under every later one.
     let d = Daemon::start();
     let id = d.spawn(TICKER);
+    let ended = d.spawn("exit 9");
+    assert_eq!(d.wait_exit(&ended)["exit_code"], 9);
     for round in 0..3 {
         d.read_until(&id, &format!("tick {}", 10 * (round + 1)));
         d.kill_daemon();
     }
     assert_eq!(d.wait_exit(&id)["exit_code"], 0);
     assert_ticks(&d.read_all(&id), 300);
+    let r = d.ok("poll", json!({"session_id": ended}));
+    assert_eq!(r["exit_code"], 9, "{r}");
+    assert_eq!(r["completion_reason"], "exited", "{r}");
 }
 
 #[test]

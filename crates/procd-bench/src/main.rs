@@ -17,6 +17,7 @@
 //! spread; a target is met when that median run meets it.
 
 mod reliability;
+mod survival;
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -133,6 +134,8 @@ struct Sizes {
     latency_lines: usize,
     idle: Duration,
     many: usize,
+    /// SIGKILLs of the daemon for the survival rows (SPEC §11).
+    kills: usize,
 }
 
 const QUICK: Sizes = Sizes {
@@ -143,6 +146,7 @@ const QUICK: Sizes = Sizes {
     latency_lines: 20,
     idle: Duration::from_secs(2),
     many: 40,
+    kills: 4,
 };
 
 const FULL: Sizes = Sizes {
@@ -153,6 +157,7 @@ const FULL: Sizes = Sizes {
     latency_lines: 200,
     idle: Duration::from_secs(10),
     many: 500,
+    kills: 20,
 };
 
 /// Measures procd against baselines in the same run (README: Performance,
@@ -316,19 +321,37 @@ impl Daemon {
         self.home.join("run/procd.sock")
     }
 
+    /// The daemon that serves: the keeper's child running this program
+    /// (SPEC §11); 0 while none does.
     pub(crate) fn pid(&self) -> i32 {
-        self.child.id() as i32
+        let keeper = self.child.id();
+        std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .find(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/exe")).ok() == std::env::current_exe().ok()
+            })
+            .unwrap_or(0)
     }
 
     pub(crate) fn connect(&self) -> Line {
         Line::open(&self.socket())
     }
 
-    /// SIGKILL, as a crash would.
+    /// SIGKILL of the keeper and then the daemon: both gone, as after a
+    /// crash nothing survives (the sessions are recovered detached or lost).
     pub(crate) fn crash(mut self) {
+        let daemon = self.pid();
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // Drop sends a SIGTERM to a pid that is gone (reaped): harmless.
+        if daemon > 0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(daemon),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        // Drop finds the keeper reaped: nothing more to do.
     }
 
     pub(crate) fn is_alive(&mut self) -> bool {
@@ -343,8 +366,9 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
+            // The keeper tells its daemon to end every session, then exits.
             let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.pid()),
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
                 nix::sys::signal::Signal::SIGTERM,
             );
             let _ = self.child.wait();
@@ -450,7 +474,7 @@ fn now_epoch() -> f64 {
 
 fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     let d = Daemon::start();
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 10] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 11] = [
         ("spawn", &|| vec![spawn_wait(&d, s), spawn_wait_slow_rc(s)]),
         ("poll", &|| vec![poll_round_trip(&d, s)]),
         ("exit", &|| vec![exit_to_wait(&d, s)]),
@@ -461,6 +485,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("kill", &|| kill_rows(s)),
         ("flood", &|| flood_rows(s)),
         ("observe", &|| vec![observe_tree(s)]),
+        ("survival", &|| survival::survival_rows(s.kills)),
     ];
     groups
         .iter()

@@ -1,8 +1,13 @@
 //! `procs.json` (SPEC §7): the running sessions, so that a daemon that died
 //! (crash, SIGKILL, host restart of the daemon alone) can be succeeded by
-//! one that re-adopts them. Commands are stored redacted. Written
+//! one that re-adopts them. Beside it, `ended.json`: the sessions that have
+//! ended and are still retained, with their exits, so that the next daemon
+//! lists them as they were (SPEC §11: an id an agent holds keeps its exit
+//! code across a restart). Commands are stored redacted. Written
 //! atomically (never fsynced: see `atomic::write_json_unsynced`), one
-//! write at a time, off the event loop.
+//! write at a time, off the event loop; `ended.json` first, so a crash
+//! between the two leaves a just-ended session in both, and the exact exit
+//! wins.
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -39,19 +44,37 @@ pub struct CheckpointEntry {
     #[serde(default)]
     pub systemd_unit: Option<String>,
     pub log_path: String,
+    /// How it ended (`ended.json` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<EndedExit>,
+}
+
+/// The exit of an ended session, as `ended.json` keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndedExit {
+    pub exit_code: Option<i32>,
+    /// The signal number, if a signal ended it.
+    pub signal: Option<i32>,
+    pub completion_reason: procd_proto::CompletionReason,
+    #[serde(default)]
+    pub termination_source: Option<String>,
+    pub exited_at: String,
 }
 
 /// Writes the checkpoint, one write at a time, latest state last.
 pub struct Checkpoint {
     path: PathBuf,
-    writing: Mutex<()>,
+    /// Held for a write; holds the ids last written to `ended.json` (an
+    /// ended session's record never changes, so the same ids mean the same
+    /// file, and a spawn does not rewrite it).
+    writing: Mutex<Option<Vec<String>>>,
 }
 
 impl Checkpoint {
     pub fn new(path: PathBuf) -> Checkpoint {
         Checkpoint {
             path,
-            writing: Mutex::new(()),
+            writing: Mutex::new(None),
         }
     }
 
@@ -59,18 +82,37 @@ impl Checkpoint {
         &self.path
     }
 
-    /// Writes what `entries` returns. The snapshot is taken after the
-    /// previous write finished, so the file always ends at the newest state.
+    /// Where the ended sessions go: `ended.json` beside `procs.json`.
+    pub fn ended_path(path: &Path) -> PathBuf {
+        path.with_file_name("ended.json")
+    }
+
+    /// Writes what `entries` returns: running sessions to `procs.json`,
+    /// ended ones (with `exit`) to `ended.json`. The snapshot is taken
+    /// after the previous write finished, so the files always end at the
+    /// newest state.
     pub async fn write(
         &self,
         entries: impl FnOnce() -> Vec<CheckpointEntry>,
     ) -> std::io::Result<()> {
-        let _turn = self.writing.lock().await;
-        let snapshot = entries();
+        let mut last_ended = self.writing.lock().await;
+        let (ended, running): (Vec<_>, Vec<_>) =
+            entries().into_iter().partition(|e| e.exit.is_some());
+        let mut ids: Vec<String> = ended.iter().map(|e| e.session_id.clone()).collect();
+        ids.sort_unstable();
+        let ended = (last_ended.as_ref() != Some(&ids)).then_some(ended);
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || crate::atomic::write_json_unsynced(&path, &snapshot))
-            .await
-            .map_err(std::io::Error::other)?
+        let written = tokio::task::spawn_blocking(move || {
+            if let Some(ended) = &ended {
+                crate::atomic::write_json_unsynced(&Self::ended_path(&path), ended)?;
+            }
+            crate::atomic::write_json_unsynced(&path, &running)
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+        // After a failure the next write writes both again.
+        *last_ended = written.is_ok().then_some(ids);
+        written
     }
 
     /// The recorded entries; a missing or corrupt file is empty, and

@@ -16,7 +16,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -29,10 +29,14 @@ pub struct Launch {
     pub args: Vec<OsString>,
 }
 
-/// After this many crashes within `CRASH_WINDOW` the keeper gives up.
-const MAX_CRASHES: usize = 5;
-const CRASH_WINDOW: Duration = Duration::from_secs(10);
-/// The pause before restarting a daemon that crashed soon after the last.
+/// After this many daemons in a row died before they served, the keeper
+/// gives up (a daemon that cannot start will not start by trying faster).
+const MAX_FAILED_STARTS: usize = 5;
+/// A daemon that served is started again at once, unless it lived less
+/// than `MIN_LIFE`: then after `BACKOFF`, so a daemon that keeps dying
+/// right after it starts costs at most four starts a second. It is never
+/// given up on: sessions depend on it.
+const MIN_LIFE: Duration = Duration::from_secs(1);
 const BACKOFF: Duration = Duration::from_millis(250);
 
 struct Held {
@@ -47,6 +51,7 @@ struct Daemon {
     pid: Pid,
     link: Option<OwnedFd>,
     serving: bool,
+    started: Instant,
 }
 
 #[derive(Default)]
@@ -91,7 +96,7 @@ pub fn run(launch: Launch) -> i32 {
     }
     let nofile = raise_nofile();
     let mut keeper = Keeper::default();
-    let mut crashes: VecDeque<Instant> = VecDeque::new();
+    let mut failed_starts = 0usize;
     let mut restart_at = Some(Instant::now());
     let mut daemon: Option<Daemon> = None;
     loop {
@@ -101,7 +106,8 @@ pub fn run(launch: Launch) -> i32 {
                 Ok(d) => daemon = Some(d),
                 Err(e) => {
                     say(format_args!("cannot start the daemon: {e}"));
-                    if keeper.sessions.is_empty() || crashed_too_often(&mut crashes) {
+                    failed_starts += 1;
+                    if keeper.sessions.is_empty() || failed_starts >= MAX_FAILED_STARTS {
                         return 1;
                     }
                     restart_at = Some(Instant::now() + BACKOFF);
@@ -183,13 +189,14 @@ pub fn run(launch: Launch) -> i32 {
                     d.pid,
                     keeper.sessions.len()
                 ));
-                if crashed_too_often(&mut crashes) {
+                failed_starts = if d.serving { 0 } else { failed_starts + 1 };
+                if failed_starts >= MAX_FAILED_STARTS {
                     say(format_args!(
-                        "it died {MAX_CRASHES} times within {CRASH_WINDOW:?}; giving up"
+                        "{MAX_FAILED_STARTS} daemons in a row died before serving; giving up"
                     ));
                     return 1;
                 }
-                let pause = if crashes.len() > 1 {
+                let pause = if d.started.elapsed() < MIN_LIFE {
                     BACKOFF
                 } else {
                     Duration::ZERO
@@ -198,19 +205,6 @@ pub fn run(launch: Launch) -> i32 {
             }
         }
     }
-}
-
-/// Records a crash; true when there were too many lately.
-fn crashed_too_often(crashes: &mut VecDeque<Instant>) -> bool {
-    let now = Instant::now();
-    crashes.push_back(now);
-    while crashes
-        .front()
-        .is_some_and(|t| now.duration_since(*t) > CRASH_WINDOW)
-    {
-        crashes.pop_front();
-    }
-    crashes.len() >= MAX_CRASHES
 }
 
 /// Raises the soft descriptor limit (the keeper holds a few per session);
@@ -293,6 +287,7 @@ impl Keeper {
             pid,
             link: Some(ours),
             serving: false,
+            started: Instant::now(),
         };
         if let Err(e) = self.hand_over(&d) {
             say(format_args!("handing over to pid {pid} failed: {e}"));
@@ -337,11 +332,16 @@ impl Keeper {
 
     /// Applies every message queued on the link (without blocking).
     fn take_messages(&mut self, d: &mut Daemon) {
+        let mut resets = 0;
         while let Some(link) = d.link.as_ref() {
             match wire::recv::<ToKeeper>(link.as_fd(), true) {
                 Ok(Received::Message(msg, fds)) => self.apply(d, msg, fds),
                 Ok(Received::Empty) => return,
                 Ok(Received::Closed) => d.link = None,
+                // A daemon that died with messages of ours unread makes
+                // the first receive fail with ECONNRESET; what it sent
+                // before dying is still queued behind that error.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) && resets == 0 => resets += 1,
                 Err(e) if e.raw_os_error().is_some() => {
                     say(format_args!("the link to the daemon failed: {e}"));
                     d.link = None;

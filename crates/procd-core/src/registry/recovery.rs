@@ -44,12 +44,20 @@ impl Registry {
         }
     }
 
+    /// Every session: the running ones for `procs.json`, the ended ones
+    /// (with their exit) for `ended.json`.
     pub(super) fn checkpoint_entries(&self) -> Vec<CheckpointEntry> {
         let mut entries: Vec<CheckpointEntry> = self
             .all_sessions()
             .into_iter()
-            .filter(|s| s.is_running())
             .map(|s| CheckpointEntry {
+                exit: s.state().exit().map(|e| crate::checkpoint::EndedExit {
+                    exit_code: e.exit_code,
+                    signal: e.signal,
+                    completion_reason: e.reason,
+                    termination_source: e.source.clone(),
+                    exited_at: rfc3339(e.exited_at),
+                }),
                 session_id: s.id.clone(),
                 command: s.shown_command(&self.redactor).to_string(),
                 pid: s.pid(),
@@ -101,12 +109,27 @@ impl Registry {
             return Ok((0, 0));
         };
         let path = checkpoint.path().to_path_buf();
-        let (entries, skipped) = tokio::task::spawn_blocking(move || Checkpoint::read(&path))
-            .await
-            .map_err(std::io::Error::other)?;
+        let ((entries, skipped), (ended, _)) = tokio::task::spawn_blocking(move || {
+            (
+                Checkpoint::read(&path),
+                Checkpoint::read(&Checkpoint::ended_path(&path)),
+            )
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+        // Ended first: a session that ended just before a crash may still
+        // be in procs.json too; its recorded exit wins.
+        for entry in ended {
+            self.list_ended(&entry).await;
+        }
         let mut recovered = 0;
         let mut dropped = skipped;
         for entry in entries {
+            if self.table().contains_key(&entry.session_id) {
+                self.release_from_keeper(&entry.session_id);
+                handed.remove(&entry.session_id);
+                continue;
+            }
             if let Some(kept) = handed.remove(&entry.session_id) {
                 if self.adopt_handed(&entry, kept).await.is_some() {
                     recovered += 1;
@@ -211,18 +234,68 @@ impl Registry {
         }
     }
 
+    /// Lists a session a previous daemon recorded as ended, with the exit
+    /// it recorded (no events: they were sent then); its log (if still
+    /// there) is readable. Kept as long as retention keeps ended sessions,
+    /// counted from when it ended.
+    pub(super) async fn list_ended(&self, e: &CheckpointEntry) {
+        let Some(exit) = &e.exit else {
+            return;
+        };
+        let Some(session) = self.listed_exited(e, None).await else {
+            return;
+        };
+        let exited_at =
+            crate::clock::parse_rfc3339(&exit.exited_at).unwrap_or_else(std::time::SystemTime::now);
+        let exited_instant = std::time::SystemTime::now()
+            .duration_since(exited_at)
+            .ok()
+            .and_then(|age| Instant::now().checked_sub(age))
+            .unwrap_or_else(Instant::now);
+        session.mark_exited(Arc::new(ExitRecord {
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            reason: exit.completion_reason,
+            source: exit.termination_source.clone(),
+            exited_at,
+            exited_instant,
+        }));
+    }
+
     /// Lists a session whose process ended while no daemon watched it:
     /// exited, reason "lost", exit code unknown; its log (if still there)
     /// is readable. A completion is queued if it was asked for.
     pub(super) async fn list_lost(&self, e: &CheckpointEntry) {
-        let Some(hex) = e.session_id.strip_prefix("proc_") else {
+        let note = "its process ended while no procd was running: the exit code is unknown; output up to then is in the log";
+        let Some(session) = self.listed_exited(e, Some(note.into())).await else {
             return;
         };
+        let now = std::time::SystemTime::now();
+        let record = Arc::new(ExitRecord {
+            exit_code: None,
+            signal: None,
+            reason: CompletionReason::Lost,
+            source: Some("recovery".into()),
+            exited_at: now,
+            exited_instant: Instant::now(),
+        });
+        Registry::record_end(&self.me, &session, record);
+    }
+
+    /// A session of a previous daemon, listed (not yet marked exited) with
+    /// its log and `note`; None when the entry is not a procd session or
+    /// is listed already.
+    async fn listed_exited(
+        &self,
+        e: &CheckpointEntry,
+        note: Option<String>,
+    ) -> Option<Arc<Session>> {
+        let hex = e.session_id.strip_prefix("proc_")?;
         if hex.len() != 12
             || !hex.bytes().all(|b| b.is_ascii_hexdigit())
             || self.table().contains_key(&e.session_id)
         {
-            return;
+            return None;
         }
         let log_path = self.logs_dir.join(format!("{}.log", e.session_id));
         let (max, tail) = (self.config.max_log_bytes, self.config.memory_tail_bytes);
@@ -235,10 +308,9 @@ impl Registry {
                 other => other,
             }
         })
-        .await;
-        let Ok(Ok(output)) = output else {
-            return;
-        };
+        .await
+        .ok()?
+        .ok()?;
         let started_at =
             crate::clock::parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
         let mut session = Session::recovered(
@@ -251,23 +323,11 @@ impl Registry {
             Arc::new(output),
             started_at,
         );
-        session.note = Some(
-            "its process ended while no procd was running: the exit code is unknown; output up to then is in the log"
-                .into(),
-        );
+        session.note = note;
         session.set_adopted(Vec::new());
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
-        let now = std::time::SystemTime::now();
-        let record = Arc::new(ExitRecord {
-            exit_code: None,
-            signal: None,
-            reason: CompletionReason::Lost,
-            source: Some("recovery".into()),
-            exited_at: now,
-            exited_instant: Instant::now(),
-        });
-        Registry::record_end(&self.me, &session, record);
+        Some(session)
     }
 
     /// Adopts one checkpoint entry if its process is still the same one.
