@@ -255,3 +255,77 @@ impl Drop for RecordedDaemon {
         stop_recorded_daemon(&self.0);
     }
 }
+
+#[test]
+fn an_mcp_server_rides_through_a_kill() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start();
+    let id = d.spawn("sleep 300");
+    let mut mcp = Command::new(env!("CARGO_BIN_EXE_procd"))
+        .arg("--home")
+        .arg(d.home.path())
+        .arg("mcp")
+        .env("HOME", d.home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("procd mcp");
+    let mut input = mcp.stdin.take().expect("stdin");
+    let mut output = BufReader::new(mcp.stdout.take().expect("stdout"));
+    let mut call = |msg: serde_json::Value| -> Option<serde_json::Value> {
+        writeln!(input, "{msg}").expect("write to procd mcp");
+        msg.get("id")?;
+        let mut line = String::new();
+        output.read_line(&mut line).expect("read from procd mcp");
+        Some(serde_json::from_str(&line).expect("a JSON answer"))
+    };
+    call(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "survival", "version": "0"}}}),
+    )
+    .expect("initialized");
+    call(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "list", "arguments": {}}});
+    let before = call(list.clone()).expect("list");
+    assert!(before.to_string().contains(&id), "{before}");
+    d.kill_daemon();
+    // The next call reaches the new daemon, which has the session.
+    let after = call(list).expect("list");
+    assert_ne!(after["result"]["isError"], true, "{after}");
+    assert!(after.to_string().contains(&id), "{after}");
+    drop(input);
+    let out = output_within(mcp, "procd mcp");
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn an_attached_terminal_rides_through_a_kill() {
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({"command": TICKER, "pty": true}));
+    // Its keyboard stays open (and silent) until it is done: EOF on stdin
+    // would detach it.
+    let (stdin, keyboard) = std::io::pipe().expect("pipe");
+    let attach = Command::new(env!("CARGO_BIN_EXE_procd"))
+        .arg("--home")
+        .arg(d.home.path())
+        .args(["attach", &id])
+        .env("HOME", d.home.path())
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("procd attach");
+    d.read_until(&id, "tick 30");
+    d.kill_daemon();
+    let out = output_within(attach, "procd attach");
+    drop(keyboard);
+    assert!(out.status.success(), "{out:?}");
+    assert_ticks(&String::from_utf8_lossy(&out.stdout), 300);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("exited with code 0"),
+        "{out:?}"
+    );
+}

@@ -513,8 +513,12 @@ fn chaos(rounds: usize) -> Vec<Figure> {
     let (mut lost, mut duplicated, mut untracked, mut unparsable) =
         (0usize, 0usize, 0usize, 0usize);
     let mut known: std::collections::BTreeSet<String> = Default::default();
-    let mut kills = 0;
-    for _ in 0..rounds {
+    let (mut kills, mut daemon_kills, mut exits_lost) = (0, 0, 0usize);
+    for round in 0..rounds {
+        // Every other round only the daemon dies (its keeper starts the
+        // next, which must have every session live, none "lost"); the
+        // others kill the keeper and the daemon both.
+        let daemon_only = round % 2 == 0;
         let d = Daemon::in_home(home.path());
         let socket = d.socket();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -552,7 +556,18 @@ fn chaos(rounds: usize) -> Vec<Figure> {
             })
         };
         std::thread::sleep(Duration::from_millis(5 + rng.below(150)));
-        d.crash();
+        let old = d.pid();
+        let d = if daemon_only && old > 0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(old),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            daemon_kills += 1;
+            Some(d)
+        } else {
+            d.crash();
+            None
+        };
         kills += 1;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let acked: Vec<String> = traffic.join().unwrap_or_default();
@@ -583,10 +598,36 @@ fn chaos(rounds: usize) -> Vec<Figure> {
             .map(|(_, id)| id)
             .collect();
         must_list.extend(live_before.iter().filter(|id| acked.contains(id)).cloned());
-        // A new daemon: every session known so far is listed once, and
-        // every live session process is one it tracks as running.
-        let d = Daemon::in_home(home.path());
+        // A new daemon (the keeper's, or one started now): every session
+        // known so far is listed once, and every live session process is
+        // one it tracks as running.
+        let d = match d {
+            Some(d) => {
+                // The keeper holds the socket: this waits for the next one.
+                let mut c = d.connect();
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while c.call("status", json!({}))["pid"].as_i64() == Some(i64::from(old)) {
+                    assert!(Instant::now() < deadline, "no new daemon: {}", d.stderr());
+                    c = d.connect();
+                }
+                d
+            }
+            None => Daemon::in_home(home.path()),
+        };
         let listed = d.connect().call("list", json!({}));
+        if daemon_only {
+            // Under a keeper no exit of this round's sessions may be unknown.
+            exits_lost += listed["processes"].as_array().map_or(0, |a| {
+                a.iter()
+                    .filter(|p| p["completion_reason"] == "lost")
+                    .filter(|p| {
+                        p["session_id"]
+                            .as_str()
+                            .is_some_and(|id| acked.iter().any(|a| a == id))
+                    })
+                    .count()
+            });
+        }
         let mut ids: Vec<String> = listed["processes"]
             .as_array()
             .map(|a| {
@@ -653,10 +694,10 @@ fn chaos(rounds: usize) -> Vec<Figure> {
         );
     }
     vec![Figure {
-        check: format!("chaos: daemon SIGKILLed {kills} times amid spawn/kill traffic"),
-        value: format!("{lost} lost, {duplicated} duplicated, {untracked} untracked, {unparsable} unparsable files ({} sessions)", known.len()),
-        target: "0 / 0 / 0 / 0".into(),
-        met: lost + duplicated + untracked + unparsable == 0,
+        check: format!("chaos: daemon SIGKILLed {kills} times amid spawn/kill traffic ({daemon_kills} of them the daemon alone, its keeper left)"),
+        value: format!("{lost} lost, {duplicated} duplicated, {untracked} untracked, {unparsable} unparsable files, {exits_lost} exits unknown after a daemon-only kill ({} sessions)", known.len()),
+        target: "0 / 0 / 0 / 0 / 0".into(),
+        met: lost + duplicated + untracked + unparsable + exits_lost == 0,
         detail: format!("seed {seed}; a kill lands 5-155 ms into each round; after each, a new daemon must list every session once and track every live session process"),
     }]
 }

@@ -165,3 +165,66 @@ impl Lease {
 
 /// How long a last client's release waits for the daemon to stop.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a client keeps trying to reach a daemon that went away: its
+/// keeper holds the socket and starts the next one within this (SPEC §11).
+pub const RECONNECT_FOR: Duration = Duration::from_secs(10);
+
+/// Whether a call failed because the connection went (the daemon died or
+/// restarted), not because the daemon answered with an error.
+pub fn is_disconnect(err: &jsonrpsee::core::client::Error) -> bool {
+    use jsonrpsee::core::client::Error;
+    matches!(err, Error::RestartNeeded(_) | Error::Transport(_))
+}
+
+/// A connection that is made again when the daemon went away (SPEC §11:
+/// clients ride through a daemon's restart). `get` hands out the current
+/// client, connecting anew (for up to `RECONNECT_FOR`) once the old one is
+/// closed; a caller whose call failed with `is_disconnect` calls `get`
+/// and repeats it (from its cursor, for reads).
+pub struct Reconnecting {
+    socket: std::path::PathBuf,
+    current: tokio::sync::Mutex<std::sync::Arc<Client>>,
+}
+
+impl Reconnecting {
+    pub fn new(socket: &Path, client: Client) -> Reconnecting {
+        Reconnecting {
+            socket: socket.to_path_buf(),
+            current: tokio::sync::Mutex::new(std::sync::Arc::new(client)),
+        }
+    }
+
+    /// The current client, connected or not (a call on a closed one fails
+    /// with `RestartNeeded`, which says what happened).
+    pub async fn last(&self) -> std::sync::Arc<Client> {
+        self.current.lock().await.clone()
+    }
+
+    /// The client to call with: the current one while it is connected,
+    /// else a new connection (an error if none could be made in time).
+    pub async fn get(&self) -> io::Result<std::sync::Arc<Client>> {
+        let mut current = self.current.lock().await;
+        if !current.is_connected() {
+            *current = std::sync::Arc::new(reconnect(&self.socket).await?);
+        }
+        Ok(current.clone())
+    }
+}
+
+/// Connects to a daemon that went away, trying for up to `RECONNECT_FOR`
+/// (its keeper holds the socket, so a connection made while it restarts
+/// the daemon waits for the next one).
+pub async fn reconnect(socket: &Path) -> io::Result<Client> {
+    let deadline = tokio::time::Instant::now() + RECONNECT_FOR;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match connect(socket).await {
+            Ok(client) => return Ok(client),
+            Err(e) if tokio::time::Instant::now() + pause > deadline => return Err(e),
+            // No event announces a socket that comes back.
+            Err(_) => tokio::time::sleep(pause).await,
+        }
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}

@@ -50,7 +50,11 @@ fn window_size() -> Option<(u16, u16)> {
     (ok && ws.ws_row > 0 && ws.ws_col > 0).then_some((ws.ws_row, ws.ws_col))
 }
 
-pub async fn run(client: &Client, id: String) -> Result<i32, ClientError> {
+pub async fn run(
+    client: &Client,
+    socket: std::path::PathBuf,
+    id: String,
+) -> Result<i32, ClientError> {
     let polled = client.poll(id.clone(), None, None).await?;
     let id = polled.session_id.clone();
     if polled.exit.is_some() {
@@ -102,12 +106,18 @@ pub async fn run(client: &Client, id: String) -> Result<i32, ClientError> {
     });
 
     let mut stdout = std::io::stdout();
+    // Where the output seen so far ends, to go on from after a restart.
+    let mut cursor = start;
+    // A connection made again after the daemon restarted (SPEC §11).
+    let mut fresh: Option<Client> = None;
     let code = loop {
+        let client = fresh.as_ref().unwrap_or(client);
         tokio::select! {
             item = output.next() => match item {
-                Some(Ok(OutputItem::Output { data, .. })) => {
+                Some(Ok(OutputItem::Output { data, next_cursor, .. })) => {
                     let _ = stdout.write_all(data.as_bytes());
                     let _ = stdout.flush();
+                    cursor = next_cursor;
                 }
                 Some(Ok(OutputItem::Exit { exit_code, .. })) => {
                     drop(raw);
@@ -116,7 +126,18 @@ pub async fn run(client: &Client, id: String) -> Result<i32, ClientError> {
                     return Ok(EXIT_OK);
                 }
                 Some(Err(_)) => continue,
-                None => break EXIT_FAILED,
+                // The daemon went away: ride through its restart, from
+                // the cursor reached.
+                None => {
+                    let Ok(client) = procd_client::reconnect(&socket).await else {
+                        break EXIT_FAILED;
+                    };
+                    match client.subscribe_output(id.clone(), Some(Cursor::new(cursor))).await {
+                        Ok(more) => output = more,
+                        Err(_) => break EXIT_FAILED,
+                    }
+                    fresh = Some(client);
+                }
             },
             keys = keys.recv() => match keys {
                 Some(bytes) => {

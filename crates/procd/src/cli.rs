@@ -12,7 +12,6 @@ use procd_gateway::Paths;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -533,7 +532,9 @@ async fn client_command(
             let r = loop {
                 let c = fresh.as_ref().unwrap_or(client);
                 match c.wait(id.clone(), timeout, None, None).await {
-                    Err(e) if is_disconnect(&e) => fresh = Some(reconnect(target, e).await?),
+                    Err(e) if procd_client::is_disconnect(&e) => {
+                        fresh = Some(reconnect(target, e).await?)
+                    }
                     other => break other?,
                 }
             };
@@ -576,7 +577,7 @@ async fn client_command(
             }
             Ok(EXIT_OK)
         }
-        Command::Attach { id } => crate::attach::run(client, id).await,
+        Command::Attach { id } => crate::attach::run(client, target.paths.socket(), id).await,
         Command::Rpc { method, params } => {
             use jsonrpsee::core::client::ClientT;
             use serde_json::Value;
@@ -610,35 +611,12 @@ fn wait_exit_code(code: Option<i32>) -> i32 {
     }
 }
 
-/// How long a follower tries to reach a restarting daemon (SPEC §11).
-const RECONNECT_FOR: Duration = Duration::from_secs(10);
-
-/// Whether a call failed because the connection went (the daemon died or
-/// restarted), not because the daemon answered with an error.
-fn is_disconnect(err: &ClientError) -> bool {
-    matches!(
-        err,
-        ClientError::RestartNeeded(_) | ClientError::Transport(_)
-    )
-}
-
-/// Connects again after the daemon went away (SPEC §11), for up to 10 s;
-/// the keeper holds the socket meanwhile, so a connection waits for the
-/// next daemon. Fails with `why` if none comes.
+/// Connects again after the daemon went away (SPEC §11); fails with
+/// `why` if no daemon comes back in time.
 async fn reconnect(target: &Target, why: ClientError) -> Result<Client, ClientError> {
-    let deadline = tokio::time::Instant::now() + RECONNECT_FOR;
-    let mut pause = Duration::from_millis(10);
-    loop {
-        if let Ok(client) = procd_client::connect(&target.paths.socket()).await {
-            return Ok(client);
-        }
-        if tokio::time::Instant::now() + pause > deadline {
-            return Err(why);
-        }
-        // No event announces a socket that comes back.
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(200));
-    }
+    procd_client::reconnect(&target.paths.socket())
+        .await
+        .map_err(|_| why)
 }
 
 /// `procd logs -f`: reads by cursor with a long-poll until the session
@@ -660,7 +638,7 @@ async fn follow_output(target: &Target, client: &Client, id: String) -> Result<i
             )
             .await;
         let r = match read {
-            Err(e) if is_disconnect(&e) => {
+            Err(e) if procd_client::is_disconnect(&e) => {
                 fresh = Some(reconnect(target, e).await?);
                 continue;
             }

@@ -183,7 +183,9 @@ pub struct NotificationsParams {}
 
 #[derive(Clone)]
 pub struct ProcdMcp {
-    client: Arc<Client>,
+    /// Made again when the daemon restarts (SPEC §11); the lease is on
+    /// disk and outlives any one connection.
+    client: Arc<procd_client::Reconnecting>,
     /// The lease token every started process is owned by.
     owner: String,
     #[expect(dead_code, reason = "read by the code #[tool_handler] generates")]
@@ -264,7 +266,8 @@ impl ProcdMcp {
     /// `state_words` of a session now ("" when it cannot be polled).
     async fn state_of(&self, session_id: &str) -> String {
         match self
-            .client
+            .client()
+            .await
             .poll(session_id.to_string(), Some(MaxOutputChars::new(0)), None)
             .await
         {
@@ -273,7 +276,16 @@ impl ProcdMcp {
         }
     }
 
-    pub fn new(client: Client, owner: String) -> Self {
+    /// The daemon's client: a new connection if the daemon restarted (or
+    /// the closed one, whose call then reports why, if none comes back).
+    async fn client(&self) -> Arc<Client> {
+        match self.client.get().await {
+            Ok(client) => client,
+            Err(_) => self.client.last().await,
+        }
+    }
+
+    pub fn new(client: procd_client::Reconnecting, owner: String) -> Self {
         ProcdMcp {
             client: Arc::new(client),
             owner,
@@ -313,7 +325,7 @@ impl ProcdMcp {
             ready,
             ..Default::default()
         };
-        let r = procd_client::spawn(&self.client, params).await;
+        let r = procd_client::spawn(&*self.client().await, params).await;
         Ok(match r {
             Ok(r) => {
                 let text = format!(
@@ -340,7 +352,8 @@ impl ProcdMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
         let r = self
-            .client
+            .client()
+            .await
             .read(
                 p.session_id.clone(),
                 p.cursor.map(Cursor::new),
@@ -390,11 +403,13 @@ impl ProcdMcp {
         let first_yield = if close { None } else { yield_ms };
         let id = p.session_id.clone();
         let written = if p.submit.unwrap_or(true) {
-            self.client
+            self.client()
+                .await
                 .submit_stdin(id, text, first_yield, budget, None)
                 .await
         } else {
-            self.client
+            self.client()
+                .await
                 .write_stdin(id, text, first_yield, budget, None)
                 .await
         };
@@ -403,12 +418,13 @@ impl ProcdMcp {
             Err(e) => return Ok(tool_error(e)),
         };
         if close && r.status == procd_proto::StdinStatus::Ok {
-            if let Err(e) = self.client.close_stdin(p.session_id.clone()).await {
+            if let Err(e) = self.client().await.close_stdin(p.session_id.clone()).await {
                 return Ok(tool_error(e));
             }
             // Then wait for what the end of input brings.
             if let Ok(more) = self
-                .client
+                .client()
+                .await
                 .write_stdin(p.session_id.clone(), String::new(), yield_ms, budget, None)
                 .await
             {
@@ -444,7 +460,8 @@ impl ProcdMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
         let r = self
-            .client
+            .client()
+            .await
             .wait(
                 p.session_id.clone(),
                 Some(TimeoutS::new(p.timeout_s.unwrap_or(60.0))),
@@ -475,7 +492,8 @@ impl ProcdMcp {
         Parameters(p): Parameters<KillParams>,
     ) -> Result<CallToolResult, ErrorData> {
         let r = self
-            .client
+            .client()
+            .await
             .kill(
                 p.session_id.clone(),
                 p.signal.map(SignalSpec::Name),
@@ -514,7 +532,8 @@ impl ProcdMcp {
         Parameters(p): Parameters<SignalParams>,
     ) -> Result<CallToolResult, ErrorData> {
         let r = self
-            .client
+            .client()
+            .await
             .signal(p.session_id.clone(), SignalSpec::Name(p.signal))
             .await;
         Ok(match r {
@@ -541,7 +560,7 @@ impl ProcdMcp {
             Some("exited") => Some(ListFilter::Exited),
             _ => None,
         };
-        Ok(match self.client.list(None, None, filter).await {
+        Ok(match self.client().await.list(None, None, filter).await {
             Ok(r) => {
                 let mut text = format!("{} process(es).\n", r.processes.len());
                 for e in &r.processes {
@@ -578,21 +597,23 @@ impl ProcdMcp {
         &self,
         Parameters(_p): Parameters<NotificationsParams>,
     ) -> Result<CallToolResult, ErrorData> {
-        Ok(match self.client.drain_notifications(None, None).await {
-            Ok(r) => {
-                let text = if r.events.is_empty() {
-                    "No notifications.".to_string()
-                } else {
-                    r.events
-                        .iter()
-                        .map(|e| e.text().unwrap_or_default().to_string())
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                };
-                answer(text, &r)
-            }
-            Err(e) => tool_error(e),
-        })
+        Ok(
+            match self.client().await.drain_notifications(None, None).await {
+                Ok(r) => {
+                    let text = if r.events.is_empty() {
+                        "No notifications.".to_string()
+                    } else {
+                        r.events
+                            .iter()
+                            .map(|e| e.text().unwrap_or_default().to_string())
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    };
+                    answer(text, &r)
+                }
+                Err(e) => tool_error(e),
+            },
+        )
     }
 }
 
@@ -618,6 +639,7 @@ pub async fn run(paths: &Paths, launcher: &Launcher) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot take a client lease: {e}"))?;
     let client = procd_client::connect_or_start(paths, launcher).await?;
+    let client = procd_client::Reconnecting::new(&paths.socket(), client);
     let server = ProcdMcp::new(client, lease.token().to_string());
     let result = match server.serve(rmcp::transport::stdio()).await {
         Ok(service) => service.waiting().await.map(drop).map_err(|e| e.to_string()),
