@@ -47,6 +47,21 @@ fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
     let echo = d.spawn("while read l; do echo got $l; done; exit 3");
     let size = d.spawn_with(json!({"command": "read x; stty size", "pty": true}));
     let sleeper = d.spawn("sleep 300");
+    let trapper = d.spawn("trap 'echo got USR1' USR1; while :; do sleep 0.1; done");
+    // A lease and a session it owns: the lease is on disk and survives.
+    let holder = Stand::sleep();
+    let out = d.cli(&[
+        "lease",
+        "acquire",
+        "--pid",
+        &holder.pid().to_string(),
+        "--json",
+    ]);
+    let token = serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")["token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let owned = d.spawn_with(json!({"command": "sleep 300", "owner": token}));
     // Two that end while no daemon may be serving: with a code, by a signal.
     let seven = d.spawn(&format!("tail --pid={daemon} -f /dev/null; exit 7"));
     let signalled = d.spawn(&format!(
@@ -59,6 +74,17 @@ fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
 
     let new = d.kill_daemon();
     assert_ne!(new as i32, daemon);
+    // gateway.json names the daemon that serves, and its keeper.
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.home.path().join("run/gateway.json")).expect("gateway.json"),
+    )
+    .expect("json");
+    assert_eq!(state["pid"].as_u64(), Some(u64::from(new)), "{state}");
+    assert_eq!(
+        state["keeper_pid"].as_i64(),
+        Some(i64::from(d.keeper_pid())),
+        "{state}"
+    );
 
     // The same sessions, the same processes.
     let list = d.ok("list", json!({}));
@@ -68,7 +94,9 @@ fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
         .iter()
         .filter_map(|s| s["session_id"].as_str())
         .collect();
-    for id in [&pipe, &pty, &echo, &size, &sleeper, &seven, &signalled] {
+    for id in [
+        &pipe, &pty, &echo, &size, &sleeper, &trapper, &owned, &seven, &signalled,
+    ] {
         assert!(ids.contains(&id.as_str()), "{id} is gone: {list}");
     }
     assert!(alive(sleeper_pid) && start_time(sleeper_pid) == sleeper_start);
@@ -103,6 +131,22 @@ fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
     for id in [&pipe, &pty] {
         assert_eq!(d.wait_exit(id)["exit_code"], 0, "{id}");
         assert_ticks(&d.read_all(id), 300);
+    }
+
+    // Signals reach it; the lease still owns its session and can own more.
+    d.ok(
+        "signal",
+        json!({"session_id": trapper, "signal": "SIGUSR1"}),
+    );
+    d.read_until(&trapper, "got USR1");
+    d.ok("kill", json!({"session_id": trapper}));
+    assert_eq!(
+        d.ok("poll", json!({"session_id": owned}))["status"],
+        "running"
+    );
+    let more = d.spawn_with(json!({"command": "sleep 300", "owner": token}));
+    for id in [&owned, &more] {
+        d.ok("kill", json!({"session_id": id}));
     }
 
     // And kill still kills.
@@ -162,10 +206,13 @@ fn a_follower_and_a_waiter_ride_through_a_kill() {
 
 #[test]
 fn restart_hands_every_session_to_the_new_daemon() {
+    // Run from a copy of procd, replaced by another copy before the
+    // restart, as an upgrade replaces the installed binary.
     let home = short_tempdir();
-    let bin = env!("CARGO_BIN_EXE_procd");
+    let bin = home.path().join("procd");
+    std::fs::copy(env!("CARGO_BIN_EXE_procd"), &bin).expect("copy procd");
     let cli = |args: &[&str]| {
-        Command::new(bin)
+        Command::new(&bin)
             .arg("--home")
             .arg(home.path())
             .args(args)
@@ -189,10 +236,18 @@ fn restart_hands_every_session_to_the_new_daemon() {
         .expect("id")
         .to_string();
     let before = gateway_pid(home.path());
+    let upgrade = home.path().join("procd.new");
+    std::fs::copy(env!("CARGO_BIN_EXE_procd"), &upgrade).expect("copy procd");
+    std::fs::rename(&upgrade, &bin).expect("replace procd");
     let out = cli(&["restart", "--json"]);
     assert!(out.status.success(), "{out:?}");
     let after = gateway_pid(home.path());
     assert_ne!(before, after, "a new daemon serves");
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{after}/exe")).expect("exe"),
+        bin,
+        "the new daemon runs the binary now on disk"
+    );
     assert!(cli(&["send", &echo, "hi"]).status.success());
     let waited = cli(&["wait", &echo]);
     assert_eq!(waited.status.code(), Some(0), "{waited:?}");
@@ -328,4 +383,39 @@ fn an_attached_terminal_rides_through_a_kill() {
         String::from_utf8_lossy(&out.stderr).contains("exited with code 0"),
         "{out:?}"
     );
+}
+
+#[test]
+fn a_timeout_and_a_met_ready_condition_outlive_the_daemon() {
+    let d = Daemon::start();
+    let timed = d.spawn_with(json!({"command": "sleep 300", "timeout_s": 2}));
+    let ready = d.spawn_with(json!({
+        "command": "echo booting; echo READY; sleep 300",
+        "ready": {"output": "^READY$"},
+    }));
+    wait_until("the server is ready", || {
+        d.ok("poll", json!({"session_id": ready}))["ready"] == true
+    });
+    let before = d.ok("poll", json!({"session_id": ready}))["ready_after_ms"].clone();
+    // The checkpoint records it (written right after it is met).
+    let procs = d.state_dir().join("procs.json");
+    wait_until("procs.json records the session as ready", || {
+        std::fs::read_to_string(&procs)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.as_array().cloned())
+            .is_some_and(|entries| {
+                entries
+                    .iter()
+                    .any(|e| e["session_id"] == ready.as_str() && e["ready_after_ms"] == before)
+            })
+    });
+    d.kill_daemon();
+    let r = d.ok("poll", json!({"session_id": ready}));
+    assert_eq!(r["ready"], true, "{r}");
+    assert_eq!(r["ready_after_ms"], before, "{r}");
+    // The timeout still ends the session, counted from its start.
+    let w = d.wait_exit(&timed);
+    assert_eq!(w["completion_reason"], "timeout", "{w}");
+    d.ok("kill", json!({"session_id": ready}));
 }

@@ -44,6 +44,22 @@ pub struct CheckpointEntry {
     #[serde(default)]
     pub systemd_unit: Option<String>,
     pub log_path: String,
+    /// What the next daemon needs to keep the session as it was asked for
+    /// (beyond SPEC §7's fields, ignored by readers that do not know
+    /// them): when its timeout fires, its PTY size, its stdin, its ready
+    /// condition and when that was met.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cols: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<procd_proto::StdinMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<procd_proto::ReadySpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_after_ms: Option<u64>,
     /// How it ended (`ended.json` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<EndedExit>,

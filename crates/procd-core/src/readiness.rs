@@ -59,6 +59,8 @@ impl Readiness {
 /// A parsed ready condition.
 #[derive(Debug, Clone)]
 pub struct ReadyCheck {
+    /// As the caller gave it (kept in the checkpoint, SPEC §11).
+    pub spec: ReadySpec,
     pub output: Option<Regex>,
     /// `Some(None)`: any port.
     pub port: Option<Option<u16>>,
@@ -104,6 +106,7 @@ impl ReadyCheck {
             return Err("ready: give at least one of output, port, http".into());
         }
         Ok(ReadyCheck {
+            spec: spec.clone(),
             output,
             port,
             http,

@@ -78,7 +78,15 @@ impl Link {
         let socket = unsafe { OwnedFd::from_raw_fd(fd) };
         let is_socket = nix::sys::stat::fstat(&socket)
             .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
-        if !is_socket {
+        // And its other end must be our parent's, of our own user: a
+        // variable inherited from elsewhere names nobody's keeper.
+        let ours = is_socket
+            && nix::sys::socket::getsockopt(&socket, nix::sys::socket::sockopt::PeerCredentials)
+                .is_ok_and(|cred| {
+                    cred.pid() == nix::unistd::getppid().as_raw()
+                        && cred.uid() == nix::unistd::getuid().as_raw()
+                });
+        if !ours {
             let _ = std::os::fd::IntoRawFd::into_raw_fd(socket);
             return None;
         }

@@ -136,8 +136,23 @@ impl Registry {
             session.set_output_probe(fd);
         }
         session.hold_slot(self.running.take());
+        // Its ready condition: met before stays met; else it is watched on.
+        let watch_ready = match (e.ready_after_ms, session.spec.ready.clone()) {
+            (Some(after_ms), _) => {
+                session.set_readiness(Readiness::Ready { after_ms });
+                None
+            }
+            (None, Some(check)) => {
+                session.set_readiness(Readiness::Pending { timed_out: false });
+                Some(check)
+            }
+            (None, None) => None,
+        };
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
+        if let Some(check) = watch_ready {
+            tokio::spawn(self.watch_readiness(session.clone(), check));
+        }
         let (tx, exit_rx) = oneshot::channel();
         let from_keeper = keeper.exit_of(e.pid);
         tokio::spawn(async move {

@@ -88,6 +88,8 @@ impl Registry {
                         after_ms,
                         ports,
                     });
+                    // A daemon that takes the session over finds it ready.
+                    reg.checkpoint_soon();
                     return;
                 }
                 let now = tokio::time::Instant::now();

@@ -75,6 +75,15 @@ impl Registry {
                 watch_patterns: s.spec.watch_patterns.clone(),
                 systemd_unit: s.systemd_unit.clone(),
                 log_path: s.output.path().display().to_string(),
+                timeout_at: s.spec.timeout.map(|t| rfc3339(s.started_at + t)),
+                rows: s.spec.pty.then_some(s.spec.rows),
+                cols: s.spec.pty.then_some(s.spec.cols),
+                stdin: Some(s.spec.stdin),
+                ready: s.spec.ready.as_ref().map(|c| c.spec.clone()),
+                ready_after_ms: match s.readiness() {
+                    Readiness::Ready { after_ms } => Some(after_ms),
+                    _ => None,
+                },
             })
             .collect();
         entries.extend(
@@ -398,12 +407,23 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         owner: e.owner.clone(),
         persist: e.persist,
         pty: e.pty,
-        rows: 30,
-        cols: 120,
+        rows: e.rows.unwrap_or(30),
+        cols: e.cols.unwrap_or(120),
         notify_on_complete: e.notify_on_complete,
         watch_patterns: e.watch_patterns.clone(),
-        timeout: None,
-        stdin: StdinMode::Null,
-        ready: None,
+        // What is left of it (none left: it fires at once).
+        timeout: e
+            .timeout_at
+            .as_deref()
+            .and_then(crate::clock::parse_rfc3339)
+            .map(|at| {
+                at.duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default()
+            }),
+        stdin: e.stdin.unwrap_or(StdinMode::Null),
+        ready: e
+            .ready
+            .as_ref()
+            .and_then(|r| crate::readiness::ReadyCheck::parse(r).ok()),
     }
 }
