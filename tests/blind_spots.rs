@@ -136,17 +136,7 @@ fn the_cli_spawn_flags_reach_the_session() {
 fn releasing_a_lease_ends_its_owners_sessions_but_not_persistent_ones() {
     let d = Daemon::with_config("monitor_interval_s = 0.1");
     let holder = Stand::sleep();
-    let out = d.cli(&[
-        "lease",
-        "acquire",
-        "--pid",
-        &holder.pid().to_string(),
-        "--json",
-    ]);
-    let token = serde_json::from_slice::<Value>(&out.stdout).unwrap()["token"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let token = d.lease(holder.pid());
     let owned = d.spawn_with(json!({"command": "sleep 300", "owner": token}));
     let kept = d.spawn_with(json!({"command": "sleep 300", "owner": token, "persist": true}));
     let out = d.cli(&["lease", "release", &token, "--json"]);

@@ -50,17 +50,7 @@ fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
     let trapper = d.spawn("trap 'echo got USR1' USR1; while :; do sleep 0.1; done");
     // A lease and a session it owns: the lease is on disk and survives.
     let holder = Stand::sleep();
-    let out = d.cli(&[
-        "lease",
-        "acquire",
-        "--pid",
-        &holder.pid().to_string(),
-        "--json",
-    ]);
-    let token = serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")["token"]
-        .as_str()
-        .expect("token")
-        .to_string();
+    let token = d.lease(holder.pid());
     let owned = d.spawn_with(json!({"command": "sleep 300", "owner": token}));
     // Two that end while no daemon may be serving: with a code, by a signal.
     let seven = d.spawn(&format!("tail --pid={daemon} -f /dev/null; exit 7"));

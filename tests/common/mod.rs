@@ -267,6 +267,16 @@ impl Daemon {
         }
     }
 
+    /// Takes a client lease for `pid` through the CLI; returns its token.
+    pub fn lease(&self, pid: i32) -> String {
+        let out = self.cli(&["lease", "acquire", "--pid", &pid.to_string(), "--json"]);
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice::<Value>(&out.stdout).expect("json")["token"]
+            .as_str()
+            .expect("token")
+            .to_string()
+    }
+
     /// Runs the CLI against this daemon's home.
     pub fn cli(&self, args: &[&str]) -> Output {
         Command::new(BIN)

@@ -183,6 +183,8 @@ pub struct Registry {
     retained: Mutex<Vec<CheckpointEntry>>,
     /// Set when the daemon is shutting down: spawns are refused.
     closing: std::sync::atomic::AtomicBool,
+    /// A checkpoint write is scheduled and has not begun (`checkpoint_soon`).
+    checkpoint_pending: std::sync::atomic::AtomicBool,
     keeper: Option<Arc<procd_keeper::Link>>,
     /// Set when the daemon hands its sessions to the next one: supervisors
     /// stop reading (nothing read is left unstored) and record no exit.
@@ -240,6 +242,7 @@ impl Registry {
             running: crate::slot::Slots::default(),
             notifications: NotificationQueue::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
+            checkpoint_pending: std::sync::atomic::AtomicBool::new(false),
             keeper: options.keeper,
             handing_over: tokio::sync::watch::channel(false).0,
             supervisors: tokio::sync::watch::channel(0).0,

@@ -153,8 +153,8 @@ impl Link {
                 }
                 ToDaemon::HandedOver => return Ok(handover),
                 ToDaemon::Exited { pid, exit } => self.exit_arrived(pid, exit),
-                // Asked before we serve: remembered by the keeper and sent
-                // again after the handover, or handled by the reader.
+                // The keeper sends the handover in one go, before anything
+                // it is asked: these cannot come yet.
                 ToDaemon::HandOver | ToDaemon::Stop => {}
             }
         }

@@ -131,7 +131,9 @@ impl Registry {
             started_at,
         );
         session.systemd_unit = e.systemd_unit.clone();
-        session.input = crate::observe::InputId::of_fd(&self.procfs, e.pid, 0);
+        if session.spec.stdin == StdinMode::Pipe {
+            session.input = crate::observe::InputId::of_fd(&self.procfs, e.pid, 0);
+        }
         if let Some(fd) = probe {
             session.set_output_probe(fd);
         }

@@ -3,13 +3,23 @@
 use super::*;
 
 impl Registry {
-    /// Records an exit in the checkpoint (called after the state flipped,
-    /// so the snapshot no longer lists the session).
+    /// Records an exit (or a session now ready) in the checkpoint, called
+    /// after the state changed. Coalesced: while a write is scheduled and
+    /// has not yet begun, more changes ride on it (256 sessions ending at
+    /// once are a few writes, not 256 of a growing `ended.json`).
     pub(super) fn checkpoint_soon(&self) {
+        if self.checkpoint_pending.swap(true, Ordering::SeqCst) {
+            return;
+        }
         if let Some(me) = self.me.upgrade() {
             tokio::spawn(async move {
+                // Cleared before the write takes its snapshot: a change
+                // after this point schedules a write of its own.
+                me.checkpoint_pending.store(false, Ordering::SeqCst);
                 let _ = me.write_checkpoint().await;
             });
+        } else {
+            self.checkpoint_pending.store(false, Ordering::SeqCst);
         }
     }
 
