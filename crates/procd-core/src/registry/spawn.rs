@@ -191,6 +191,10 @@ impl Registry {
         }
     }
 
+    /// Spawns one session (its running slot already taken): the log, the
+    /// environment and launch line, the fork (`launch`), the keeper's
+    /// copies of its descriptors, the session itself (`open_session`), the
+    /// checkpoint, the supervisor. A failure at any step leaves nothing.
     pub(super) async fn spawn_reserved(
         &self,
         spec: SessionSpec,
@@ -209,124 +213,35 @@ impl Registry {
             )
             .map_err(|e| spawn_err("cannot create the session log", e))?,
         );
-        let env = self
+        let mut env = self
             .env_policy
             .build(self.inherited_env.iter().cloned(), caller_env, &id);
-        let mut env = env;
         env.insert(INSTANCE_VAR.into(), self.instance_marker());
         let argv = self
             .launch_argv(&launch_script(&spec.command), &mut env, caller_env)
             .await;
-
         let mut spec = spec;
-        let mut unit = match &self.scopes {
-            Some(scopes) if scopes.available().await => Some(unit_name(&id)),
-            _ => None,
-        };
-        let started = match self.start_child(&spec, &env, &argv, unit.as_deref()) {
-            Err(e) if spec.pty => {
-                // The PTY spawn failed, perhaps after its scope was created:
-                // stop that scope before a pipe spawn under a distinct unit,
-                // and never run the command twice.
-                if let (Some(u), Some(scopes)) = (&unit, &self.scopes) {
-                    if !scopes.stop(u).await {
-                        output.delete_log();
-                        return Err(Error::SpawnFailed(format!(
-                            "PTY spawn failed ({e}) and its scope {u} could not be reaped; not retrying without a PTY"
-                        )));
-                    }
-                }
-                tracing::warn!(session = %id, %e, "PTY spawn failed; falling back to pipes");
-                spec.pty = false;
-                unit = unit.map(|u| format!("{u}-pipe-fallback"));
-                self.start_child(&spec, &env, &argv, unit.as_deref())
-            }
-            other => other,
-        };
-        let started = match started {
-            Ok(s) => s,
+        let started = match self.launch(&id, &mut spec, &env, &argv).await {
+            Ok(started) => started,
             Err(e) => {
                 output.delete_log();
-                return Err(spawn_err(&format!("cannot start {:?}", self.shell[0]), e));
+                return Err(e);
             }
         };
-        let (pid, identity, exit_rx) = (started.pid, started.identity, started.exit_rx);
+        let pid = started.pid;
 
         // From here on the child exists: any failure must kill it first.
-        let setup = (|| {
-            if self.injected_failure(false) {
-                return Err(std::io::Error::other("injected failure after spawn"));
-            }
-            Ok::<_, std::io::Error>(started.io)
-        })();
-        let io = match setup {
-            Ok(io) => io,
-            Err(e) => {
-                let tree = kill::TreeSpec {
-                    root: identity,
-                    pgid: pid,
-                    marker: format!("PROCD_SESSION_ID={id}").into_bytes(),
-                    root_pinned: true,
-                    adopted: Vec::new(),
-                };
-                // Wait for the kill so that no process outlives the error.
-                kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO).await;
-                if let (Some(u), Some(scopes)) = (&unit, &self.scopes) {
-                    scopes.stop(u).await;
-                }
-                output.delete_log();
-                return Err(spawn_err(
-                    "session setup failed (the process was killed)",
-                    e,
-                ));
-            }
-        };
-        self.hold_in_keeper(&id, identity, &io);
-        let output_probe = match &io {
-            ChildIo::Pipe { output, .. } => {
-                std::os::fd::AsFd::as_fd(output).try_clone_to_owned().ok()
-            }
-            ChildIo::Pty { master, .. } => master.try_clone().ok(),
-        };
-        let (reader, writer) = match io {
-            ChildIo::Pipe { output, stdin } => {
-                (OutputReader::Pipe(output), stdin.map(StdinSink::Pipe))
-            }
-            ChildIo::Pty {
-                reader,
-                writer,
-                master,
-            } => (
-                OutputReader::Pty(PtyReader(reader)),
-                Some(StdinSink::Pty(writer, master)),
-            ),
-        };
-
-        let stdin_tx = writer.map(|sink| {
-            let (tx, rx) = mpsc::channel(16);
-            tokio::spawn(session::stdin_writer(sink, rx));
-            tx
-        });
-        let input = match spec.stdin {
-            StdinMode::Null => None,
-            StdinMode::Pipe => crate::observe::InputId::of_fd(&self.procfs, pid, 0),
-        };
-        let ready = spec.ready.clone();
-        let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx);
-        session.systemd_unit = unit;
-        session.input = input;
-        if let Some(fd) = output_probe {
-            session.set_output_probe(fd);
+        if self.injected_failure(false) {
+            self.end_unsupervised(&id, started.identity, started.unit.as_deref())
+                .await;
+            output.delete_log();
+            return Err(spawn_err(
+                "session setup failed (the process was killed)",
+                std::io::Error::other("injected failure after spawn"),
+            ));
         }
-        if ready.is_some() {
-            session.set_readiness(Readiness::Pending { timed_out: false });
-        }
-        session.hold_slot(slot);
-        let session = Arc::new(session);
-        self.table().insert(id.clone(), session.clone());
-        if let Some(check) = ready {
-            tokio::spawn(self.watch_readiness(session.clone(), check));
-        }
+        self.hold_in_keeper(&id, started.identity, &started.io);
+        let (session, reader, exit_rx) = self.open_session(id.clone(), spec, output, started, slot);
         // Make room: the new session counts towards max_sessions.
         self.prune();
         self.notifications.publish(Event::Started {
@@ -374,6 +289,134 @@ impl Registry {
             waiting_for_input: None,
             exit: None,
         })
+    }
+
+    /// Forks the session's root (in its systemd scope, if scopes are used);
+    /// a PTY that cannot be had falls back to pipes, never running the
+    /// command twice.
+    async fn launch(
+        &self,
+        id: &str,
+        spec: &mut SessionSpec,
+        env: &BTreeMap<String, String>,
+        argv: &[String],
+    ) -> Result<StartedChild, Error> {
+        let mut unit = match &self.scopes {
+            Some(scopes) if scopes.available().await => Some(unit_name(id)),
+            _ => None,
+        };
+        let started = match self.start_child(spec, env, argv, unit.as_deref()) {
+            Err(e) if spec.pty => {
+                // The PTY spawn failed, perhaps after its scope was created:
+                // stop that scope before a pipe spawn under a distinct unit.
+                if let (Some(u), Some(scopes)) = (&unit, &self.scopes) {
+                    if !scopes.stop(u).await {
+                        return Err(Error::SpawnFailed(format!(
+                            "PTY spawn failed ({e}) and its scope {u} could not be reaped; not retrying without a PTY"
+                        )));
+                    }
+                }
+                tracing::warn!(session = %id, %e, "PTY spawn failed; falling back to pipes");
+                spec.pty = false;
+                unit = unit.map(|u| format!("{u}-pipe-fallback"));
+                self.start_child(spec, env, argv, unit.as_deref())
+            }
+            other => other,
+        };
+        match started {
+            Ok(started) => Ok(started),
+            Err(e) => Err(Error::SpawnFailed(format!(
+                "cannot start {:?}: {e}",
+                self.shell[0]
+            ))),
+        }
+    }
+
+    /// Ends a child that exists but will not be supervised (its setup
+    /// failed): its tree, SIGKILLed through the guard and waited for, and
+    /// its scope, so that no process outlives the error.
+    async fn end_unsupervised(&self, id: &str, root: ProcessIdentity, unit: Option<&str>) {
+        let tree = kill::TreeSpec {
+            root,
+            pgid: root.pid,
+            marker: format!("PROCD_SESSION_ID={id}").into_bytes(),
+            root_pinned: true,
+            adopted: Vec::new(),
+        };
+        kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO).await;
+        if let (Some(u), Some(scopes)) = (unit, &self.scopes) {
+            scopes.stop(u).await;
+        }
+    }
+
+    /// The session of a child just started: its stdin writer, what it
+    /// reads input from, the probe for unread output, its ready condition
+    /// (watched from now on), its running slot; listed in the table.
+    /// Returns it with what its supervisor is to read and wait for.
+    fn open_session(
+        &self,
+        id: String,
+        spec: SessionSpec,
+        output: Arc<OutputStore>,
+        child: StartedChild,
+        slot: crate::slot::RunningSlot,
+    ) -> (
+        Arc<Session>,
+        OutputReader,
+        oneshot::Receiver<crate::reaper::ChildExit>,
+    ) {
+        let StartedChild {
+            identity,
+            io,
+            unit,
+            exit_rx,
+            ..
+        } = child;
+        let output_probe = match &io {
+            ChildIo::Pipe { output, .. } => {
+                std::os::fd::AsFd::as_fd(output).try_clone_to_owned().ok()
+            }
+            ChildIo::Pty { master, .. } => master.try_clone().ok(),
+        };
+        let (reader, writer) = match io {
+            ChildIo::Pipe { output, stdin } => {
+                (OutputReader::Pipe(output), stdin.map(StdinSink::Pipe))
+            }
+            ChildIo::Pty {
+                reader,
+                writer,
+                master,
+            } => (
+                OutputReader::Pty(PtyReader(reader)),
+                Some(StdinSink::Pty(writer, master)),
+            ),
+        };
+        let stdin_tx = writer.map(|sink| {
+            let (tx, rx) = mpsc::channel(16);
+            tokio::spawn(session::stdin_writer(sink, rx));
+            tx
+        });
+        let input = match spec.stdin {
+            StdinMode::Null => None,
+            StdinMode::Pipe => crate::observe::InputId::of_fd(&self.procfs, identity.pid, 0),
+        };
+        let ready = spec.ready.clone();
+        let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx);
+        session.systemd_unit = unit;
+        session.input = input;
+        if let Some(fd) = output_probe {
+            session.set_output_probe(fd);
+        }
+        if ready.is_some() {
+            session.set_readiness(Readiness::Pending { timed_out: false });
+        }
+        session.hold_slot(slot);
+        let session = Arc::new(session);
+        self.table().insert(id, session.clone());
+        if let Some(check) = ready {
+            tokio::spawn(self.watch_readiness(session.clone(), check));
+        }
+        (session, reader, exit_rx)
     }
 
     /// Starts the session's supervisor task (session.rs): the output
@@ -584,6 +627,7 @@ impl Registry {
             identity: ProcessIdentity { pid, start_time },
             exit_rx,
             io,
+            unit: unit.map(str::to_string),
         })
     }
 
@@ -739,6 +783,8 @@ pub(super) struct StartedChild {
     identity: ProcessIdentity,
     exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
     io: ChildIo,
+    /// The systemd scope it runs in.
+    unit: Option<String>,
 }
 
 pub(super) enum ChildIo {
