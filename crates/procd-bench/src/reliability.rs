@@ -53,29 +53,9 @@ pub fn run(s: &Sizes) -> Vec<Figure> {
     figures
 }
 
-// ----- a small deterministic generator -------------------------------------------
+// ----- reproducible randomness ----------------------------------------------------
 
-/// xorshift64*: reproducible inputs from a printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
-
+/// The seed of reproducible inputs (`fastrand`): PROCD_FUZZ_SEED, else the clock.
 fn seed() -> u64 {
     std::env::var("PROCD_FUZZ_SEED")
         .ok()
@@ -234,8 +214,8 @@ const COMMANDS: &[&str] = &[
     "printf 'a\\nb'",
 ];
 
-fn hostile(rng: &mut Rng) -> Value {
-    match rng.below(16) {
+fn hostile(rng: &mut fastrand::Rng) -> Value {
+    match rng.u64(..16) {
         0 => json!(-1),
         1 => json!(1e308),
         2 => json!(-1e308),
@@ -255,32 +235,36 @@ fn hostile(rng: &mut Rng) -> Value {
     }
 }
 
-fn valid(rng: &mut Rng, kind: Kind, sessions: &[String]) -> Value {
+fn valid(rng: &mut fastrand::Rng, kind: Kind, sessions: &[String]) -> Value {
     match kind {
-        Kind::Text => json!(*rng.pick(COMMANDS)),
-        Kind::Session => match sessions.is_empty() || rng.chance(20) {
-            true => json!(*rng.pick(&["proc_000000000000", "abcd", "ab", "proc_"])),
-            false => json!(rng.pick(sessions)),
+        Kind::Text => json!(*rng.choice(COMMANDS.iter()).expect("something to pick")),
+        Kind::Session => match sessions.is_empty() || (rng.u64(..100) < 20) {
+            true => json!(*rng
+                .choice(["proc_000000000000", "abcd", "ab", "proc_"].iter())
+                .expect("something to pick")),
+            false => json!(rng.choice(sessions.iter()).expect("something to pick")),
         },
-        Kind::Bool => json!(rng.chance(50)),
-        Kind::Seconds => json!(rng.below(200) as f64 / 1000.0),
-        Kind::Millis => json!(rng.below(100)),
-        Kind::Count => json!(rng.below(5000)),
-        Kind::Size => json!(1 + rng.below(200)),
+        Kind::Bool => json!((rng.u64(..100) < 50)),
+        Kind::Seconds => json!(rng.u64(..200) as f64 / 1000.0),
+        Kind::Millis => json!(rng.u64(..100)),
+        Kind::Count => json!(rng.u64(..5000)),
+        Kind::Size => json!(1 + rng.u64(..200)),
         Kind::Map => json!({"FUZZ": "1", "GH_TOKEN": "x", "PROCD_FORCE_HOME": "/"}),
         Kind::List => json!(["a", "proc_000000000000"]),
-        Kind::Signal => json!(*rng.pick(&["TERM", "SIGINT", "KILL", "NOPE"])),
+        Kind::Signal => json!(*rng
+            .choice(["TERM", "SIGINT", "KILL", "NOPE"].iter())
+            .expect("something to pick")),
     }
 }
 
 /// One generated input line and how many answers it must get.
-fn input(rng: &mut Rng, id: u64, sessions: &[String]) -> (Vec<u8>, usize) {
-    let request = |rng: &mut Rng, id: u64| -> Value {
-        let (method, params) = rng.pick(METHODS);
+fn input(rng: &mut fastrand::Rng, id: u64, sessions: &[String]) -> (Vec<u8>, usize) {
+    let request = |rng: &mut fastrand::Rng, id: u64| -> Value {
+        let (method, params) = rng.choice(METHODS.iter()).expect("something to pick");
         let mut p = serde_json::Map::new();
         for (name, kind) in params.iter() {
-            if rng.chance(60) {
-                let v = if rng.chance(75) {
+            if rng.u64(..100) < 60 {
+                let v = if rng.u64(..100) < 75 {
                     valid(rng, *kind, sessions)
                 } else {
                     hostile(rng)
@@ -290,16 +274,19 @@ fn input(rng: &mut Rng, id: u64, sessions: &[String]) -> (Vec<u8>, usize) {
         }
         if *method == "spawn" {
             // Whatever else is mutated, the command stays harmless.
-            p.insert("command".into(), json!(*rng.pick(COMMANDS)));
+            p.insert(
+                "command".into(),
+                json!(*rng.choice(COMMANDS.iter()).expect("something to pick")),
+            );
             p.insert("yield_ms".into(), json!(0));
         }
         json!({"jsonrpc": "2.0", "id": id, "method": method, "params": p})
     };
-    match rng.below(100) {
+    match rng.u64(..100) {
         0..=59 => (request(rng, id).to_string().into_bytes(), 1),
         60..=67 => {
             // A wrong envelope.
-            let v = match rng.below(6) {
+            let v = match rng.u64(..6) {
                 0 => json!({"id": id, "method": "status"}),
                 1 => json!({"jsonrpc": "2.0", "id": id, "method": 7}),
                 2 => json!({"jsonrpc": "2.0", "id": id, "method": "status", "params": 3}),
@@ -312,22 +299,22 @@ fn input(rng: &mut Rng, id: u64, sessions: &[String]) -> (Vec<u8>, usize) {
             (v.to_string().into_bytes(), 1)
         }
         68..=77 => {
-            let n = rng.below(6) as usize;
+            let n = rng.u64(..6) as usize;
             let items: Vec<Value> = (0..n).map(|i| request(rng, id * 10 + i as u64)).collect();
             (Value::Array(items).to_string().into_bytes(), 1)
         }
         78..=85 => {
             // Random bytes, invalid UTF-8 included, never a newline.
-            let n = 1 + rng.below(300) as usize;
-            let mut bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+            let n = 1 + rng.u64(..300) as usize;
+            let mut bytes: Vec<u8> = (0..n).map(|_| rng.u64(..) as u8).collect();
             bytes.retain(|b| *b != b'\n');
             let answers = usize::from(!String::from_utf8_lossy(&bytes).trim().is_empty());
             (bytes, answers)
         }
         86..=89 => {
-            let depth = 100 + rng.below(20_000) as usize;
+            let depth = 100 + rng.u64(..20_000) as usize;
             let mut s = "[".repeat(depth);
-            s.push_str(&"]".repeat(depth * (rng.below(2) as usize)));
+            s.push_str(&"]".repeat(depth * (rng.u64(..2) as usize)));
             (s.into_bytes(), 1)
         }
         90..=94 => {
@@ -395,7 +382,8 @@ fn fuzz(inputs: usize) -> Vec<Figure> {
         let socket = d.socket();
         let sessions = sessions.clone();
         workers.push(std::thread::spawn(move || {
-            let mut rng = Rng(seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut rng =
+                fastrand::Rng::with_seed(seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             let stream = UnixStream::connect(&socket).expect("connect");
             stream.set_read_timeout(Some(Duration::from_secs(120))).ok();
             let (tx, rx) = std::sync::mpsc::channel();
@@ -406,9 +394,9 @@ fn fuzz(inputs: usize) -> Vec<Figure> {
             let mut expected = 0usize;
             for i in 0..per {
                 let (line, answers) = input(&mut rng, i as u64, &sessions);
-                if rng.chance(5) && line.len() > 2 {
+                if (rng.u64(..100) < 5) && line.len() > 2 {
                     // A line that arrives in pieces.
-                    let cut = 1 + rng.below(line.len() as u64 - 1) as usize;
+                    let cut = 1 + rng.u64(..line.len() as u64 - 1) as usize;
                     let _ = writer.write_all(&line[..cut]);
                     let _ = writer.flush();
                     let _ = writer.write_all(&line[cut..]);
@@ -500,7 +488,7 @@ fn session_processes(home: &Path) -> Vec<(i32, String)> {
 
 fn chaos(rounds: usize) -> Vec<Figure> {
     let seed = seed();
-    let mut rng = Rng(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let home = tempfile::Builder::new()
         .prefix("pc")
         .tempdir_in("/tmp")
@@ -524,26 +512,32 @@ fn chaos(rounds: usize) -> Vec<Figure> {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let traffic = {
             let stop = stop.clone();
-            let mut rng = Rng(rng.next() | 1);
+            let mut rng = fastrand::Rng::with_seed(rng.u64(..) | 1);
             std::thread::spawn(move || {
                 let mut acked = Vec::new();
                 let Ok(mut c) = Line::try_open(&socket) else {
                     return acked;
                 };
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let command = *rng.pick(&[
-                        "sleep 30",
-                        "true",
-                        "echo x; sleep 0.05",
-                        "sleep 30 & sleep 30",
-                    ]);
+                    let command = *rng
+                        .choice(
+                            [
+                                "sleep 30",
+                                "true",
+                                "echo x; sleep 0.05",
+                                "sleep 30 & sleep 30",
+                            ]
+                            .iter(),
+                        )
+                        .expect("something to pick");
                     let Ok(r) = c.try_call("spawn", json!({"command": command})) else {
                         break;
                     };
                     if let Some(id) = r["session_id"].as_str() {
                         acked.push(id.to_string());
-                        if rng.chance(30) {
-                            let victim = rng.pick(&acked).clone();
+                        if rng.u64(..100) < 30 {
+                            let victim =
+                                rng.choice(acked.iter()).expect("something to pick").clone();
                             if c.try_call("kill", json!({"session_id": victim, "grace_s": 0.1}))
                                 .is_err()
                             {
@@ -555,7 +549,7 @@ fn chaos(rounds: usize) -> Vec<Figure> {
                 acked
             })
         };
-        std::thread::sleep(Duration::from_millis(5 + rng.below(150)));
+        std::thread::sleep(Duration::from_millis(5 + rng.u64(..150)));
         let old = d.pid();
         let d = if daemon_only && old > 0 {
             let _ = nix::sys::signal::kill(
