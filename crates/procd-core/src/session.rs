@@ -131,19 +131,13 @@ pub struct Session {
     adopted: watch::Sender<Option<Arc<[ProcessIdentity]>>>,
     /// The `max_running` slot this session holds while it runs.
     slot: Mutex<Option<crate::slot::RunningSlot>>,
-    /// Ports and resources of its tree, as the monitor last saw them.
-    observed: Mutex<crate::observe::Observation>,
+    /// What is known of its tree and its input (SPEC §12), behind one lock.
+    seen: Mutex<Seen>,
     /// Its stdin pipe or terminal (None with `stdin: "null"`, or when the
     /// root was gone before it could be looked at).
     pub input: Option<crate::observe::InputId>,
     /// Where it stands against its ready condition (SPEC §12).
     readiness: watch::Sender<crate::readiness::Readiness>,
-    /// The output end when `input_wanted` was last sent: one event per
-    /// episode (cleared when the session is seen not waiting).
-    input_wanted_at: Mutex<Option<u64>>,
-    /// When input was last written: an observation from before says
-    /// nothing about whether it is waiting again.
-    last_input: Mutex<Option<Instant>>,
     /// A duplicate of the output pipe's read end (or the PTY master), to
     /// ask how much output the supervisor has not read yet; dropped at the
     /// exit, so a leftover writer is not kept from EPIPE.
@@ -153,6 +147,40 @@ pub struct Session {
 /// How long a session must be quiet, blocked on its input, before it
 /// counts as waiting for input (SPEC §12).
 pub const INPUT_QUIET: Duration = Duration::from_millis(250);
+
+/// What is known of a session's tree and input, changed together.
+#[derive(Default)]
+struct Seen {
+    /// Ports and resources of its tree, and whether a process was blocked
+    /// reading its input, as last observed (by the monitor or a yield).
+    observed: crate::observe::Observation,
+    /// When input was last written: an observation from before says
+    /// nothing about whether it is waiting again.
+    last_input: Option<Instant>,
+    /// The output end when `input_wanted` was last sent: one event per
+    /// episode (cleared when the session is seen not waiting).
+    input_wanted_at: Option<u64>,
+}
+
+impl Seen {
+    /// How long nothing has happened, given how long output has been quiet.
+    fn idle_for(&self, output_quiet: Duration) -> Duration {
+        match self.last_input {
+            Some(at) => output_quiet.min(at.elapsed()),
+            None => output_quiet,
+        }
+    }
+
+    /// Observations have seen a process blocked reading its input for
+    /// `INPUT_QUIET`, with nothing happening (`idle`) since they began.
+    fn blocked_reading(&self, idle: Duration) -> bool {
+        self.observed.reading_input
+            && self
+                .observed
+                .reading_since
+                .is_some_and(|since| since.elapsed() >= INPUT_QUIET && idle >= since.elapsed())
+    }
+}
 
 impl Session {
     pub fn new(
@@ -180,11 +208,9 @@ impl Session {
             shown_command: OnceLock::new(),
             adopted: watch::channel(None).0,
             slot: Mutex::new(None),
-            observed: Mutex::new(Default::default()),
+            seen: Mutex::new(Seen::default()),
             input: None,
             readiness: watch::channel(crate::readiness::Readiness::Unconditioned).0,
-            input_wanted_at: Mutex::new(None),
-            last_input: Mutex::new(None),
             output_probe: Mutex::new(None),
             spec,
         }
@@ -295,24 +321,29 @@ impl Session {
         }
     }
 
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The last observation of its tree (empty once it has exited).
     pub fn observed(&self) -> crate::observe::Observation {
         if !self.is_running() {
             return Default::default();
         }
-        self.observed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.seen().observed.clone()
     }
 
     /// Records an observation; returns the ports that are new since the last.
     pub fn set_observed(&self, mut now: crate::observe::Observation) -> Vec<u16> {
-        let idle = self.idle_for();
-        let mut last = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        let quiet = self.output.quiet_for();
+        let mut seen = self.seen();
+        let idle = seen.idle_for(quiet);
         // A run of "blocked reading" observations goes on only while
         // nothing happened since it began.
-        let run = last.reading_since.filter(|since| idle >= since.elapsed());
+        let run = seen
+            .observed
+            .reading_since
+            .filter(|since| idle >= since.elapsed());
         now.reading_since = match now.reading_input {
             true => run.or(now.taken),
             false => None,
@@ -320,10 +351,10 @@ impl Session {
         let new = now
             .ports
             .iter()
-            .filter(|p| !last.ports.contains(p))
+            .filter(|p| !seen.observed.ports.contains(p))
             .copied()
             .collect();
-        *last = now;
+        seen.observed = now;
         new
     }
 
@@ -338,17 +369,14 @@ impl Session {
     /// sent; until then it still looks blocked in its read).
     pub fn idle_for(&self) -> Duration {
         let quiet = self.output.quiet_for();
-        match *self.last_input.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(at) => quiet.min(at.elapsed()),
-            None => quiet,
-        }
+        self.seen().idle_for(quiet)
     }
 
     /// Whether the last observation saw a process blocked reading its
     /// input (a run that `waiting_for_input` may soon confirm).
     pub fn seen_reading_input(&self) -> bool {
-        let observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
-        observed.reading_input && observed.reading_since.is_some()
+        let seen = self.seen();
+        seen.observed.reading_input && seen.observed.reading_since.is_some()
     }
 
     /// Whether it is waiting for input now: observations have seen a
@@ -357,15 +385,15 @@ impl Session {
     /// prompt the program wrote just before blocking may still be on its
     /// way through the kernel — a PTY's flip buffer — and show up later.)
     pub fn waiting_for_input(&self) -> bool {
-        if !self.takes_input() {
-            return false;
-        }
-        let idle = self.idle_for();
-        let observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
-        observed.reading_input
-            && observed
-                .reading_since
-                .is_some_and(|since| since.elapsed() >= INPUT_QUIET && idle >= since.elapsed())
+        let quiet = self.output.quiet_for();
+        let seen = self.seen();
+        self.waiting_given(&seen, quiet)
+    }
+
+    /// `waiting_for_input` with the state already locked.
+    fn waiting_given(&self, seen: &Seen, output_quiet: Duration) -> bool {
+        self.takes_input()
+            && seen.blocked_reading(seen.idle_for(output_quiet))
             && !self.output_unread()
     }
 
@@ -396,36 +424,27 @@ impl Session {
 
     /// Records that input was written (a new episode may begin).
     pub fn note_input(&self) {
-        *self.last_input.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        *self
-            .input_wanted_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
+        let mut seen = self.seen();
+        seen.last_input = Some(Instant::now());
+        seen.input_wanted_at = None;
     }
 
     /// Whether an `input_wanted` event is due: it is waiting, and no event
     /// was sent for this episode (same output end, not seen reading since).
     pub fn take_input_wanted(&self) -> bool {
-        let mut sent = self
-            .input_wanted_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if !self.waiting_for_input() {
-            let reading = self
-                .observed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .reading_input;
-            if !reading {
-                *sent = None;
+        let quiet = self.output.quiet_for();
+        let mut seen = self.seen();
+        if !self.waiting_given(&seen, quiet) {
+            if !seen.observed.reading_input {
+                seen.input_wanted_at = None;
             }
             return false;
         }
         let end = self.output.end();
-        if *sent == Some(end) {
+        if seen.input_wanted_at == Some(end) {
             return false;
         }
-        *sent = Some(end);
+        seen.input_wanted_at = Some(end);
         true
     }
 
