@@ -144,6 +144,9 @@ impl Daemon {
             nix::unistd::Pid::from_raw(old as i32),
             nix::sys::signal::Signal::SIGKILL,
         );
+        // Until it is dead it may still accept a connection (it shares the
+        // listening socket with its keeper) and then drop it.
+        wait_until("the killed daemon is dead", || !alive(old as i32));
         let mut new = 0;
         wait_until("the keeper starts a new daemon", || {
             new = self.pid();
