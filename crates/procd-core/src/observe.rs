@@ -181,9 +181,7 @@ fn epoll_watches(dir: &Path, epfd: u64, is_input: &dyn Fn(u64) -> bool) -> bool 
 }
 
 fn page_size() -> u64 {
-    // SAFETY: sysconf reads a constant of the system; no memory is touched.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(n).unwrap_or(4096)
+    rustix::param::page_size() as u64
 }
 
 /// A process's descriptors and what each links to.

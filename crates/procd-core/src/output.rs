@@ -432,7 +432,7 @@ impl OutputStore {
             return Ok(());
         };
         let newlines = self.newlines_before(&file, base + drop)?;
-        match fallocate(&file, libc::FALLOC_FL_COLLAPSE_RANGE, 0, drop) {
+        match fallocate(&file, rustix::fs::FallocateFlags::COLLAPSE_RANGE, 0, drop) {
             Ok(()) => {
                 let mut inner = self.lock();
                 inner.log_base = base + drop;
@@ -459,7 +459,7 @@ impl OutputStore {
         let newlines = self.newlines_before(&file, base + drop)?;
         fallocate(
             &file,
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
             from,
             drop - from,
         )?;
@@ -947,17 +947,13 @@ fn forget_head(inner: &mut Inner, cut: u64, newlines: u64) {
     }
 }
 
-fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
-        return Err(io::Error::from_raw_os_error(libc::EFBIG));
-    };
-    // SAFETY: fallocate(2) on a descriptor we own, with plain integer
-    // arguments; it touches no memory of ours.
-    if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+fn fallocate(
+    file: &File,
+    mode: rustix::fs::FallocateFlags,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    Ok(rustix::fs::fallocate(file, mode, offset, len)?)
 }
 
 /// The filesystem cannot do this fallocate mode.

@@ -409,17 +409,10 @@ impl Session {
     /// Output the program wrote that the supervisor has not read yet: a
     /// prompt in flight is not silence.
     fn output_unread(&self) -> bool {
-        use std::os::fd::AsRawFd;
         let probe = self.output_probe.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(fd) = probe.as_ref() else {
-            return false;
-        };
-        let mut n: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one c_int through the pointer, which is a
-        // live local; the descriptor is owned by `probe`, held locked for
-        // the call, so it is open and is the one we mean.
-        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
-        r == 0 && n > 0
+        probe
+            .as_ref()
+            .is_some_and(|fd| rustix::io::ioctl_fionread(fd).is_ok_and(|n| n > 0))
     }
 
     /// Records that input was written (a new episode may begin).

@@ -6,10 +6,12 @@
 //! pid can never receive the signal. Exit is observable by polling the fd
 //! (readable once the process has exited, zombie or reaped).
 //!
-//! nix 0.32 has no pidfd wrappers, hence the two raw syscalls below.
+//! The syscalls through rustix (nix 0.32 has no pidfd wrappers).
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
@@ -22,17 +24,10 @@ pub struct PidFd {
 impl PidFd {
     /// Opens a pidfd for `pid` (ESRCH if no such process).
     pub fn open(pid: i32) -> io::Result<PidFd> {
-        if pid <= 0 {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
-        // SAFETY: pidfd_open(pid, flags) takes two integers and touches no
-        // memory of ours. It returns a new fd that nobody else owns, or -1.
-        let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, libc::PIDFD_NONBLOCK) };
-        if ret < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `ret` is a freshly created descriptor owned by no one else.
-        let fd = unsafe { OwnedFd::from_raw_fd(ret as i32) };
+        let target = Pid::from_raw(pid)
+            .filter(|_| pid > 0)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+        let fd = pidfd_open(target, PidfdFlags::NONBLOCK)?;
         Ok(PidFd { fd, pid })
     }
 
@@ -43,38 +38,29 @@ impl PidFd {
     /// Sends `signal` to exactly the process this fd was opened for.
     /// Returns Ok(false) if it had already exited (ESRCH).
     pub fn send_signal(&self, signal: i32) -> io::Result<bool> {
-        // SAFETY: the fd is valid for the lifetime of `self`; a null siginfo
-        // pointer is the documented "as kill(2) would" form; flags are 0.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.fd.as_raw_fd(),
-                signal,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
+        let Some(signal) = Signal::from_named_raw(signal) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
         };
-        if ret == 0 {
-            return Ok(true);
-        }
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ESRCH) {
-            Ok(false)
-        } else {
-            Err(err)
+        match pidfd_send_signal(&self.fd, signal) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::SRCH) => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// Whether the process has exited (a zombie counts as exited).
     pub fn has_exited(&self) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd on our stack, count 1, zero timeout.
-        let ret = unsafe { libc::poll(&mut pfd, 1, 0) };
-        ret > 0 && pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+        self.poll_exit(Some(&Timespec::default()))
+    }
+
+    /// Polls the pidfd (readable once the process has exited) for up to
+    /// `timeout` (None: no limit). EINTR counts as not yet.
+    fn poll_exit(&self, timeout: Option<&Timespec>) -> bool {
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        matches!(poll(&mut fds, timeout), Ok(n) if n > 0)
+            && fds[0]
+                .revents()
+                .intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR)
     }
 
     /// Blocks until the process exits or `limit` passes (for blocking
@@ -83,18 +69,14 @@ impl PidFd {
         let deadline = std::time::Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let mut pfd = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = left.as_millis().min(i32::MAX as u128) as i32;
-            // SAFETY: one valid pollfd on our stack, count 1.
-            let ret = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if ret > 0 {
+            let timeout = Timespec::try_from(left).unwrap_or(Timespec {
+                tv_sec: i64::MAX,
+                tv_nsec: 0,
+            });
+            if self.poll_exit(Some(&timeout)) {
                 return true;
             }
-            if ret == 0 || left.is_zero() {
+            if left.is_zero() || std::time::Instant::now() >= deadline {
                 return self.has_exited();
             }
             // EINTR: go round again with what is left.

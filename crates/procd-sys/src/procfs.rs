@@ -26,12 +26,9 @@ pub struct ProcStat {
 
 /// Clock ticks per second (for `cpu_ticks` and `start_time`).
 pub fn clock_ticks_per_second() -> f64 {
-    // SAFETY: sysconf reads a constant of the system; no memory is touched.
-    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if n > 0 {
-        n as f64
-    } else {
-        100.0
+    match rustix::param::clock_ticks_per_second() {
+        0 => 100.0,
+        n => n as f64,
     }
 }
 

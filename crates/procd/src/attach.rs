@@ -38,16 +38,9 @@ impl Drop for RawMode {
 }
 
 fn window_size() -> Option<(u16, u16)> {
-    let mut ws = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one winsize into the struct we pass; fd 0
-    // is only read. A non-tty fd 0 makes it fail with ENOTTY, handled.
-    let ok = unsafe { libc::ioctl(0, libc::TIOCGWINSZ, &mut ws) } == 0;
-    (ok && ws.ws_row > 0 && ws.ws_col > 0).then_some((ws.ws_row, ws.ws_col))
+    // A non-tty stdin fails with ENOTTY: no size.
+    let ws = rustix::termios::tcgetwinsize(std::io::stdin()).ok()?;
+    (ws.ws_row > 0 && ws.ws_col > 0).then_some((ws.ws_row, ws.ws_col))
 }
 
 pub async fn run(

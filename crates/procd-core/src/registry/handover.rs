@@ -176,18 +176,8 @@ fn handed_io(
     handed: HandedSession,
 ) -> std::io::Result<(spawn::OutputReader, Option<StdinSink>, Option<OwnedFd>)> {
     if let Some(master) = handed.pty {
-        // It must be a PTY master: TIOCGPTN answers only on one.
-        let mut n: libc::c_uint = 0;
-        // SAFETY: TIOCGPTN writes one c_uint through the pointer, a live
-        // local; the descriptor is owned by `master` for the call.
-        if unsafe {
-            libc::ioctl(
-                std::os::fd::AsRawFd::as_raw_fd(&master),
-                libc::TIOCGPTN,
-                &mut n,
-            )
-        } != 0
-        {
+        // It must be a PTY master: only one has a slave name.
+        if rustix::pty::ptsname(&master, Vec::new()).is_err() {
             return Err(std::io::Error::other(
                 "the kept terminal is not a PTY master",
             ));
@@ -197,7 +187,7 @@ fn handed_io(
         nix::fcntl::fcntl(&master, nix::fcntl::FcntlArg::F_SETFL(flags))?;
         let keep = master.try_clone()?;
         let probe = master.try_clone().ok();
-        // SAFETY: `master` is an open PTY master (TIOCGPTN answered), in
+        // SAFETY: `master` is an open PTY master (it has a slave name), in
         // non-blocking mode (set just above), and owned by this call.
         let pty = unsafe { pty_process::Pty::from_fd(master) }.map_err(std::io::Error::other)?;
         let (reader, writer) = pty.into_split();
