@@ -350,6 +350,9 @@ impl Daemon {
                 nix::unistd::Pid::from_raw(daemon),
                 nix::sys::signal::Signal::SIGKILL,
             );
+            // Until it is dead it still listens: a daemon started now would
+            // find it running, and a client would reach it as it dies.
+            wait_dead(daemon);
         }
         // Drop finds the keeper reaped: nothing more to do.
     }
@@ -444,6 +447,20 @@ impl Line {
             Some(r) => r.clone(),
             None => panic!("{method} failed: {resp}"),
         }
+    }
+}
+
+/// Waits (at most 20 s) until `pid` is gone or a zombie: a SIGKILLed
+/// process still holds its descriptors until then.
+pub(crate) fn wait_dead(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    }) {
+        assert!(Instant::now() < deadline, "pid {pid} survived SIGKILL");
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -599,15 +599,7 @@ fn chaos(rounds: usize) -> Vec<Figure> {
             Some(d) => {
                 // Dead, it accepts nothing more on the socket it shares
                 // with its keeper; a connection now waits for the next one.
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while std::fs::read_to_string(format!("/proc/{old}/stat")).is_ok_and(|s| {
-                    s.rsplit(')')
-                        .next()
-                        .is_some_and(|r| !r.trim_start().starts_with('Z'))
-                }) {
-                    assert!(Instant::now() < deadline, "the daemon survived SIGKILL");
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                crate::wait_dead(old);
                 let mut c = d.connect();
                 let deadline = Instant::now() + Duration::from_secs(20);
                 while c.call("status", json!({}))["pid"].as_i64() == Some(i64::from(old)) {
