@@ -96,29 +96,48 @@ pub async fn connect(socket: &Path) -> io::Result<Client> {
 pub use procd_gateway::control::Launcher;
 pub use procd_gateway::lease::Released;
 
+/// Why no daemon could be reached or started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The socket is not ours to use (SPEC §10: another user's).
+    #[error("{0}")]
+    Refused(io::Error),
+    #[error("{0}")]
+    Start(#[from] procd_gateway::control::ControlError),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("procd started but {} refused: {source}", socket.display())]
+    Connect {
+        socket: std::path::PathBuf,
+        source: io::Error,
+    },
+}
+
 /// Connects, starting an on-demand daemon first if none answers. Call it
 /// while holding a `Lease`: a daemon with no lease and no session may stop
 /// itself at any moment.
-pub async fn connect_or_start(paths: &Paths, launcher: &Launcher) -> Result<Client, String> {
+pub async fn connect_or_start(paths: &Paths, launcher: &Launcher) -> Result<Client, StartError> {
     match connect(&paths.socket()).await {
         Ok(client) => return Ok(client),
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(e.to_string()),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(StartError::Refused(e))
+        }
         Err(_) => {}
     }
     let (p, l) = (paths.clone(), launcher.clone());
     tokio::task::spawn_blocking(move || {
-        let t = procd_gateway::lease::Transition::begin(&p).map_err(|e| e.to_string())?;
-        procd_gateway::lease::wait_out_stopping(&p, &t).map_err(|e| e.to_string())?;
-        procd_gateway::control::start_on_demand(&p, &t, &l).map_err(|e| e.to_string())
+        let t = procd_gateway::lease::Transition::begin(&p)?;
+        procd_gateway::lease::wait_out_stopping(&p, &t)?;
+        procd_gateway::control::start_on_demand(&p, &t, &l).map_err(StartError::from)
     })
     .await
-    .map_err(|e| e.to_string())??;
-    connect(&paths.socket()).await.map_err(|e| {
-        format!(
-            "procd started but {} refused: {e}",
-            paths.socket().display()
-        )
-    })
+    .map_err(io::Error::other)??;
+    connect(&paths.socket())
+        .await
+        .map_err(|source| StartError::Connect {
+            socket: paths.socket(),
+            source,
+        })
 }
 
 /// A client lease (SPEC §6.3): while it is held, an on-demand daemon stays

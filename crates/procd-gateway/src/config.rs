@@ -2,37 +2,66 @@
 //! unknown keys and bad values are errors that name the key.
 
 use procd_proto::config::Config;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why a configuration cannot be used; every message names the file or
+/// the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {}: {message}", path.display())]
+    InFile { path: PathBuf, message: String },
+    /// Not valid TOML, an unknown key or a bad value (named).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("--set takes KEY=VALUE, got {0:?}")]
+    Override(String),
+}
+
+impl ConfigError {
+    fn in_file(self, path: &Path) -> ConfigError {
+        match self {
+            ConfigError::Invalid(message) => ConfigError::InFile {
+                path: path.to_path_buf(),
+                message,
+            },
+            other => other,
+        }
+    }
+}
+
+/// The text of the config at `path`; a missing file that was not asked
+/// for by name is empty.
+fn read(path: &Path, explicit: bool) -> Result<String, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => Ok(String::new()),
+        Err(source) => Err(ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
 
 /// The config at `path`; a missing file gives the defaults.
-pub fn load(path: &Path, explicit: bool) -> Result<Config, String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
-            return Ok(Config::default())
-        }
-        Err(e) => return Err(format!("cannot read config {}: {e}", path.display())),
-    };
-    parse(&text).map_err(|e| format!("config {}: {e}", path.display()))
+pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
+    load_with(path, explicit, &[])
 }
 
 /// `load`, then `KEY=VALUE` overrides (values in TOML syntax; a bare word
 /// is taken as a string).
-pub fn load_with(path: &Path, explicit: bool, overrides: &[String]) -> Result<Config, String> {
-    if overrides.is_empty() {
-        return load(path, explicit);
-    }
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => String::new(),
-        Err(e) => return Err(format!("cannot read config {}: {e}", path.display())),
-    };
-    let mut table: toml::Table =
-        toml::from_str(&text).map_err(|e| format!("config {}: {}", path.display(), e.message()))?;
+pub fn load_with(path: &Path, explicit: bool, overrides: &[String]) -> Result<Config, ConfigError> {
+    let text = read(path, explicit)?;
+    let mut table: toml::Table = toml::from_str(&text)
+        .map_err(|e| ConfigError::Invalid(e.message().to_string()).in_file(path))?;
     for kv in overrides {
         let (key, raw) = kv
             .split_once('=')
-            .ok_or_else(|| format!("--set takes KEY=VALUE, got {kv:?}"))?;
+            .ok_or_else(|| ConfigError::Override(kv.clone()))?;
         let key = key.trim();
         let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
             .ok()
@@ -40,32 +69,40 @@ pub fn load_with(path: &Path, explicit: bool, overrides: &[String]) -> Result<Co
             .unwrap_or_else(|| toml::Value::String(raw.to_string()));
         table.insert(key.to_string(), value);
     }
-    let config = to_config(table)?;
-    config.validate()?;
+    // A bad key or value given by --set is not the file's fault.
+    let located = |e: ConfigError| match overrides.is_empty() {
+        true => e.in_file(path),
+        false => e,
+    };
+    let config = to_config(table).map_err(located)?;
+    config
+        .validate()
+        .map_err(|e| located(ConfigError::Invalid(e)))?;
     Ok(config)
 }
 
-pub fn parse(text: &str) -> Result<Config, String> {
-    let table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_string())?;
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| ConfigError::Invalid(e.message().to_string()))?;
     let config = to_config(table)?;
-    config.validate()?;
+    config.validate().map_err(ConfigError::Invalid)?;
     Ok(config)
 }
 
 /// The table as a `Config`. serde's message for a bad value does not say
 /// which key it was ("invalid type: string, expected usize"): on failure
 /// each key is tried alone, and the first that fails is named.
-fn to_config(table: toml::Table) -> Result<Config, String> {
+fn to_config(table: toml::Table) -> Result<Config, ConfigError> {
     match table.clone().try_into::<Config>() {
         Ok(config) => Ok(config),
         Err(whole) => {
             for (key, value) in table {
                 let single: toml::Table = [(key.clone(), value)].into_iter().collect();
                 if let Err(e) = single.try_into::<Config>() {
-                    return Err(format!("{key}: {}", e.message()));
+                    return Err(ConfigError::Invalid(format!("{key}: {}", e.message())));
                 }
             }
-            Err(whole.message().to_string())
+            Err(ConfigError::Invalid(whole.message().to_string()))
         }
     }
 }
@@ -82,14 +119,14 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_values_are_named() {
-        let err = parse("max_sesions = 3").unwrap_err();
+        let err = parse("max_sesions = 3").unwrap_err().to_string();
         assert!(err.contains("max_sesions"), "{err}");
-        let err = parse("kill_grace_s = \"two\"").unwrap_err();
+        let err = parse("kill_grace_s = \"two\"").unwrap_err().to_string();
         assert!(
             err.contains("kill_grace_s") || err.contains("invalid type"),
             "{err}"
         );
-        let err = parse("kill_grace_s = -1").unwrap_err();
+        let err = parse("kill_grace_s = -1").unwrap_err().to_string();
         assert!(err.contains("kill_grace_s"), "{err}");
         assert_eq!(parse("max_sessions = 3").unwrap().max_sessions, 3);
     }
@@ -108,7 +145,9 @@ mod tests {
         assert_eq!(c.kill_grace_s, 4.0);
         assert!(!c.redact);
         assert_eq!(c.max_sessions, 5);
-        let err = load_with(&path, true, &["nope=1".into()]).unwrap_err();
+        let err = load_with(&path, true, &["nope=1".into()])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("nope"), "{err}");
     }
 }

@@ -18,37 +18,23 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// After SIGKILL, how long to wait before declaring the stop timed out.
 const KILL_WAIT: Duration = Duration::from_secs(2);
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// The recorded pid is alive but its identity cannot be verified.
+    #[error(
+        "refusing to signal pid {0}: its identity cannot be verified (reason identity_unavailable)"
+    )]
     IdentityUnavailable(i32),
     /// The daemon survived SIGTERM, the timeout and SIGKILL; state kept.
+    #[error("procd (pid {0}) did not stop; state kept (reason stop_timeout)")]
     StopTimeout(i32),
+    #[error("procd is not running")]
     NotRunning,
     /// `restart` of a foreground daemon (it is not ours to detach).
+    #[error("procd (pid {0}) runs in the foreground; restart it where it was started")]
     Foreground(i32),
+    #[error("{0}")]
     Io(String),
-}
-
-impl std::fmt::Display for ControlError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ControlError::IdentityUnavailable(pid) => write!(
-                f,
-                "refusing to signal pid {pid}: its identity cannot be verified (reason identity_unavailable)"
-            ),
-            ControlError::StopTimeout(pid) => write!(
-                f,
-                "procd (pid {pid}) did not stop; state kept (reason stop_timeout)"
-            ),
-            ControlError::NotRunning => write!(f, "procd is not running"),
-            ControlError::Foreground(pid) => write!(
-                f,
-                "procd (pid {pid}) runs in the foreground; restart it where it was started"
-            ),
-            ControlError::Io(e) => f.write_str(e),
-        }
-    }
 }
 
 impl From<io::Error> for ControlError {

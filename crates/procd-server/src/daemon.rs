@@ -102,6 +102,39 @@ fn wants_keeper() -> bool {
     std::env::var_os("LISTEN_FDS").is_none() && std::env::var_os("NOTIFY_SOCKET").is_none()
 }
 
+/// Why the daemon could not start (`run` prints it as "procd: …").
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// A step failed with an OS error: what was being done, and why.
+    #[error("{what}: {source}")]
+    Os {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Other(&'static str),
+}
+
+impl StartupError {
+    fn os(what: String, source: impl Into<std::io::Error>) -> StartupError {
+        StartupError::Os {
+            what,
+            source: source.into(),
+        }
+    }
+}
+
+/// Says what was being done when an OS call failed.
+trait Doing<T> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, StartupError>;
+}
+
+impl<T, E: Into<std::io::Error>> Doing<T> for Result<T, E> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, StartupError> {
+        self.map_err(|e| StartupError::os(what(), e))
+    }
+}
+
 enum Claim {
     Claimed(Listening),
     AlreadyRunning(i32),
@@ -120,14 +153,14 @@ fn claim_instance(
     options: &DaemonOptions,
     keeper: Option<&procd_keeper::Link>,
     kept_listener: Option<std::os::fd::OwnedFd>,
-) -> Result<Claim, String> {
+) -> Result<Claim, StartupError> {
     let paths = &options.paths;
     paths
         .create_dirs()
         .and_then(|()| paths.restrict_dirs())
-        .map_err(|e| format!("cannot create {}: {e}", paths.runtime_dir.display()))?;
+        .doing(|| format!("cannot create {}", paths.runtime_dir.display()))?;
     let _lock = FileLock::acquire(&paths.lifecycle_lock())
-        .map_err(|e| format!("cannot take the lifecycle lock: {e}"))?;
+        .doing(|| "cannot take the lifecycle lock".into())?;
     let procfs = ProcFs::default();
     let found = state::inspect(paths, &procfs);
     if !found.is_running() {
@@ -152,10 +185,13 @@ fn claim_instance(
     // connect must also find the state (`procd status`, clients).
     let socket = paths.socket();
     let pid = std::process::id() as i32;
-    let identity = state::process_identity(&procfs, pid)
-        .ok()
-        .flatten()
-        .ok_or("cannot read this process's own identity from /proc")?;
+    let identity =
+        state::process_identity(&procfs, pid)
+            .ok()
+            .flatten()
+            .ok_or(StartupError::Other(
+                "cannot read this process's own identity from /proc",
+            ))?;
     let record = GatewayState {
         pid,
         identity: Some(identity),
@@ -170,17 +206,17 @@ fn claim_instance(
         keeper_identity,
     };
     atomic::write_json(&paths.gateway_json(), &record)
-        .map_err(|e| format!("cannot write {}: {e}", paths.gateway_json().display()))?;
-    let unrecord = |msg: String| {
+        .doing(|| format!("cannot write {}", paths.gateway_json().display()))?;
+    let unrecord = |err: StartupError| {
         let _ = std::fs::remove_file(paths.gateway_json());
-        msg
+        err
     };
     let (listener, activated) = match crate::systemd::take_listen_fd() {
         Some(listener) => (listener, true),
         None if kept_listener.is_some() => {
             // The socket the previous daemon listened on, kept open by the
             // keeper: clients that connected meanwhile wait in its backlog.
-            let fd = kept_listener.ok_or("no listener")?;
+            let fd = kept_listener.ok_or(StartupError::Other("no listener"))?;
             (std::os::unix::net::UnixListener::from(fd), false)
         }
         None => {
@@ -188,21 +224,25 @@ fn claim_instance(
                 Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    return Err(unrecord(format!(
-                        "cannot remove stale socket {}: {e}",
-                        socket.display()
+                    return Err(unrecord(StartupError::os(
+                        format!("cannot remove stale socket {}", socket.display()),
+                        e,
                     )))
                 }
             }
-            let listener = std::os::unix::net::UnixListener::bind(&socket)
-                .map_err(|e| unrecord(format!("cannot listen on {}: {e}", socket.display())))?;
+            let listener = std::os::unix::net::UnixListener::bind(&socket).map_err(|e| {
+                unrecord(StartupError::os(
+                    format!("cannot listen on {}", socket.display()),
+                    e,
+                ))
+            })?;
             if let Err(e) =
                 std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
             {
                 let _ = std::fs::remove_file(&socket);
-                return Err(unrecord(format!(
-                    "cannot restrict {}: {e}",
-                    socket.display()
+                return Err(unrecord(StartupError::os(
+                    format!("cannot restrict {}", socket.display()),
+                    e,
                 )));
             }
             if let Some(keeper) = keeper {
@@ -251,7 +291,7 @@ async fn serve(
     options: DaemonOptions,
     keeper: Option<Arc<procd_keeper::Link>>,
     handover: procd_keeper::Handover,
-) -> Result<i32, String> {
+) -> Result<i32, StartupError> {
     let signals = StopSignals::register()?;
     let claim_opts = options.clone();
     let claim_keeper = keeper.clone();
@@ -260,7 +300,7 @@ async fn serve(
         claim_instance(&claim_opts, claim_keeper.as_deref(), kept_listener)
     })
     .await
-    .map_err(|e| format!("start-up failed: {e}"))??;
+    .doing(|| "start-up failed".into())??;
     let listening = match claim {
         Claim::AlreadyRunning(pid) => {
             eprintln!("procd is already running (pid {pid})");
@@ -286,19 +326,19 @@ async fn serve_claimed(
     signals: StopSignals,
     keeper: Option<Arc<procd_keeper::Link>>,
     handed: Vec<procd_keeper::HandedSession>,
-) -> Result<i32, String> {
+) -> Result<i32, StartupError> {
     let std_listener = listening.listener;
     // Each session holds a few descriptors: allow as many as the hard limit
     // does (children get the original soft limit back).
     procd_core::limits::raise_nofile();
     // Orphaned descendants of sessions are reparented to us and reaped.
     nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|e| format!("cannot become a child subreaper: {e}"))?;
+        .doing(|| "cannot become a child subreaper".into())?;
     std_listener
         .set_nonblocking(true)
-        .map_err(|e| format!("socket setup failed: {e}"))?;
-    let listener = tokio::net::UnixListener::from_std(std_listener)
-        .map_err(|e| format!("socket setup failed: {e}"))?;
+        .doing(|| "socket setup failed".into())?;
+    let listener =
+        tokio::net::UnixListener::from_std(std_listener).doing(|| "socket setup failed".into())?;
 
     let registry = Registry::new(RegistryOptions {
         config: options.config.clone(),
@@ -317,7 +357,7 @@ async fn serve_claimed(
         }),
         keeper: keeper.clone(),
     })
-    .map_err(|e| format!("cannot create {}: {e}", options.paths.logs_dir().display()))?;
+    .doing(|| format!("cannot create {}", options.paths.logs_dir().display()))?;
     // Re-adopt what a previous daemon left running, and rewrite the
     // checkpoint to what we track, before the first request is served.
     match registry.recover(handed).await {
@@ -325,7 +365,7 @@ async fn serve_claimed(
         Ok((recovered, dropped)) => {
             tracing::info!(recovered, dropped, "recovered sessions from the checkpoint")
         }
-        Err(err) => return Err(format!("cannot write the checkpoint: {err}")),
+        Err(err) => return Err(StartupError::os("cannot write the checkpoint".into(), err)),
     }
 
     let (shutdown, shutdown_rx) = watch::channel(false);
@@ -342,8 +382,7 @@ async fn serve_claimed(
             stopping: false,
             tokens: Vec::new(),
         }),
-        lane: crate::lane::Lane::start("procd-leases")
-            .map_err(|e| format!("cannot start a thread: {e}"))?,
+        lane: crate::lane::Lane::start("procd-leases").doing(|| "cannot start a thread".into())?,
         handing_over: std::sync::atomic::AtomicBool::new(false),
     });
     if let Some(keeper) = &keeper {
@@ -399,7 +438,10 @@ async fn serve_claimed(
 /// Tells the keeper we serve, and acts on what it asks later: hand the
 /// sessions over (`procd restart`), stop (`procd stop` reached the
 /// keeper), or nothing more (it is gone: reported as a fault).
-fn listen_to_keeper(keeper: &Arc<procd_keeper::Link>, daemon: Arc<Daemon>) -> Result<(), String> {
+fn listen_to_keeper(
+    keeper: &Arc<procd_keeper::Link>,
+    daemon: Arc<Daemon>,
+) -> Result<(), StartupError> {
     use procd_keeper::Request;
     if let Err(err) = keeper.serving() {
         tracing::warn!(%err, "cannot tell the keeper we serve");
@@ -422,7 +464,7 @@ fn listen_to_keeper(keeper: &Arc<procd_keeper::Link>, daemon: Arc<Daemon>) -> Re
                 }
             });
         })
-        .map_err(|e| format!("cannot start a thread: {e}"))
+        .doing(|| "cannot start a thread".into())
 }
 
 /// SIGTERM and SIGINT, registered before anything else so that a signal
@@ -438,12 +480,12 @@ struct StopSignals {
 }
 
 impl StopSignals {
-    fn register() -> Result<StopSignals, String> {
+    fn register() -> Result<StopSignals, StartupError> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(StopSignals {
-            term: signal(SignalKind::terminate()).map_err(|e| format!("signal setup: {e}"))?,
-            int: signal(SignalKind::interrupt()).map_err(|e| format!("signal setup: {e}"))?,
-            hup: signal(SignalKind::hangup()).map_err(|e| format!("signal setup: {e}"))?,
+            term: signal(SignalKind::terminate()).doing(|| "signal setup".into())?,
+            int: signal(SignalKind::interrupt()).doing(|| "signal setup".into())?,
+            hup: signal(SignalKind::hangup()).doing(|| "signal setup".into())?,
         })
     }
 

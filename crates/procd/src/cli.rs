@@ -181,6 +181,7 @@ impl Target {
             procd_client::connect_or_start(&self.paths, &self.launcher)
                 .await
                 .map(Some)
+                .map_err(|e| e.to_string())
         } else {
             match procd_client::connect(&self.paths.socket()).await {
                 Ok(client) => Ok(Some(client)),

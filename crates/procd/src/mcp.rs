@@ -638,7 +638,9 @@ pub async fn run(paths: &Paths, launcher: &Launcher) -> Result<(), String> {
     let lease = Lease::acquire(paths, "mcp")
         .await
         .map_err(|e| format!("cannot take a client lease: {e}"))?;
-    let client = procd_client::connect_or_start(paths, launcher).await?;
+    let client = procd_client::connect_or_start(paths, launcher)
+        .await
+        .map_err(|e| e.to_string())?;
     let client = procd_client::Reconnecting::new(&paths.socket(), client);
     let server = ProcdMcp::new(client, lease.token().to_string());
     let result = match server.serve(rmcp::transport::stdio()).await {
