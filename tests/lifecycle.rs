@@ -743,7 +743,9 @@ fn socket_activation_and_readiness_notification() {
     let mut daemon = Activated::start(home.path(), &[("NOTIFY_SOCKET", notify_env.as_str())]);
     let mut buf = [0u8; 64];
     let n = notify.recv(&mut buf).expect("READY=1 arrives");
-    assert_eq!(&buf[..n], b"READY=1");
+    // One assignment per line, as sd_notify(3) sends them.
+    let sent = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert_eq!(sent.lines().collect::<Vec<_>>(), ["READY=1"], "{sent:?}");
 
     let mut c = daemon.connect();
     let status = c.call("status", json!({}));
@@ -766,7 +768,8 @@ fn socket_activation_and_readiness_notification() {
 
     assert_eq!(daemon.stop(), Some(0));
     let n = notify.recv(&mut buf).expect("STOPPING=1 arrives");
-    assert_eq!(&buf[..n], b"STOPPING=1");
+    let sent = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert_eq!(sent.lines().collect::<Vec<_>>(), ["STOPPING=1"], "{sent:?}");
     assert!(
         daemon.socket.exists(),
         "systemd's socket path is left in place"

@@ -315,7 +315,7 @@ async fn serve(
         // The next daemon takes the socket and the record over.
         return result;
     }
-    crate::systemd::notify("STOPPING=1");
+    crate::systemd::notify(crate::systemd::NotifyState::Stopping);
     let _ = tokio::task::spawn_blocking(move || release_instance(&paths, activated)).await;
     result
 }
@@ -403,7 +403,7 @@ async fn serve_claimed(
         shutdown_rx.clone(),
     ));
     tracing::info!(socket = %options.paths.socket().display(), pid = std::process::id(), "procd is serving");
-    crate::systemd::notify("READY=1");
+    crate::systemd::notify(crate::systemd::NotifyState::Ready);
 
     crate::listener::serve(
         listener,
