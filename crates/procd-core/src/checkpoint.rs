@@ -22,8 +22,10 @@ pub struct CheckpointEntry {
     pub pid: i32,
     /// Clock ticks since boot (field 22 of /proc/<pid>/stat).
     pub start_time: u64,
-    /// "<pgid>:<starttime>".
-    pub identity: String,
+    /// "<pgid>:<starttime>" (informational: recovery checks `pid` and
+    /// `start_time`).
+    #[serde(default, deserialize_with = "procd_sys::identity::lenient")]
+    pub identity: Option<procd_sys::identity::RecordedIdentity>,
     pub pgid: i32,
     pub cwd: String,
     pub started_at: String,

@@ -87,20 +87,18 @@ pub fn stop_in(paths: &Paths, _t: &Transition, timeout: Duration) -> Result<Stop
         Liveness::Running(s) | Liveness::Restarting(s) => s,
     };
     let pid = record.pid;
-    let daemon = open_verified(record.pid, record.identity.as_deref());
+    let procfs = ProcFs::default();
+    let daemon = record.identity.and_then(|i| i.open(record.pid, &procfs));
     let keeper = record
         .keeper_pid
-        .and_then(|k| open_verified(k, record.keeper_identity.as_deref()));
+        .zip(record.keeper_identity)
+        .and_then(|(pid, i)| i.open(pid, &procfs));
     // Whose exit ends the stop: the keeper's (it outlives its daemon).
     let Some(last) = keeper.as_ref().or(daemon.as_ref()) else {
         // It exited (or was recycled) between the check and now.
         return Ok(Stopped::NotRunning);
     };
-    let pgid = record
-        .identity
-        .as_deref()
-        .and_then(|i| i.split(':').next())
-        .and_then(|g| g.parse::<i32>().ok());
+    let pgid = record.identity.map(|i| i.pgid);
     match (&keeper, &daemon) {
         (Some(keeper), _) => drop(keeper.send_signal(libc::SIGTERM)?),
         (None, Some(daemon)) => send(daemon, pgid, libc::SIGTERM)?,
@@ -124,14 +122,6 @@ pub fn stop_in(paths: &Paths, _t: &Transition, timeout: Duration) -> Result<Stop
     let _lock = FileLock::acquire(&paths.lifecycle_lock())?;
     state::release_if_own(paths, pid);
     Ok(Stopped::Stopped(pid))
-}
-
-/// A pidfd for a recorded process (the daemon or its keeper), only if it
-/// is still that process.
-fn open_verified(pid: i32, recorded: Option<&str>) -> Option<PidFd> {
-    let pidfd = PidFd::open(pid).ok()?;
-    let actual = state::process_identity(&ProcFs::default(), pid).ok()??;
-    state::identity_matches(recorded?, &actual).then_some(pidfd)
 }
 
 /// Signals the daemon, and its group when it leads one of its own (a
@@ -224,7 +214,8 @@ pub fn restart(
     // new version) and gives it everything.
     if let Some(keeper) = record
         .keeper_pid
-        .and_then(|k| open_verified(k, record.keeper_identity.as_deref()))
+        .zip(record.keeper_identity)
+        .and_then(|(pid, i)| i.open(pid, &ProcFs::default()))
     {
         keeper.send_signal(libc::SIGUSR1)?;
         return wait_until_serving(paths, Some(record.pid));

@@ -15,7 +15,8 @@
 use crate::atomic;
 use crate::lock::FileLock;
 use crate::paths::Paths;
-use crate::state::{self, identity_matches, process_identity};
+use crate::state;
+use procd_sys::identity::RecordedIdentity;
 use procd_sys::procfs::ProcFs;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -38,8 +39,8 @@ pub struct LeaseFile {
 pub struct ClientEntry {
     pub pid: i32,
     /// "<pgid>:<starttime>"; None when it could not be read at acquire.
-    #[serde(default, deserialize_with = "crate::state::lenient_identity")]
-    pub identity: Option<String>,
+    #[serde(default, deserialize_with = "procd_sys::identity::lenient")]
+    pub identity: Option<RecordedIdentity>,
     #[serde(default)]
     pub kind: String,
 }
@@ -57,13 +58,12 @@ pub struct LeaseSnapshot {
 /// that cannot be read now keeps the entry (fail safe: never drop a live
 /// client's lease because /proc was briefly unreadable).
 fn entry_is_live(procfs: &ProcFs, entry: &ClientEntry) -> bool {
-    match process_identity(procfs, entry.pid) {
+    match RecordedIdentity::of(procfs, entry.pid) {
         Ok(None) => false,
         Err(_) => true,
-        Ok(Some(actual)) => match &entry.identity {
-            Some(recorded) => identity_matches(recorded, &actual),
-            None => true,
-        },
+        Ok(Some(actual)) => entry
+            .identity
+            .is_none_or(|recorded| recorded.matches(&actual)),
     }
 }
 
@@ -177,7 +177,7 @@ pub fn acquire(paths: &Paths, kind: &str, pid: i32) -> io::Result<String> {
 /// `acquire` within a transition the caller already holds.
 pub fn acquire_in(paths: &Paths, t: &Transition, kind: &str, pid: i32) -> io::Result<String> {
     wait_out_stopping(paths, t)?;
-    let identity = process_identity(&ProcFs::default(), pid)?;
+    let identity = RecordedIdentity::of(&ProcFs::default(), pid)?;
     if identity.is_none() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,

@@ -3,6 +3,7 @@
 
 use crate::atomic;
 use crate::paths::Paths;
+pub use procd_sys::identity::RecordedIdentity;
 use procd_sys::procfs::ProcFs;
 use serde::{Deserialize, Serialize};
 
@@ -13,8 +14,8 @@ use serde::{Deserialize, Serialize};
 pub struct GatewayState {
     pub pid: i32,
     /// "<pgid>:<starttime>"; older records may hold only "<pgid>" or nothing.
-    #[serde(default, deserialize_with = "lenient_identity")]
-    pub identity: Option<String>,
+    #[serde(default, deserialize_with = "procd_sys::identity::lenient")]
+    pub identity: Option<RecordedIdentity>,
     #[serde(default)]
     pub started_at: String,
     /// "foreground" or "background".
@@ -32,32 +33,23 @@ pub struct GatewayState {
     /// outlives a daemon that dies and starts the next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keeper_pid: Option<i32>,
-    /// "<pgid>:<start time>" of the keeper, as `identity` is of the daemon.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keeper_identity: Option<String>,
+    /// The keeper's identity, as `identity` is the daemon's.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "procd_sys::identity::lenient"
+    )]
+    pub keeper_identity: Option<RecordedIdentity>,
 }
 
 impl GatewayState {
     /// Whether the recorded keeper is alive and still the recorded process.
     pub fn keeper_alive(&self, procfs: &ProcFs) -> bool {
-        let (Some(pid), Some(recorded)) = (self.keeper_pid, self.keeper_identity.as_deref()) else {
+        let (Some(pid), Some(recorded)) = (self.keeper_pid, self.keeper_identity) else {
             return false;
         };
-        matches!(process_identity(procfs, pid), Ok(Some(actual)) if identity_matches(recorded, &actual))
+        matches!(RecordedIdentity::of(procfs, pid), Ok(Some(actual)) if recorded.matches(&actual))
     }
-}
-
-/// An identity as records hold it: "<pgid>:<start>", a legacy integer
-/// pgid, or nothing.
-pub fn lenient_identity<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<String>, D::Error> {
-    use serde::Deserialize;
-    Ok(match serde_json::Value::deserialize(d)? {
-        serde_json::Value::String(s) => Some(s),
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    })
 }
 
 mod lenient {
@@ -112,33 +104,6 @@ impl Liveness {
     }
 }
 
-/// The identity "<pgid>:<starttime>" of a live process; Ok(None) if it is
-/// gone or a zombie; Err if /proc could not tell.
-pub fn process_identity(procfs: &ProcFs, pid: i32) -> std::io::Result<Option<String>> {
-    if pid <= 0 {
-        return Ok(None);
-    }
-    match procfs.stat(pid) {
-        Ok(stat) if stat.is_dead() => Ok(None),
-        Ok(stat) => Ok(Some(procd_sys::identity::identity_string(
-            stat.pgrp,
-            stat.start_time,
-        ))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Whether `recorded` names the process whose identity is `actual`
-/// (a legacy pgid-only record matches on the pgid).
-pub fn identity_matches(recorded: &str, actual: &str) -> bool {
-    if recorded.contains(':') {
-        recorded == actual
-    } else {
-        actual.split(':').next() == Some(recorded)
-    }
-}
-
 /// Reads and judges the state file without changing it. A file that is
 /// not a record at all is never taken for "no daemon" while a daemon
 /// answers on the socket: then the listener (by SO_PEERCRED) is reported,
@@ -165,13 +130,13 @@ pub fn inspect(paths: &Paths, procfs: &ProcFs) -> Liveness {
             };
         }
     };
-    match process_identity(procfs, state.pid) {
+    match RecordedIdentity::of(procfs, state.pid) {
         Ok(None) if state.keeper_alive(procfs) => Liveness::Restarting(state),
         Ok(None) => Liveness::Stale(state),
         Err(_) => Liveness::IdentityUnavailable(state),
-        Ok(Some(actual)) => match state.identity.as_deref() {
-            None | Some("") => Liveness::IdentityUnavailable(state),
-            Some(recorded) if identity_matches(recorded, &actual) => Liveness::Running(state),
+        Ok(Some(actual)) => match state.identity {
+            None => Liveness::IdentityUnavailable(state),
+            Some(recorded) if recorded.matches(&actual) => Liveness::Running(state),
             Some(_) => Liveness::Stale(state),
         },
     }
@@ -212,14 +177,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn identities_match_exactly_or_by_legacy_pgid() {
-        assert!(identity_matches("10:500", "10:500"));
-        assert!(!identity_matches("10:500", "10:501"));
-        assert!(identity_matches("10", "10:501"));
-        assert!(!identity_matches("11", "10:501"));
-    }
-
-    #[test]
     fn records_are_judged_by_identity() {
         let dir = tempfile::tempdir().unwrap();
         let paths = Paths::resolve(Some(dir.path()));
@@ -227,10 +184,10 @@ mod tests {
         let procfs = ProcFs::default();
         assert_eq!(inspect(&paths, &procfs), Liveness::NotStarted);
         let me = std::process::id() as i32;
-        let mine = process_identity(&procfs, me).unwrap().unwrap();
+        let mine = RecordedIdentity::of(&procfs, me).unwrap().unwrap();
         let mut state = GatewayState {
             pid: me,
-            identity: Some(mine.clone()),
+            identity: Some(mine),
             started_at: String::new(),
             launch_mode: "foreground".into(),
             socket: String::new(),
@@ -242,7 +199,10 @@ mod tests {
         };
         atomic::write_json(&paths.gateway_json(), &state).unwrap();
         assert!(matches!(inspect(&paths, &procfs), Liveness::Running(_)));
-        state.identity = Some(format!("{mine}9"));
+        state.identity = Some(RecordedIdentity {
+            start_time: mine.start_time.map(|s| s * 10 + 9),
+            ..mine
+        });
         atomic::write_json(&paths.gateway_json(), &state).unwrap();
         assert_eq!(inspect(&paths, &procfs).reason(), "stale_state");
         state.identity = None;

@@ -170,7 +170,7 @@ fn claim_instance(
     // Our keeper, as gateway.json records it.
     let keeper_pid = keeper.map(|_| nix::unistd::getppid().as_raw());
     let keeper_identity =
-        keeper_pid.and_then(|pid| state::process_identity(&procfs, pid).ok().flatten());
+        keeper_pid.and_then(|pid| state::RecordedIdentity::of(&procfs, pid).ok().flatten());
     match found {
         Liveness::Running(s) | Liveness::IdentityUnavailable(s) => {
             return Ok(Claim::AlreadyRunning(s.pid))
@@ -185,13 +185,12 @@ fn claim_instance(
     // connect must also find the state (`procd status`, clients).
     let socket = paths.socket();
     let pid = std::process::id() as i32;
-    let identity =
-        state::process_identity(&procfs, pid)
-            .ok()
-            .flatten()
-            .ok_or(StartupError::Other(
-                "cannot read this process's own identity from /proc",
-            ))?;
+    let identity = state::RecordedIdentity::of(&procfs, pid)
+        .ok()
+        .flatten()
+        .ok_or(StartupError::Other(
+            "cannot read this process's own identity from /proc",
+        ))?;
     let record = GatewayState {
         pid,
         identity: Some(identity),

@@ -1,6 +1,8 @@
 //! The identity guard: a pid together with its start time names one process
-//! for all time. Every signal procd sends goes through `ProcessIdentity::open`,
-//! which returns a pidfd only if the pid still belongs to the same process.
+//! for all time. Every signal procd sends goes through `ProcessIdentity::open`
+//! (a process it started) or `RecordedIdentity::open` (a process recorded
+//! on disk: a daemon, its keeper, a lease holder), which return a pidfd
+//! only if the pid still belongs to the same process.
 
 use crate::pidfd::PidFd;
 use crate::procfs::ProcFs;
@@ -42,14 +44,152 @@ impl ProcessIdentity {
     }
 }
 
-/// The on-disk identity form "<pgid>:<starttime>".
-pub fn identity_string(pgid: i32, start_time: u64) -> String {
-    format!("{pgid}:{start_time}")
+/// A process's identity as files record it (SPEC §6.1): `"<pgid>:<start
+/// time>"`, or a legacy `"<pgid>"` (a string or a bare number) that only
+/// names the group. Written as the string; read from either form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordedIdentity {
+    pub pgid: i32,
+    /// None in a legacy record.
+    pub start_time: Option<u64>,
+}
+
+impl RecordedIdentity {
+    /// The identity of live process `pid`; Ok(None) if it is gone or a
+    /// zombie; Err if /proc could not tell.
+    pub fn of(procfs: &ProcFs, pid: i32) -> io::Result<Option<RecordedIdentity>> {
+        if pid <= 0 {
+            return Ok(None);
+        }
+        match procfs.stat(pid) {
+            Ok(stat) if stat.is_dead() => Ok(None),
+            Ok(stat) => Ok(Some(RecordedIdentity {
+                pgid: stat.pgrp,
+                start_time: Some(stat.start_time),
+            })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether this record names the process whose identity is `actual`
+    /// (a legacy record matches on the group alone).
+    pub fn matches(&self, actual: &RecordedIdentity) -> bool {
+        self.pgid == actual.pgid
+            && (self.start_time.is_none() || self.start_time == actual.start_time)
+    }
+
+    /// A pidfd for `pid`, only if it is still the process this record
+    /// names (checked after the pidfd is opened, so the fd cannot refer to
+    /// a process started later).
+    pub fn open(&self, pid: i32, procfs: &ProcFs) -> Option<PidFd> {
+        if pid <= 1 {
+            return None;
+        }
+        let pidfd = PidFd::open(pid).ok()?;
+        let actual = Self::of(procfs, pid).ok()??;
+        self.matches(&actual).then_some(pidfd)
+    }
+}
+
+impl std::fmt::Display for RecordedIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.start_time {
+            Some(start) => write!(f, "{}:{start}", self.pgid),
+            None => write!(f, "{}", self.pgid),
+        }
+    }
+}
+
+impl std::str::FromStr for RecordedIdentity {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("not an identity (\"<pgid>:<start time>\"): {s:?}");
+        let (pgid, start) = match s.split_once(':') {
+            Some((pgid, start)) => (pgid, Some(start.parse::<u64>().map_err(|_| bad())?)),
+            None => (s, None),
+        };
+        Ok(RecordedIdentity {
+            pgid: pgid.parse().map_err(|_| bad())?,
+            start_time: start,
+        })
+    }
+}
+
+impl serde::Serialize for RecordedIdentity {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RecordedIdentity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) => s.parse().map_err(serde::de::Error::custom),
+            serde_json::Value::Number(n) => n
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .map(|pgid| RecordedIdentity {
+                    pgid,
+                    start_time: None,
+                })
+                .ok_or_else(|| serde::de::Error::custom(format!("not a pgid: {n}"))),
+            other => Err(serde::de::Error::custom(format!(
+                "not an identity: {other}"
+            ))),
+        }
+    }
+}
+
+/// For a field that must not make its whole record unreadable: an
+/// identity that does not parse reads as none (`#[serde(deserialize_with)]`).
+pub fn lenient<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<RecordedIdentity>, D::Error> {
+    use serde::Deserialize;
+    Ok(serde_json::Value::deserialize(d)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recorded_identities_read_both_forms_and_match_exactly_or_by_group() {
+        let exact: RecordedIdentity = serde_json::from_str("\"10:500\"").unwrap();
+        let legacy: RecordedIdentity = serde_json::from_str("10").unwrap();
+        let legacy_str: RecordedIdentity = serde_json::from_str("\"10\"").unwrap();
+        assert_eq!(serde_json::to_string(&exact).unwrap(), "\"10:500\"");
+        assert_eq!(legacy, legacy_str);
+        let actual = |start| RecordedIdentity {
+            pgid: 10,
+            start_time: Some(start),
+        };
+        assert!(exact.matches(&actual(500)));
+        assert!(!exact.matches(&actual(501)));
+        assert!(legacy.matches(&actual(501)));
+        assert!(!legacy.matches(&RecordedIdentity {
+            pgid: 11,
+            start_time: Some(501)
+        }));
+        assert!(serde_json::from_str::<RecordedIdentity>("\"x:1\"").is_err());
+    }
+
+    #[test]
+    fn a_recorded_identity_opens_only_its_process() {
+        let procfs = ProcFs::default();
+        let me = std::process::id() as i32;
+        let mine = RecordedIdentity::of(&procfs, me).unwrap().unwrap();
+        assert!(mine.open(me, &procfs).is_some());
+        let other = RecordedIdentity {
+            start_time: mine.start_time.map(|s| s + 1),
+            ..mine
+        };
+        assert!(other.open(me, &procfs).is_none());
+    }
 
     #[test]
     fn a_wrong_start_time_is_never_opened() {

@@ -72,7 +72,10 @@ impl Registry {
                 command: s.shown_command(&self.redactor).to_string(),
                 pid: s.pid(),
                 start_time: s.identity.start_time,
-                identity: crate::identity::identity_string(s.pid(), s.identity.start_time),
+                identity: Some(crate::identity::RecordedIdentity {
+                    pgid: s.pid(),
+                    start_time: Some(s.identity.start_time),
+                }),
                 pgid: s.pid(),
                 cwd: s.spec.cwd.display().to_string(),
                 started_at: rfc3339(s.started_at),
