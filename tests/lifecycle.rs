@@ -747,12 +747,12 @@ fn socket_activation_and_readiness_notification() {
     let sent = String::from_utf8_lossy(&buf[..n]).to_string();
     assert_eq!(sent.lines().collect::<Vec<_>>(), ["READY=1"], "{sent:?}");
 
+    // The activated process is the keeper (the unit's main process, which
+    // told READY=1); the daemon serves below it.
     let mut c = daemon.connect();
     let status = c.call("status", json!({}));
-    assert_eq!(
-        status["result"]["pid"].as_u64(),
-        Some(u64::from(daemon.child.id()))
-    );
+    let served_by = daemon_below(daemon.child.id() as i32).expect("a daemon below the keeper");
+    assert_eq!(status["result"]["pid"].as_i64(), Some(i64::from(served_by)));
     let id = c.call(
         "spawn",
         json!({"command": "echo $LISTEN_FDS-$NOTIFY_SOCKET-"}),
@@ -765,6 +765,24 @@ fn socket_activation_and_readiness_notification() {
         out["result"]["output"], "--\n",
         "children do not inherit the systemd variables"
     );
+
+    // A daemon that dies comes back on systemd's socket with its sessions
+    // (SPEC §11 under systemd too).
+    let sleeper = c.call("spawn", json!({"command": "sleep 300"}))["result"]["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(served_by),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL");
+    wait_until("the killed daemon is dead", || !alive(served_by));
+    let mut c = daemon.connect();
+    let status = c.call("status", json!({}));
+    assert_ne!(status["result"]["pid"].as_i64(), Some(i64::from(served_by)));
+    let poll = c.call("poll", json!({"session_id": sleeper}));
+    assert_eq!(poll["result"]["status"], "running", "{poll}");
 
     assert_eq!(daemon.stop(), Some(0));
     let n = notify.recv(&mut buf).expect("STOPPING=1 arrives");

@@ -58,6 +58,11 @@ struct Daemon {
 struct Keeper {
     sessions: BTreeMap<String, Held>,
     listener: Option<OwnedFd>,
+    /// The listener came from systemd (socket activation).
+    activated: bool,
+    /// Whether systemd has been told READY=1 (it waits for the first
+    /// daemon that serves).
+    ready_told: bool,
     stop_requested: bool,
 }
 
@@ -96,6 +101,20 @@ pub fn run(launch: Launch) -> i32 {
     }
     let nofile = raise_nofile();
     let mut keeper = Keeper::default();
+    // Under systemd the keeper is the unit's main process: the socket it
+    // passes (LISTEN_PID is ours) is held and handed to every daemon, and
+    // readiness and stopping are told from here (NotifyAccess=main). The
+    // daemon sees neither protocol's variables.
+    if let Some(fd) = sd_notify::listen_fds().ok().and_then(|mut fds| fds.next()) {
+        // SAFETY: by the socket-activation protocol this descriptor was
+        // opened for this process (listen_fds checked LISTEN_PID) and
+        // nothing else here owns it; it is taken once, at start-up.
+        keeper.listener = Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
+        keeper.activated = true;
+    }
+    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(var);
+    }
     let mut failed_starts = 0usize;
     let mut restart_at = Some(Instant::now());
     let mut daemon: Option<Daemon> = None;
@@ -142,6 +161,9 @@ pub fn run(launch: Launch) -> i32 {
             match Signal::try_from(info.ssi_signo as i32) {
                 Ok(Signal::SIGCHLD) => {}
                 Ok(Signal::SIGTERM | Signal::SIGINT) => {
+                    if !keeper.stop_requested {
+                        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+                    }
                     keeper.stop_requested = true;
                     match daemon.as_ref().and_then(|d| d.link.as_ref()) {
                         Some(link) => {
@@ -233,7 +255,10 @@ impl Keeper {
             PathBuf::from("/proc/self/exe")
         };
         let mut cmd = std::process::Command::new(exe);
-        cmd.args(&launch.args).env(wire::ENV, "3");
+        cmd.args(&launch.args)
+            .env(wire::ENV, "3")
+            // Readiness is the keeper's to tell (it is the main process).
+            .env_remove("NOTIFY_SOCKET");
         let theirs_raw = theirs.as_raw_fd();
         // SAFETY: runs in the forked child before exec; dup2(2), fcntl(2),
         // sigemptyset(3), pthread_sigmask(3) and get/setrlimit(2) are
@@ -313,7 +338,10 @@ impl Keeper {
             &[],
         )?;
         if let Some(listener) = &self.listener {
-            wire::send(link, &ToDaemon::Listener, &[listener.as_fd()])?;
+            let msg = ToDaemon::Listener {
+                activated: self.activated,
+            };
+            wire::send(link, &msg, &[listener.as_fd()])?;
         }
         for (id, held) in &self.sessions {
             let kinds = held.fds.iter().map(|(k, _)| *k).collect();
@@ -391,7 +419,13 @@ impl Keeper {
             ToKeeper::Release { session_id } => {
                 self.sessions.remove(&session_id);
             }
-            ToKeeper::Serving => d.serving = true,
+            ToKeeper::Serving => {
+                d.serving = true;
+                if !self.ready_told {
+                    self.ready_told = true;
+                    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+                }
+            }
         }
     }
 

@@ -25,6 +25,8 @@ pub struct HandedSession {
 #[derive(Debug, Default)]
 pub struct Handover {
     pub listener: Option<OwnedFd>,
+    /// The listener is systemd's (socket activation of the keeper).
+    pub activated: bool,
     pub sessions: Vec<HandedSession>,
 }
 
@@ -123,7 +125,10 @@ impl Link {
                     )))
                 }
                 _ if !hello => return Err(std::io::Error::other("the keeper did not say hello")),
-                ToDaemon::Listener => handover.listener = fds.into_iter().next(),
+                ToDaemon::Listener { activated } => {
+                    handover.listener = fds.into_iter().next();
+                    handover.activated = activated;
+                }
                 ToDaemon::Session {
                     session_id,
                     pid,

@@ -66,8 +66,12 @@ pub enum ToKeeper {
 pub enum ToDaemon {
     /// The first message.
     Hello { version: u32 },
-    /// The listening socket (attached).
-    Listener,
+    /// The listening socket (attached); `activated`: systemd made it (the
+    /// socket file is systemd's, never removed by procd).
+    Listener {
+        #[serde(default)]
+        activated: bool,
+    },
     /// A session a previous daemon started, its descriptors attached; its
     /// root's exit if the keeper reaped it meanwhile.
     Session {

@@ -38,11 +38,12 @@ pub struct DaemonOptions {
 
 /// Runs the daemon to completion and returns its exit status.
 ///
-/// Unless systemd supervises it, `procd daemon` is the keeper (SPEC §11,
-/// `procd_keeper`): it runs this same program again as its child, the
-/// daemon proper, which finds `PROCD_KEEPER_FD` and takes what the keeper
-/// hands it (the listening socket and the sessions of a daemon that died
-/// or restarted) before it serves.
+/// `procd daemon` is the keeper (SPEC §11, `procd_keeper`): it runs this
+/// same program again as its child, the daemon proper, which finds
+/// `PROCD_KEEPER_FD` and takes what the keeper hands it (the listening
+/// socket — systemd's, under socket activation — and the sessions of a
+/// daemon that died or restarted) before it serves. Under systemd the
+/// keeper is the unit's main process and tells it READY/STOPPING.
 pub fn run(options: DaemonOptions) -> i32 {
     let link = procd_keeper::Link::from_env();
     if link.is_none() && options.mode == LaunchMode::Background {
@@ -51,7 +52,7 @@ pub fn run(options: DaemonOptions) -> i32 {
         // too. (A daemon under a keeper stays in the keeper's.)
         let _ = nix::unistd::setsid();
     }
-    if link.is_none() && wants_keeper() {
+    if link.is_none() {
         let launch = match std::env::current_exe() {
             Ok(exe) => procd_keeper::Launch {
                 exe,
@@ -92,14 +93,6 @@ pub fn run(options: DaemonOptions) -> i32 {
             1
         }
     }
-}
-
-/// Whether `procd daemon` runs as a keeper with the daemon below it. Not
-/// under systemd: the socket it passes and the readiness it expects name
-/// the main process (`LISTEN_PID`, `NotifyAccess=main`), and its unit's
-/// `Restart=` restarts the daemon (sessions then come back detached).
-fn wants_keeper() -> bool {
-    std::env::var_os("LISTEN_FDS").is_none() && std::env::var_os("NOTIFY_SOCKET").is_none()
 }
 
 /// Why the daemon could not start (`run` prints it as "procd: …").
@@ -152,7 +145,7 @@ struct Listening {
 fn claim_instance(
     options: &DaemonOptions,
     keeper: Option<&procd_keeper::Link>,
-    kept_listener: Option<std::os::fd::OwnedFd>,
+    kept_listener: Option<(std::os::fd::OwnedFd, bool)>,
 ) -> Result<Claim, StartupError> {
     let paths = &options.paths;
     paths
@@ -213,10 +206,11 @@ fn claim_instance(
     let (listener, activated) = match crate::systemd::take_listen_fd() {
         Some(listener) => (listener, true),
         None if kept_listener.is_some() => {
-            // The socket the previous daemon listened on, kept open by the
-            // keeper: clients that connected meanwhile wait in its backlog.
-            let fd = kept_listener.ok_or(StartupError::Other("no listener"))?;
-            (std::os::unix::net::UnixListener::from(fd), false)
+            // The socket the keeper holds (the previous daemon's, or the
+            // one systemd passed it): clients that connected meanwhile
+            // wait in its backlog.
+            let (fd, activated) = kept_listener.ok_or(StartupError::Other("no listener"))?;
+            (std::os::unix::net::UnixListener::from(fd), activated)
         }
         None => {
             match std::fs::remove_file(&socket) {
@@ -294,7 +288,7 @@ async fn serve(
     let signals = StopSignals::register()?;
     let claim_opts = options.clone();
     let claim_keeper = keeper.clone();
-    let kept_listener = handover.listener;
+    let kept_listener = handover.listener.map(|fd| (fd, handover.activated));
     let claim = tokio::task::spawn_blocking(move || {
         claim_instance(&claim_opts, claim_keeper.as_deref(), kept_listener)
     })
