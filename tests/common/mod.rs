@@ -99,10 +99,7 @@ impl Daemon {
             env,
         };
         d.child = Some(d.spawn_daemon());
-        let socket = d.socket();
-        wait_until("the daemon accepts connections", || {
-            UnixStream::connect(&socket).is_ok()
-        });
+        d.wait_serving();
         d
     }
 
@@ -146,20 +143,15 @@ impl Daemon {
         );
         // Until it is dead it may still accept a connection (it shares the
         // listening socket with its keeper) and then drop it.
-        wait_until("the killed daemon is dead", || !alive(old as i32));
+        wait_until("the killed daemon let go of its socket", || {
+            released(old as i32)
+        });
         let mut new = 0;
         wait_until("the keeper starts a new daemon", || {
             new = self.pid();
             new != 0 && new != old
         });
-        let socket = self.socket();
-        let mut conn = None;
-        wait_until("the new daemon serves", || {
-            conn = Some(Conn::open(&socket));
-            conn.as_mut()
-                .map(|c| c.call("status", json!({})))
-                .is_some_and(|s| s["result"]["pid"].as_u64() == Some(u64::from(new)))
-        });
+        self.wait_serving();
         new
     }
 
@@ -333,7 +325,9 @@ impl Daemon {
                 nix::unistd::Pid::from_raw(daemon as i32),
                 nix::sys::signal::Signal::SIGKILL,
             );
-            wait_until("the daemon is gone", || !alive(daemon as i32));
+            wait_until("the daemon let go of its socket", || {
+                released(daemon as i32)
+            });
         }
     }
 
@@ -341,9 +335,19 @@ impl Daemon {
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "the previous daemon still runs");
         self.child = Some(self.spawn_daemon());
+        self.wait_serving();
+    }
+
+    /// Waits until the daemon below this helper's keeper answers on the
+    /// socket. (Accepting a connection is not enough: right after a crash
+    /// of the keeper and the daemon both, the kernel may still hold the
+    /// dead daemon's listening socket for a moment — it was in flight
+    /// between them — and reset what it accepted.)
+    fn wait_serving(&self) {
         let socket = self.socket();
-        wait_until("the new daemon accepts connections", || {
-            UnixStream::connect(&socket).is_ok()
+        wait_until("the daemon serves", || {
+            let pid = self.pid();
+            pid != 0 && status_pid(&socket) == Some(u64::from(pid))
         });
     }
 
@@ -443,6 +447,20 @@ pub fn kill_checkpointed_sessions(home: &Path) {
     }
 }
 
+/// The pid a `status` call on `socket` answers with; None if the call
+/// fails in any way.
+pub fn status_pid(socket: &Path) -> Option<u64> {
+    let stream = UnixStream::connect(socket).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut writer = stream.try_clone().ok()?;
+    writer
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"status\"}\n")
+        .ok()?;
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).ok()?;
+    serde_json::from_str::<Value>(&line).ok()?["result"]["pid"].as_u64()
+}
+
 /// The procd process among `keeper`'s children (session roots that a dead
 /// daemon left to it are children too, but run a shell, not procd).
 pub fn daemon_below(keeper: i32) -> Option<i32> {
@@ -536,6 +554,17 @@ pub fn start_time(pid: i32) -> Option<u64> {
 /// Whether `pid` is a live (non-zombie) process.
 pub fn alive(pid: i32) -> bool {
     matches!(stat_fields(pid), Some((state, _)) if state != 'Z' && state != 'X')
+}
+
+/// Whether `pid` has let go of its descriptors: gone, or a zombie whose
+/// every thread has exited. (A killed multi-threaded process's leader is a
+/// zombie before its other threads finish exiting, and until the last one
+/// does, its descriptors — a listening socket — stay open.)
+pub fn released(pid: i32) -> bool {
+    match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        Err(_) => true,
+        Ok(mut fds) => !alive(pid) && fds.next().is_none(),
+    }
 }
 
 /// Every pid in /proc.

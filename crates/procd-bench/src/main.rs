@@ -305,8 +305,19 @@ impl Daemon {
             child,
         };
         let mut d = d;
+        // Until its daemon answers: accepting a connection is not enough
+        // right after a crash of the keeper and the daemon both, when the
+        // kernel may still hold the dead daemon's listening socket (it was
+        // in flight between them) and reset what it accepted.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(d.socket()).is_err() {
+        loop {
+            let pid = d.pid();
+            let answered = Line::try_open(&d.socket())
+                .and_then(|mut c| c.try_call("status", json!({})))
+                .is_ok_and(|s| pid != 0 && s["pid"].as_i64() == Some(i64::from(pid)));
+            if answered {
+                break;
+            }
             assert!(
                 Instant::now() < deadline && d.is_alive(),
                 "the daemon did not start: {}",
@@ -450,15 +461,13 @@ impl Line {
     }
 }
 
-/// Waits (at most 20 s) until `pid` is gone or a zombie: a SIGKILLed
-/// process still holds its descriptors until then.
+/// Waits (at most 20 s) until a SIGKILLed `pid` has let go of its
+/// descriptors: gone, or a zombie with no descriptor left (its leader is a
+/// zombie before its other threads finish exiting, and until the last one
+/// does its listening socket stays open).
 pub(crate) fn wait_dead(pid: i32) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| !r.trim_start().starts_with('Z'))
-    }) {
+    while std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|mut fds| fds.next().is_some()) {
         assert!(Instant::now() < deadline, "pid {pid} survived SIGKILL");
         std::thread::sleep(Duration::from_millis(1));
     }

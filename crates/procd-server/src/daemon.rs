@@ -203,15 +203,11 @@ fn claim_instance(
         let _ = std::fs::remove_file(paths.gateway_json());
         err
     };
-    let (listener, activated) = match crate::systemd::take_listen_fd() {
-        Some(listener) => (listener, true),
-        None if kept_listener.is_some() => {
-            // The socket the keeper holds (the previous daemon's, or the
-            // one systemd passed it): clients that connected meanwhile
-            // wait in its backlog.
-            let (fd, activated) = kept_listener.ok_or(StartupError::Other("no listener"))?;
-            (std::os::unix::net::UnixListener::from(fd), activated)
-        }
+    let (listener, activated) = match kept_listener {
+        // The socket the keeper holds (the previous daemon's, or the one
+        // systemd passed it): clients that connected meanwhile wait in its
+        // backlog.
+        Some((fd, activated)) => (std::os::unix::net::UnixListener::from(fd), activated),
         None => {
             match std::fs::remove_file(&socket) {
                 Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
@@ -308,7 +304,6 @@ async fn serve(
         // The next daemon takes the socket and the record over.
         return result;
     }
-    crate::systemd::notify(crate::systemd::NotifyState::Stopping);
     let _ = tokio::task::spawn_blocking(move || release_instance(&paths, activated)).await;
     result
 }
@@ -396,7 +391,6 @@ async fn serve_claimed(
         shutdown_rx.clone(),
     ));
     tracing::info!(socket = %options.paths.socket().display(), pid = std::process::id(), "procd is serving");
-    crate::systemd::notify(crate::systemd::NotifyState::Ready);
 
     crate::listener::serve(
         listener,

@@ -10,7 +10,6 @@ mod lane;
 mod listener;
 mod rpc;
 mod shared;
-mod systemd;
 
 pub use daemon::{run, DaemonOptions, LaunchMode, EXIT_ALREADY_RUNNING};
 
