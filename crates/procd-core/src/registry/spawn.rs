@@ -18,10 +18,9 @@ impl Registry {
                 "max_running ({max}) sessions are running; kill one first"
             )));
         };
-        let mut result = self.spawn_reserved(spec, &req.env, slot).await?;
+        let (mut result, session) = self.spawn_reserved(spec, &req.env, slot).await?;
         if !wait.is_zero() {
-            let s = self.find(&result.session_id)?;
-            let y = self.yield_output(&s, 0, wait, req.budget).await?;
+            let y = self.yield_output(&session, 0, wait, req.budget).await?;
             result.status = y.status;
             result.output = Some(y.output);
             result.cursor = Some(y.cursor);
@@ -200,7 +199,7 @@ impl Registry {
         spec: SessionSpec,
         caller_env: &BTreeMap<String, String>,
         slot: crate::slot::RunningSlot,
-    ) -> Result<SpawnResult, Error> {
+    ) -> Result<(SpawnResult, Arc<Session>), Error> {
         let spawn_err = |what: &str, e: std::io::Error| Error::SpawnFailed(format!("{what}: {e}"));
         let id = self
             .new_session_id()
@@ -274,7 +273,7 @@ impl Registry {
                 "cannot write the checkpoint (the process was killed): {e}"
             )));
         }
-        Ok(SpawnResult {
+        let result = SpawnResult {
             session_id: id,
             pid,
             pty: session.spec.pty,
@@ -288,7 +287,8 @@ impl Registry {
             ready: session.readiness().flag(),
             waiting_for_input: None,
             exit: None,
-        })
+        };
+        Ok((result, session))
     }
 
     /// Forks the session's root (in its systemd scope, if scopes are used);
