@@ -222,11 +222,19 @@ impl Link {
         rx
     }
 
+    /// Sends without ever blocking (callers are on the daemon's event
+    /// loop): a keeper that stopped reading is an error, not a stall.
     fn send(&self, msg: &ToKeeper, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
         if !self.is_alive() {
             return Err(std::io::Error::other("the keeper is gone"));
         }
-        wire::send(self.socket.as_fd(), msg, fds)
+        wire::send_now(self.socket.as_fd(), msg, fds).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                std::io::Error::other("the keeper is not reading its link")
+            } else {
+                e
+            }
+        })
     }
 
     /// Gives the keeper the listening socket to hold for the next daemon.

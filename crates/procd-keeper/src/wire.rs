@@ -96,11 +96,38 @@ const MAX_MESSAGE: usize = 16 * 1024;
 /// At most this many descriptors ride on one message.
 pub const MAX_FDS: usize = 4;
 
-/// Sends one message with `fds` attached. Never raises SIGPIPE.
+/// Sends one message with `fds` attached, waiting for room if the peer's
+/// queue is full (the keeper's sends: bounded by the link's send
+/// timeout). Never raises SIGPIPE.
 pub fn send<T: Serialize>(
     socket: BorrowedFd<'_>,
     msg: &T,
     fds: &[BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    send_with(socket, msg, fds, MsgFlags::MSG_NOSIGNAL)
+}
+
+/// `send`, but never waiting: EAGAIN when the peer's queue is full (the
+/// daemon's sends, made on its event loop, must not block on a keeper
+/// that does not read).
+pub fn send_now<T: Serialize>(
+    socket: BorrowedFd<'_>,
+    msg: &T,
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    send_with(
+        socket,
+        msg,
+        fds,
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+    )
+}
+
+fn send_with<T: Serialize>(
+    socket: BorrowedFd<'_>,
+    msg: &T,
+    fds: &[BorrowedFd<'_>],
+    flags: MsgFlags,
 ) -> std::io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
     let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
@@ -110,7 +137,7 @@ pub fn send<T: Serialize>(
         socket.as_raw_fd(),
         &[IoSlice::new(&body)],
         cmsgs,
-        MsgFlags::MSG_NOSIGNAL,
+        flags,
         None,
     )?;
     Ok(())

@@ -40,26 +40,42 @@ impl Registry {
             }
             spawn::ChildIo::Pty { master, .. } => vec![(FdKind::Pty, master.as_fd())],
         };
-        match keeper.hold(id, root.pid, root.start_time, &fds) {
-            Ok(()) => self.faults.clear("keeper"),
-            Err(err) => self.faults.set(
-                "keeper",
-                &format!("the keeper cannot hold session {id}: {err}; it will not survive the daemon's death"),
-            ),
-        }
+        let held = keeper.hold(id, root.pid, root.start_time, &fds);
+        self.keeper_answered(
+            held,
+            &format!("cannot hold session {id} (it will not survive the daemon's death)"),
+        );
     }
 
     /// The session is over: the keeper closes its copies.
     pub(super) fn release_from_keeper(&self, id: &str) {
         if let Some(keeper) = &self.keeper {
-            let _ = keeper.release(id);
+            let released = keeper.release(id);
+            self.keeper_answered(released, &format!("still holds the ended session {id}"));
         }
     }
 
     /// A pipe's stdin was closed: so must the keeper's copy of it be.
     pub(super) fn keeper_closes_stdin(&self, id: &str) {
         if let Some(keeper) = &self.keeper {
-            let _ = keeper.close_stdin(id);
+            let closed = keeper.close_stdin(id);
+            self.keeper_answered(
+                closed,
+                &format!("still holds the stdin of {id} (it sees no EOF)"),
+            );
+        }
+    }
+
+    /// A message the keeper could not be sent is a fault (`status.faults`)
+    /// until one goes through.
+    fn keeper_answered(&self, sent: std::io::Result<()>, consequence: &str) {
+        match sent {
+            Ok(()) => self.faults.clear("keeper"),
+            Err(err) => {
+                tracing::warn!(%err, "keeper: {consequence}");
+                self.faults
+                    .set("keeper", &format!("the keeper {consequence}: {err}"));
+            }
         }
     }
 
