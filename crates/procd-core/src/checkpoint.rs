@@ -67,6 +67,29 @@ pub struct CheckpointEntry {
     pub exit: Option<EndedExit>,
 }
 
+impl CheckpointEntry {
+    /// Whether the id has the shape procd gives sessions ("proc_" and 12
+    /// hex digits): an entry that does not is not a procd session.
+    pub fn has_session_id(&self) -> bool {
+        self.session_id
+            .strip_prefix("proc_")
+            .is_some_and(|hex| hex.len() == 12 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    }
+
+    /// The session's root as recorded.
+    pub fn root(&self) -> procd_sys::identity::ProcessIdentity {
+        procd_sys::identity::ProcessIdentity {
+            pid: self.pid,
+            start_time: self.start_time,
+        }
+    }
+
+    /// When the session started (now, if the record does not say).
+    pub fn started_at(&self) -> std::time::SystemTime {
+        procd_sys::clock::parse_rfc3339(&self.started_at).unwrap_or_else(std::time::SystemTime::now)
+    }
+}
+
 /// The exit of an ended session, as `ended.json` keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EndedExit {

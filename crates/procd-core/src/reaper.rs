@@ -14,19 +14,14 @@
 //! even if it has already exited.
 
 use nix::errno::Errno;
-use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag};
 use std::collections::HashMap;
 use std::io;
 use std::process::{Child, Command};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use tokio::sync::oneshot;
 
-/// How a child ended, as wait(2) reported it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChildExit {
-    Code(i32),
-    Signal(i32),
-}
+pub use procd_sys::wait::ChildExit;
 
 #[derive(Default)]
 struct Table {
@@ -104,10 +99,8 @@ impl Reaper {
             };
             match result {
                 Ok(status) => {
-                    let (pid, exit) = match status {
-                        WaitStatus::Exited(pid, code) => (pid, ChildExit::Code(code)),
-                        WaitStatus::Signaled(pid, sig, _) => (pid, ChildExit::Signal(sig as i32)),
-                        _ => continue,
+                    let Some((pid, exit)) = ChildExit::of(status) else {
+                        continue;
                     };
                     let sender = self.lock().waiting.remove(&pid.as_raw());
                     if let Some(sender) = sender {

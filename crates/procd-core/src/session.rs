@@ -247,11 +247,7 @@ impl Session {
     /// the monotonic start is derived from the wall clock.
     fn set_started_at(&mut self, started_at: SystemTime) {
         self.started_at = started_at;
-        self.started_instant = SystemTime::now()
-            .duration_since(started_at)
-            .ok()
-            .and_then(|age| Instant::now().checked_sub(age))
-            .unwrap_or_else(Instant::now);
+        self.started_instant = crate::clock::instant_at(started_at);
     }
 
     pub fn recovered(

@@ -442,10 +442,8 @@ impl Keeper {
                 Ok(WaitStatus::StillAlive) | Err(_) => return,
                 Ok(status) => status,
             };
-            let (pid, exit) = match status {
-                WaitStatus::Exited(pid, code) => (pid, Exit::Code(code)),
-                WaitStatus::Signaled(pid, sig, _) => (pid, Exit::Signal(sig as i32)),
-                _ => continue,
+            let Some((pid, exit)) = Exit::of(status) else {
+                continue;
             };
             if Some(pid) == daemon_pid {
                 *ended = Some(status);

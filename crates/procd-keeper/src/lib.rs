@@ -1,7 +1,8 @@
 //! procd's keeper (SPEC §11, docs/survival.md): the small process above the
 //! daemon that keeps sessions alive across the daemon's death. `keeper`
 //! is the process; `link` is the daemon's side of their socket; `wire` is
-//! what goes over it. Depends on no other procd crate.
+//! what goes over it. Depends on procd-sys alone (the exit type it shares
+//! with the daemon's reaper).
 
 pub mod keeper;
 pub mod link;

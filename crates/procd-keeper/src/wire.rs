@@ -31,13 +31,8 @@ pub enum FdKind {
     Pty,
 }
 
-/// How a process ended, as wait(2) reported it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Exit {
-    Code(i32),
-    Signal(i32),
-}
+/// How a process ended (wait(2)); written `{"code": N}` or `{"signal": N}`.
+pub use procd_sys::wait::ChildExit as Exit;
 
 /// Daemon → keeper.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

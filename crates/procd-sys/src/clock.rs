@@ -19,6 +19,17 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 /// Parses an RFC 3339 timestamp (what `rfc3339` writes, and any offset).
+/// The monotonic instant of `t`, a wall-clock time in the past (a record
+/// another daemon wrote); now if it is not in the past.
+pub fn instant_at(t: SystemTime) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    SystemTime::now()
+        .duration_since(t)
+        .ok()
+        .and_then(|age| now.checked_sub(age))
+        .unwrap_or(now)
+}
+
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     OffsetDateTime::parse(text, &Rfc3339)
         .ok()

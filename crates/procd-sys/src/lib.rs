@@ -1,7 +1,8 @@
 //! procd-sys: the thin layer over the operating system that both the
 //! daemon (procd-core) and its clients (procd-gateway) need: pidfds and the
 //! identity guard's building blocks (`ProcessIdentity` = pid + start time),
-//! reading /proc, atomic private files, CSPRNG names, RFC 3339 clocks.
+//! reading /proc, atomic private files, CSPRNG names, RFC 3339 clocks, and
+//! how a child ended (`wait::ChildExit`, shared with the keeper).
 //!
 //! It knows nothing of sessions, sockets or JSON-RPC, and depends on no
 //! procd crate: a client that links it does not link the registry.
@@ -12,3 +13,4 @@ pub mod identity;
 pub mod pidfd;
 pub mod procfs;
 pub mod random;
+pub mod wait;

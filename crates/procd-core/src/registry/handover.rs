@@ -102,7 +102,7 @@ impl Registry {
         e: &CheckpointEntry,
         handed: HandedSession,
     ) -> Option<()> {
-        if handed.pid != e.pid || handed.start_time != e.start_time {
+        if !e.has_session_id() || handed.pid != e.pid || handed.start_time != e.start_time {
             return None;
         }
         let keeper = self.keeper.clone()?;
@@ -132,19 +132,13 @@ impl Registry {
             tokio::spawn(session::stdin_writer(sink, rx));
             tx
         });
-        let identity = ProcessIdentity {
-            pid: e.pid,
-            start_time: e.start_time,
-        };
-        let started_at =
-            crate::clock::parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
         let mut session = Session::handed_over(
             e.session_id.clone(),
             spec,
-            identity,
+            e.root(),
             Arc::new(output),
             stdin_tx,
-            started_at,
+            e.started_at(),
         );
         session.systemd_unit = e.systemd_unit.clone();
         if session.spec.stdin == StdinMode::Pipe {
@@ -171,16 +165,7 @@ impl Registry {
         if let Some(check) = watch_ready {
             tokio::spawn(self.watch_readiness(session.clone(), check));
         }
-        let (tx, exit_rx) = oneshot::channel();
-        let from_keeper = keeper.exit_of(e.pid);
-        tokio::spawn(async move {
-            if let Ok(exit) = from_keeper.await {
-                let _ = tx.send(match exit {
-                    procd_keeper::Exit::Code(c) => crate::reaper::ChildExit::Code(c),
-                    procd_keeper::Exit::Signal(s) => crate::reaper::ChildExit::Signal(s),
-                });
-            }
-        });
+        let exit_rx = keeper.exit_of(e.pid);
         self.supervise_in_background(session, reader, exit_rx);
         Some(())
     }

@@ -269,11 +269,7 @@ impl Registry {
         };
         let exited_at =
             crate::clock::parse_rfc3339(&exit.exited_at).unwrap_or_else(std::time::SystemTime::now);
-        let exited_instant = std::time::SystemTime::now()
-            .duration_since(exited_at)
-            .ok()
-            .and_then(|age| Instant::now().checked_sub(age))
-            .unwrap_or_else(Instant::now);
+        let exited_instant = crate::clock::instant_at(exited_at);
         session.mark_exited(Arc::new(ExitRecord {
             exit_code: exit.exit_code,
             signal: exit.signal,
@@ -312,11 +308,7 @@ impl Registry {
         e: &CheckpointEntry,
         note: Option<String>,
     ) -> Option<Arc<Session>> {
-        let hex = e.session_id.strip_prefix("proc_")?;
-        if hex.len() != 12
-            || !hex.bytes().all(|b| b.is_ascii_hexdigit())
-            || self.table().contains_key(&e.session_id)
-        {
+        if !e.has_session_id() || self.table().contains_key(&e.session_id) {
             return None;
         }
         let log_path = self.logs_dir.join(format!("{}.log", e.session_id));
@@ -333,17 +325,12 @@ impl Registry {
         .await
         .ok()?
         .ok()?;
-        let started_at =
-            crate::clock::parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
         let mut session = Session::recovered(
             e.session_id.clone(),
             recovered_spec(e),
-            ProcessIdentity {
-                pid: e.pid,
-                start_time: e.start_time,
-            },
+            e.root(),
             Arc::new(output),
-            started_at,
+            e.started_at(),
         );
         session.note = note;
         session.set_adopted(Vec::new());
@@ -354,14 +341,10 @@ impl Registry {
 
     /// Adopts one checkpoint entry if its process is still the same one.
     pub(super) async fn adopt(&self, e: &CheckpointEntry) -> Option<()> {
-        let hex = e.session_id.strip_prefix("proc_")?;
-        if hex.len() != 12 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !e.has_session_id() {
             return None;
         }
-        let identity = ProcessIdentity {
-            pid: e.pid,
-            start_time: e.start_time,
-        };
+        let identity = e.root();
         let pidfd = identity.open(&self.procfs)?;
         if pidfd.has_exited() {
             return None;
@@ -387,15 +370,12 @@ impl Registry {
         .await
         .ok()?
         .ok()?;
-        let spec = recovered_spec(e);
-        let started_at =
-            crate::clock::parse_rfc3339(&e.started_at).unwrap_or_else(std::time::SystemTime::now);
         let mut session = Session::recovered(
             e.session_id.clone(),
-            spec,
+            recovered_spec(e),
             identity,
             Arc::new(output),
-            started_at,
+            e.started_at(),
         );
         session.systemd_unit = e.systemd_unit.clone();
         session.hold_slot(self.running.take());
