@@ -220,6 +220,30 @@ impl Reconnecting {
         self.current.lock().await.clone()
     }
 
+    /// Runs `call` with the current client; when it fails because the
+    /// connection went (`is_disconnect`), connects again and runs it
+    /// again — for up to `RECONNECT_FOR` after the first such failure, then
+    /// that failure is returned. `call` must be safe to repeat (a read from
+    /// the same cursor, a wait).
+    pub async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, jsonrpsee::core::client::Error>
+    where
+        F: FnMut(std::sync::Arc<Client>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, jsonrpsee::core::client::Error>>,
+    {
+        let mut gone_since = None;
+        loop {
+            match call(self.last().await).await {
+                Err(e) if is_disconnect(&e) => {
+                    let since = *gone_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() > RECONNECT_FOR || self.get().await.is_err() {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// The client to call with: the current one while it is connected,
     /// else a new connection (an error if none could be made in time).
     pub async fn get(&self) -> io::Result<std::sync::Arc<Client>> {

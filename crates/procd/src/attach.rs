@@ -43,11 +43,8 @@ fn window_size() -> Option<(u16, u16)> {
     (ws.ws_row > 0 && ws.ws_col > 0).then_some((ws.ws_row, ws.ws_col))
 }
 
-pub async fn run(
-    client: &Client,
-    socket: std::path::PathBuf,
-    id: String,
-) -> Result<i32, ClientError> {
+pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, ClientError> {
+    let client = conn.last().await;
     let polled = client.poll(id.clone(), None, None).await?;
     let id = polled.session_id.clone();
     if polled.exit.is_some() {
@@ -101,10 +98,9 @@ pub async fn run(
     let mut stdout = std::io::stdout();
     // Where the output seen so far ends, to go on from after a restart.
     let mut cursor = start;
-    // A connection made again after the daemon restarted (SPEC §11).
-    let mut fresh: Option<Client> = None;
     let code = loop {
-        let client = fresh.as_ref().unwrap_or(client);
+        // A connection made again after the daemon restarted (SPEC §11).
+        let client = conn.last().await;
         tokio::select! {
             item = output.next() => match item {
                 Some(Ok(OutputItem::Output { data, next_cursor, .. })) => {
@@ -122,14 +118,15 @@ pub async fn run(
                 // The daemon went away: ride through its restart, from
                 // the cursor reached.
                 None => {
-                    let Ok(client) = procd_client::reconnect(&socket).await else {
-                        break EXIT_FAILED;
+                    let from = Some(Cursor::new(cursor));
+                    let resubscribe = |c: std::sync::Arc<Client>| {
+                        let id = id.clone();
+                        async move { c.subscribe_output(id, from).await }
                     };
-                    match client.subscribe_output(id.clone(), Some(Cursor::new(cursor))).await {
+                    match conn.call(resubscribe).await {
                         Ok(more) => output = more,
                         Err(_) => break EXIT_FAILED,
                     }
-                    fresh = Some(client);
                 }
             },
             keys = keys.recv() => match keys {

@@ -307,7 +307,13 @@ pub fn run(cli: Cli) -> i32 {
         };
         let config_path = cli.config.clone();
         let code = match target.connect(starts_daemon).await {
-            Ok(Some(client)) => match client_command(&target, &client, cli.command).await {
+            Ok(Some(client)) => match client_command(
+                &target,
+                &procd_client::Reconnecting::new(&target.paths.socket(), client),
+                cli.command,
+            )
+            .await
+            {
                 Ok(code) => code,
                 Err(err) => {
                     eprintln!("procd: {}", describe(&err));
@@ -435,11 +441,16 @@ fn ready_condition(
     }))
 }
 
+/// Runs a client command. Those that follow a session (`logs -f`, `wait`,
+/// `attach`) ride through a daemon restart on `conn` (SPEC §11); the
+/// others make one call on its client.
 async fn client_command(
     target: &Target,
-    client: &Client,
+    conn: &procd_client::Reconnecting,
     command: Command,
 ) -> Result<i32, ClientError> {
+    let current = conn.last().await;
+    let client: &Client = &current;
     match command {
         Command::Daemon { .. }
         | Command::Start
@@ -519,7 +530,7 @@ async fn client_command(
         }
         Command::Logs { id, follow, limit } => {
             if follow {
-                return follow_output(target, client, id).await;
+                return follow_output(target, conn, id).await;
             }
             let r = client
                 .log(id, None, limit.map(procd_proto::Limit::new), None, None)
@@ -529,16 +540,12 @@ async fn client_command(
         }
         Command::Wait { id, timeout } => {
             let timeout = timeout.map(procd_proto::TimeoutS::new);
-            let mut fresh = None;
-            let r = loop {
-                let c = fresh.as_ref().unwrap_or(client);
-                match c.wait(id.clone(), timeout, None, None).await {
-                    Err(e) if procd_client::is_disconnect(&e) => {
-                        fresh = Some(reconnect(target, e).await?)
-                    }
-                    other => break other?,
-                }
-            };
+            let r = conn
+                .call(|c| {
+                    let id = id.clone();
+                    async move { c.wait(id, timeout, None, None).await }
+                })
+                .await?;
             target.print(&r, render::waited);
             Ok(match r.status {
                 procd_proto::WaitStatus::Exited => wait_exit_code(r.exit.and_then(|e| e.exit_code)),
@@ -578,7 +585,7 @@ async fn client_command(
             }
             Ok(EXIT_OK)
         }
-        Command::Attach { id } => crate::attach::run(client, target.paths.socket(), id).await,
+        Command::Attach { id } => crate::attach::run(conn, id).await,
         Command::Rpc { method, params } => {
             use jsonrpsee::core::client::ClientT;
             use serde_json::Value;
@@ -612,39 +619,26 @@ fn wait_exit_code(code: Option<i32>) -> i32 {
     }
 }
 
-/// Connects again after the daemon went away (SPEC §11); fails with
-/// `why` if no daemon comes back in time.
-async fn reconnect(target: &Target, why: ClientError) -> Result<Client, ClientError> {
-    procd_client::reconnect(&target.paths.socket())
-        .await
-        .map_err(|_| why)
-}
-
 /// `procd logs -f`: reads by cursor with a long-poll until the session
 /// ends; rides through a daemon restart from the same cursor.
-async fn follow_output(target: &Target, client: &Client, id: String) -> Result<i32, ClientError> {
+async fn follow_output(
+    target: &Target,
+    conn: &procd_client::Reconnecting,
+    id: String,
+) -> Result<i32, ClientError> {
     use std::io::Write;
     let mut cursor = 0u64;
-    let mut fresh = None;
     loop {
-        let c = fresh.as_ref().unwrap_or(client);
-        let read = c
-            .read(
-                id.clone(),
-                Some(procd_proto::Cursor::new(cursor)),
-                None,
-                Some(procd_proto::WaitMs::new(30_000.0)),
-                None,
-                None,
-            )
-            .await;
-        let r = match read {
-            Err(e) if procd_client::is_disconnect(&e) => {
-                fresh = Some(reconnect(target, e).await?);
-                continue;
-            }
-            other => other?,
-        };
+        let r = conn
+            .call(|c| {
+                let id = id.clone();
+                async move {
+                    let from = Some(procd_proto::Cursor::new(cursor));
+                    let wait = Some(procd_proto::WaitMs::new(30_000.0));
+                    c.read(id, from, None, wait, None, None).await
+                }
+            })
+            .await?;
         if target.json {
             println!("{}", serde_json::to_string(&r).unwrap_or_default());
         } else {
