@@ -1270,6 +1270,7 @@ fn observe_tree(s: &Sizes) -> Row {
         marker: b"PROCD_BENCH_NO_MARKER=1".to_vec(),
         root_pinned: false,
         adopted: Vec::new(),
+        cgroup: None,
     };
     let watched = [Watched {
         input: InputId::of_fd(&procfs, root, 0),

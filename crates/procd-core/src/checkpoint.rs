@@ -45,6 +45,12 @@ pub struct CheckpointEntry {
     pub watch_patterns: Vec<String>,
     #[serde(default)]
     pub systemd_unit: Option<String>,
+    /// Its cgroup (v2 directory) and the v1 ones its limits use: how the
+    /// next daemon finds every process of it (docs/containment.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroup_v1: Vec<String>,
     pub log_path: String,
     /// What the next daemon needs to keep the session as it was asked for
     /// (beyond SPEC §7's fields, ignored by readers that do not know
@@ -74,6 +80,33 @@ impl CheckpointEntry {
         self.session_id
             .strip_prefix("proc_")
             .is_some_and(|hex| hex.len() == 12 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    }
+
+    /// The session's cgroup as recorded, if it has the shape procd makes
+    /// (`…/procd-<tag>/<session id>` on a cgroup filesystem); anything
+    /// else is not trusted as one.
+    pub fn cgroup(&self) -> Option<procd_sys::cgroup::SessionCgroup> {
+        let ours = |dir: &str| {
+            let path = Path::new(dir);
+            path.is_absolute()
+                && dir.starts_with("/sys/fs/cgroup/")
+                && !dir.contains("/../")
+                && path
+                    .file_name()
+                    .is_some_and(|n| n == self.session_id.as_str())
+                && path
+                    .parent()
+                    .and_then(Path::file_name)
+                    .is_some_and(|n| n.to_string_lossy().starts_with("procd-"))
+        };
+        let v2 = self.cgroup.as_deref().filter(|d| ours(d))?;
+        let v1 = self
+            .cgroup_v1
+            .iter()
+            .filter(|d| ours(d))
+            .map(PathBuf::from)
+            .collect();
+        Some(procd_sys::cgroup::SessionCgroup::at(v2.into(), v1))
     }
 
     /// The session's root as recorded.

@@ -1,9 +1,10 @@
 //! Process-tree termination (SPEC §5.1).
 //!
-//! A `KillPlan` is the set of processes that belong to a session: its process
-//! group, every /proc descendant of its root, and every process whose
-//! environment carries the session's marker (descendants that left the group
-//! with setsid). Each target is named by its `ProcessIdentity` and signalled
+//! A `KillPlan` is the set of processes that belong to a session: the
+//! processes of its cgroup where it has one (docs/containment.md);
+//! otherwise its process group, every /proc descendant of its root, and
+//! every process whose environment carries the session's marker
+//! (descendants that left the group with setsid). Each target is named by its `ProcessIdentity` and signalled
 //! through a pidfd opened under the identity guard, so a recycled pid is
 //! never signalled. A plan lists the deepest descendants first and the root
 //! last; the first signal of a termination goes to the root first (see
@@ -14,7 +15,9 @@
 use crate::identity::ProcessIdentity;
 use crate::pidfd::PidFd;
 use crate::procfs::{ProcFs, ProcStat};
+use procd_sys::cgroup::SessionCgroup;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long survivors of SIGKILL get to disappear before being reported.
@@ -31,10 +34,12 @@ pub struct TreeSpec {
     /// The root is our child and not yet reaped, so its pid cannot have been
     /// recycled: if /proc is unreadable, its pidfd alone identifies it.
     pub root_pinned: bool,
-    /// Further roots whose trees belong to the session: escaped processes
-    /// the session's root left to the daemon when it exited (the root is a
-    /// child subreaper, so they were its children until then).
+    /// Further roots whose trees belong to the session (no cgroup): its
+    /// processes the daemon found among its own children after the root
+    /// exited.
     pub adopted: Vec<ProcessIdentity>,
+    /// The session's cgroup: then its processes are exactly what is in it.
+    pub cgroup: Option<Arc<SessionCgroup>>,
 }
 
 impl TreeSpec {
@@ -67,6 +72,9 @@ impl KillPlan {
     /// root is left out (a session whose root has exited). If /proc cannot be
     /// read, the plan falls back to the root pid alone.
     pub fn collect(spec: &TreeSpec, procfs: &ProcFs, include_root: bool) -> KillPlan {
+        if let Some(plan) = plan_from_cgroup(spec, procfs, include_root) {
+            return plan;
+        }
         match procfs.all() {
             Ok(table) => plan_from_table(spec, procfs, &table, include_root),
             Err(_) if include_root => KillPlan {
@@ -89,6 +97,12 @@ impl KillPlan {
 
     /// Just the group and the root: the targets of a one-off `signal`.
     pub fn group(spec: &TreeSpec, procfs: &ProcFs) -> KillPlan {
+        if let Some(mut plan) = plan_from_cgroup(spec, procfs, true) {
+            plan.targets.retain(|t| {
+                t.pid == spec.root.pid || procfs.stat(t.pid).is_ok_and(|s| s.pgrp == spec.pgid)
+            });
+            return plan;
+        }
         let Ok(table) = procfs.all() else {
             return KillPlan {
                 targets: vec![spec.root],
@@ -104,6 +118,32 @@ impl KillPlan {
             .retain(|t| t.pid == spec.root.pid || in_group.contains(&t.pid));
         plan
     }
+}
+
+/// The live processes of the session's cgroup, youngest first (children
+/// are younger than their parents), the root last; None without a
+/// readable cgroup.
+fn plan_from_cgroup(spec: &TreeSpec, procfs: &ProcFs, include_root: bool) -> Option<KillPlan> {
+    let pids = spec.cgroup.as_ref()?.procs().ok()?;
+    let me = std::process::id() as i32;
+    let mut live: Vec<ProcStat> = pids
+        .into_iter()
+        .filter(|&pid| pid > 1 && pid != me && pid != spec.root.pid)
+        .filter_map(|pid| procfs.stat(pid).ok())
+        .filter(|s| !s.is_dead())
+        .collect();
+    live.sort_by(|a, b| b.start_time.cmp(&a.start_time).then(a.pid.cmp(&b.pid)));
+    let mut targets: Vec<ProcessIdentity> = live
+        .iter()
+        .map(|s| ProcessIdentity {
+            pid: s.pid,
+            start_time: s.start_time,
+        })
+        .collect();
+    if include_root && spec.root.pid > 1 {
+        targets.push(spec.root);
+    }
+    Some(KillPlan { targets })
 }
 
 fn plan_from_table(
@@ -269,6 +309,9 @@ pub async fn terminate(
     } else {
         grace
     };
+    if let (Some(cgroup), true) = (&spec.cgroup, escalate) {
+        return finish_in_cgroup(cgroup, fds, signal, grace).await;
+    }
     let mut alive = wait_all(fds, first_wait).await;
     if escalate {
         for _ in 0..KILL_ROUNDS {
@@ -292,6 +335,50 @@ pub async fn terminate(
     KillOutcome {
         signalled,
         survivors: alive.iter().map(PidFd::pid).collect(),
+    }
+}
+
+/// The rest of a termination in a cgroup: up to `grace` for the tree to
+/// empty (woken by `cgroup.events`), then `cgroup.kill` for whatever is
+/// left, forks and all, and up to 1 s to confirm.
+async fn finish_in_cgroup(
+    cgroup: &SessionCgroup,
+    signalled: Vec<PidFd>,
+    signal: i32,
+    grace: Duration,
+) -> KillOutcome {
+    let count = signalled.len();
+    let first = if signal == libc::SIGKILL {
+        Duration::ZERO
+    } else {
+        grace
+    };
+    if !cgroup.wait_empty(first).await {
+        if let Err(e) = cgroup.kill() {
+            tracing::warn!(cgroup = %cgroup.path().display(), %e, "cgroup.kill failed");
+            for fd in &signalled {
+                let _ = fd.send_signal(libc::SIGKILL);
+            }
+        }
+        cgroup.wait_empty(CONFIRM_WINDOW).await;
+    }
+    // The signalled processes are gone from the cgroup; wait for each to be
+    // dead too (a zombie counts), so the caller sees what really happened.
+    let mut survivors: Vec<i32> = wait_all(signalled, CONFIRM_WINDOW)
+        .await
+        .iter()
+        .map(PidFd::pid)
+        .collect();
+    if let Ok(left) = cgroup.procs() {
+        let left: Vec<i32> = left
+            .into_iter()
+            .filter(|p| !survivors.contains(p))
+            .collect();
+        survivors.extend(left);
+    }
+    KillOutcome {
+        signalled: count,
+        survivors,
     }
 }
 
@@ -427,6 +514,7 @@ mod tests {
             marker: Vec::new(),
             root_pinned: false,
             adopted: Vec::new(),
+            cgroup: None,
         }
     }
 
@@ -491,6 +579,7 @@ mod tests {
             marker: Vec::new(),
             root_pinned: true,
             adopted: Vec::new(),
+            cgroup: None,
         };
         let bogus = ProcFs::at("/nonexistent-proc");
         let outcome = terminate(&spec, &bogus, true, libc::SIGTERM, Duration::from_secs(2)).await;

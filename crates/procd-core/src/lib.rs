@@ -7,6 +7,7 @@
 
 pub mod budget;
 pub mod checkpoint;
+pub mod containment;
 pub mod env;
 mod error;
 pub mod fairness;

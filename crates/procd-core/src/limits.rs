@@ -30,12 +30,3 @@ pub(crate) fn child_soft_nofile() -> Option<u64> {
         soft => Some(soft),
     }
 }
-
-/// Sets the soft descriptor limit back to `soft`, keeping the hard limit.
-/// For a forked child before exec: getrlimit(2)/setrlimit(2) are
-/// async-signal-safe and this allocates nothing.
-pub(crate) fn restore_in_child(soft: u64) -> std::io::Result<()> {
-    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
-    setrlimit(Resource::RLIMIT_NOFILE, soft.min(hard), hard)?;
-    Ok(())
-}

@@ -47,36 +47,57 @@ pub struct Watched {
     pub input: Option<InputId>,
 }
 
-/// Observes each tree (`trees[i]` gives `result[i]`) from one /proc scan.
-/// Blocking. A tree here is the root's descendants and its group: the
-/// marker search of a kill plan (every process's environ, for each
-/// session) is left out — the root is a child subreaper, so escapees stay
-/// descendants, and a look once a tick must stay cheap.
+/// Observes each tree (`trees[i]` gives `result[i]`). Blocking. A tree
+/// with a cgroup is what its `cgroup.procs` lists, with the CPU time of
+/// its `cpu.stat`: no scan of /proc. Without one, the trees come from one
+/// /proc scan as the root's descendants and its group (the marker search
+/// of a kill plan, every process's environ for each session, is left out:
+/// a look once a tick must stay cheap).
 pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
     let page = page_size();
     let hz = crate::procfs::clock_ticks_per_second();
-    let table = procfs.all().unwrap_or_default();
+    let table = if trees.iter().any(|w| w.tree.cgroup.is_none()) {
+        procfs.all().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let by_pid: HashMap<i32, &crate::procfs::ProcStat> = table.iter().map(|s| (s.pid, s)).collect();
     // Listening sockets by inode, per network namespace (read once each).
     let mut listening_by_ns: HashMap<String, HashMap<u64, u16>> = HashMap::new();
     trees
         .iter()
         .map(|Watched { tree, input }| {
-            let tree = TreeSpec {
-                marker: Vec::new(),
-                ..tree.clone()
-            };
-            let plan = KillPlan::from_table(&tree, procfs, &table, true);
+            let members: Vec<crate::procfs::ProcStat> =
+                match tree.cgroup.as_ref().and_then(|c| c.procs().ok()) {
+                    Some(pids) => pids
+                        .into_iter()
+                        .filter_map(|p| procfs.stat(p).ok())
+                        .collect(),
+                    None => {
+                        let tree = TreeSpec {
+                            marker: Vec::new(),
+                            cgroup: None,
+                            ..tree.clone()
+                        };
+                        KillPlan::from_table(&tree, procfs, &table, true)
+                            .targets
+                            .iter()
+                            .filter_map(|t| by_pid.get(&t.pid).copied())
+                            .filter(|s| {
+                                s.start_time == tree.root.start_time || s.pid != tree.root.pid
+                            })
+                            .cloned()
+                            .collect()
+                    }
+                };
             let mut ports = BTreeSet::new();
             let mut resources = Resources::default();
             let mut reading_input = false;
-            for target in &plan.targets {
-                let Some(stat) = by_pid.get(&target.pid) else {
-                    continue;
-                };
-                if stat.is_dead() || stat.start_time != target.start_time {
+            for stat in &members {
+                if stat.is_dead() {
                     continue;
                 }
+                let target = stat;
                 resources.procs += 1;
                 resources.rss_bytes += stat.rss_pages * page;
                 resources.cpu_seconds += stat.cpu_ticks as f64 / hz;
@@ -113,6 +134,9 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                     }
                 });
                 ports.extend(inodes.iter().filter_map(|i| listening.get(i)));
+            }
+            if let Some(cpu) = tree.cgroup.as_ref().and_then(|c| c.cpu_seconds()) {
+                resources.cpu_seconds = cpu;
             }
             resources.cpu_seconds = (resources.cpu_seconds * 100.0).round() / 100.0;
             Observation {

@@ -63,15 +63,36 @@ impl Reaper {
         cmd: &mut Command,
         inspect: impl FnOnce(u32) -> R,
     ) -> io::Result<(Child, R, oneshot::Receiver<ChildExit>)> {
+        let mut child = None;
+        let (_, inspected, rx) = self.start(
+            || {
+                let started = cmd.spawn()?;
+                let pid = started.id() as i32;
+                child = Some(started);
+                Ok(pid)
+            },
+            |pid| inspect(pid as u32),
+        )?;
+        let child = child.ok_or_else(|| io::Error::other("no child"))?;
+        Ok((child, inspected, rx))
+    }
+
+    /// Runs `start` (which makes a child and returns its pid) and
+    /// registers the child, with `inspect` run before it can be reaped.
+    pub fn start<R>(
+        &self,
+        start: impl FnOnce() -> io::Result<i32>,
+        inspect: impl FnOnce(i32) -> R,
+    ) -> io::Result<(i32, R, oneshot::Receiver<ChildExit>)> {
         let mut table = self.lock();
-        let child = cmd.spawn()?;
-        let inspected = inspect(child.id());
+        let pid = start()?;
+        let inspected = inspect(pid);
         let (tx, rx) = oneshot::channel();
-        table.waiting.insert(child.id() as i32, tx);
+        table.waiting.insert(pid, tx);
         table.generation += 1;
         drop(table);
         self.spawned.notify_one();
-        Ok((child, inspected, rx))
+        Ok((pid, inspected, rx))
     }
 
     /// Whether someone waits for `pid` (a session root or a helper that

@@ -31,9 +31,7 @@ use crate::watch::{WatchMatcher, WatchOutcome};
 use crate::Config;
 use procd_proto::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -88,6 +86,9 @@ pub struct RegistryOptions {
     pub checkpoint: Option<PathBuf>,
     /// Wrap sessions in systemd scopes (the daemon runs under its unit).
     pub scopes: Option<Arc<Scopes>>,
+    /// Give each session a cgroup of its own below this tree
+    /// (docs/containment.md); takes precedence over `scopes`.
+    pub cgroups: Option<Arc<procd_sys::cgroup::CgroupTree>>,
     /// The keeper that holds sessions' descriptors across a daemon's death
     /// (SPEC §11), when the daemon runs under one.
     pub keeper: Option<Arc<procd_keeper::Link>>,
@@ -129,6 +130,8 @@ pub(crate) struct SpawnRequest {
     pub ready: Option<procd_proto::ReadySpec>,
     /// The character budget of returned output (see `budget`).
     pub budget: Option<usize>,
+    /// Limits on its tree, the config's defaults filled in.
+    pub limits: Limits,
 }
 
 impl From<SpawnParams> for SpawnRequest {
@@ -150,6 +153,7 @@ impl From<SpawnParams> for SpawnRequest {
             stdin: p.stdin.unwrap_or_default(),
             yield_ms: p.yield_ms.map(YieldMs::get),
             ready: p.ready,
+            limits: p.limits.unwrap_or_default(),
             budget: crate::budget::chars_budget(
                 p.max_output_chars.map(MaxOutputChars::get),
                 p.max_output_tokens.map(MaxOutputTokens::get),
@@ -178,6 +182,8 @@ pub struct Registry {
     /// Faults being lived with (a checkpoint or log that cannot be written).
     pub faults: crate::faults::Faults,
     scopes: Option<Arc<Scopes>>,
+    /// Where sessions' cgroups are made (None: no cgroup containment).
+    cgroups: Option<Arc<procd_sys::cgroup::CgroupTree>>,
     /// Entries kept in the checkpoint though not tracked: dead sessions
     /// whose systemd scope could not be stopped (retried next start).
     retained: Mutex<Vec<CheckpointEntry>>,
@@ -229,6 +235,7 @@ impl Registry {
             checkpoint: options.checkpoint.map(Checkpoint::new),
             faults: crate::faults::Faults::default(),
             scopes: options.scopes,
+            cgroups: options.cgroups,
             retained: Mutex::new(Vec::new()),
             config: options.config,
             logs_dir: options.logs_dir,
@@ -461,7 +468,14 @@ impl Registry {
         }
         // Unlinking a large log can take a while: not on the event loop.
         let stores: Vec<Arc<OutputStore>> = removed.iter().map(|s| s.output.clone()).collect();
-        let delete = move || stores.iter().for_each(|o| o.delete_log());
+        // A cgroup with leftovers in it stays until they end or procd stops.
+        let cgroups: Vec<_> = removed.iter().filter_map(|s| s.cgroup.clone()).collect();
+        let delete = move || {
+            stores.iter().for_each(|o| o.delete_log());
+            cgroups.iter().for_each(|c| {
+                c.remove();
+            });
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => drop(rt.spawn_blocking(delete)),
             Err(_) => delete(),
@@ -471,11 +485,19 @@ impl Registry {
 
 /// Variables that describe the daemon's own supervision and must not leak
 /// into children (a child would otherwise think it was socket-activated).
+/// The service manager's own variables too (SPEC §15: a session gets
+/// what a plain fork+exec from a shell gives it).
 const DAEMON_ONLY_VARS: &[&str] = &[
     "LISTEN_FDS",
     "LISTEN_PID",
     "LISTEN_FDNAMES",
     "NOTIFY_SOCKET",
+    "INVOCATION_ID",
+    "JOURNAL_STREAM",
+    "MANAGERPID",
+    "SYSTEMD_EXEC_PID",
+    "WATCHDOG_PID",
+    "WATCHDOG_USEC",
 ];
 
 fn duration_param(name: &str, secs: f64, max: f64) -> Result<Duration, Error> {

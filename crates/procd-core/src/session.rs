@@ -37,6 +37,8 @@ pub struct SessionSpec {
     pub stdin: StdinMode,
     /// When it counts as ready (SPEC §12).
     pub ready: Option<crate::readiness::ReadyCheck>,
+    /// Limits on its tree, as its cgroup takes them.
+    pub limits: procd_sys::cgroup::Limits,
 }
 
 /// How a session ended.
@@ -121,6 +123,8 @@ pub struct Session {
     pub note: Option<String>,
     /// The systemd scope the session runs in, if any.
     pub systemd_unit: Option<String>,
+    /// The cgroup its tree lives in, if any (docs/containment.md).
+    pub cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
     /// The command as callers see it, redacted on first use (see
     /// `shown_command`).
     shown_command: OnceLock<String>,
@@ -205,6 +209,7 @@ impl Session {
             notify_on_complete: AtomicBool::new(spec.notify_on_complete),
             note: None,
             systemd_unit: None,
+            cgroup: None,
             shown_command: OnceLock::new(),
             adopted: watch::channel(None).0,
             slot: Mutex::new(None),
@@ -314,6 +319,7 @@ impl Session {
             marker: format!("PROCD_SESSION_ID={}", self.id).into_bytes(),
             root_pinned: !self.reaped.load(Ordering::SeqCst),
             adopted: self.adopted.borrow().as_deref().unwrap_or(&[]).to_vec(),
+            cgroup: self.cgroup.clone(),
         }
     }
 

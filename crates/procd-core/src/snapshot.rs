@@ -221,6 +221,7 @@ impl ShellSnapshot {
                     marker: Vec::new(),
                     root_pinned: true,
                     adopted: Vec::new(),
+                    cgroup: None,
                 };
                 crate::kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO)
                     .await;

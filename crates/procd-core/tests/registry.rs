@@ -41,6 +41,7 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
         procfs: ProcFs::default(),
         checkpoint: None,
         scopes: None,
+        cgroups: None,
         keeper: None,
     })
     .unwrap();
@@ -89,6 +90,7 @@ async fn a_recycled_pid_is_never_signalled() {
         marker: Vec::new(),
         root_pinned: false,
         adopted: Vec::new(),
+        cgroup: None,
     };
     let out = terminate(
         &spec,
@@ -162,6 +164,7 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
             4096,
             procd_core::scope::PROBE_TTL,
         ))),
+        cgroups: None,
         keeper: None,
     })
     .unwrap();

@@ -160,3 +160,93 @@ pub trait ProcdApi {
     #[method(name = "shutdown", param_kind = map)]
     async fn shutdown(&self, timeout_s: Option<TimeoutS>) -> RpcResult<ShutdownResult>;
 }
+
+/// Each method's parameter names, in the order positional arrays follow
+/// (`spawn`'s are `SpawnParams`, which refuses unknown keys itself). The
+/// daemon refuses any other name before the method runs (SPEC §3):
+/// jsonrpsee's generated parsing would ignore it. A test sends every name
+/// listed here to a real daemon (tests/protocol.rs).
+pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
+    (
+        "poll",
+        &["session_id", "max_output_chars", "max_output_tokens"],
+    ),
+    (
+        "read",
+        &[
+            "session_id",
+            "cursor",
+            "max_bytes",
+            "wait_ms",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    (
+        "log",
+        &[
+            "session_id",
+            "offset",
+            "limit",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    (
+        "wait",
+        &[
+            "session_id",
+            "timeout_s",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    ("kill", &["session_id", "signal", "grace_s"]),
+    ("signal", &["session_id", "signal"]),
+    (
+        "write_stdin",
+        &[
+            "session_id",
+            "data",
+            "yield_ms",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    (
+        "submit_stdin",
+        &[
+            "session_id",
+            "data",
+            "yield_ms",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    ("close_stdin", &["session_id"]),
+    ("resize", &["session_id", "rows", "cols"]),
+    ("close_terminal", &["session_id"]),
+    ("subscribe_output", &["session_id", "cursor"]),
+    ("unsubscribe_output", &["subscription"]),
+    ("subscribe_events", &[]),
+    ("unsubscribe_events", &["subscription"]),
+    ("list", &["task_id", "session_key", "status"]),
+    (
+        "has_active",
+        &["task_id", "session_key", "max_active_age_s"],
+    ),
+    ("snapshot_running", &["task_id"]),
+    ("kill_all", &["task_id", "exclude_ids", "source"]),
+    ("kill_started_since", &["task_id", "baseline", "source"]),
+    ("drain_notifications", &["session_key", "owned_keys"]),
+    ("status", &[]),
+    ("shutdown", &["timeout_s"]),
+];
+
+/// The parameter names of `method`, if it is one `METHOD_PARAMS` lists.
+pub fn method_params(method: &str) -> Option<&'static [&'static str]> {
+    METHOD_PARAMS
+        .iter()
+        .find(|(name, _)| *name == method)
+        .map(|(_, params)| *params)
+}

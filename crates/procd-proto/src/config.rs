@@ -34,6 +34,12 @@ pub struct Config {
     pub stop_timeout_s: f64,
     pub monitor_interval_s: f64,
     pub on_demand_idle_s: f64,
+    /// What holds each session's tree: "auto" (a cgroup where one can be
+    /// had, else a systemd scope under systemd, else the process group),
+    /// "cgroup", "scope" or "group" (docs/containment.md).
+    pub containment: String,
+    /// Limits for sessions that give none (`spawn{limits}` wins per key).
+    pub default_limits: crate::Limits,
 }
 
 impl Default for Config {
@@ -70,6 +76,8 @@ impl Default for Config {
             stop_timeout_s: 20.0,
             monitor_interval_s: 1.0,
             on_demand_idle_s: 900.0,
+            containment: "auto".into(),
+            default_limits: crate::Limits::default(),
         }
     }
 }
@@ -115,6 +123,12 @@ impl Config {
             if value == 0 {
                 return Err(format!("{key} must be at least 1"));
             }
+        }
+        if !["auto", "cgroup", "scope", "group"].contains(&self.containment.as_str()) {
+            return Err(format!(
+                "containment must be \"auto\", \"cgroup\", \"scope\" or \"group\", got {:?}",
+                self.containment
+            ));
         }
         if self.max_log_bytes < 4096 {
             return Err(format!(

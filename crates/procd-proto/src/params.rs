@@ -216,6 +216,49 @@ int_param!(
     Cols, "cols", u16, 1, 4096, "1 to 4096"
 );
 
+int_param!(
+    /// `limits.memory_bytes`: at least 1 MiB (less cannot run a shell).
+    MemoryBytes, "memory_bytes", u64, 1 << 20, MAX_COUNT, "1048576 to 2^53"
+);
+int_param!(
+    /// `limits.pids`: the most processes (and threads) the tree may have.
+    Pids, "pids", u64, 1, 4_194_304, "1 to 4194304"
+);
+
+/// `limits.cpu_cores`: CPU time as a number of cores, 0.01 to 1024.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct CpuCores(f64);
+
+impl CpuCores {
+    const RULE: &'static str = "cpu_cores: must be a number of cores from 0.01 to 1024";
+
+    /// For clients; the daemon validates what it receives.
+    pub fn new(cores: f64) -> Self {
+        CpuCores(cores)
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl Serialize for CpuCores {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for CpuCores {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = d.deserialize_any(NumberVisitor(Self::RULE))?;
+        if v.is_finite() && (0.01..=1024.0).contains(&v) {
+            Ok(CpuCores(v))
+        } else {
+            Err(de::Error::custom(format!("{}, got {v}", Self::RULE)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +314,22 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn limits_refuse_what_cannot_hold() {
+        assert_eq!(parse::<MemoryBytes>("67108864").unwrap().get(), 64 << 20);
+        assert_eq!(parse::<CpuCores>("1.5").unwrap().get(), 1.5);
+        assert_eq!(parse::<Pids>("64").unwrap().get(), 64);
+        for bad in ["0", "1000", "-1", "1.5", "\"64M\""] {
+            let e = parse::<MemoryBytes>(bad).unwrap_err();
+            assert!(e.starts_with("memory_bytes: must be"), "{bad}: {e}");
+        }
+        for bad in ["0", "0.001", "2000", "-1", "\"1\""] {
+            let e = parse::<CpuCores>(bad).unwrap_err();
+            assert!(e.starts_with("cpu_cores: must be"), "{bad}: {e}");
+        }
+        assert!(parse::<Pids>("0").unwrap_err().starts_with("pids: must be"));
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub enum CompletionReason {
     Timeout,
     Lost,
     FailedStart,
+    /// The kernel's OOM killer ended a process of the tree (its memory
+    /// limit); the exit code is still what the root returned.
+    Oom,
 }
 
 /// A signal as callers name it: "SIGINT", "INT" or 2.
@@ -53,8 +56,11 @@ pub enum ListFilter {
 /// parses a request's params into it (by name, or positionally in this
 /// order), Rust clients build it with `..Default::default()`. Numbers are
 /// the validating types of `params.rs`, so a bad value is -32602 naming
-/// its field before anything runs. Unknown keys are ignored.
+/// its field before anything runs. An unknown key is refused by name
+/// (SPEC §3): a client never mistakes an older daemon for one with a
+/// feature it lacks.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SpawnParams {
     pub command: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,6 +99,37 @@ pub struct SpawnParams {
     pub max_output_tokens: Option<crate::MaxOutputTokens>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<ReadySpec>,
+    /// Resource limits on the session's tree (docs/containment.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+/// Limits written to a session's cgroup. A limit that cannot hold is
+/// -32002 naming its controller, never a silently unlimited session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<crate::MemoryBytes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_cores: Option<crate::CpuCores>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<crate::Pids>,
+}
+
+impl Limits {
+    /// These limits, each one not given taken from `defaults`.
+    pub fn or(self, defaults: Limits) -> Limits {
+        Limits {
+            memory_bytes: self.memory_bytes.or(defaults.memory_bytes),
+            cpu_cores: self.cpu_cores.or(defaults.cpu_cores),
+            pids: self.pids.or(defaults.pids),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self == &Limits::default()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -481,6 +518,14 @@ pub enum Event {
         about: About,
         prompt: String,
     },
+    /// The kernel's OOM killer ended a process of the session's tree
+    /// (its memory limit); `pid` is null where the kernel does not say.
+    Oom {
+        #[serde(flatten)]
+        about: About,
+        pid: Option<i32>,
+        oom_kills: u64,
+    },
     Started {
         session_id: String,
         pid: i32,
@@ -568,6 +613,15 @@ pub struct StatusResult {
     /// errors); empty when all is well (SPEC §10).
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// What holds each session's tree: "cgroup", "scope" or "group".
+    #[serde(default)]
+    pub containment: String,
+    /// Why that one (where the cgroups are, or why there are none).
+    #[serde(default)]
+    pub containment_reason: String,
+    /// Which limits can be had, and where: "memory" → "v1" or "v2".
+    #[serde(default)]
+    pub limits_available: std::collections::BTreeMap<String, String>,
 }
 
 /// One ongoing fault: what fails, the last error, since when.

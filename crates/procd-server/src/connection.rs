@@ -421,6 +421,10 @@ async fn handle_single(text: &str, methods: &Methods) -> (Option<String>, Option
 }
 
 async fn handle_request(text: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
+    if let Some(refusal) = refuse_unknown_params(text) {
+        // A notification with a bad param is not run either.
+        return (refusal, None);
+    }
     // The common case, a request with an id, is parsed once (by jsonrpsee);
     // anything it rejects is classified below.
     if text.contains("\"id\"") {
@@ -464,6 +468,65 @@ async fn run_notification(text: &str, methods: &Methods) {
     let _ = methods
         .raw_json_request(&request, SUBSCRIPTION_BUFFER)
         .await;
+}
+
+/// A request naming a param its method does not take, or more positional
+/// params than it takes, is refused before it runs (SPEC §3): -32602
+/// naming it (None inside for a notification, which gets no answer).
+/// jsonrpsee's generated parsing would ignore it.
+fn refuse_unknown_params(text: &str) -> Option<Option<String>> {
+    #[derive(Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default, deserialize_with = "present")]
+        id: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        method: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        params: Option<&'a RawValue>,
+    }
+    if !text.contains("\"params\"") {
+        return None;
+    }
+    let head: Head = serde_json::from_str(text).ok()?;
+    let method = head.method?;
+    let names = procd_proto::method_params(&method)?;
+    let params = head.params?.get();
+    let problem = match params.trim_start().as_bytes().first() {
+        Some(b'{') => {
+            let keys: std::collections::BTreeMap<std::borrow::Cow<str>, serde::de::IgnoredAny> =
+                serde_json::from_str(params).ok()?;
+            let unknown = keys.keys().find(|k| !names.contains(&k.as_ref()))?;
+            format!("unknown param {unknown:?}: {method} takes {}", takes(names))
+        }
+        Some(b'[') => {
+            let n = serde_json::from_str::<Vec<serde::de::IgnoredAny>>(params)
+                .ok()?
+                .len();
+            if n <= names.len() {
+                return None;
+            }
+            format!("{n} positional params, but {method} takes {}", takes(names))
+        }
+        _ => return None,
+    };
+    let id = head
+        .id
+        .map(|raw| serde_json::from_str::<Id>(raw.get()).unwrap_or(Id::Null));
+    Some(id.map(|id| {
+        error_response(
+            id,
+            procd_proto::error::INVALID_PARAMS,
+            &format!("Invalid params: {problem}"),
+        )
+    }))
+}
+
+fn takes(names: &[&str]) -> String {
+    if names.is_empty() {
+        "no params".into()
+    } else {
+        format!("only {}", names.join(", "))
+    }
 }
 
 /// -32700 for text that is not JSON at all, -32600 for JSON that is not a request.

@@ -328,6 +328,16 @@ async fn serve_claimed(
     let listener =
         tokio::net::UnixListener::from_std(std_listener).doing(|| "socket setup failed".into())?;
 
+    // Scopes only when systemd started us (its unit, or socket
+    // activation): an inherited INVOCATION_ID alone proves nothing.
+    let under_systemd = listening.activated || procd_core::scope::started_by_unit();
+    let containment = procd_core::containment::Containment::choose(
+        &options.config.containment,
+        under_systemd,
+        &options.paths.state_dir,
+    )
+    .map_err(|why| StartupError::os("no containment".into(), std::io::Error::other(why)))?;
+    tracing::info!(containment = containment.kind, reason = %containment.reason, "containment");
     let registry = Registry::new(RegistryOptions {
         config: options.config.clone(),
         logs_dir: options.paths.logs_dir(),
@@ -336,13 +346,12 @@ async fn serve_claimed(
         inherited_env: std::env::vars().collect(),
         procfs: ProcFs::default(),
         checkpoint: Some(options.paths.procs_json()),
-        // Scopes only when systemd started us (its unit, or socket
-        // activation): an inherited INVOCATION_ID alone proves nothing.
-        scopes: (listening.activated || procd_core::scope::started_by_unit()).then(|| {
+        scopes: (containment.kind == "scope").then(|| {
             Arc::new(procd_core::scope::Scopes::new(
                 options.config.worker_memory_max_mb,
             ))
         }),
+        cgroups: containment.cgroups.clone(),
         keeper: keeper.clone(),
     })
     .doing(|| format!("cannot create {}", options.paths.logs_dir().display()))?;
@@ -372,6 +381,7 @@ async fn serve_claimed(
         }),
         lane: crate::lane::Lane::start("procd-leases").doing(|| "cannot start a thread".into())?,
         handing_over: std::sync::atomic::AtomicBool::new(false),
+        containment,
     });
     if let Some(keeper) = &keeper {
         listen_to_keeper(keeper, daemon.clone())?;

@@ -43,6 +43,8 @@ pub struct Daemon {
     /// Set when the daemon stops to hand its sessions to the next one
     /// (the keeper asked: `procd restart`, an upgrade) instead of ending them.
     pub(crate) handing_over: std::sync::atomic::AtomicBool,
+    /// What holds sessions' trees, and why (for `status`).
+    pub(crate) containment: procd_core::containment::Containment,
 }
 
 impl Daemon {
@@ -113,6 +115,15 @@ impl Daemon {
             socket: self.paths.socket().display().to_string(),
             state_dir: self.paths.state_dir.display().to_string(),
             faults: self.registry.faults.list(),
+            containment: self.containment.kind.to_string(),
+            containment_reason: self.containment.reason.clone(),
+            limits_available: self
+                .containment
+                .cgroups
+                .iter()
+                .flat_map(|t| t.controllers())
+                .map(|(c, v)| (c.name().to_string(), v.to_string()))
+                .collect(),
         }
     }
 }

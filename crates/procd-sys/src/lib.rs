@@ -8,9 +8,11 @@
 //! procd crate: a client that links it does not link the registry.
 
 pub mod atomic;
+pub mod cgroup;
 pub mod clock;
 pub mod identity;
 pub mod pidfd;
 pub mod procfs;
 pub mod random;
+pub mod spawn;
 pub mod wait;

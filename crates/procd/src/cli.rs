@@ -33,6 +33,9 @@ pub struct Cli {
     command: Command,
 }
 
+// Parsed once per process and matched at once: the size of its largest
+// variant (spawn's flags) costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the daemon in the foreground.
@@ -97,6 +100,15 @@ enum Command {
         /// running either way).
         #[arg(long, value_name = "S")]
         ready_timeout: Option<f64>,
+        /// Memory limit of the session's tree: bytes, or with K, M, G (1024s).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        memory: Option<u64>,
+        /// CPU limit of the session's tree, in cores (e.g. 1.5).
+        #[arg(long, value_name = "CORES")]
+        cpus: Option<f64>,
+        /// Most processes (and threads) the session's tree may have.
+        #[arg(long, value_name = "N")]
+        pids: Option<u64>,
         /// The command: one argument is used as given; several are joined with spaces.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
@@ -473,6 +485,9 @@ async fn client_command(
             ready_port,
             ready_http,
             ready_timeout,
+            memory,
+            cpus,
+            pids,
             command,
         } => {
             let ready = match ready_condition(ready_output, ready_port, ready_http, ready_timeout) {
@@ -511,6 +526,13 @@ async fn client_command(
                 timeout_s: timeout.map(procd_proto::TimeoutS::new),
                 yield_ms,
                 ready,
+                limits: (memory.is_some() || cpus.is_some() || pids.is_some()).then(|| {
+                    procd_proto::Limits {
+                        memory_bytes: memory.map(procd_proto::MemoryBytes::new),
+                        cpu_cores: cpus.map(procd_proto::CpuCores::new),
+                        pids: pids.map(procd_proto::Pids::new),
+                    }
+                }),
                 ..Default::default()
             };
             let r = procd_client::spawn(client, params).await?;
@@ -651,4 +673,30 @@ async fn follow_output(
             return Ok(EXIT_OK);
         }
     }
+}
+
+/// "512M", "2G", "64k" or plain bytes (powers of 1024).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let shift = match unit.to_ascii_uppercase().trim_end_matches(['B', 'I']) {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?}: expected bytes, or a number with K, M, G or T"
+            ))
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: expected bytes, or a number with K, M, G or T"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?}: too large"))
 }

@@ -141,6 +141,7 @@ impl Registry {
             e.started_at(),
         );
         session.systemd_unit = e.systemd_unit.clone();
+        session.cgroup = e.cgroup().map(Arc::new);
         if session.spec.stdin == StdinMode::Pipe {
             session.input = crate::observe::InputId::of_fd(&self.procfs, e.pid, 0);
         }

@@ -87,6 +87,13 @@ impl Registry {
                 notify_on_complete: s.notify_on_complete(),
                 watch_patterns: s.spec.watch_patterns.clone(),
                 systemd_unit: s.systemd_unit.clone(),
+                cgroup: s.cgroup.as_ref().map(|c| c.path().display().to_string()),
+                cgroup_v1: s.cgroup.as_ref().map_or(vec![], |c| {
+                    c.v1_paths()
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect()
+                }),
                 log_path: s.output.path().display().to_string(),
                 timeout_at: s.spec.timeout.map(|t| rfc3339(s.started_at + t)),
                 rows: s.spec.pty.then_some(s.spec.rows),
@@ -378,6 +385,7 @@ impl Registry {
             e.started_at(),
         );
         session.systemd_unit = e.systemd_unit.clone();
+        session.cgroup = e.cgroup().map(Arc::new);
         session.hold_slot(self.running.take());
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
@@ -418,5 +426,7 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .ready
             .as_ref()
             .and_then(|r| crate::readiness::ReadyCheck::parse(r).ok()),
+        // Already written to its cgroup, which outlives the daemon.
+        limits: Default::default(),
     }
 }

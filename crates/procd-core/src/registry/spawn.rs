@@ -1,6 +1,7 @@
 //! Spawning: validation, the fork (pipes or PTY, optionally in a systemd scope), the supervisor and writer tasks, spawn-and-yield, and what happens at exit.
 
 use super::*;
+use std::ffi::CString;
 
 impl Registry {
     pub async fn spawn(&self, params: SpawnParams) -> Result<SpawnResult, Error> {
@@ -121,6 +122,7 @@ impl Registry {
             .map(crate::readiness::ReadyCheck::parse)
             .transpose()
             .map_err(Error::InvalidParams)?;
+        let limits = self.kernel_limits(req.limits.or(self.config.default_limits))?;
         Ok(SessionSpec {
             command: req.command.clone(),
             cwd,
@@ -136,7 +138,34 @@ impl Registry {
             timeout,
             stdin: req.stdin,
             ready,
+            limits,
         })
+    }
+
+    /// The limits as the kernel takes them; -32002 naming the controller
+    /// when there is no cgroup to write them to (never a silently
+    /// unlimited session).
+    fn kernel_limits(&self, limits: Limits) -> Result<procd_sys::cgroup::Limits, Error> {
+        let kernel = procd_sys::cgroup::Limits {
+            memory_bytes: limits.memory_bytes.map(MemoryBytes::get),
+            cpu_quota_us: limits.cpu_cores.map(|c| {
+                ((c.get() * procd_sys::cgroup::CPU_PERIOD_US as f64).round() as u64).max(1000)
+            }),
+            pids: limits.pids.map(Pids::get),
+        };
+        if self.cgroups.is_none() && !limits.is_empty() {
+            let controller = if limits.memory_bytes.is_some() {
+                "memory"
+            } else if limits.cpu_cores.is_some() {
+                "cpu"
+            } else {
+                "pids"
+            };
+            return Err(Error::WrongState(format!(
+                "limits: the {controller} controller is not available: sessions get no cgroup here (see procd status: containment)"
+            )));
+        }
+        Ok(kernel)
     }
 
     /// The argv that runs `script`: a non-interactive `bash -c` that
@@ -231,8 +260,7 @@ impl Registry {
 
         // From here on the child exists: any failure must kill it first.
         if self.injected_failure(false) {
-            self.end_unsupervised(&id, started.identity, started.unit.as_deref())
-                .await;
+            self.end_unsupervised(&id, &started).await;
             output.delete_log();
             return Err(spawn_err(
                 "session setup failed (the process was killed)",
@@ -255,6 +283,7 @@ impl Registry {
 
         let checkpointed = self.write_checkpoint().await;
         self.supervise_in_background(session.clone(), reader, exit_rx);
+        self.watch_oom(&session);
 
         if let Err(e) = checkpointed {
             // The session cannot be recovered after a crash: refuse it
@@ -301,11 +330,40 @@ impl Registry {
         env: &BTreeMap<String, String>,
         argv: &[String],
     ) -> Result<StartedChild, Error> {
+        let cgroup = match &self.cgroups {
+            Some(tree) => Some(Arc::new(tree.create(id, &spec.limits).map_err(
+                |e| match e {
+                    procd_sys::cgroup::LimitError::Unavailable { .. } => {
+                        Error::WrongState(format!("limits: {e}"))
+                    }
+                    procd_sys::cgroup::LimitError::Io(_) => Error::SpawnFailed(e.to_string()),
+                },
+            )?)),
+            None => None,
+        };
+        let started = self.launch_in(id, spec, env, argv, cgroup.clone()).await;
+        if started.is_err() {
+            if let Some(cgroup) = &cgroup {
+                cgroup.remove();
+            }
+        }
+        started
+    }
+
+    async fn launch_in(
+        &self,
+        id: &str,
+        spec: &mut SessionSpec,
+        env: &BTreeMap<String, String>,
+        argv: &[String],
+        cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
+    ) -> Result<StartedChild, Error> {
         let mut unit = match &self.scopes {
-            Some(scopes) if scopes.available().await => Some(unit_name(id)),
+            Some(scopes) if cgroup.is_none() && scopes.available().await => Some(unit_name(id)),
             _ => None,
         };
-        let started = match self.start_child(spec, env, argv, unit.as_deref()) {
+        let cg = cgroup.as_deref();
+        let started = match self.start_child(spec, env, argv, unit.as_deref(), cg) {
             Err(e) if spec.pty => {
                 // The PTY spawn failed, perhaps after its scope was created:
                 // stop that scope before a pipe spawn under a distinct unit.
@@ -319,12 +377,15 @@ impl Registry {
                 tracing::warn!(session = %id, %e, "PTY spawn failed; falling back to pipes");
                 spec.pty = false;
                 unit = unit.map(|u| format!("{u}-pipe-fallback"));
-                self.start_child(spec, env, argv, unit.as_deref())
+                self.start_child(spec, env, argv, unit.as_deref(), cg)
             }
             other => other,
         };
         match started {
-            Ok(started) => Ok(started),
+            Ok(mut started) => {
+                started.cgroup = cgroup;
+                Ok(started)
+            }
             Err(e) => Err(Error::SpawnFailed(format!(
                 "cannot start {:?}: {e}",
                 self.shell[0]
@@ -335,16 +396,21 @@ impl Registry {
     /// Ends a child that exists but will not be supervised (its setup
     /// failed): its tree, SIGKILLed through the guard and waited for, and
     /// its scope, so that no process outlives the error.
-    async fn end_unsupervised(&self, id: &str, root: ProcessIdentity, unit: Option<&str>) {
+    async fn end_unsupervised(&self, id: &str, started: &StartedChild) {
+        let root = started.identity;
         let tree = kill::TreeSpec {
             root,
             pgid: root.pid,
             marker: format!("PROCD_SESSION_ID={id}").into_bytes(),
             root_pinned: true,
             adopted: Vec::new(),
+            cgroup: started.cgroup.clone(),
         };
         kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO).await;
-        if let (Some(u), Some(scopes)) = (unit, &self.scopes) {
+        if let Some(cgroup) = &started.cgroup {
+            cgroup.remove();
+        }
+        if let (Some(u), Some(scopes)) = (&started.unit, &self.scopes) {
             scopes.stop(u).await;
         }
     }
@@ -369,6 +435,7 @@ impl Registry {
             identity,
             io,
             unit,
+            cgroup,
             exit_rx,
             ..
         } = child;
@@ -403,6 +470,7 @@ impl Registry {
         let ready = spec.ready.clone();
         let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx);
         session.systemd_unit = unit;
+        session.cgroup = cgroup;
         session.input = input;
         if let Some(fd) = output_probe {
             session.set_output_probe(fd);
@@ -483,120 +551,82 @@ impl Registry {
         });
     }
 
-    /// Forks the session's root: `setsid`, stdio on pipes or on a new PTY
-    /// (then the PTY is its controlling terminal). Runs under the reaper's
-    /// lock, so the start time is read before the child can be reaped.
+    /// Starts the session's root (`procd_sys::spawn`: no copy of the
+    /// daemon): its own session, in its cgroup from before exec, stdio on
+    /// pipes or on a new PTY (then its controlling terminal). Runs under
+    /// the reaper's lock, so the start time is read before the child can
+    /// be reaped.
     pub(super) fn start_child(
         &self,
         spec: &SessionSpec,
         env: &BTreeMap<String, String>,
         argv: &[String],
         unit: Option<&str>,
+        cgroup: Option<&procd_sys::cgroup::SessionCgroup>,
     ) -> std::io::Result<StartedChild> {
+        use std::os::fd::AsFd;
         let mut argv = argv.to_vec();
         if let (Some(unit), Some(scopes)) = (unit, &self.scopes) {
             argv = scopes.wrap(unit, &argv);
         }
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .env_clear()
-            .envs(env)
-            .current_dir(&spec.cwd);
+        let mut env = env.clone();
+        if spec.pty {
+            env.entry("TERM".into())
+                .or_insert_with(|| "xterm-256color".into());
+            for pager in ["PAGER", "GIT_PAGER"] {
+                env.entry(pager.into()).or_insert_with(|| "cat".into());
+            }
+        }
+        let prepared = Prepared::new(&argv, &env, &spec.cwd)?;
+        let joins = match cgroup {
+            Some(c) => c.join_files()?,
+            None => Vec::new(),
+        };
+        let joins: Vec<std::os::fd::BorrowedFd> = joins.iter().map(|f| f.as_fd()).collect();
         let procfs = &self.procfs;
-        let inspect = |pid: u32| procfs.stat(pid as i32).map(|s| s.start_time).unwrap_or(0);
-        let (child, start_time, exit_rx, io) = if spec.pty {
-            use std::os::fd::AsFd;
+        let inspect = |pid: i32| procfs.stat(pid).map(|s| s.start_time).unwrap_or(0);
+        let start = |stdio: [std::os::fd::BorrowedFd; 3], terminal: bool| {
+            let launch = prepared.launch(stdio, terminal, &joins);
+            self.reaper
+                .start(|| procd_sys::spawn::spawn(&launch).map(|s| s.pid), inspect)
+        };
+        let (pid, start_time, exit_rx, io) = if spec.pty {
             let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
             pty.resize(pty_process::Size::new(spec.rows, spec.cols))
                 .map_err(std::io::Error::other)?;
-            let slave = pts.as_fd();
-            cmd.stdin(slave.try_clone_to_owned()?)
-                .stdout(slave.try_clone_to_owned()?)
-                .stderr(slave.try_clone_to_owned()?);
-            if !env.contains_key("TERM") {
-                cmd.env("TERM", "xterm-256color");
-            }
-            for pager in ["PAGER", "GIT_PAGER"] {
-                if !env.contains_key(pager) {
-                    cmd.env(pager, "cat");
-                }
-            }
-            let nofile = crate::limits::child_soft_nofile();
-            // SAFETY: runs in the forked child before exec, after std has
-            // put the PTY slave on fds 0-2; setsid(2), ioctl(2), prctl(2)
-            // and get/setrlimit(2) are async-signal-safe, and nothing here
-            // allocates or touches memory shared with the parent.
-            unsafe {
-                cmd.pre_exec(move || {
-                    nix::unistd::setsid().map_err(std::io::Error::from)?;
-                    if libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    become_subreaper()?;
-                    nofile.map_or(Ok(()), crate::limits::restore_in_child)
-                });
-            }
-            // Duplicated before the fork, so nothing can fail after it.
+            // Duplicated before the start, so nothing can fail after it.
             let master = pty.as_fd().try_clone_to_owned()?;
-            let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, inspect)?;
+            let slave = pts.as_fd();
+            let (pid, start_time, exit_rx) = start([slave, slave, slave], true)?;
             // Only the child may hold the slave: EIO then marks the end.
-            drop(cmd);
             drop(pts);
             if self.injected_failure(true) {
-                let root = ProcessIdentity {
-                    pid: child.id() as i32,
-                    start_time,
-                };
-                if let Some(fd) = root.open(procfs) {
-                    let _ = fd.send_signal(libc::SIGKILL);
-                }
+                kill_started(procfs, pid, start_time);
                 return Err(std::io::Error::other("injected PTY failure after spawn"));
             }
             let (reader, writer) = pty.into_split();
-            (
-                child,
-                start_time,
-                exit_rx,
-                ChildIo::Pty {
-                    reader,
-                    writer,
-                    master,
-                },
-            )
+            let io = ChildIo::Pty {
+                reader,
+                writer,
+                master,
+            };
+            (pid, start_time, exit_rx, io)
         } else {
             let (out_read, out_write) = std::io::pipe()?;
             // A larger pipe lets a chatty child write bigger bursts between
             // our reads (fewer wake-ups); it is only a hint.
             let _ = nix::fcntl::fcntl(&out_read, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
-            let err_write = out_write.try_clone()?;
-            cmd.stdout(out_write).stderr(err_write);
-            let stdin_write = match spec.stdin {
+            let (stdin_read, stdin_write): (std::os::fd::OwnedFd, _) = match spec.stdin {
                 StdinMode::Pipe => {
                     let (r, w) = std::io::pipe()?;
-                    cmd.stdin(r);
-                    Some(w)
+                    (r.into(), Some(w))
                 }
-                StdinMode::Null => {
-                    cmd.stdin(Stdio::null());
-                    None
-                }
+                StdinMode::Null => (std::fs::File::open("/dev/null")?.into(), None),
             };
-            let nofile = crate::limits::child_soft_nofile();
-            // SAFETY: runs in the forked child before exec and calls only
-            // setsid(2), prctl(2) and get/setrlimit(2), which are
-            // async-signal-safe;
-            // it touches no memory shared with the parent and allocates
-            // nothing.
-            unsafe {
-                cmd.pre_exec(move || {
-                    nix::unistd::setsid().map_err(std::io::Error::from)?;
-                    become_subreaper()?;
-                    nofile.map_or(Ok(()), crate::limits::restore_in_child)
-                });
-            }
-            let (child, start_time, exit_rx) = self.reaper.spawn(&mut cmd, inspect)?;
-            // Our copies of the child's pipe ends must close, or EOF never comes.
-            drop(cmd);
+            let out = out_write.as_fd();
+            let (pid, start_time, exit_rx) = start([stdin_read.as_fd(), out, out], false)?;
+            // Our copies of the child's ends must close, or EOF never comes.
+            drop((out_write, stdin_read));
             let io = (|| {
                 Ok::<_, std::io::Error>(ChildIo::Pipe {
                     output: tokio::net::unix::pipe::Receiver::from_owned_fd(out_read.into())?,
@@ -607,27 +637,21 @@ impl Registry {
                 })
             })();
             match io {
-                Ok(io) => (child, start_time, exit_rx, io),
+                Ok(io) => (pid, start_time, exit_rx, io),
                 Err(e) => {
                     // The child exists but cannot be supervised: end it.
-                    let root = ProcessIdentity {
-                        pid: child.id() as i32,
-                        start_time,
-                    };
-                    if let Some(fd) = root.open(procfs) {
-                        let _ = fd.send_signal(libc::SIGKILL);
-                    }
+                    kill_started(procfs, pid, start_time);
                     return Err(e);
                 }
             }
         };
-        let pid = child.id() as i32;
         Ok(StartedChild {
             pid,
             identity: ProcessIdentity { pid, start_time },
             exit_rx,
             io,
             unit: unit.map(str::to_string),
+            cgroup: None,
         })
     }
 
@@ -688,8 +712,18 @@ impl Registry {
     }
 
     /// Ends a supervised session: its events (while the registry still
-    /// exists), then the exit itself, then the checkpoint.
+    /// exists), then the exit itself, then the checkpoint. An exit after
+    /// an OOM kill in its cgroup is reported as `oom`.
     pub(super) fn record_end(me: &Weak<Registry>, session: &Session, record: Arc<ExitRecord>) {
+        let record = match &session.cgroup {
+            Some(cg) if record.reason == CompletionReason::Exited && cg.oom_kills() > 0 => {
+                Arc::new(ExitRecord {
+                    reason: CompletionReason::Oom,
+                    ..(*record).clone()
+                })
+            }
+            _ => record,
+        };
         let reg = me.upgrade();
         if let Some(reg) = &reg {
             reg.on_exit(session, &record);
@@ -698,8 +732,87 @@ impl Registry {
         if let Some(reg) = reg {
             reg.release_from_keeper(&session.id);
             reg.checkpoint_soon();
-            reg.adopt_orphans(session);
+            match &session.cgroup {
+                // Its cgroup holds whatever the root left running.
+                Some(cgroup) => {
+                    session.set_adopted(Vec::new());
+                    if !cgroup.populated().unwrap_or(true) {
+                        cgroup.remove();
+                    }
+                }
+                None => reg.adopt_orphans(session),
+            }
         }
+    }
+
+    /// Reports every OOM kill in a memory-limited session's cgroup as it
+    /// happens (an `oom` event), until the session exits.
+    pub(super) fn watch_oom(&self, session: &Arc<Session>) {
+        let Some(cgroup) = session.cgroup.clone() else {
+            return;
+        };
+        if session.spec.limits.memory_bytes.is_none() {
+            return;
+        }
+        let watch = match cgroup.oom_watch() {
+            Ok(Some(fd)) => procd_sys::cgroup::watch_async(fd),
+            Ok(None) => return,
+            Err(e) => Err(e),
+        };
+        let watch = match watch {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(session = %session.id, %e, "cannot watch for OOM kills");
+                return;
+            }
+        };
+        let me = self.me.clone();
+        let session = session.clone();
+        tokio::spawn(async move {
+            let mut state = session.subscribe_state();
+            let mut reported = 0;
+            // Looked at first: a kill before the watch existed is counted.
+            let mut woke = true;
+            loop {
+                if !woke {
+                    tokio::select! {
+                        ready = watch.readable() => match ready {
+                            Ok(mut ready) => {
+                                procd_sys::cgroup::drain_inotify(std::os::fd::AsFd::as_fd(ready.get_inner()));
+                                ready.clear_ready();
+                            }
+                            Err(_) => return,
+                        },
+                        _ = state.wait_for(|s| s.exit().is_some()) => return,
+                    }
+                }
+                woke = false;
+                // v1 signals when the OOM begins; its counter moves once the
+                // victim is killed, a moment later.
+                let mut kills = cgroup.oom_kills();
+                for _ in 0..OOM_SETTLE_LOOKS {
+                    if kills > reported {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    kills = cgroup.oom_kills();
+                }
+                if kills <= reported {
+                    continue;
+                }
+                reported = kills;
+                let Some(reg) = me.upgrade() else { return };
+                let text = format!(
+                    "Background process {}: the kernel killed a process of it for exceeding its memory limit ({kills} so far).",
+                    session.id
+                );
+                reg.notifications.push(Event::Oom {
+                    about: reg.about(&session, text),
+                    pid: None,
+                    oom_kills: kills,
+                });
+            }
+        });
     }
 
     /// The daemon's children that no one waits for and that are not in
@@ -768,13 +881,76 @@ impl Registry {
     }
 }
 
-/// Makes the session's root (in the forked child, before exec; the flag
-/// survives exec) the child subreaper of its own tree: a descendant that
-/// escapes with `setsid -f env -i …` is reparented to the root, not to the
-/// daemon, so it stays a /proc descendant of the session and dies with it.
-/// Only prctl(2), which is async-signal-safe.
-fn become_subreaper() -> std::io::Result<()> {
-    nix::sys::prctl::set_child_subreaper(true).map_err(std::io::Error::from)
+/// What `procd_sys::spawn` needs, as C strings, made before the start.
+struct Prepared {
+    program: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    cwd: CString,
+    nofile: Option<u64>,
+}
+
+impl Prepared {
+    fn new(
+        argv: &[String],
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+    ) -> std::io::Result<Prepared> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |s: &[u8]| {
+            CString::new(s)
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL byte"))
+        };
+        let name = argv
+            .first()
+            .ok_or_else(|| std::io::Error::other("no program"))?;
+        let program = procd_sys::spawn::resolve(name, env.get("PATH").map(String::as_str))
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{name}: not found in PATH"),
+                )
+            })?;
+        Ok(Prepared {
+            program: c(program.as_os_str().as_bytes())?,
+            argv: argv
+                .iter()
+                .map(|a| c(a.as_bytes()))
+                .collect::<Result<_, _>>()?,
+            envp: env
+                .iter()
+                .map(|(k, v)| c(format!("{k}={v}").as_bytes()))
+                .collect::<Result<_, _>>()?,
+            cwd: c(cwd.as_os_str().as_bytes())?,
+            nofile: crate::limits::child_soft_nofile(),
+        })
+    }
+
+    fn launch<'a>(
+        &'a self,
+        stdio: [std::os::fd::BorrowedFd<'a>; 3],
+        controlling_terminal: bool,
+        cgroups: &'a [std::os::fd::BorrowedFd<'a>],
+    ) -> procd_sys::spawn::Launch<'a> {
+        procd_sys::spawn::Launch {
+            program: &self.program,
+            argv: &self.argv,
+            envp: &self.envp,
+            cwd: &self.cwd,
+            stdio,
+            controlling_terminal,
+            cgroups,
+            nofile: self.nofile,
+        }
+    }
+}
+
+/// SIGKILL to a child just started whose setup then failed (it is ours
+/// and unreaped, so the guard cannot miss).
+fn kill_started(procfs: &ProcFs, pid: i32, start_time: u64) {
+    if let Some(fd) = (ProcessIdentity { pid, start_time }).open(procfs) {
+        let _ = fd.send_signal(libc::SIGKILL);
+    }
 }
 
 /// A child that exists, with its I/O not yet wired to tasks.
@@ -785,6 +961,8 @@ pub(super) struct StartedChild {
     io: ChildIo,
     /// The systemd scope it runs in.
     unit: Option<String>,
+    /// The cgroup it runs in.
+    cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
 }
 
 pub(super) enum ChildIo {
@@ -828,6 +1006,10 @@ pub fn launch_script(command: &str) -> String {
         rewrite_compound_background(command)
     )
 }
+
+/// How many times (10 ms apart) an OOM wake-up looks for the kill count to
+/// move before it waits for the next one.
+const OOM_SETTLE_LOOKS: usize = 30;
 
 /// The fault `status.faults` shows while no shell snapshot can be made.
 const SNAPSHOT_FAULT: &str = "shell snapshot";

@@ -57,8 +57,14 @@ impl Registry {
         kill_result(s, KillStatus::Killed)
     }
 
-    /// Stops the session's systemd scope, if it has one.
+    /// Stops the session's systemd scope, if it has one, and removes its
+    /// cgroup once nothing lives in it.
     pub(super) async fn stop_scope(&self, s: &Session) -> bool {
+        if let Some(cgroup) = &s.cgroup {
+            if !cgroup.populated().unwrap_or(true) {
+                cgroup.remove();
+            }
+        }
         match (&s.systemd_unit, &self.scopes) {
             (Some(unit), Some(scopes)) => scopes.stop(unit).await,
             _ => true,
@@ -209,8 +215,21 @@ impl Registry {
                 marker: Vec::new(),
                 root_pinned: false,
                 adopted: strays,
+                cgroup: None,
             };
             kill::terminate(&spec, &self.procfs, false, libc::SIGTERM, grace).await;
+        }
+        if let Some(tree) = &self.cgroups {
+            // Cgroups of sessions no longer listed (pruned with leftovers,
+            // or from a daemon before this one): end and remove them all.
+            for cgroup in tree.sessions() {
+                if cgroup.populated().unwrap_or(false) {
+                    let _ = cgroup.kill();
+                    cgroup.wait_empty(Duration::from_secs(1)).await;
+                }
+                cgroup.remove();
+            }
+            tree.remove();
         }
         killed
     }

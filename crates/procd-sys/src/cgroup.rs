@@ -1,0 +1,679 @@
+//! A cgroup per session (docs/containment.md).
+//!
+//! procd finds a cgroup v2 subtree it may manage — the daemon's own cgroup
+//! on a writable cgroup2 mount (under systemd with `Delegate=yes`, the
+//! service's) — and makes `<own>/procd-<tag>/<session id>` for each session,
+//! where `tag` names the instance. The session's root joins it before exec
+//! (`spawn.rs`), so nothing it starts can leave it. The v2 cgroup gives the
+//! tree (`cgroup.procs`), its end (`cgroup.events` populated 0, woken by
+//! inotify), the kill that no fork loop outruns (`cgroup.kill`) and the CPU
+//! time (`cpu.stat`). Limits go where their controller is: the v2 files
+//! when the controller is enabled there, else a cgroup of the same name in
+//! that controller's v1 hierarchy (hybrid hosts: memory, cpu and pids are
+//! v1), which the root joins too.
+//!
+//! All of it is small sysfs reads and writes; nothing here blocks for long.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A resource controller procd can limit with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Controller {
+    Memory,
+    Cpu,
+    Pids,
+}
+
+impl Controller {
+    pub fn name(self) -> &'static str {
+        match self {
+            Controller::Memory => "memory",
+            Controller::Cpu => "cpu",
+            Controller::Pids => "pids",
+        }
+    }
+}
+
+/// Limits for one session, as the kernel takes them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Limits {
+    pub memory_bytes: Option<u64>,
+    /// CPU time per 100 ms period, in µs (1.5 cores = 150 000).
+    pub cpu_quota_us: Option<u64>,
+    pub pids: Option<u64>,
+}
+
+/// The period `cpu_quota_us` is per.
+pub const CPU_PERIOD_US: u64 = 100_000;
+
+/// Why a limit cannot be set.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error("the {} controller is not available: {why}", controller.name())]
+    Unavailable { controller: Controller, why: String },
+    #[error("cannot make the session's cgroup: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Where a hierarchy is mounted and where the daemon sits in it.
+#[derive(Debug, Clone)]
+struct Hierarchy {
+    mount: PathBuf,
+    own: PathBuf,
+}
+
+impl Hierarchy {
+    /// `<mount><own>/procd-<tag>`.
+    fn base(&self, tag: &str) -> PathBuf {
+        let own = self.own.strip_prefix("/").unwrap_or(&self.own);
+        self.mount.join(own).join(format!("procd-{tag}"))
+    }
+}
+
+/// The instance's cgroup subtree, found once when the daemon starts.
+#[derive(Debug, Clone)]
+pub struct CgroupTree {
+    /// `<cgroup2 mount><own cgroup>/procd-<tag>`: made, with `cgroup.kill`.
+    base: PathBuf,
+    /// Controllers enabled for the sessions in the v2 tree.
+    v2_controllers: Vec<Controller>,
+    /// The v1 hierarchies of the controllers that are not on v2, each with
+    /// this instance's base there (made when a session first needs it).
+    v1_bases: BTreeMap<Controller, PathBuf>,
+}
+
+impl CgroupTree {
+    /// Finds and makes the instance's subtree, or says why there is none.
+    pub fn find(tag: &str) -> Result<CgroupTree, String> {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+        let own = std::fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        let (v2, v1) = hierarchies(&mounts, &own);
+        let v2 = v2.ok_or("no cgroup2 filesystem is mounted")?;
+        let base = v2.base(tag);
+        match std::fs::create_dir(&base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot make {}: {e}", base.display())),
+        }
+        if !base.join("cgroup.kill").exists() {
+            let _ = std::fs::remove_dir(&base);
+            return Err(format!(
+                "{} has no cgroup.kill (kernel older than 5.14)",
+                base.display()
+            ));
+        }
+        let v2_controllers = enable_v2_controllers(&base);
+        let v1_bases = v1
+            .into_iter()
+            .filter(|(c, _)| !v2_controllers.contains(c))
+            .map(|(c, h)| (c, h.base(tag)))
+            .collect();
+        Ok(CgroupTree {
+            base,
+            v2_controllers,
+            v1_bases,
+        })
+    }
+
+    /// The v2 directory under which every session's cgroup is made.
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// Where each controller is available, for `status`.
+    pub fn controllers(&self) -> Vec<(Controller, &'static str)> {
+        let mut all: Vec<(Controller, &'static str)> =
+            self.v2_controllers.iter().map(|c| (*c, "v2")).collect();
+        all.extend(self.v1_bases.keys().map(|c| (*c, "v1")));
+        all.sort();
+        all
+    }
+
+    /// Every session cgroup in the tree (a stopping daemon ends them all,
+    /// listed or not).
+    pub fn sessions(&self) -> Vec<SessionCgroup> {
+        let Ok(dir) = std::fs::read_dir(&self.base) else {
+            return Vec::new();
+        };
+        dir.flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| {
+                let name = e.file_name();
+                let v1 = self
+                    .v1_bases
+                    .values()
+                    .map(|b| b.join(&name))
+                    .filter(|p| p.is_dir())
+                    .collect();
+                SessionCgroup::at(e.path(), v1)
+            })
+            .collect()
+    }
+
+    /// Removes the instance's base directories, if no session cgroup is
+    /// left in them.
+    pub fn remove(&self) {
+        for dir in self.v1_bases.values().chain(std::iter::once(&self.base)) {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
+    /// Makes the cgroup of session `id` with `limits` written. A limit
+    /// whose controller is nowhere to be had is an error naming it, and
+    /// nothing is left behind.
+    pub fn create(&self, id: &str, limits: &Limits) -> Result<SessionCgroup, LimitError> {
+        let wanted = [
+            (Controller::Memory, limits.memory_bytes.is_some()),
+            (Controller::Cpu, limits.cpu_quota_us.is_some()),
+            (Controller::Pids, limits.pids.is_some()),
+        ];
+        let mut v1 = Vec::new();
+        for (controller, _) in wanted.iter().filter(|(_, on)| *on) {
+            if self.v2_controllers.contains(controller) {
+                continue;
+            }
+            let Some(base) = self.v1_bases.get(controller) else {
+                return Err(LimitError::Unavailable {
+                    controller: *controller,
+                    why: "enabled in neither the cgroup v2 tree nor a v1 hierarchy".into(),
+                });
+            };
+            v1.push((*controller, base.join(id)));
+        }
+        let cgroup = SessionCgroup {
+            path: self.base.join(id),
+            v1: Vec::new(),
+        };
+        make_dir(&cgroup.path)?;
+        let mut cgroup = cgroup;
+        for (controller, dir) in v1 {
+            if let Some(parent) = dir.parent() {
+                if let Err(e) = make_dir(parent) {
+                    cgroup.remove();
+                    return Err(unavailable(controller, &e));
+                }
+            }
+            if let Err(e) = make_dir(&dir) {
+                cgroup.remove();
+                return Err(unavailable(controller, &e));
+            }
+            cgroup.v1.push((controller, dir));
+        }
+        if let Err(e) = cgroup.write_limits(limits) {
+            cgroup.remove();
+            return Err(e);
+        }
+        Ok(cgroup)
+    }
+}
+
+fn unavailable(controller: Controller, e: &io::Error) -> LimitError {
+    LimitError::Unavailable {
+        controller,
+        why: e.to_string(),
+    }
+}
+
+fn make_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+/// Enables memory, cpu and pids for the sessions where the v2 tree offers
+/// them; returns those that are on.
+fn enable_v2_controllers(base: &Path) -> Vec<Controller> {
+    let offered = std::fs::read_to_string(base.join("cgroup.controllers")).unwrap_or_default();
+    let mut on = Vec::new();
+    for c in [Controller::Memory, Controller::Cpu, Controller::Pids] {
+        if offered.split_whitespace().any(|name| name == c.name())
+            && write_file(
+                &base.join("cgroup.subtree_control"),
+                &format!("+{}", c.name()),
+            )
+            .is_ok()
+        {
+            on.push(c);
+        }
+    }
+    on
+}
+
+/// The cgroup2 hierarchy and the v1 hierarchies of memory, cpu and pids
+/// from /proc/self/mountinfo, each with the daemon's own path in it from
+/// /proc/self/cgroup.
+fn hierarchies(mountinfo: &str, own: &str) -> (Option<Hierarchy>, Vec<(Controller, Hierarchy)>) {
+    let mut own_v2 = None;
+    let mut own_v1: Vec<(Vec<&str>, &str)> = Vec::new();
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if controllers.is_empty() {
+            own_v2 = Some(path);
+        } else {
+            own_v1.push((controllers.split(',').collect(), path));
+        }
+    }
+    let mut v2 = None;
+    let mut v1 = Vec::new();
+    for line in mountinfo.lines() {
+        // "<id> <parent> <dev> <root> <mount point> <opts> [optional…] - <type> <source> <super opts>"
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = left.split(' ').collect();
+        let theirs: Vec<&str> = right.split(' ').collect();
+        let (Some(root), Some(point), Some(fstype)) =
+            (fields.get(3), fields.get(4), theirs.first())
+        else {
+            continue;
+        };
+        // Only a mount of the hierarchy's root maps paths one to one.
+        if *root != "/" {
+            continue;
+        }
+        let point = PathBuf::from(unescape(point));
+        match *fstype {
+            "cgroup2" if v2.is_none() => {
+                if let Some(own) = own_v2 {
+                    v2 = Some(Hierarchy {
+                        mount: point,
+                        own: own.into(),
+                    });
+                }
+            }
+            "cgroup" => {
+                let opts: Vec<&str> = theirs.get(2).map_or(vec![], |o| o.split(',').collect());
+                for c in [Controller::Memory, Controller::Cpu, Controller::Pids] {
+                    if !opts.contains(&c.name()) || v1.iter().any(|(have, _)| *have == c) {
+                        continue;
+                    }
+                    if let Some((_, own)) = own_v1.iter().find(|(cs, _)| cs.contains(&c.name())) {
+                        v1.push((
+                            c,
+                            Hierarchy {
+                                mount: point.clone(),
+                                own: (*own).into(),
+                            },
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (v2, v1)
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut rest = field;
+    while let Some(i) = rest.find('\\') {
+        out.push_str(&rest[..i]);
+        let code = rest
+            .get(i + 1..i + 4)
+            .and_then(|o| u8::from_str_radix(o, 8).ok());
+        match code {
+            Some(c) => {
+                out.push(c as char);
+                rest = &rest[i + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn write_file(path: &Path, value: &str) -> io::Result<()> {
+    let mut f = OpenOptions::new().write(true).open(path)?;
+    f.write_all(value.as_bytes())
+}
+
+fn read_small(path: &Path) -> io::Result<String> {
+    let mut s = String::new();
+    File::open(path)?.read_to_string(&mut s)?;
+    Ok(s)
+}
+
+/// `<key> <number>` lines (cgroup.events, memory.events, cpu.stat,
+/// memory.oom_control): the number of `key`.
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
+/// One session's cgroup: its v2 directory, and the v1 ones its limits need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCgroup {
+    path: PathBuf,
+    v1: Vec<(Controller, PathBuf)>,
+}
+
+impl SessionCgroup {
+    /// A cgroup known from the checkpoint (recovery): its v2 path and the
+    /// v1 directories beside it.
+    pub fn at(path: PathBuf, v1: Vec<PathBuf>) -> SessionCgroup {
+        let v1 = v1
+            .into_iter()
+            .filter_map(|dir| {
+                let c = [Controller::Memory, Controller::Cpu, Controller::Pids]
+                    .into_iter()
+                    .find(|c| dir.join(v1_limit_file(*c)).exists())?;
+                Some((c, dir))
+            })
+            .collect();
+        SessionCgroup { path, v1 }
+    }
+
+    /// The v2 directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The v1 directories.
+    pub fn v1_paths(&self) -> Vec<PathBuf> {
+        self.v1.iter().map(|(_, p)| p.clone()).collect()
+    }
+
+    /// Its `cgroup.procs` files, opened for the child to join (`spawn.rs`).
+    pub fn join_files(&self) -> io::Result<Vec<File>> {
+        std::iter::once(&self.path)
+            .chain(self.v1.iter().map(|(_, p)| p))
+            .map(|dir| {
+                OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.procs"))
+            })
+            .collect()
+    }
+
+    fn write_limits(&self, limits: &Limits) -> Result<(), LimitError> {
+        let v1_dir = |c: Controller| self.v1.iter().find(|(have, _)| *have == c).map(|(_, p)| p);
+        let fail = |c: Controller| move |e: io::Error| unavailable(c, &e);
+        if let Some(bytes) = limits.memory_bytes {
+            let c = Controller::Memory;
+            match v1_dir(c) {
+                Some(dir) => {
+                    write_file(&dir.join("memory.limit_in_bytes"), &bytes.to_string())
+                        .map_err(fail(c))?;
+                    // No escape into swap where swap is accounted.
+                    let memsw = dir.join("memory.memsw.limit_in_bytes");
+                    if memsw.exists() {
+                        write_file(&memsw, &bytes.to_string()).map_err(fail(c))?;
+                    }
+                }
+                None => {
+                    // memory.high a little below the hard limit: the kernel
+                    // reclaims and throttles before it OOM-kills.
+                    let high = bytes - bytes / 16;
+                    write_file(&self.path.join("memory.high"), &high.to_string())
+                        .map_err(fail(c))?;
+                    write_file(&self.path.join("memory.max"), &bytes.to_string())
+                        .map_err(fail(c))?;
+                }
+            }
+        }
+        if let Some(quota) = limits.cpu_quota_us {
+            let c = Controller::Cpu;
+            match v1_dir(c) {
+                Some(dir) => {
+                    write_file(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())
+                        .map_err(fail(c))?;
+                    write_file(&dir.join("cpu.cfs_quota_us"), &quota.to_string())
+                        .map_err(fail(c))?;
+                }
+                None => write_file(
+                    &self.path.join("cpu.max"),
+                    &format!("{quota} {CPU_PERIOD_US}"),
+                )
+                .map_err(fail(c))?,
+            }
+        }
+        if let Some(pids) = limits.pids {
+            let c = Controller::Pids;
+            let dir = v1_dir(c).unwrap_or(&self.path);
+            write_file(&dir.join("pids.max"), &pids.to_string()).map_err(fail(c))?;
+        }
+        Ok(())
+    }
+
+    /// The live processes in it.
+    pub fn procs(&self) -> io::Result<Vec<i32>> {
+        Ok(read_small(&self.path.join("cgroup.procs"))?
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect())
+    }
+
+    /// Whether a live process is in it (zombies do not count).
+    pub fn populated(&self) -> io::Result<bool> {
+        let events = read_small(&self.path.join("cgroup.events"))?;
+        Ok(keyed(&events, "populated") != Some(0))
+    }
+
+    /// SIGKILL to every process in it, atomically with respect to forks.
+    pub fn kill(&self) -> io::Result<()> {
+        write_file(&self.path.join("cgroup.kill"), "1")
+    }
+
+    /// Waits (woken by inotify on `cgroup.events`) until no live process
+    /// is in it, for up to `limit`; true when it is empty. An unreadable
+    /// cgroup (removed) counts as empty.
+    pub async fn wait_empty(&self, limit: Duration) -> bool {
+        use rustix::fs::inotify;
+        let deadline = tokio::time::Instant::now() + limit;
+        let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+            .ok()
+            .and_then(|fd| {
+                inotify::add_watch(
+                    &fd,
+                    self.path.join("cgroup.events"),
+                    inotify::WatchFlags::MODIFY,
+                )
+                .ok()?;
+                watch_async(fd).ok()
+            });
+        loop {
+            // Checked after the watch exists: no change can fall between.
+            if !self.populated().unwrap_or(false) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            match &watch {
+                Some(watch) => {
+                    let woke = tokio::time::timeout(left, watch.readable()).await;
+                    if let Ok(Ok(mut ready)) = woke {
+                        drain_inotify(ready.get_inner().as_fd());
+                        ready.clear_ready();
+                    }
+                }
+                // No inotify (out of instances): look again in a while.
+                None => tokio::time::sleep(left.min(Duration::from_millis(10))).await,
+            }
+        }
+    }
+
+    /// How many processes the kernel's OOM killer ended in it.
+    pub fn oom_kills(&self) -> u64 {
+        if let Some((_, dir)) = self.v1.iter().find(|(c, _)| *c == Controller::Memory) {
+            return read_small(&dir.join("memory.oom_control"))
+                .ok()
+                .and_then(|t| keyed(&t, "oom_kill"))
+                .unwrap_or(0);
+        }
+        read_small(&self.path.join("memory.events"))
+            .ok()
+            .and_then(|t| keyed(&t, "oom_kill"))
+            .unwrap_or(0)
+    }
+
+    /// A descriptor that becomes readable when an OOM kill may have
+    /// happened: a v1 `memory.oom_control` eventfd, or inotify on v2's
+    /// `memory.events`. None without a memory limit.
+    pub fn oom_watch(&self) -> io::Result<Option<std::os::fd::OwnedFd>> {
+        use std::os::fd::AsRawFd;
+        if let Some((_, dir)) = self.v1.iter().find(|(c, _)| *c == Controller::Memory) {
+            let efd = rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+            )?;
+            let control = File::open(dir.join("memory.oom_control"))?;
+            write_file(
+                &dir.join("cgroup.event_control"),
+                &format!("{} {}", efd.as_raw_fd(), control.as_raw_fd()),
+            )?;
+            return Ok(Some(efd));
+        }
+        let events = self.path.join("memory.events");
+        if !events.exists() {
+            return Ok(None);
+        }
+        use rustix::fs::inotify;
+        let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
+        inotify::add_watch(&fd, &events, inotify::WatchFlags::MODIFY)?;
+        Ok(Some(fd))
+    }
+
+    /// Memory in use: the v1 memory cgroup's, or v2's `memory.current`.
+    pub fn memory_bytes(&self) -> Option<u64> {
+        if let Some((_, dir)) = self.v1.iter().find(|(c, _)| *c == Controller::Memory) {
+            return read_small(&dir.join("memory.usage_in_bytes"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok();
+        }
+        read_small(&self.path.join("memory.current"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// CPU time of everything that ran in it (v2 `cpu.stat`, which the
+    /// kernel keeps without the cpu controller).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = read_small(&self.path.join("cpu.stat")).ok()?;
+        keyed(&stat, "usage_usec").map(|us| us as f64 / 1e6)
+    }
+
+    /// Removes its directories (deepest first); true when none is left.
+    /// A cgroup still populated stays.
+    pub fn remove(&self) -> bool {
+        let mut gone = true;
+        for dir in self
+            .v1
+            .iter()
+            .map(|(_, p)| p)
+            .chain(std::iter::once(&self.path))
+        {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(_) => gone = false,
+            }
+        }
+        gone
+    }
+}
+
+fn v1_limit_file(c: Controller) -> &'static str {
+    match c {
+        Controller::Memory => "memory.limit_in_bytes",
+        Controller::Cpu => "cpu.cfs_quota_us",
+        Controller::Pids => "pids.max",
+    }
+}
+
+/// Registers a descriptor this process owns with the event loop.
+pub fn watch_async(
+    fd: std::os::fd::OwnedFd,
+) -> io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: the AsyncFd owns the descriptor, so it stays open and names
+    // the same file until the AsyncFd is dropped, which deregisters it.
+    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+}
+
+/// Empties an inotify or eventfd descriptor that woke us.
+pub fn drain_inotify(fd: std::os::fd::BorrowedFd<'_>) {
+    let mut buf = [0u8; 1024];
+    while matches!(rustix::io::read(fd, &mut buf), Ok(n) if n > 0) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+    const OWN: &str = "\
+8:pids:/
+4:memory:/sandbox/abc
+1:cpu:/
+0::/user.slice/procd.service
+";
+
+    #[test]
+    fn a_hybrid_host_has_v2_and_v1_controllers() {
+        let (v2, v1) = hierarchies(MOUNTINFO, OWN);
+        let v2 = v2.unwrap();
+        assert_eq!(
+            v2.base("t"),
+            PathBuf::from("/sys/fs/cgroup/unified/user.slice/procd.service/procd-t")
+        );
+        let memory = v1.iter().find(|(c, _)| *c == Controller::Memory).unwrap();
+        assert_eq!(
+            memory.1.base("t"),
+            PathBuf::from("/sys/fs/cgroup/memory/sandbox/abc/procd-t")
+        );
+        assert_eq!(v1.len(), 3);
+    }
+
+    #[test]
+    fn a_pure_v2_host_has_no_v1() {
+        let mounts = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        let (v2, v1) = hierarchies(mounts, "0::/\n");
+        assert_eq!(
+            v2.unwrap().base("x"),
+            PathBuf::from("/sys/fs/cgroup/procd-x")
+        );
+        assert!(v1.is_empty());
+    }
+
+    #[test]
+    fn keyed_files_parse() {
+        assert_eq!(keyed("populated 0\nfrozen 0\n", "populated"), Some(0));
+        assert_eq!(
+            keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", "oom_kill"),
+            Some(2)
+        );
+        assert_eq!(keyed("usage_usec 12\n", "user_usec"), None);
+        assert_eq!(unescape("/a\\040b"), "/a b");
+    }
+}

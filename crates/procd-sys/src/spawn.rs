@@ -1,0 +1,378 @@
+//! Starting a program without copying the daemon.
+//!
+//! `fork` copies the page tables of a large multi-threaded daemon for a child
+//! that only calls exec; std's `Command` forks whenever a `pre_exec` hook is
+//! set, and a session needs setsid, a controlling terminal and its cgroups
+//! before exec. So this does what glibc's `posix_spawn` does, with the steps
+//! a session needs: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` runs the
+//! child on a stack of its own in the parent's memory until it execs, the
+//! parent's thread suspended meanwhile. The child calls raw syscalls only
+//! (no allocation, no lock, nothing that could have been held by another
+//! thread of the daemon), in this order:
+//!
+//! 1. every signal back to its default action (the daemon's handlers are
+//!    not the program's; SIGPIPE ignored by Rust's runtime neither);
+//! 2. join the session's cgroups (`0` into each `cgroup.procs`: the writer
+//!    itself), before anything of the program runs, so nothing it starts
+//!    can be outside them;
+//! 3. `setsid`, and for a PTY session `TIOCSCTTY` on its terminal;
+//! 4. stdio onto fds 0–2 (every other descriptor of the daemon is
+//!    close-on-exec);
+//! 5. `chdir`, the descriptor limit the daemon started with, an empty
+//!    signal mask;
+//! 6. `execve`.
+//!
+//! Nothing else: no subreaper bit, no procd-only attribute (SPEC §15; see
+//! docs/containment.md). A step that fails is reported to the parent
+//! through memory they share, and the child `_exit`s; `spawn` then returns
+//! that step's OS error.
+
+use std::ffi::{c_int, c_void, CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// What to start, prepared entirely before the clone.
+pub struct Launch<'a> {
+    /// The file to execute (a path; no PATH search happens in the child).
+    pub program: &'a CStr,
+    pub argv: &'a [CString],
+    /// `NAME=value` entries: the program's whole environment.
+    pub envp: &'a [CString],
+    pub cwd: &'a CStr,
+    /// What becomes fds 0, 1 and 2.
+    pub stdio: [BorrowedFd<'a>; 3],
+    /// Make stdin (a terminal) the controlling terminal of the new session.
+    pub controlling_terminal: bool,
+    /// `cgroup.procs` files (opened for writing) the child joins first.
+    pub cgroups: &'a [BorrowedFd<'a>],
+    /// The soft RLIMIT_NOFILE to restore (the daemon raised its own).
+    pub nofile: Option<u64>,
+}
+
+/// A started child: not yet reaped, so its pid cannot be recycled.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: i32,
+    /// A pidfd for it, made by the clone itself (no window in which the pid
+    /// could name another process).
+    pub pidfd: OwnedFd,
+}
+
+/// The step of the child's setup that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+enum Step {
+    None = 0,
+    Cgroup,
+    Setsid,
+    Terminal,
+    Stdio,
+    Chdir,
+    Rlimit,
+    Exec,
+}
+
+impl Step {
+    fn from_raw(raw: i32) -> Step {
+        [
+            Step::None,
+            Step::Cgroup,
+            Step::Setsid,
+            Step::Terminal,
+            Step::Stdio,
+            Step::Chdir,
+            Step::Rlimit,
+            Step::Exec,
+        ]
+        .get(raw as usize)
+        .copied()
+        .unwrap_or(Step::Exec)
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Step::None => "start",
+            Step::Cgroup => "join the session's cgroup",
+            Step::Setsid => "setsid",
+            Step::Terminal => "take the terminal",
+            Step::Stdio => "set up stdio",
+            Step::Chdir => "change to the working directory",
+            Step::Rlimit => "restore the descriptor limit",
+            Step::Exec => "exec",
+        }
+    }
+}
+
+/// Everything the child reads, as raw pointers into memory the parent keeps
+/// alive (and unchanged) until the clone returns; and where it reports.
+struct ChildArgs {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    stdio: [RawFd; 3],
+    controlling_terminal: bool,
+    cgroups: *const RawFd,
+    cgroups_len: usize,
+    nofile: Option<u64>,
+    failed_step: AtomicI32,
+    errno: AtomicI32,
+}
+
+/// The child's stack. glibc's posix_spawn uses a few pages; the child's
+/// frame here is one small function.
+const STACK_BYTES: usize = 64 * 1024;
+
+/// Starts `launch` and returns the child. The caller must hold whatever
+/// lock keeps the reaper from reaping the child before it is registered.
+pub fn spawn(launch: &Launch<'_>) -> io::Result<Spawned> {
+    let argv = null_terminated(launch.argv);
+    let envp = null_terminated(launch.envp);
+    // Sources of stdio above 2, so that no dup2 overwrites another source
+    // (and dup2 never meets fd == target, which would keep close-on-exec).
+    let mut raised = Vec::new();
+    let mut stdio = [0; 3];
+    for (slot, fd) in stdio.iter_mut().zip(launch.stdio) {
+        *slot = if fd.as_raw_fd() > 2 {
+            fd.as_raw_fd()
+        } else {
+            let high = rustix::io::fcntl_dupfd_cloexec(fd, 3)?;
+            let raw = high.as_raw_fd();
+            raised.push(high);
+            raw
+        };
+    }
+    let cgroups: Vec<RawFd> = launch.cgroups.iter().map(|fd| fd.as_raw_fd()).collect();
+    let args = ChildArgs {
+        program: launch.program.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: launch.cwd.as_ptr(),
+        stdio,
+        controlling_terminal: launch.controlling_terminal,
+        cgroups: cgroups.as_ptr(),
+        cgroups_len: cgroups.len(),
+        nofile: launch.nofile,
+        failed_step: AtomicI32::new(Step::None as i32),
+        errno: AtomicI32::new(0),
+    };
+    let mut stack = vec![0u8; STACK_BYTES];
+    let mut pidfd: c_int = -1;
+
+    // Block every signal in this thread across the clone: a handler of the
+    // daemon must never run in the child (it shares our memory), and the
+    // child restores an empty mask itself right before exec.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigfillset/pthread_sigmask only write the two local sets.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: the stack top is inside `stack` (the stack grows down, and is
+    // 16-byte aligned as the ABI wants); `args`, `argv`, `envp`, `cgroups`,
+    // `stack` and the CStrings they point into outlive the call, because
+    // CLONE_VFORK suspends this thread until the child has exec'd or
+    // exited, and the child only reads them (its reports are atomics).
+    // `child_main` calls async-signal-safe raw syscalls only.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(STACK_BYTES);
+        let top = top.sub(top as usize % 16);
+        libc::clone(
+            child_main,
+            top.cast::<c_void>(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            (&args as *const ChildArgs).cast_mut().cast::<c_void>(),
+            &mut pidfd as *mut c_int,
+        )
+    };
+    let clone_errno = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+    drop(raised);
+    if pid == -1 {
+        return Err(clone_errno);
+    }
+    // SAFETY: CLONE_PIDFD stored a new descriptor that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let step = Step::from_raw(args.failed_step.load(Ordering::Acquire));
+    if step != Step::None {
+        // The child has exited: the reaper collects it like any orphan.
+        let errno = args.errno.load(Ordering::Acquire);
+        let os = io::Error::from_raw_os_error(errno);
+        return Err(io::Error::new(
+            os.kind(),
+            format!("cannot {}: {os}", step.what()),
+        ));
+    }
+    Ok(Spawned { pid, pidfd })
+}
+
+fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
+    let mut v: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+    v.push(std::ptr::null());
+    v
+}
+
+/// The child, from the clone to exec. Raw syscalls only.
+extern "C" fn child_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the parent's `ChildArgs`, alive and unchanged while
+    // the parent is suspended by CLONE_VFORK; the child only reads it and
+    // writes its atomics.
+    let args = unsafe { &*(arg as *const ChildArgs) };
+    let fail = |step: Step| -> c_int {
+        // SAFETY: __errno_location is this thread's errno (the parent's,
+        // which is suspended); _exit ends the child without running any of
+        // the parent's exit handlers.
+        unsafe {
+            args.errno
+                .store(*libc::__errno_location(), Ordering::Release);
+            args.failed_step.store(step as i32, Ordering::Release);
+            libc::_exit(127)
+        }
+    };
+    // SAFETY (the whole block): each call is a raw, async-signal-safe
+    // syscall on descriptors and strings the parent prepared; none
+    // allocates or takes a lock.
+    unsafe {
+        for sig in 1..=libc::SIGRTMAX() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                // EINVAL for the signals glibc reserves: nothing to reset.
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+        for i in 0..args.cgroups_len {
+            let fd = *args.cgroups.add(i);
+            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return fail(Step::Cgroup);
+            }
+        }
+        if libc::setsid() == -1 {
+            return fail(Step::Setsid);
+        }
+        if args.controlling_terminal && libc::ioctl(args.stdio[0], libc::TIOCSCTTY, 0) == -1 {
+            return fail(Step::Terminal);
+        }
+        for (target, &source) in args.stdio.iter().enumerate() {
+            if libc::dup2(source, target as c_int) == -1 {
+                return fail(Step::Stdio);
+            }
+        }
+        if libc::chdir(args.cwd) == -1 {
+            return fail(Step::Chdir);
+        }
+        if let Some(soft) = args.nofile {
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == -1 {
+                return fail(Step::Rlimit);
+            }
+            limit.rlim_cur = soft.min(limit.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == -1 {
+                return fail(Step::Rlimit);
+            }
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::execve(args.program, args.argv, args.envp);
+    }
+    fail(Step::Exec)
+}
+
+/// Finds `program` the way a shell would: a name with a slash as it is,
+/// else the first executable file of that name in `path` (a PATH value).
+pub fn resolve(program: &str, path: Option<&str>) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return Some(program.into());
+    }
+    let path = path.unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    path.split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| std::path::Path::new(dir).join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn cstrings(v: &[&str]) -> Vec<CString> {
+        v.iter().map(|s| CString::new(*s).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_child_runs_in_its_own_session_with_its_stdio() {
+        let (r, w) = std::io::pipe().unwrap();
+        let devnull = std::fs::File::open("/dev/null").unwrap();
+        let argv = cstrings(&["sh", "-c", "echo $$ $(ps -o sid= -p $$) $PWD; exit 3"]);
+        let envp = cstrings(&["PATH=/usr/bin:/bin"]);
+        let program = CString::new("/bin/sh").unwrap();
+        let cwd = CString::new("/tmp").unwrap();
+        let w2 = w.try_clone().unwrap();
+        let launch = Launch {
+            program: &program,
+            argv: &argv,
+            envp: &envp,
+            cwd: &cwd,
+            stdio: [devnull.as_fd(), w.as_fd(), w2.as_fd()],
+            controlling_terminal: false,
+            cgroups: &[],
+            nofile: None,
+        };
+        let child = spawn(&launch).unwrap();
+        drop((w, w2));
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut &r, &mut out).unwrap();
+        let fields: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(fields[0], child.pid.to_string(), "{out}");
+        assert_eq!(fields[1], child.pid.to_string(), "session leader: {out}");
+        assert_eq!(fields[2], "/tmp");
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child.pid), None).unwrap();
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(child.pid), 3)
+        );
+    }
+
+    #[test]
+    fn a_failed_step_is_an_error_naming_it() {
+        let devnull = std::fs::File::open("/dev/null").unwrap();
+        let argv = cstrings(&["true"]);
+        let program = CString::new("/bin/true").unwrap();
+        let cwd = CString::new("/no/such/dir").unwrap();
+        let launch = Launch {
+            program: &program,
+            argv: &argv,
+            envp: &[],
+            cwd: &cwd,
+            stdio: [devnull.as_fd(), devnull.as_fd(), devnull.as_fd()],
+            controlling_terminal: false,
+            cgroups: &[],
+            nofile: None,
+        };
+        let err = spawn(&launch).unwrap_err();
+        assert_eq!(err.raw_os_error(), None);
+        assert!(err.to_string().contains("working directory"), "{err}");
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        let program = CString::new("/no/such/program").unwrap();
+        let cwd = CString::new("/").unwrap();
+        let err = spawn(&Launch {
+            program: &program,
+            cwd: &cwd,
+            ..launch
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("exec"), "{err}");
+        // The failed children stay zombies of this test process until it
+        // ends: a wait for any child would race the other tests'.
+    }
+}
