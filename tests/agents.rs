@@ -101,10 +101,7 @@ fn budgets_keep_head_and_tail_of_multibyte_text() {
         ("wait", "output"),
         ("poll", "output_preview"),
     ] {
-        let r = d.ok(
-            method,
-            json!({"session_id": id, "max_output_chars": 300, "timeout_s": 5}),
-        );
+        let r = d.ok(method, json!({"session_id": id, "max_output_chars": 300}));
         assert!(
             r[field].as_str().unwrap().contains("characters cut here"),
             "{method}: {r}"

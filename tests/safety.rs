@@ -681,6 +681,9 @@ fn activated_with_stand_ins(probe_exit: i32) -> (tempfile::TempDir, Activated, s
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // Scopes are what these tests are about: where a cgroup can be had,
+    // procd would use one instead (docs/containment.md).
+    std::fs::write(home.path().join("config.toml"), "containment = \"scope\"\n").expect("config");
     let daemon = Activated::start(home.path(), &[("PATH", path.as_str())]);
     (home, daemon, log)
 }

@@ -379,6 +379,82 @@ impl Drop for Daemon {
         }
         // A daemon a CLI test started on demand in this home.
         stop_recorded_daemon(self.home.path());
+        // What a crashed daemon could not remove: this instance's cgroups.
+        remove_instance_cgroups(self.home.path());
+    }
+}
+
+/// The hierarchies procd makes cgroups in, with this process's own path
+/// in each (the daemons the tests start sit where the tests do): the
+/// cgroup2 mount and the v1 memory, cpu and pids hierarchies.
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    own.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let mount = match controllers {
+                "" => "/sys/fs/cgroup/unified".to_string(),
+                c if ["memory", "cpu", "pids"].contains(&c) => format!("/sys/fs/cgroup/{c}"),
+                _ => return None,
+            };
+            Some(PathBuf::from(mount).join(path.trim_start_matches('/')))
+        })
+        .collect()
+}
+
+/// `procd-<tag>`: the directory of this instance's cgroups (the tag is
+/// FNV-1a of the state dir's path, as procd computes it).
+pub fn instance_cgroup_name(home: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in home.join("state").as_os_str().as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("procd-{hash:016x}")
+}
+
+/// The v2 cgroup of a session of the daemon on `home`.
+pub fn session_cgroup(home: &Path, id: &str) -> PathBuf {
+    cgroup_hierarchies()[..]
+        .iter()
+        .find(|h| h.starts_with("/sys/fs/cgroup/unified"))
+        .expect("a cgroup2 hierarchy")
+        .join(instance_cgroup_name(home))
+        .join(id)
+}
+
+/// The live pids in a session's cgroup.
+pub fn cgroup_pids(home: &Path, id: &str) -> Vec<i32> {
+    std::fs::read_to_string(session_cgroup(home, id).join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect()
+}
+
+/// Ends and removes every cgroup of the instance on `home` (only procd's
+/// own directories for that instance, never another cgroup).
+pub fn remove_instance_cgroups(home: &Path) {
+    let name = instance_cgroup_name(home);
+    // The v2 tree first: its cgroup.kill ends what the v1 ones hold.
+    let mut hierarchies = cgroup_hierarchies();
+    hierarchies.sort_by_key(|h| !h.starts_with("/sys/fs/cgroup/unified"));
+    for hierarchy in hierarchies {
+        let base = hierarchy.join(&name);
+        let Ok(sessions) = std::fs::read_dir(&base) else {
+            continue;
+        };
+        for dir in sessions.flatten().filter(|e| e.path().is_dir()) {
+            let dir = dir.path();
+            let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+            let deadline = Instant::now() + PATIENCE;
+            while std::fs::remove_dir(&dir).is_err() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let _ = std::fs::remove_dir(&base);
     }
 }
 

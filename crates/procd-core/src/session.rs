@@ -125,6 +125,8 @@ pub struct Session {
     pub systemd_unit: Option<String>,
     /// The cgroup its tree lives in, if any (docs/containment.md).
     pub cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
+    /// OOM kills in its cgroup already reported as `oom` events.
+    pub oom_reported: std::sync::atomic::AtomicU64,
     /// The command as callers see it, redacted on first use (see
     /// `shown_command`).
     shown_command: OnceLock<String>,
@@ -210,6 +212,7 @@ impl Session {
             note: None,
             systemd_unit: None,
             cgroup: None,
+            oom_reported: std::sync::atomic::AtomicU64::new(0),
             shown_command: OnceLock::new(),
             adopted: watch::channel(None).0,
             slot: Mutex::new(None),

@@ -726,6 +726,8 @@ impl Registry {
         };
         let reg = me.upgrade();
         if let Some(reg) = &reg {
+            // A kill the watcher has not reported yet comes before the end.
+            reg.report_oom(session);
             reg.on_exit(session, &record);
         }
         session.mark_exited(record);
@@ -743,6 +745,29 @@ impl Registry {
                 None => reg.adopt_orphans(session),
             }
         }
+    }
+
+    /// Queues an `oom` event if its cgroup counts OOM kills not reported
+    /// yet; true if it did.
+    fn report_oom(&self, session: &Session) -> bool {
+        let Some(cgroup) = &session.cgroup else {
+            return false;
+        };
+        let kills = cgroup.oom_kills();
+        let before = session.oom_reported.fetch_max(kills, Ordering::SeqCst);
+        if kills <= before {
+            return false;
+        }
+        let text = format!(
+            "Background process {}: the kernel killed a process of it for exceeding its memory limit ({kills} so far).",
+            session.id
+        );
+        self.notifications.push(Event::Oom {
+            about: self.about(session, text),
+            pid: None,
+            oom_kills: kills,
+        });
+        true
     }
 
     /// Reports every OOM kill in a memory-limited session's cgroup as it
@@ -770,7 +795,6 @@ impl Registry {
         let session = session.clone();
         tokio::spawn(async move {
             let mut state = session.subscribe_state();
-            let mut reported = 0;
             // Looked at first: a kill before the watch existed is counted.
             let mut woke = true;
             loop {
@@ -789,28 +813,14 @@ impl Registry {
                 woke = false;
                 // v1 signals when the OOM begins; its counter moves once the
                 // victim is killed, a moment later.
-                let mut kills = cgroup.oom_kills();
                 for _ in 0..OOM_SETTLE_LOOKS {
-                    if kills > reported {
+                    let Some(reg) = me.upgrade() else { return };
+                    if reg.report_oom(&session) {
                         break;
                     }
+                    drop(reg);
                     tokio::time::sleep(Duration::from_millis(10)).await;
-                    kills = cgroup.oom_kills();
                 }
-                if kills <= reported {
-                    continue;
-                }
-                reported = kills;
-                let Some(reg) = me.upgrade() else { return };
-                let text = format!(
-                    "Background process {}: the kernel killed a process of it for exceeding its memory limit ({kills} so far).",
-                    session.id
-                );
-                reg.notifications.push(Event::Oom {
-                    about: reg.about(&session, text),
-                    pid: None,
-                    oom_kills: kills,
-                });
             }
         });
     }
