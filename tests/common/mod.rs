@@ -770,6 +770,9 @@ impl Drop for Activated {
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.stop();
         }
+        if let Some(home) = self.socket.parent().and_then(Path::parent) {
+            remove_instance_cgroups(home);
+        }
     }
 }
 

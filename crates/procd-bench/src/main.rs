@@ -387,7 +387,24 @@ impl Drop for Daemon {
             );
             let _ = self.child.wait();
         }
+        remove_cgroups(&self.home);
     }
+}
+
+/// Removes what a daemon on `home` left empty in its cgroup tree (a
+/// crashed one cannot; docs/containment.md). Never ends anything: a
+/// crashed daemon's sessions are the next daemon's on the same home.
+pub(crate) fn remove_cgroups(home: &Path) {
+    let tag = procd_core::containment::instance_tag(&home.join("state"));
+    let Ok(tree) = procd_sys::cgroup::CgroupTree::find(&tag) else {
+        return;
+    };
+    for cgroup in tree.sessions() {
+        if !cgroup.populated().unwrap_or(true) {
+            cgroup.remove();
+        }
+    }
+    tree.remove();
 }
 
 /// A minimal line client: the same code talks to procd and to the echo
