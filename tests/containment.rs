@@ -385,3 +385,48 @@ fn a_stopped_daemon_leaves_no_cgroup() {
     assert_eq!(d.stop(), Some(0));
     assert!(!base.exists(), "{} is left", base.display());
 }
+
+/// Kills `id` with a grace far longer than the test's patience and returns
+/// the answer; fails if it does not come within `PATIENCE` (the tree
+/// honours SIGTERM: nothing should wait for the grace).
+fn kill_without_the_grace(d: &Daemon, id: &str) -> Value {
+    let mut c = d.connect();
+    let id = id.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(c.call("kill", json!({"session_id": id, "grace_s": 300})));
+    });
+    rx.recv_timeout(PATIENCE)
+        .expect("kill waited for the grace: the tree's end was missed")
+}
+
+#[test]
+fn a_tree_that_honours_sigterm_is_gone_without_waiting_for_the_grace() {
+    let Some(d) = cgroup_daemon("") else { return };
+    // Killed the moment its shell has forked the first step (the cgroup
+    // empties and is removed at once: its end must still be seen).
+    for _ in 0..5 {
+        let id = d.spawn("sleep 300; echo after; sleep 300");
+        let root = pid_of(&d, &id);
+        wait_until("the shell forked its sleep", || {
+            cgroup_pids(d.home.path(), &id)
+                .iter()
+                .any(|p| *p != root && comm(*p) == "sleep")
+        });
+        let k = kill_without_the_grace(&d, &id);
+        assert_eq!(k["result"]["status"], "killed", "{k}");
+        assert_eq!(k["result"]["exit_code"], 143, "the shell's TERM trap: {k}");
+    }
+    // A loop that forks all the time: what it forked after the first
+    // signal gets it too.
+    let id = d.spawn_with(json!({
+        "command": "while :; do (sleep 30 &) ; done",
+        "limits": {"pids": 200},
+    }));
+    wait_until("the loop has forked", || {
+        cgroup_pids(d.home.path(), &id).len() > 20
+    });
+    let k = kill_without_the_grace(&d, &id);
+    assert_eq!(k["result"]["status"], "killed", "{k}");
+    assert!(cgroup_pids(d.home.path(), &id).is_empty());
+}

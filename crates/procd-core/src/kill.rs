@@ -310,7 +310,7 @@ pub async fn terminate(
         grace
     };
     if let (Some(cgroup), true) = (&spec.cgroup, escalate) {
-        return finish_in_cgroup(cgroup, fds, signal, grace).await;
+        return finish_in_cgroup(spec, cgroup, procfs, include_root, fds, signal, grace).await;
     }
     let mut alive = wait_all(fds, first_wait).await;
     if escalate {
@@ -339,21 +339,53 @@ pub async fn terminate(
 }
 
 /// The rest of a termination in a cgroup: up to `grace` for the tree to
-/// empty (woken by `cgroup.events`), then `cgroup.kill` for whatever is
-/// left, forks and all, and up to 1 s to confirm.
+/// empty (woken by `cgroup.events`, and by the exits of what was
+/// signalled: then whatever was forked after the plan gets the signal too,
+/// so a tree that honours it is gone at once, forks and all), then
+/// `cgroup.kill` for whatever is left, and up to 1 s to confirm.
 async fn finish_in_cgroup(
+    spec: &TreeSpec,
     cgroup: &SessionCgroup,
-    signalled: Vec<PidFd>,
+    procfs: &ProcFs,
+    include_root: bool,
+    mut signalled: Vec<PidFd>,
     signal: i32,
     grace: Duration,
 ) -> KillOutcome {
     let count = signalled.len();
-    let first = if signal == libc::SIGKILL {
-        Duration::ZERO
-    } else {
-        grace
-    };
-    if !cgroup.wait_empty(first).await {
+    let deadline = tokio::time::Instant::now()
+        + if signal == libc::SIGKILL {
+            Duration::ZERO
+        } else {
+            grace
+        };
+    let mut empty = false;
+    let mut newcomers = true;
+    while !empty && tokio::time::Instant::now() < deadline {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        // Only while there may be newcomers to signal: else the cgroup alone.
+        let all_gone = async {
+            if !newcomers {
+                return std::future::pending().await;
+            }
+            futures::future::join_all(signalled.iter().map(|fd| fd.wait_exit(left))).await;
+        };
+        empty = cgroup.wait_empty_or(left, all_gone).await;
+        if empty {
+            break;
+        }
+        let known: HashSet<i32> = signalled.iter().map(PidFd::pid).collect();
+        let plan = collect_blocking(spec, procfs, include_root).await;
+        let fresh: Vec<ProcessIdentity> = plan
+            .targets
+            .into_iter()
+            .filter(|t| !known.contains(&t.pid))
+            .collect();
+        let before = signalled.len();
+        signalled.extend(signal_all(spec, &fresh, procfs, signal));
+        newcomers = signalled.len() > before;
+    }
+    if !empty {
         if let Err(e) = cgroup.kill() {
             tracing::warn!(cgroup = %cgroup.path().display(), %e, "cgroup.kill failed");
             for fd in &signalled {
@@ -370,11 +402,11 @@ async fn finish_in_cgroup(
         .map(PidFd::pid)
         .collect();
     if let Ok(left) = cgroup.procs() {
-        let left: Vec<i32> = left
-            .into_iter()
-            .filter(|p| !survivors.contains(p))
-            .collect();
-        survivors.extend(left);
+        survivors.extend(
+            left.into_iter()
+                .filter(|p| !survivors.contains(p))
+                .collect::<Vec<_>>(),
+        );
     }
     KillOutcome {
         signalled: count,

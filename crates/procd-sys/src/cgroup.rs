@@ -19,6 +19,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// A resource controller procd can limit with.
@@ -187,12 +188,8 @@ impl CgroupTree {
             };
             v1.push((*controller, base.join(id)));
         }
-        let cgroup = SessionCgroup {
-            path: self.base.join(id),
-            v1: Vec::new(),
-        };
+        let mut cgroup = SessionCgroup::new(self.base.join(id), Vec::new());
         make_dir(&cgroup.path)?;
-        let mut cgroup = cgroup;
         for (controller, dir) in v1 {
             if let Some(parent) = dir.parent() {
                 if let Err(e) = make_dir(parent) {
@@ -361,13 +358,35 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
 }
 
 /// One session's cgroup: its v2 directory, and the v1 ones its limits need.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct SessionCgroup {
     path: PathBuf,
     v1: Vec<(Controller, PathBuf)>,
+    /// Waits for it to empty under way. The kernel sends no inotify event
+    /// for a cgroup removed right after it emptied (its `cgroup.events`
+    /// notification is deferred, then dropped with the directory), so it is
+    /// never removed while someone waits on it: the waiter removes it after.
+    waiters: Mutex<usize>,
+}
+
+/// A wait on a cgroup, holding off its removal while it lasts.
+struct Waiting<'a>(&'a SessionCgroup);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        *self.0.waiters() -= 1;
+    }
 }
 
 impl SessionCgroup {
+    fn new(path: PathBuf, v1: Vec<(Controller, PathBuf)>) -> SessionCgroup {
+        SessionCgroup {
+            path,
+            v1,
+            waiters: Mutex::new(0),
+        }
+    }
+
     /// A cgroup known from the checkpoint (recovery): its v2 path and the
     /// v1 directories beside it.
     pub fn at(path: PathBuf, v1: Vec<PathBuf>) -> SessionCgroup {
@@ -380,7 +399,7 @@ impl SessionCgroup {
                 Some((c, dir))
             })
             .collect();
-        SessionCgroup { path, v1 }
+        SessionCgroup::new(path, v1)
     }
 
     /// The v2 directory.
@@ -391,6 +410,18 @@ impl SessionCgroup {
     /// The v1 directories.
     pub fn v1_paths(&self) -> Vec<PathBuf> {
         self.v1.iter().map(|(_, p)| p.clone()).collect()
+    }
+
+    /// Its directory in `controller`'s v1 hierarchy, if it has one.
+    fn v1_dir(&self, controller: Controller) -> Option<&Path> {
+        self.v1
+            .iter()
+            .find(|(c, _)| *c == controller)
+            .map(|(_, p)| p.as_path())
+    }
+
+    fn waiters(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Its `cgroup.procs` files, opened for the child to join (`spawn.rs`).
@@ -406,11 +437,10 @@ impl SessionCgroup {
     }
 
     fn write_limits(&self, limits: &Limits) -> Result<(), LimitError> {
-        let v1_dir = |c: Controller| self.v1.iter().find(|(have, _)| *have == c).map(|(_, p)| p);
         let fail = |c: Controller| move |e: io::Error| unavailable(c, &e);
         if let Some(bytes) = limits.memory_bytes {
             let c = Controller::Memory;
-            match v1_dir(c) {
+            match self.v1_dir(c) {
                 Some(dir) => {
                     write_file(&dir.join("memory.limit_in_bytes"), &bytes.to_string())
                         .map_err(fail(c))?;
@@ -433,7 +463,7 @@ impl SessionCgroup {
         }
         if let Some(quota) = limits.cpu_quota_us {
             let c = Controller::Cpu;
-            match v1_dir(c) {
+            match self.v1_dir(c) {
                 Some(dir) => {
                     write_file(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())
                         .map_err(fail(c))?;
@@ -449,7 +479,7 @@ impl SessionCgroup {
         }
         if let Some(pids) = limits.pids {
             let c = Controller::Pids;
-            let dir = v1_dir(c).unwrap_or(&self.path);
+            let dir = self.v1_dir(c).unwrap_or(&self.path);
             write_file(&dir.join("pids.max"), &pids.to_string()).map_err(fail(c))?;
         }
         Ok(())
@@ -469,16 +499,32 @@ impl SessionCgroup {
         Ok(keyed(&events, "populated") != Some(0))
     }
 
+    /// No live process is in it (a removed cgroup counts as empty).
+    fn is_empty(&self) -> bool {
+        !self.populated().unwrap_or(false)
+    }
+
     /// SIGKILL to every process in it, atomically with respect to forks.
     pub fn kill(&self) -> io::Result<()> {
         write_file(&self.path.join("cgroup.kill"), "1")
     }
 
     /// Waits (woken by inotify on `cgroup.events`) until no live process
-    /// is in it, for up to `limit`; true when it is empty. An unreadable
-    /// cgroup (removed) counts as empty.
+    /// is in it, for up to `limit`; true when it is empty.
     pub async fn wait_empty(&self, limit: Duration) -> bool {
+        self.wait_empty_or(limit, std::future::pending()).await
+    }
+
+    /// Like `wait_empty`, but also ends when `wake` does (then: whether it
+    /// is empty at that moment).
+    pub async fn wait_empty_or(
+        &self,
+        limit: Duration,
+        wake: impl std::future::Future<Output = ()>,
+    ) -> bool {
         use rustix::fs::inotify;
+        *self.waiters() += 1;
+        let _waiting = Waiting(self);
         let deadline = tokio::time::Instant::now() + limit;
         let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
             .ok()
@@ -491,38 +537,39 @@ impl SessionCgroup {
                 .ok()?;
                 watch_async(fd).ok()
             });
+        tokio::pin!(wake);
         loop {
             // Checked after the watch exists: no change can fall between.
-            if !self.populated().unwrap_or(false) {
+            if self.is_empty() {
                 return true;
             }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            match &watch {
-                Some(watch) => {
-                    let woke = tokio::time::timeout(left, watch.readable()).await;
-                    if let Ok(Ok(mut ready)) = woke {
-                        drain_inotify(ready.get_inner().as_fd());
-                        ready.clear_ready();
+            let changed = async {
+                match &watch {
+                    Some(watch) => {
+                        if let Ok(mut ready) = watch.readable().await {
+                            drain(ready.get_inner().as_fd());
+                            ready.clear_ready();
+                        }
                     }
+                    // No inotify (out of instances): look again in a while.
+                    None => tokio::time::sleep(Duration::from_millis(10)).await,
                 }
-                // No inotify (out of instances): look again in a while.
-                None => tokio::time::sleep(left.min(Duration::from_millis(10))).await,
+            };
+            tokio::select! {
+                _ = changed => {}
+                _ = &mut wake => return self.is_empty(),
+                _ = tokio::time::sleep_until(deadline) => return self.is_empty(),
             }
         }
     }
 
     /// How many processes the kernel's OOM killer ended in it.
     pub fn oom_kills(&self) -> u64 {
-        if let Some((_, dir)) = self.v1.iter().find(|(c, _)| *c == Controller::Memory) {
-            return read_small(&dir.join("memory.oom_control"))
-                .ok()
-                .and_then(|t| keyed(&t, "oom_kill"))
-                .unwrap_or(0);
-        }
-        read_small(&self.path.join("memory.events"))
+        let file = match self.v1_dir(Controller::Memory) {
+            Some(dir) => dir.join("memory.oom_control"),
+            None => self.path.join("memory.events"),
+        };
+        read_small(&file)
             .ok()
             .and_then(|t| keyed(&t, "oom_kill"))
             .unwrap_or(0)
@@ -533,7 +580,7 @@ impl SessionCgroup {
     /// `memory.events`. None without a memory limit.
     pub fn oom_watch(&self) -> io::Result<Option<std::os::fd::OwnedFd>> {
         use std::os::fd::AsRawFd;
-        if let Some((_, dir)) = self.v1.iter().find(|(c, _)| *c == Controller::Memory) {
+        if let Some(dir) = self.v1_dir(Controller::Memory) {
             let efd = rustix::event::eventfd(
                 0,
                 rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
@@ -555,22 +602,6 @@ impl SessionCgroup {
         Ok(Some(fd))
     }
 
-    /// Memory in use: the v1 memory cgroup's, or v2's `memory.current`.
-    pub fn memory_bytes(&self) -> Option<u64> {
-        if let Some((_, dir)) = self.v1.iter().find(|(c, _)| *c == Controller::Memory) {
-            return read_small(&dir.join("memory.usage_in_bytes"))
-                .ok()?
-                .trim()
-                .parse()
-                .ok();
-        }
-        read_small(&self.path.join("memory.current"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    }
-
     /// CPU time of everything that ran in it (v2 `cpu.stat`, which the
     /// kernel keeps without the cpu controller).
     pub fn cpu_seconds(&self) -> Option<f64> {
@@ -578,9 +609,14 @@ impl SessionCgroup {
         keyed(&stat, "usage_usec").map(|us| us as f64 / 1e6)
     }
 
-    /// Removes its directories (deepest first); true when none is left.
-    /// A cgroup still populated stays.
+    /// Removes its directories (deepest first) if nothing lives in them
+    /// (the kernel refuses to remove a populated cgroup) and no one waits
+    /// on it; true when none is left.
     pub fn remove(&self) -> bool {
+        let waiters = self.waiters();
+        if *waiters > 0 {
+            return false;
+        }
         let mut gone = true;
         for dir in self
             .v1
@@ -616,7 +652,7 @@ pub fn watch_async(
 }
 
 /// Empties an inotify or eventfd descriptor that woke us.
-pub fn drain_inotify(fd: std::os::fd::BorrowedFd<'_>) {
+pub fn drain(fd: std::os::fd::BorrowedFd<'_>) {
     let mut buf = [0u8; 1024];
     while matches!(rustix::io::read(fd, &mut buf), Ok(n) if n > 0) {}
 }

@@ -735,12 +735,11 @@ impl Registry {
             reg.release_from_keeper(&session.id);
             reg.checkpoint_soon();
             match &session.cgroup {
-                // Its cgroup holds whatever the root left running.
+                // Its cgroup holds whatever the root left running (and is
+                // removed only once that has ended).
                 Some(cgroup) => {
                     session.set_adopted(Vec::new());
-                    if !cgroup.populated().unwrap_or(true) {
-                        cgroup.remove();
-                    }
+                    cgroup.remove();
                 }
                 None => reg.adopt_orphans(session),
             }
@@ -773,7 +772,7 @@ impl Registry {
     /// Reports every OOM kill in a memory-limited session's cgroup as it
     /// happens (an `oom` event), until the session exits.
     pub(super) fn watch_oom(&self, session: &Arc<Session>) {
-        let Some(cgroup) = session.cgroup.clone() else {
+        let Some(cgroup) = &session.cgroup else {
             return;
         };
         if session.spec.limits.memory_bytes.is_none() {
@@ -791,28 +790,25 @@ impl Registry {
                 return;
             }
         };
+        // A kill before the watch existed is counted now.
+        self.report_oom(session);
         let me = self.me.clone();
         let session = session.clone();
         tokio::spawn(async move {
             let mut state = session.subscribe_state();
-            // Looked at first: a kill before the watch existed is counted.
-            let mut woke = true;
             loop {
-                if !woke {
-                    tokio::select! {
-                        ready = watch.readable() => match ready {
-                            Ok(mut ready) => {
-                                procd_sys::cgroup::drain_inotify(std::os::fd::AsFd::as_fd(ready.get_inner()));
-                                ready.clear_ready();
-                            }
-                            Err(_) => return,
-                        },
-                        _ = state.wait_for(|s| s.exit().is_some()) => return,
-                    }
+                tokio::select! {
+                    ready = watch.readable() => match ready {
+                        Ok(mut ready) => {
+                            procd_sys::cgroup::drain(std::os::fd::AsFd::as_fd(ready.get_inner()));
+                            ready.clear_ready();
+                        }
+                        Err(_) => return,
+                    },
+                    _ = state.wait_for(|s| s.exit().is_some()) => return,
                 }
-                woke = false;
-                // v1 signals when the OOM begins; its counter moves once the
-                // victim is killed, a moment later.
+                // v1 signals when the OOM begins and counts the kill a
+                // moment later, with no second signal: look a few times.
                 for _ in 0..OOM_SETTLE_LOOKS {
                     let Some(reg) = me.upgrade() else { return };
                     if reg.report_oom(&session) {

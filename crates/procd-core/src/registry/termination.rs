@@ -17,7 +17,7 @@ impl Registry {
             // the daemon by its root (known shortly after the exit).
             s.adoption_known(ADOPTION_LIMIT).await;
             let out = kill::terminate(&s.tree(), &self.procfs, false, signal, grace).await;
-            self.stop_scope(s).await;
+            self.stop_containment(s).await;
             return KillResult {
                 orphans_killed: out.signalled.saturating_sub(out.survivors.len()) as u32,
                 survivors: out.survivors,
@@ -27,7 +27,7 @@ impl Registry {
         s.request_termination(reason, source);
         let out = kill::terminate(&s.tree(), &self.procfs, true, signal, grace).await;
         if out.survivors.is_empty() {
-            self.stop_scope(s).await;
+            self.stop_containment(s).await;
         }
         // The root is dead or being reaped: give the supervisor its drain.
         let settle = Duration::from_millis(self.config.final_drain_ms) + Duration::from_secs(2);
@@ -57,13 +57,11 @@ impl Registry {
         kill_result(s, KillStatus::Killed)
     }
 
-    /// Stops the session's systemd scope, if it has one, and removes its
-    /// cgroup once nothing lives in it.
-    pub(super) async fn stop_scope(&self, s: &Session) -> bool {
+    /// After a kill: stops the session's systemd scope, if it has one, and
+    /// removes its cgroup if nothing lives in it any more.
+    pub(super) async fn stop_containment(&self, s: &Session) -> bool {
         if let Some(cgroup) = &s.cgroup {
-            if !cgroup.populated().unwrap_or(true) {
-                cgroup.remove();
-            }
+            cgroup.remove();
         }
         match (&s.systemd_unit, &self.scopes) {
             (Some(unit), Some(scopes)) => scopes.stop(unit).await,
@@ -223,10 +221,8 @@ impl Registry {
             // Cgroups of sessions no longer listed (pruned with leftovers,
             // or from a daemon before this one): end and remove them all.
             for cgroup in tree.sessions() {
-                if cgroup.populated().unwrap_or(false) {
-                    let _ = cgroup.kill();
-                    cgroup.wait_empty(Duration::from_secs(1)).await;
-                }
+                let _ = cgroup.kill();
+                cgroup.wait_empty(Duration::from_secs(1)).await;
                 cgroup.remove();
             }
             tree.remove();
