@@ -6,14 +6,15 @@ use procd_sys::cgroup::CgroupTree;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The containment in force, and why.
+/// The containment in force, carrying what it needs.
 #[derive(Debug, Clone)]
-pub struct Containment {
-    /// "cgroup", "scope" or "group" (as `status` says it).
-    pub kind: &'static str,
-    pub reason: String,
-    /// With "cgroup": where sessions' cgroups are made.
-    pub cgroups: Option<Arc<CgroupTree>>,
+pub enum Containment {
+    /// A cgroup per session below this tree.
+    Cgroup(Arc<CgroupTree>),
+    /// A systemd scope per session (systemd started procd).
+    Scope,
+    /// The process group and the marker only, and why.
+    Group { why: String },
 }
 
 impl Containment {
@@ -26,39 +27,52 @@ impl Containment {
         under_systemd: bool,
         instance: &Path,
     ) -> Result<Containment, String> {
-        let group = |reason: String| Containment {
-            kind: "group",
-            reason,
-            cgroups: None,
-        };
-        let scope = || Containment {
-            kind: "scope",
-            reason: "a systemd scope per session (systemd-run --user --scope)".into(),
-            cgroups: None,
-        };
-        if wanted == "group" {
-            return Ok(group("containment = \"group\" in the config".into()));
-        }
-        if wanted == "scope" {
-            return Ok(if under_systemd {
-                scope()
-            } else {
-                group("containment = \"scope\", but systemd did not start procd".into())
-            });
+        let group = |why: &str| Containment::Group { why: why.into() };
+        match wanted {
+            "group" => return Ok(group("containment = \"group\" in the config")),
+            "scope" if under_systemd => return Ok(Containment::Scope),
+            "scope" => {
+                return Ok(group(
+                    "containment = \"scope\", but systemd did not start procd",
+                ))
+            }
+            _ => {}
         }
         match CgroupTree::find(&instance_tag(instance)) {
-            Ok(tree) => Ok(Containment {
-                kind: "cgroup",
-                reason: format!("a cgroup per session under {}", tree.base().display()),
-                cgroups: Some(Arc::new(tree)),
-            }),
+            Ok(tree) => Ok(Containment::Cgroup(Arc::new(tree))),
             Err(why) if wanted == "cgroup" => Err(format!(
                 "containment = \"cgroup\", but no cgroup can be had: {why}"
             )),
-            Err(_) if under_systemd => Ok(scope()),
-            Err(why) => Ok(group(format!(
-                "no cgroup to manage ({why}): process group and marker"
-            ))),
+            Err(_) if under_systemd => Ok(Containment::Scope),
+            Err(why) => Ok(group(&format!("no cgroup to manage ({why})"))),
+        }
+    }
+
+    /// As `status` names it: "cgroup", "scope" or "group".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Containment::Cgroup(_) => "cgroup",
+            Containment::Scope => "scope",
+            Containment::Group { .. } => "group",
+        }
+    }
+
+    /// Where, or why, for `status`.
+    pub fn reason(&self) -> String {
+        match self {
+            Containment::Cgroup(tree) => {
+                format!("a cgroup per session under {}", tree.base().display())
+            }
+            Containment::Scope => "a systemd scope per session (systemd-run --user --scope)".into(),
+            Containment::Group { why } => format!("process group and marker: {why}"),
+        }
+    }
+
+    /// The cgroup tree, with "cgroup".
+    pub fn cgroups(&self) -> Option<Arc<CgroupTree>> {
+        match self {
+            Containment::Cgroup(tree) => Some(tree.clone()),
+            _ => None,
         }
     }
 }
@@ -90,10 +104,15 @@ mod tests {
     #[test]
     fn group_and_scope_are_chosen_as_asked() {
         let g = Containment::choose("group", true, Path::new("/x")).unwrap();
-        assert_eq!((g.kind, g.cgroups.is_none()), ("group", true));
+        assert_eq!((g.kind(), g.cgroups().is_none()), ("group", true));
         let s = Containment::choose("scope", true, Path::new("/x")).unwrap();
-        assert_eq!(s.kind, "scope");
+        assert_eq!(s.kind(), "scope");
         let s = Containment::choose("scope", false, Path::new("/x")).unwrap();
-        assert_eq!(s.kind, "group");
+        assert_eq!(s.kind(), "group");
+        assert!(
+            s.reason().contains("systemd did not start procd"),
+            "{}",
+            s.reason()
+        );
     }
 }

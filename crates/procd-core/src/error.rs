@@ -54,3 +54,17 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// A limit its controller cannot hold is the session's wrong state
+/// (-32002 naming the controller); a cgroup that cannot be made, a failed
+/// spawn.
+impl From<procd_sys::cgroup::LimitError> for Error {
+    fn from(e: procd_sys::cgroup::LimitError) -> Error {
+        match e {
+            procd_sys::cgroup::LimitError::Unavailable { .. } => {
+                Error::WrongState(format!("limits: {e}"))
+            }
+            procd_sys::cgroup::LimitError::Io(_) => Error::SpawnFailed(e.to_string()),
+        }
+    }
+}

@@ -126,10 +126,6 @@ impl Limits {
             pids: self.pids.or(defaults.pids),
         }
     }
-
-    pub fn is_empty(&self) -> bool {
-        self == &Limits::default()
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

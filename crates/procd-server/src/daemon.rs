@@ -337,7 +337,7 @@ async fn serve_claimed(
         &options.paths.state_dir,
     )
     .map_err(|why| StartupError::os("no containment".into(), std::io::Error::other(why)))?;
-    tracing::info!(containment = containment.kind, reason = %containment.reason, "containment");
+    tracing::info!(containment = containment.kind(), reason = %containment.reason(), "containment");
     let registry = Registry::new(RegistryOptions {
         config: options.config.clone(),
         logs_dir: options.paths.logs_dir(),
@@ -346,12 +346,12 @@ async fn serve_claimed(
         inherited_env: std::env::vars().collect(),
         procfs: ProcFs::default(),
         checkpoint: Some(options.paths.procs_json()),
-        scopes: (containment.kind == "scope").then(|| {
+        scopes: matches!(containment, procd_core::containment::Containment::Scope).then(|| {
             Arc::new(procd_core::scope::Scopes::new(
                 options.config.worker_memory_max_mb,
             ))
         }),
-        cgroups: containment.cgroups.clone(),
+        cgroups: containment.cgroups(),
         keeper: keeper.clone(),
     })
     .doing(|| format!("cannot create {}", options.paths.logs_dir().display()))?;

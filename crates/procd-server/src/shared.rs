@@ -115,11 +115,11 @@ impl Daemon {
             socket: self.paths.socket().display().to_string(),
             state_dir: self.paths.state_dir.display().to_string(),
             faults: self.registry.faults.list(),
-            containment: self.containment.kind.to_string(),
-            containment_reason: self.containment.reason.clone(),
+            containment: self.containment.kind().to_string(),
+            containment_reason: self.containment.reason(),
             limits_available: self
                 .containment
-                .cgroups
+                .cgroups()
                 .iter()
                 .flat_map(|t| t.controllers())
                 .map(|(c, v)| (c.name().to_string(), v.to_string()))

@@ -4,7 +4,7 @@
 //! that only calls exec; std's `Command` forks whenever a `pre_exec` hook is
 //! set, and a session needs setsid, a controlling terminal and its cgroups
 //! before exec. So this does what glibc's `posix_spawn` does, with the steps
-//! a session needs: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` runs the
+//! a session needs: `clone(CLONE_VM | CLONE_VFORK)` runs the
 //! child on a stack of its own in the parent's memory until it execs, the
 //! parent's thread suspended meanwhile. The child calls raw syscalls only
 //! (no allocation, no lock, nothing that could have been held by another
@@ -26,11 +26,15 @@
 //! docs/containment.md). A step that fails is reported to the parent
 //! through memory they share, and the child `_exit`s; `spawn` then returns
 //! that step's OS error.
+//!
+//! (No `CLONE_PIDFD`: the child is unreaped until the caller's reaper
+//! takes it, so its pid names it, and the identity guard opens a pidfd
+//! where one is needed.)
 
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 /// What to start, prepared entirely before the clone.
 pub struct Launch<'a> {
@@ -50,59 +54,24 @@ pub struct Launch<'a> {
     pub nofile: Option<u64>,
 }
 
-/// A started child: not yet reaped, so its pid cannot be recycled.
-#[derive(Debug)]
-pub struct Spawned {
-    pub pid: i32,
-    /// A pidfd for it, made by the clone itself (no window in which the pid
-    /// could name another process).
-    pub pidfd: OwnedFd,
-}
-
-/// The step of the child's setup that failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i32)]
-enum Step {
-    None = 0,
-    Cgroup,
-    Setsid,
-    Terminal,
-    Stdio,
-    Chdir,
-    Rlimit,
-    Exec,
-}
-
-impl Step {
-    fn from_raw(raw: i32) -> Step {
-        [
-            Step::None,
-            Step::Cgroup,
-            Step::Setsid,
-            Step::Terminal,
-            Step::Stdio,
-            Step::Chdir,
-            Step::Rlimit,
-            Step::Exec,
-        ]
-        .get(raw as usize)
-        .copied()
-        .unwrap_or(Step::Exec)
-    }
-
-    fn what(self) -> &'static str {
-        match self {
-            Step::None => "start",
-            Step::Cgroup => "join the session's cgroup",
-            Step::Setsid => "setsid",
-            Step::Terminal => "take the terminal",
-            Step::Stdio => "set up stdio",
-            Step::Chdir => "change to the working directory",
-            Step::Rlimit => "restore the descriptor limit",
-            Step::Exec => "exec",
-        }
-    }
-}
+/// The steps of the child's setup, for a failure's message (the child
+/// reports the index of the one that failed, plus one).
+const STEPS: [&str; 7] = [
+    "join the session's cgroup",
+    "setsid",
+    "take the terminal",
+    "set up stdio",
+    "change to the working directory",
+    "restore the descriptor limit",
+    "exec",
+];
+const CGROUP: usize = 1;
+const SETSID: usize = 2;
+const TERMINAL: usize = 3;
+const STDIO: usize = 4;
+const CHDIR: usize = 5;
+const RLIMIT: usize = 6;
+const EXEC: usize = 7;
 
 /// Everything the child reads, as raw pointers into memory the parent keeps
 /// alive (and unchanged) until the clone returns; and where it reports.
@@ -116,7 +85,8 @@ struct ChildArgs {
     cgroups: *const RawFd,
     cgroups_len: usize,
     nofile: Option<u64>,
-    failed_step: AtomicI32,
+    /// 0, or the failed step of `STEPS` plus one.
+    failed_step: AtomicUsize,
     errno: AtomicI32,
 }
 
@@ -124,9 +94,10 @@ struct ChildArgs {
 /// frame here is one small function.
 const STACK_BYTES: usize = 64 * 1024;
 
-/// Starts `launch` and returns the child. The caller must hold whatever
-/// lock keeps the reaper from reaping the child before it is registered.
-pub fn spawn(launch: &Launch<'_>) -> io::Result<Spawned> {
+/// Starts `launch` and returns the child's pid (not yet reaped, so it
+/// cannot be recycled). The caller must hold whatever lock keeps the
+/// reaper from reaping the child before it is registered.
+pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
     let argv = null_terminated(launch.argv);
     let envp = null_terminated(launch.envp);
     // Sources of stdio above 2, so that no dup2 overwrites another source
@@ -154,11 +125,10 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<Spawned> {
         cgroups: cgroups.as_ptr(),
         cgroups_len: cgroups.len(),
         nofile: launch.nofile,
-        failed_step: AtomicI32::new(Step::None as i32),
+        failed_step: AtomicUsize::new(0),
         errno: AtomicI32::new(0),
     };
     let mut stack = vec![0u8; STACK_BYTES];
-    let mut pidfd: c_int = -1;
 
     // Block every signal in this thread across the clone: a handler of the
     // daemon must never run in the child (it shares our memory), and the
@@ -182,9 +152,8 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<Spawned> {
         libc::clone(
             child_main,
             top.cast::<c_void>(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             (&args as *const ChildArgs).cast_mut().cast::<c_void>(),
-            &mut pidfd as *mut c_int,
         )
     };
     let clone_errno = io::Error::last_os_error();
@@ -196,19 +165,14 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<Spawned> {
     if pid == -1 {
         return Err(clone_errno);
     }
-    // SAFETY: CLONE_PIDFD stored a new descriptor that nothing else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    let step = Step::from_raw(args.failed_step.load(Ordering::Acquire));
-    if step != Step::None {
+    let step = args.failed_step.load(Ordering::Acquire);
+    if step != 0 {
         // The child has exited: the reaper collects it like any orphan.
-        let errno = args.errno.load(Ordering::Acquire);
-        let os = io::Error::from_raw_os_error(errno);
-        return Err(io::Error::new(
-            os.kind(),
-            format!("cannot {}: {os}", step.what()),
-        ));
+        let os = io::Error::from_raw_os_error(args.errno.load(Ordering::Acquire));
+        let what = STEPS.get(step - 1).unwrap_or(&"start");
+        return Err(io::Error::new(os.kind(), format!("cannot {what}: {os}")));
     }
-    Ok(Spawned { pid, pidfd })
+    Ok(pid)
 }
 
 fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
@@ -223,14 +187,14 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
     // the parent is suspended by CLONE_VFORK; the child only reads it and
     // writes its atomics.
     let args = unsafe { &*(arg as *const ChildArgs) };
-    let fail = |step: Step| -> c_int {
+    let fail = |step: usize| -> c_int {
         // SAFETY: __errno_location is this thread's errno (the parent's,
         // which is suspended); _exit ends the child without running any of
         // the parent's exit handlers.
         unsafe {
             args.errno
                 .store(*libc::__errno_location(), Ordering::Release);
-            args.failed_step.store(step as i32, Ordering::Release);
+            args.failed_step.store(step, Ordering::Release);
             libc::_exit(127)
         }
     };
@@ -247,31 +211,31 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         for i in 0..args.cgroups_len {
             let fd = *args.cgroups.add(i);
             if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                return fail(Step::Cgroup);
+                return fail(CGROUP);
             }
         }
         if libc::setsid() == -1 {
-            return fail(Step::Setsid);
+            return fail(SETSID);
         }
         if args.controlling_terminal && libc::ioctl(args.stdio[0], libc::TIOCSCTTY, 0) == -1 {
-            return fail(Step::Terminal);
+            return fail(TERMINAL);
         }
         for (target, &source) in args.stdio.iter().enumerate() {
             if libc::dup2(source, target as c_int) == -1 {
-                return fail(Step::Stdio);
+                return fail(STDIO);
             }
         }
         if libc::chdir(args.cwd) == -1 {
-            return fail(Step::Chdir);
+            return fail(CHDIR);
         }
         if let Some(soft) = args.nofile {
             let mut limit: libc::rlimit = std::mem::zeroed();
             if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == -1 {
-                return fail(Step::Rlimit);
+                return fail(RLIMIT);
             }
             limit.rlim_cur = soft.min(limit.rlim_max);
             if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == -1 {
-                return fail(Step::Rlimit);
+                return fail(RLIMIT);
             }
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -279,7 +243,7 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         libc::execve(args.program, args.argv, args.envp);
     }
-    fail(Step::Exec)
+    fail(EXEC)
 }
 
 /// Finds `program` the way a shell would: a name with a slash as it is,
@@ -328,19 +292,17 @@ mod tests {
             cgroups: &[],
             nofile: None,
         };
-        let child = spawn(&launch).unwrap();
+        let pid = spawn(&launch).unwrap();
         drop((w, w2));
         let mut out = String::new();
         std::io::Read::read_to_string(&mut &r, &mut out).unwrap();
         let fields: Vec<&str> = out.split_whitespace().collect();
-        assert_eq!(fields[0], child.pid.to_string(), "{out}");
-        assert_eq!(fields[1], child.pid.to_string(), "session leader: {out}");
+        assert_eq!(fields[0], pid.to_string(), "{out}");
+        assert_eq!(fields[1], pid.to_string(), "session leader: {out}");
         assert_eq!(fields[2], "/tmp");
-        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(child.pid), None).unwrap();
-        assert_eq!(
-            status,
-            nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(child.pid), 3)
-        );
+        let pid = nix::unistd::Pid::from_raw(pid);
+        let status = nix::sys::wait::waitpid(pid, None).unwrap();
+        assert_eq!(status, nix::sys::wait::WaitStatus::Exited(pid, 3));
     }
 
     #[test]

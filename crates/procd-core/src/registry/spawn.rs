@@ -146,26 +146,24 @@ impl Registry {
     /// when there is no cgroup to write them to (never a silently
     /// unlimited session).
     fn kernel_limits(&self, limits: Limits) -> Result<procd_sys::cgroup::Limits, Error> {
-        let kernel = procd_sys::cgroup::Limits {
-            memory_bytes: limits.memory_bytes.map(MemoryBytes::get),
-            cpu_quota_us: limits.cpu_cores.map(|c| {
-                ((c.get() * procd_sys::cgroup::CPU_PERIOD_US as f64).round() as u64).max(1000)
-            }),
-            pids: limits.pids.map(Pids::get),
-        };
-        if self.cgroups.is_none() && !limits.is_empty() {
-            let controller = if limits.memory_bytes.is_some() {
-                "memory"
-            } else if limits.cpu_cores.is_some() {
-                "cpu"
-            } else {
-                "pids"
-            };
+        let asked = [
+            ("memory", limits.memory_bytes.is_some()),
+            ("cpu", limits.cpu_cores.is_some()),
+            ("pids", limits.pids.is_some()),
+        ];
+        if let (None, Some((controller, _))) = (&self.cgroups, asked.iter().find(|(_, on)| *on)) {
             return Err(Error::WrongState(format!(
                 "limits: the {controller} controller is not available: sessions get no cgroup here (see procd status: containment)"
             )));
         }
-        Ok(kernel)
+        Ok(procd_sys::cgroup::Limits {
+            memory_bytes: limits.memory_bytes.map(MemoryBytes::get),
+            // CpuCores is at least 0.01: at least the kernel's 1 ms.
+            cpu_quota_us: limits
+                .cpu_cores
+                .map(|c| (c.get() * procd_sys::cgroup::CPU_PERIOD_US as f64).round() as u64),
+            pids: limits.pids.map(Pids::get),
+        })
     }
 
     /// The argv that runs `script`: a non-interactive `bash -c` that
@@ -331,21 +329,12 @@ impl Registry {
         argv: &[String],
     ) -> Result<StartedChild, Error> {
         let cgroup = match &self.cgroups {
-            Some(tree) => Some(Arc::new(tree.create(id, &spec.limits).map_err(
-                |e| match e {
-                    procd_sys::cgroup::LimitError::Unavailable { .. } => {
-                        Error::WrongState(format!("limits: {e}"))
-                    }
-                    procd_sys::cgroup::LimitError::Io(_) => Error::SpawnFailed(e.to_string()),
-                },
-            )?)),
+            Some(tree) => Some(Arc::new(tree.create(id, &spec.limits)?)),
             None => None,
         };
-        let started = self.launch_in(id, spec, env, argv, cgroup.clone()).await;
-        if started.is_err() {
-            if let Some(cgroup) = &cgroup {
-                cgroup.remove();
-            }
+        let started = self.launch_in(id, spec, env, argv, cgroup.as_ref()).await;
+        if let (Err(_), Some(cgroup)) = (&started, &cgroup) {
+            cgroup.remove();
         }
         started
     }
@@ -356,14 +345,13 @@ impl Registry {
         spec: &mut SessionSpec,
         env: &BTreeMap<String, String>,
         argv: &[String],
-        cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
+        cgroup: Option<&Arc<procd_sys::cgroup::SessionCgroup>>,
     ) -> Result<StartedChild, Error> {
         let mut unit = match &self.scopes {
             Some(scopes) if cgroup.is_none() && scopes.available().await => Some(unit_name(id)),
             _ => None,
         };
-        let cg = cgroup.as_deref();
-        let started = match self.start_child(spec, env, argv, unit.as_deref(), cg) {
+        let started = match self.start_child(spec, env, argv, unit.as_deref(), cgroup) {
             Err(e) if spec.pty => {
                 // The PTY spawn failed, perhaps after its scope was created:
                 // stop that scope before a pipe spawn under a distinct unit.
@@ -377,20 +365,11 @@ impl Registry {
                 tracing::warn!(session = %id, %e, "PTY spawn failed; falling back to pipes");
                 spec.pty = false;
                 unit = unit.map(|u| format!("{u}-pipe-fallback"));
-                self.start_child(spec, env, argv, unit.as_deref(), cg)
+                self.start_child(spec, env, argv, unit.as_deref(), cgroup)
             }
             other => other,
         };
-        match started {
-            Ok(mut started) => {
-                started.cgroup = cgroup;
-                Ok(started)
-            }
-            Err(e) => Err(Error::SpawnFailed(format!(
-                "cannot start {:?}: {e}",
-                self.shell[0]
-            ))),
-        }
+        started.map_err(|e| Error::SpawnFailed(format!("cannot start {:?}: {e}", self.shell[0])))
     }
 
     /// Ends a child that exists but will not be supervised (its setup
@@ -562,7 +541,7 @@ impl Registry {
         env: &BTreeMap<String, String>,
         argv: &[String],
         unit: Option<&str>,
-        cgroup: Option<&procd_sys::cgroup::SessionCgroup>,
+        cgroup: Option<&Arc<procd_sys::cgroup::SessionCgroup>>,
     ) -> std::io::Result<StartedChild> {
         use std::os::fd::AsFd;
         let mut argv = argv.to_vec();
@@ -588,7 +567,7 @@ impl Registry {
         let start = |stdio: [std::os::fd::BorrowedFd; 3], terminal: bool| {
             let launch = prepared.launch(stdio, terminal, &joins);
             self.reaper
-                .start(|| procd_sys::spawn::spawn(&launch).map(|s| s.pid), inspect)
+                .start(|| procd_sys::spawn::spawn(&launch), inspect)
         };
         let (pid, start_time, exit_rx, io) = if spec.pty {
             let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
@@ -651,7 +630,7 @@ impl Registry {
             exit_rx,
             io,
             unit: unit.map(str::to_string),
-            cgroup: None,
+            cgroup: cgroup.cloned(),
         })
     }
 
@@ -715,19 +694,22 @@ impl Registry {
     /// exists), then the exit itself, then the checkpoint. An exit after
     /// an OOM kill in its cgroup is reported as `oom`.
     pub(super) fn record_end(me: &Weak<Registry>, session: &Session, record: Arc<ExitRecord>) {
-        let record = match &session.cgroup {
-            Some(cg) if record.reason == CompletionReason::Exited && cg.oom_kills() > 0 => {
-                Arc::new(ExitRecord {
-                    reason: CompletionReason::Oom,
-                    ..(*record).clone()
-                })
-            }
-            _ => record,
-        };
         let reg = me.upgrade();
         if let Some(reg) = &reg {
             // A kill the watcher has not reported yet comes before the end.
             reg.report_oom(session);
+        }
+        let record = if record.reason == CompletionReason::Exited
+            && session.oom_reported.load(Ordering::SeqCst) > 0
+        {
+            Arc::new(ExitRecord {
+                reason: CompletionReason::Oom,
+                ..(*record).clone()
+            })
+        } else {
+            record
+        };
+        if let Some(reg) = &reg {
             reg.on_exit(session, &record);
         }
         session.mark_exited(record);
