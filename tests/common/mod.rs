@@ -384,45 +384,25 @@ impl Drop for Daemon {
     }
 }
 
-/// The hierarchies procd makes cgroups in, with this process's own path
-/// in each (the daemons the tests start sit where the tests do): the
-/// cgroup2 mount and the v1 memory, cpu and pids hierarchies.
-fn cgroup_hierarchies() -> Vec<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    own.lines()
-        .filter_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            let mount = match controllers {
-                "" => "/sys/fs/cgroup/unified".to_string(),
-                c if ["memory", "cpu", "pids"].contains(&c) => format!("/sys/fs/cgroup/{c}"),
-                _ => return None,
-            };
-            Some(PathBuf::from(mount).join(path.trim_start_matches('/')))
-        })
-        .collect()
+/// Where the daemon on `home` makes its cgroups (the daemons the tests
+/// start sit in the tests' own cgroups), made or not.
+fn instance_cgroups(home: &Path) -> procd_sys::cgroup::CgroupTree {
+    let tag = procd_core::containment::instance_tag(&home.join("state"));
+    procd_sys::cgroup::CgroupTree::locate(&tag).expect("a cgroup2 hierarchy")
 }
 
-/// `procd-<tag>`: the directory of this instance's cgroups (the tag is
-/// FNV-1a of the state dir's path, as procd computes it).
+/// `procd-<tag>`: the directory of this instance's cgroups.
 pub fn instance_cgroup_name(home: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in home.join("state").as_os_str().as_bytes() {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("procd-{hash:016x}")
+    let tree = instance_cgroups(home);
+    tree.base()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The v2 cgroup of a session of the daemon on `home`.
 pub fn session_cgroup(home: &Path, id: &str) -> PathBuf {
-    cgroup_hierarchies()[..]
-        .iter()
-        .find(|h| h.starts_with("/sys/fs/cgroup/unified"))
-        .expect("a cgroup2 hierarchy")
-        .join(instance_cgroup_name(home))
-        .join(id)
+    instance_cgroups(home).base().join(id)
 }
 
 /// The live pids in a session's cgroup.
@@ -437,25 +417,19 @@ pub fn cgroup_pids(home: &Path, id: &str) -> Vec<i32> {
 /// Ends and removes every cgroup of the instance on `home` (only procd's
 /// own directories for that instance, never another cgroup).
 pub fn remove_instance_cgroups(home: &Path) {
-    let name = instance_cgroup_name(home);
-    // The v2 tree first: its cgroup.kill ends what the v1 ones hold.
-    let mut hierarchies = cgroup_hierarchies();
-    hierarchies.sort_by_key(|h| !h.starts_with("/sys/fs/cgroup/unified"));
-    for hierarchy in hierarchies {
-        let base = hierarchy.join(&name);
-        let Ok(sessions) = std::fs::read_dir(&base) else {
-            continue;
-        };
-        for dir in sessions.flatten().filter(|e| e.path().is_dir()) {
-            let dir = dir.path();
-            let _ = std::fs::write(dir.join("cgroup.kill"), "1");
-            let deadline = Instant::now() + PATIENCE;
-            while std::fs::remove_dir(&dir).is_err() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+    let Ok(tree) = procd_sys::cgroup::CgroupTree::locate(&procd_core::containment::instance_tag(
+        &home.join("state"),
+    )) else {
+        return;
+    };
+    for cgroup in tree.sessions() {
+        let _ = cgroup.kill();
+        let deadline = Instant::now() + PATIENCE;
+        while !cgroup.remove() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
         }
-        let _ = std::fs::remove_dir(&base);
     }
+    tree.remove();
 }
 
 /// Stops the daemon recorded in `<home>/run/gateway.json`, if it is alive

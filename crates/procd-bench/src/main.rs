@@ -396,13 +396,12 @@ impl Drop for Daemon {
 /// crashed daemon's sessions are the next daemon's on the same home.
 pub(crate) fn remove_cgroups(home: &Path) {
     let tag = procd_core::containment::instance_tag(&home.join("state"));
-    let Ok(tree) = procd_sys::cgroup::CgroupTree::find(&tag) else {
+    let Ok(tree) = procd_sys::cgroup::CgroupTree::locate(&tag) else {
         return;
     };
+    // remove() leaves a populated cgroup alone.
     for cgroup in tree.sessions() {
-        if !cgroup.populated().unwrap_or(true) {
-            cgroup.remove();
-        }
+        cgroup.remove();
     }
     tree.remove();
 }
@@ -1233,8 +1232,8 @@ fn kill_rows(s: &Sizes) -> Vec<Row> {
     assert_eq!(killed as usize, many, "kill_all ended every session");
     // Blocking threads linger ~10 s after their work: still counted here.
     let added = threads(d.pid()) - before;
-    let (fork_loop_ms, fork_loop_left) = kill_fork_loop(&mut c, s);
-    let zombies = zombies_after_double_forks(&d, &mut c);
+    let (fork_loop_ms, fork_loop_left) = kill_fork_loop(&d, &mut c, s);
+    let zombies = zombies_after_double_forks(&mut c);
     vec![
         Row::at_most(
             "kill of a tree forking in a loop, p50".into(),
@@ -1251,7 +1250,7 @@ fn kill_rows(s: &Sizes) -> Vec<Row> {
             zombies as f64,
             "zombies",
             0.0,
-            "python exec'd as the root forks 100 children that each fork and exit; zombies under the root and under procd, looked at until none or 2 s".into(),
+            "python exec'd as the root forks 100 children that each fork an orphan and exit; orphans not yet reaped (still in /proc) after up to 2 s".into(),
         ),
         Row::at_most(
             "kill of a compound command, answered, p99".into(),
@@ -1275,7 +1274,13 @@ fn kill_rows(s: &Sizes) -> Vec<Row> {
 }
 
 /// Kills a session that forks in a loop; (median ms, processes left).
-fn kill_fork_loop(c: &mut Line, s: &Sizes) -> (f64, usize) {
+fn kill_fork_loop(d: &Daemon, c: &mut Line, s: &Sizes) -> (f64, usize) {
+    let processes_of = |id: &str| {
+        reliability::session_processes(&d.home)
+            .iter()
+            .filter(|(_, of)| of == id)
+            .count()
+    };
     let mut lat = Vec::new();
     let mut left = 0;
     for _ in 0..s.rounds.min(5) {
@@ -1283,11 +1288,11 @@ fn kill_fork_loop(c: &mut Line, s: &Sizes) -> (f64, usize) {
             "spawn",
             json!({"command": "while :; do (sleep 30 &) ; done", "limits": {"pids": 256}}),
         );
-        let id = r["session_id"].clone();
-        assert!(id.is_string(), "spawn failed: {r}");
-        let marker = format!("PROCD_SESSION_ID={}", id.as_str().unwrap_or(""));
+        let id = r["session_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("spawn failed: {r}"));
         let deadline = Instant::now() + Duration::from_secs(20);
-        while session_processes(&marker).len() < 50 {
+        while processes_of(id) < 50 {
             assert!(Instant::now() < deadline, "the loop never forked");
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -1295,77 +1300,41 @@ fn kill_fork_loop(c: &mut Line, s: &Sizes) -> (f64, usize) {
         let k = c.call("kill", json!({"session_id": id, "grace_s": 0.2}));
         lat.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(k["status"], "killed", "{k}");
-        left += session_processes(&marker).len();
+        left += processes_of(id);
     }
     (median(&lat), left)
 }
 
-/// Live processes whose environment carries `marker`.
-fn session_processes(marker: &str) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == marker.as_bytes()))
-        })
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|st| {
-                    st.rsplit(')')
-                        .next()
-                        .map(|r| !r.trim_start().starts_with('Z'))
-                })
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
-/// Zombies left under an exec'd root after 100 double-fork orphans (and
-/// under the daemon), looked at until there are none or 2 s pass.
-fn zombies_after_double_forks(d: &Daemon, c: &mut Line) -> usize {
-    let script = "import os, time\nfor _ in range(100):\n    pid = os.fork()\n    if pid == 0:\n        if os.fork() == 0:\n            time.sleep(0.01)\n            os._exit(0)\n        os._exit(0)\n    os.waitpid(pid, 0)\nprint('forked', flush=True)\ntime.sleep(300)";
+/// Of 100 orphans a double fork under an exec'd root leaves (each reports
+/// its pid, then exits), how many are still not reaped after 2 s.
+fn zombies_after_double_forks(c: &mut Line) -> usize {
+    // The parent prints its orphan's pid before it exits, so every pid is
+    // in the output before "forked".
+    let script = "import os, time\nfor _ in range(100):\n    r, w = os.pipe()\n    pid = os.fork()\n    if pid == 0:\n        if os.fork() == 0:\n            os.write(w, b'%d\\n' % os.getpid())\n            os._exit(0)\n        os.write(1, b'orphan ' + os.read(r, 32))\n        os._exit(0)\n    os.close(r)\n    os.close(w)\n    os.waitpid(pid, 0)\nprint('forked', flush=True)\ntime.sleep(300)";
     let r = c.call(
         "spawn",
         json!({"command": format!("exec python3 -c \"{script}\""), "yield_ms": 20000, "ready": {"output": "forked"}}),
     );
-    let root = r["pid"].as_i64().unwrap_or(0) as i32;
-    assert!(
-        root > 0 && r["output"].as_str().unwrap_or("").contains("forked"),
-        "{r}"
-    );
-    let zombies_of = |parent: i32| {
-        std::fs::read_dir("/proc")
-            .map(|dir| {
-                dir.flatten()
-                    .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-                    .filter(|pid| {
-                        let st = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                            .unwrap_or_default();
-                        let rest: Vec<&str> = st
-                            .rsplit(')')
-                            .next()
-                            .unwrap_or("")
-                            .split_whitespace()
-                            .collect();
-                        rest.first() == Some(&"Z")
-                            && rest.get(1).and_then(|p| p.parse().ok()) == Some(parent)
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
+    let output = r["output"].as_str().unwrap_or("");
+    assert!(output.contains("forked"), "{r}");
+    let orphans: Vec<i32> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("orphan ")?.trim().parse().ok())
+        .collect();
+    assert_eq!(orphans.len(), 100, "{r}");
+    // Reaped = gone from /proc; a zombie (or one not yet exited) is not.
+    let unreaped = || {
+        orphans
+            .iter()
+            .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .count()
     };
     let deadline = Instant::now() + Duration::from_secs(2);
-    let mut left = zombies_of(root) + zombies_of(d.pid());
-    while left > 0 && Instant::now() < deadline {
+    while unreaped() > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
-        left = zombies_of(root) + zombies_of(d.pid());
     }
     c.call("kill", json!({"session_id": r["session_id"]}));
-    left
+    unreaped()
 }
 
 /// What the monitor (and a waiting yield) pays per session per look: one
@@ -1379,19 +1348,24 @@ fn observe_tree(s: &Sizes) -> Row {
         format!("for i in $(seq 48); do sleep 300 & done; python3 -c \"{server}\" & read x; wait");
     // The tree in a cgroup of its own, as procd's sessions are (docs/
     // containment.md); without one, the /proc-scanning path is measured.
-    let cgroup = bench_cgroup();
+    let cgroups =
+        procd_sys::cgroup::CgroupTree::find(&format!("bench-{}", std::process::id())).ok();
+    let cgroup = cgroups
+        .as_ref()
+        .and_then(|t| t.create("tree", &Default::default()).ok())
+        .map(std::sync::Arc::new);
     let mut cmd = Command::new("bash");
     cmd.args(["-c", &script])
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
-    if let Some(dir) = &cgroup {
-        let procs = std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("cgroup.procs"))
-            .expect("cgroup.procs");
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
-        // SAFETY: write(2) is async-signal-safe; `procs` outlives the spawn.
+    let joins = cgroup
+        .as_ref()
+        .map(|c| c.join_files().expect("the tree's cgroup.procs"))
+        .unwrap_or_default();
+    if let Some(procs) = joins.first() {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(procs);
+        // SAFETY: write(2) is async-signal-safe; `joins` outlives the spawn.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
                 if nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
@@ -1400,9 +1374,9 @@ fn observe_tree(s: &Sizes) -> Row {
                 Ok(())
             });
         }
-        std::mem::forget(procs);
     }
     let mut child = cmd.spawn().expect("start a 50-process tree");
+    drop(joins);
     let mut first = [0u8; 2];
     child
         .stdout
@@ -1419,9 +1393,7 @@ fn observe_tree(s: &Sizes) -> Row {
         marker: b"PROCD_BENCH_NO_MARKER=1".to_vec(),
         root_pinned: false,
         adopted: Vec::new(),
-        cgroup: cgroup
-            .clone()
-            .map(|dir| std::sync::Arc::new(procd_sys::cgroup::SessionCgroup::at(dir, vec![]))),
+        cgroup: cgroup.clone(),
     };
     let watched = [Watched {
         input: InputId::of_fd(&procfs, root, 0),
@@ -1456,15 +1428,16 @@ fn observe_tree(s: &Sizes) -> Row {
         nix::sys::signal::Signal::SIGKILL,
     );
     let _ = child.wait(); // its pid is ours until now: the group was too
-    let how = match &cgroup {
-        Some(dir) => {
+    let how = match (&cgroup, &cgroups) {
+        (Some(cgroup), Some(cgroups)) => {
             let deadline = Instant::now() + Duration::from_secs(5);
-            while std::fs::remove_dir(dir).is_err() && Instant::now() < deadline {
+            while !cgroup.remove() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
             }
+            cgroups.remove();
             "the tree's cgroup.procs (no /proc scan)".to_string()
         }
-        None => format!(
+        _ => format!(
             "no cgroup here: one /proc scan of all {} processes",
             procfs.all().map(|t| t.len()).unwrap_or(0)
         ),
@@ -1481,25 +1454,6 @@ fn observe_tree(s: &Sizes) -> Row {
             percentile(&lat, 0.99)
         ),
     )
-}
-
-/// A cgroup for the bench's own observed tree, on the cgroup2 mount below
-/// this process's cgroup; None where there is none to make.
-fn bench_cgroup() -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mount = mounts.lines().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        right
-            .starts_with("cgroup2 ")
-            .then(|| left.split(' ').nth(4).map(PathBuf::from))?
-    })?;
-    let dir = mount
-        .join(path.trim_start_matches('/'))
-        .join(format!("procd-bench-{}", std::process::id()));
-    std::fs::create_dir(&dir).ok()?;
-    Some(dir)
 }
 
 fn print_table(rows: &[Row], quick: bool) {

@@ -448,7 +448,7 @@ fn fuzz(inputs: usize) -> Vec<Figure> {
 
 /// Live pids whose environment says they are sessions of the daemon whose
 /// home is `home` (HOME=<home> and a PROCD_SESSION_ID), with their ids.
-fn session_processes(home: &Path) -> Vec<(i32, String)> {
+pub(crate) fn session_processes(home: &Path) -> Vec<(i32, String)> {
     let home_entry = format!("HOME={}", home.display());
     let mut found = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {

@@ -91,35 +91,39 @@ pub struct CgroupTree {
 impl CgroupTree {
     /// Finds and makes the instance's subtree, or says why there is none.
     pub fn find(tag: &str) -> Result<CgroupTree, String> {
+        let mut tree = CgroupTree::locate(tag)?;
+        let base = &tree.base;
+        match std::fs::create_dir(base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot make {}: {e}", base.display())),
+        }
+        if !base.join("cgroup.kill").exists() {
+            let _ = std::fs::remove_dir(base);
+            return Err(format!(
+                "{} has no cgroup.kill (kernel older than 5.14)",
+                base.display()
+            ));
+        }
+        tree.v2_controllers = enable_v2_controllers(base);
+        let on_v2 = tree.v2_controllers.clone();
+        tree.v1_bases.retain(|c, _| !on_v2.contains(c));
+        Ok(tree)
+    }
+
+    /// Where the instance's subtree is (or would be), making nothing: for
+    /// looking at what a daemon made (and cleaning up after a crashed one).
+    pub fn locate(tag: &str) -> Result<CgroupTree, String> {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo")
             .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
         let own = std::fs::read_to_string("/proc/self/cgroup")
             .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
         let (v2, v1) = hierarchies(&mounts, &own);
         let v2 = v2.ok_or("no cgroup2 filesystem is mounted")?;
-        let base = v2.base(tag);
-        match std::fs::create_dir(&base) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("cannot make {}: {e}", base.display())),
-        }
-        if !base.join("cgroup.kill").exists() {
-            let _ = std::fs::remove_dir(&base);
-            return Err(format!(
-                "{} has no cgroup.kill (kernel older than 5.14)",
-                base.display()
-            ));
-        }
-        let v2_controllers = enable_v2_controllers(&base);
-        let v1_bases = v1
-            .into_iter()
-            .filter(|(c, _)| !v2_controllers.contains(c))
-            .map(|(c, h)| (c, h.base(tag)))
-            .collect();
         Ok(CgroupTree {
-            base,
-            v2_controllers,
-            v1_bases,
+            base: v2.base(tag),
+            v2_controllers: Vec::new(),
+            v1_bases: v1.into_iter().map(|(c, h)| (c, h.base(tag))).collect(),
         })
     }
 
