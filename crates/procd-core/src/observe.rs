@@ -82,11 +82,10 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                         KillPlan::from_table(&tree, procfs, &table, true)
                             .targets
                             .iter()
-                            .filter_map(|t| by_pid.get(&t.pid).copied())
-                            .filter(|s| {
-                                s.start_time == tree.root.start_time || s.pid != tree.root.pid
+                            .filter_map(|t| {
+                                by_pid.get(&t.pid).filter(|s| s.start_time == t.start_time)
                             })
-                            .cloned()
+                            .map(|s| **s)
                             .collect()
                     }
                 };

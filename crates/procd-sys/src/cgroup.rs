@@ -526,21 +526,12 @@ impl SessionCgroup {
         limit: Duration,
         wake: impl std::future::Future<Output = ()>,
     ) -> bool {
-        use rustix::fs::inotify;
         *self.waiters() += 1;
         let _waiting = Waiting(self);
         let deadline = tokio::time::Instant::now() + limit;
-        let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
-            .ok()
-            .and_then(|fd| {
-                inotify::add_watch(
-                    &fd,
-                    self.path.join("cgroup.events"),
-                    inotify::WatchFlags::MODIFY,
-                )
-                .ok()?;
-                watch_async(fd).ok()
-            });
+        let watch = watch_changes(&self.path.join("cgroup.events"))
+            .and_then(watch_async)
+            .ok();
         tokio::pin!(wake);
         loop {
             // Checked after the watch exists: no change can fall between.
@@ -600,10 +591,7 @@ impl SessionCgroup {
         if !events.exists() {
             return Ok(None);
         }
-        use rustix::fs::inotify;
-        let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
-        inotify::add_watch(&fd, &events, inotify::WatchFlags::MODIFY)?;
-        Ok(Some(fd))
+        watch_changes(&events).map(Some)
     }
 
     /// CPU time of everything that ran in it (v2 `cpu.stat`, which the
@@ -644,6 +632,15 @@ fn v1_limit_file(c: Controller) -> &'static str {
         Controller::Cpu => "cpu.cfs_quota_us",
         Controller::Pids => "pids.max",
     }
+}
+
+/// An inotify descriptor that becomes readable when `file` changes (the
+/// kernel notifies cgroup files' changes this way).
+fn watch_changes(file: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::inotify;
+    let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
+    inotify::add_watch(&fd, file, inotify::WatchFlags::MODIFY)?;
+    Ok(fd)
 }
 
 /// Registers a descriptor this process owns with the event loop.
