@@ -83,30 +83,14 @@ impl CheckpointEntry {
     }
 
     /// The session's cgroup as recorded, if it has the shape procd makes
-    /// (`…/procd-<tag>/<session id>` on a cgroup filesystem); anything
-    /// else is not trusted as one.
+    /// (`procd_sys::cgroup::SessionCgroup::recorded`).
     pub fn cgroup(&self) -> Option<procd_sys::cgroup::SessionCgroup> {
-        let ours = |dir: &str| {
-            let path = Path::new(dir);
-            path.is_absolute()
-                && dir.starts_with("/sys/fs/cgroup/")
-                && !dir.contains("/../")
-                && path
-                    .file_name()
-                    .is_some_and(|n| n == self.session_id.as_str())
-                && path
-                    .parent()
-                    .and_then(Path::file_name)
-                    .is_some_and(|n| n.to_string_lossy().starts_with("procd-"))
-        };
-        let v2 = self.cgroup.as_deref().filter(|d| ours(d))?;
-        let v1 = self
-            .cgroup_v1
-            .iter()
-            .filter(|d| ours(d))
-            .map(PathBuf::from)
-            .collect();
-        Some(procd_sys::cgroup::SessionCgroup::at(v2.into(), v1))
+        let v1: Vec<PathBuf> = self.cgroup_v1.iter().map(PathBuf::from).collect();
+        procd_sys::cgroup::SessionCgroup::recorded(
+            &self.session_id,
+            Path::new(self.cgroup.as_deref()?),
+            &v1,
+        )
     }
 
     /// The session's root as recorded.

@@ -49,6 +49,10 @@ pub struct Limits {
     pub pids: Option<u64>,
 }
 
+/// statfs(2)'s f_type of cgroup2 and cgroup v1 filesystems.
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+
 /// The period `cpu_quota_us` is per.
 pub const CPU_PERIOD_US: u64 = 100_000;
 
@@ -391,8 +395,8 @@ impl SessionCgroup {
         }
     }
 
-    /// A cgroup known from the checkpoint (recovery): its v2 path and the
-    /// v1 directories beside it.
+    /// A session cgroup procd made (its v2 directory and the v1 ones
+    /// beside it, each controller told by its files).
     pub fn at(path: PathBuf, v1: Vec<PathBuf>) -> SessionCgroup {
         let v1 = v1
             .into_iter()
@@ -404,6 +408,37 @@ impl SessionCgroup {
             })
             .collect();
         SessionCgroup::new(path, v1)
+    }
+
+    /// Session `id`'s cgroup as a checkpoint recorded it, trusted only in
+    /// the shape procd makes: `…/procd-<tag>/<id>`, a directory on a cgroup
+    /// filesystem (v2 for `v2`, v1 for the others). Anything else is not
+    /// taken for one.
+    pub fn recorded(id: &str, v2: &Path, v1: &[PathBuf]) -> Option<SessionCgroup> {
+        let shaped = |dir: &Path, magic: i64| {
+            dir.is_absolute()
+                && dir.components().all(|c| {
+                    matches!(
+                        c,
+                        std::path::Component::RootDir | std::path::Component::Normal(_)
+                    )
+                })
+                && dir.file_name().is_some_and(|n| n == id)
+                && dir
+                    .parent()
+                    .and_then(Path::file_name)
+                    .is_some_and(|n| n.to_string_lossy().starts_with("procd-"))
+                && rustix::fs::statfs(dir).is_ok_and(|fs| fs.f_type as i64 == magic)
+        };
+        if !shaped(v2, CGROUP2_SUPER_MAGIC) {
+            return None;
+        }
+        let v1 = v1
+            .iter()
+            .filter(|d| shaped(d, CGROUP_SUPER_MAGIC))
+            .cloned()
+            .collect();
+        Some(SessionCgroup::at(v2.to_path_buf(), v1))
     }
 
     /// The v2 directory.
@@ -701,6 +736,27 @@ mod tests {
             PathBuf::from("/sys/fs/cgroup/procd-x")
         );
         assert!(v1.is_empty());
+    }
+
+    #[test]
+    fn a_recorded_cgroup_not_on_a_cgroup_filesystem_is_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let planted = dir.path().join("procd-0123456789abcdef/proc_0123456789ab");
+        std::fs::create_dir_all(&planted).unwrap();
+        // The right shape, but a plain directory: not a cgroup.
+        assert!(SessionCgroup::recorded("proc_0123456789ab", &planted, &[]).is_none());
+        // Not procd's shape, wherever it is.
+        for path in [
+            "/sys/fs/cgroup/unified/proc_0123456789ab",
+            "/sys/fs/cgroup/unified/procd-x/../proc_0123456789ab",
+            "/sys/fs/cgroup/unified/procd-x/proc_ffffffffffff",
+            "relative/procd-x/proc_0123456789ab",
+        ] {
+            assert!(
+                SessionCgroup::recorded("proc_0123456789ab", Path::new(path), &[]).is_none(),
+                "{path}"
+            );
+        }
     }
 
     #[test]
