@@ -50,8 +50,8 @@ pub struct Limits {
 }
 
 /// statfs(2)'s f_type of cgroup2 and cgroup v1 filesystems.
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+const CGROUP2_SUPER_MAGIC: libc::c_long = libc::CGROUP2_SUPER_MAGIC;
+const CGROUP_SUPER_MAGIC: libc::c_long = libc::CGROUP_SUPER_MAGIC;
 
 /// The period `cpu_quota_us` is per.
 pub const CPU_PERIOD_US: u64 = 100_000;
@@ -415,7 +415,7 @@ impl SessionCgroup {
     /// filesystem (v2 for `v2`, v1 for the others). Anything else is not
     /// taken for one.
     pub fn recorded(id: &str, v2: &Path, v1: &[PathBuf]) -> Option<SessionCgroup> {
-        let shaped = |dir: &Path, magic: i64| {
+        let shaped = |dir: &Path, magic: libc::c_long| {
             dir.is_absolute()
                 && dir.components().all(|c| {
                     matches!(
@@ -428,7 +428,7 @@ impl SessionCgroup {
                     .parent()
                     .and_then(Path::file_name)
                     .is_some_and(|n| n.to_string_lossy().starts_with("procd-"))
-                && rustix::fs::statfs(dir).is_ok_and(|fs| fs.f_type as i64 == magic)
+                && rustix::fs::statfs(dir).is_ok_and(|fs| fs.f_type == magic)
         };
         if !shaped(v2, CGROUP2_SUPER_MAGIC) {
             return None;
