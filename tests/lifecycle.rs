@@ -233,6 +233,10 @@ fn a_failed_start_up_leaves_no_state() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(home.gateway().is_none());
     assert!(!home.path().join("run/procd.sock").exists());
+    assert!(
+        !instance_cgroup(home.path()).exists(),
+        "its cgroup tree is left"
+    );
 }
 
 #[test]
@@ -453,6 +457,10 @@ fn a_process_that_ignores_sigterm_is_stopped_with_sigkill() {
     assert!(
         home.gateway().is_none(),
         "the stopper released the dead daemon's state"
+    );
+    assert!(
+        !instance_cgroup(home.path()).exists(),
+        "the stopper removed the dead daemon's (empty) cgroup tree"
     );
 }
 

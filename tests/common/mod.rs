@@ -387,8 +387,8 @@ impl Drop for Daemon {
 /// Where the daemon on `home` makes its cgroups (the daemons the tests
 /// start sit in the tests' own cgroups), made or not.
 fn instance_cgroups(home: &Path) -> procd_sys::cgroup::CgroupTree {
-    let tag = procd_core::containment::instance_tag(&home.join("state"));
-    procd_sys::cgroup::CgroupTree::locate(&tag).expect("a cgroup2 hierarchy")
+    procd_sys::cgroup::CgroupTree::locate_instance(&home.join("state"))
+        .expect("a cgroup2 hierarchy")
 }
 
 /// `procd-<tag>`: the directory of this instance's cgroups.
@@ -400,9 +400,14 @@ pub fn instance_cgroup_name(home: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// The directory of the cgroups of the daemon on `home`.
+pub fn instance_cgroup(home: &Path) -> PathBuf {
+    instance_cgroups(home).base().to_path_buf()
+}
+
 /// The v2 cgroup of a session of the daemon on `home`.
 pub fn session_cgroup(home: &Path, id: &str) -> PathBuf {
-    instance_cgroups(home).base().join(id)
+    instance_cgroup(home).join(id)
 }
 
 /// The live pids in a session's cgroup.
@@ -417,9 +422,7 @@ pub fn cgroup_pids(home: &Path, id: &str) -> Vec<i32> {
 /// Ends and removes every cgroup of the instance on `home` (only procd's
 /// own directories for that instance, never another cgroup).
 pub fn remove_instance_cgroups(home: &Path) {
-    let Ok(tree) = procd_sys::cgroup::CgroupTree::locate(&procd_core::containment::instance_tag(
-        &home.join("state"),
-    )) else {
+    let Ok(tree) = procd_sys::cgroup::CgroupTree::locate_instance(&home.join("state")) else {
         return;
     };
     for cgroup in tree.sessions() {

@@ -395,8 +395,7 @@ impl Drop for Daemon {
 /// crashed one cannot; docs/containment.md). Never ends anything: a
 /// crashed daemon's sessions are the next daemon's on the same home.
 pub(crate) fn remove_cgroups(home: &Path) {
-    let tag = procd_core::containment::instance_tag(&home.join("state"));
-    let Ok(tree) = procd_sys::cgroup::CgroupTree::locate(&tag) else {
+    let Ok(tree) = procd_sys::cgroup::CgroupTree::locate_instance(&home.join("state")) else {
         return;
     };
     // remove() leaves a populated cgroup alone.

@@ -2,7 +2,7 @@
 //! per session where one can be had, else a systemd scope per session when
 //! the daemon runs under systemd, else the process group and the marker.
 
-use procd_sys::cgroup::CgroupTree;
+use procd_sys::cgroup::{instance_tag, CgroupTree};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -77,29 +77,9 @@ impl Containment {
     }
 }
 
-/// 16 hex digits naming the instance: FNV-1a of its state dir's path, so
-/// that a daemon started again for the same instance finds the same tree.
-pub fn instance_tag(instance: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in instance.as_os_str().as_bytes() {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{hash:016x}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tags_differ_per_instance_and_are_stable() {
-        let a = instance_tag(Path::new("/tmp/a/state"));
-        assert_eq!(a, instance_tag(Path::new("/tmp/a/state")));
-        assert_ne!(a, instance_tag(Path::new("/tmp/b/state")));
-        assert_eq!(a.len(), 16);
-    }
 
     #[test]
     fn group_and_scope_are_chosen_as_asked() {

@@ -168,6 +168,11 @@ pub fn release_if_own(paths: &Paths, pid: i32) {
     {
         if state.pid == pid {
             let _ = std::fs::remove_file(paths.gateway_json());
+            // Its cgroup tree too, if no session cgroup is left in it (a
+            // directory with sessions in it is never removed).
+            if let Ok(tree) = procd_sys::cgroup::CgroupTree::locate_instance(&paths.state_dir) {
+                tree.remove();
+            }
         }
     }
 }

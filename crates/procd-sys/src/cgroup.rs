@@ -80,6 +80,19 @@ impl Hierarchy {
     }
 }
 
+/// 16 hex digits naming an instance by its state dir: FNV-1a of the
+/// path, so that a daemon started again for the same instance finds the
+/// same tree, and two instances never share one.
+pub fn instance_tag(state_dir: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in state_dir.as_os_str().as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
 /// The instance's cgroup subtree, found once when the daemon starts.
 #[derive(Debug, Clone)]
 pub struct CgroupTree {
@@ -113,6 +126,12 @@ impl CgroupTree {
         let on_v2 = tree.v2_controllers.clone();
         tree.v1_bases.retain(|c, _| !on_v2.contains(c));
         Ok(tree)
+    }
+
+    /// Where the subtree of the instance whose state dir is `state_dir` is
+    /// (or would be), making nothing.
+    pub fn locate_instance(state_dir: &Path) -> Result<CgroupTree, String> {
+        CgroupTree::locate(&instance_tag(state_dir))
     }
 
     /// Where the instance's subtree is (or would be), making nothing: for
@@ -757,6 +776,14 @@ mod tests {
                 "{path}"
             );
         }
+    }
+
+    #[test]
+    fn tags_differ_per_instance_and_are_stable() {
+        let a = instance_tag(Path::new("/tmp/a/state"));
+        assert_eq!(a, instance_tag(Path::new("/tmp/a/state")));
+        assert_ne!(a, instance_tag(Path::new("/tmp/b/state")));
+        assert_eq!(a.len(), 16);
     }
 
     #[test]
