@@ -281,17 +281,37 @@ fn render(env: &[u8], defs: &str, policy: &EnvPolicy) -> String {
         out.push_str(&format!("__procd_set {name} {}\n", quote(value)));
     }
     out.push_str("unset -f __procd_set; unset PROCD_KEEP\nunalias -a\n");
+    // `shopt -p` lines, a run of them as one `shopt -s` and one `shopt -u`
+    // made quiet: some options cannot be set in a non-interactive shell
+    // (login_shell), which is not an error, and shopt goes on past one.
+    // One redirection per run, not per option: each costs the session's
+    // shell five syscalls, ~60 of them on every spawn.
+    let mut options: [Vec<&str>; 2] = [Vec::new(), Vec::new()];
+    let flush = |out: &mut String, options: &mut [Vec<&str>; 2]| {
+        for (flag, names) in ["-s", "-u"].iter().zip(options.iter_mut()) {
+            if !names.is_empty() {
+                out.push_str(&format!("shopt {flag} {} 2>/dev/null\n", names.join(" ")));
+                names.clear();
+            }
+        }
+    };
     for line in defs.lines() {
-        // `shopt -p` lines, made quiet: some options cannot be set in a
-        // non-interactive shell (login_shell); that is not an error.
-        if line.starts_with("shopt -") {
-            out.push_str(line);
-            out.push_str(" 2>/dev/null\n");
-        } else {
-            out.push_str(line);
-            out.push('\n');
+        let option = match line.split_once(' ') {
+            Some(("shopt", rest)) => rest
+                .split_once(' ')
+                .filter(|(flag, name)| matches!(*flag, "-s" | "-u") && !name.contains(' ')),
+            _ => None,
+        };
+        match option {
+            Some((flag, name)) => options[usize::from(flag == "-u")].push(name),
+            None => {
+                flush(&mut out, &mut options);
+                out.push_str(line);
+                out.push('\n');
+            }
         }
     }
+    flush(&mut out, &mut options);
     // Aliases are expanded in the command (sourced on its own line first).
     out.push_str("shopt -s expand_aliases\n");
     out
@@ -334,7 +354,7 @@ mod tests {
         let env = b"PATH=/opt/bin:/usr/bin\0OPENAI_API_KEY=sk-secret\0GITHUB_TOKEN=ghp_x\0PWD=/x\0QUOTE=it's\0MULTI=a\nb\0BASH_FUNC_f%%=() { :; }\0";
         let text = render(
             env,
-            "f () \n{ \n    :\n}\nalias ll='ls -l'\nshopt -u extglob\n",
+            "f () \n{ \n    :\n}\nalias ll='ls -l'\nshopt -u extglob\nshopt -s nullglob\nshopt -u globstar\n",
             &policy,
         );
         assert!(
@@ -352,7 +372,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("alias ll='ls -l'\n"));
-        assert!(text.contains("shopt -u extglob 2>/dev/null\n"));
+        assert!(
+            text.contains("shopt -s nullglob 2>/dev/null\nshopt -u extglob globstar 2>/dev/null\n"),
+            "one shopt per flag: {text}"
+        );
         assert!(text.ends_with("shopt -s expand_aliases\n"));
     }
 }
