@@ -22,8 +22,10 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
 /// nothing after a reboot — the running sessions (`procs.json`): their
 /// processes die with the machine, and a reader treats a damaged file as
 /// corrupt. Saves a disk flush on every spawn and exit.
+/// Compact, too: it is rewritten on every spawn and exit, and only procd
+/// reads it.
 pub fn write_json_unsynced<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    let mut bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
     bytes.push(b'\n');
     write_file(path, &bytes, false)
 }
@@ -48,12 +50,61 @@ fn write_file(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
         if sync {
             f.sync_all()?;
         }
-        std::fs::rename(&tmp, path)
+        drop(f);
+        replace(&tmp, path)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Puts `tmp` in `path`'s place atomically. An existing file is swapped
+/// out (renameat2 RENAME_EXCHANGE) and then unlinked: a rename over it
+/// would make ext4 (auto_da_alloc) write the new file's data back before
+/// the rename returns, ~0.15 ms on every spawn's checkpoint. A crash
+/// between the swap and the unlink leaves the old content under the temp
+/// name, which `sweep_temps` removes.
+///
+/// Anything but a regular file in the way (a directory, planted or not)
+/// is left to rename(2), which refuses it as before.
+fn replace(tmp: &Path, path: &Path) -> io::Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    if !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
+        return std::fs::rename(tmp, path);
+    }
+    match renameat_with(CWD, tmp, CWD, path, RenameFlags::EXCHANGE) {
+        Ok(()) => std::fs::remove_file(tmp),
+        // No file to swap with, or a filesystem that cannot swap.
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+            std::fs::rename(tmp, path)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes the temp files `write_json*` and `write_bytes` leave in `dir`
+/// when a process dies mid-write (`.<name>.<16 hex>.tmp`). Only for a
+/// directory whose writer is the caller (the state dir, under its lock).
+pub fn sweep_temps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let is_temp = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .is_some_and(|n| {
+                n.rsplit_once('.').is_some_and(|(_, hex)| {
+                    hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+                })
+            });
+        if is_temp && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Renames a corrupt file to `<name>.corrupt-<unix time>` beside it, so
@@ -120,6 +171,35 @@ pub fn read_private(path: &Path) -> io::Result<Vec<u8>> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn replacing_swaps_the_file_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("procs.json");
+        for n in 0..3 {
+            write_json_unsynced(&p, &serde_json::json!([n])).unwrap();
+            let v: serde_json::Value = read_json(&p).unwrap();
+            assert_eq!(v, serde_json::json!([n]));
+        }
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["procs.json"]);
+    }
+
+    #[test]
+    fn sweeping_removes_only_left_temps() {
+        let dir = tempfile::tempdir().unwrap();
+        let left = dir.path().join(".procs.json.0123456789abcdef.tmp");
+        let other = dir.path().join(".procs.json.notours.tmp");
+        std::fs::write(&left, b"[]").unwrap();
+        std::fs::write(&other, b"[]").unwrap();
+        std::fs::write(dir.path().join("procs.json"), b"[]").unwrap();
+        sweep_temps(dir.path());
+        assert!(!left.exists());
+        assert!(other.exists() && dir.path().join("procs.json").exists());
+    }
 
     #[test]
     fn round_trip_private_and_corrupt_is_absent() {

@@ -139,6 +139,10 @@ impl Registry {
         };
         let path = checkpoint.path().to_path_buf();
         let ((entries, skipped), (ended, _)) = tokio::task::spawn_blocking(move || {
+            // A write a crash cut short left its temp file (never read).
+            if let Some(dir) = path.parent() {
+                crate::atomic::sweep_temps(dir);
+            }
             (
                 Checkpoint::read(&path),
                 Checkpoint::read(&Checkpoint::ended_path(&path)),
