@@ -1358,13 +1358,12 @@ fn observe_tree(s: &Sizes) -> Row {
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
-    let joins = cgroup
+    let entry = cgroup
         .as_ref()
-        .map(|c| c.join_files().expect("the tree's cgroup.procs"))
-        .unwrap_or_default();
-    if let Some(procs) = joins.first() {
-        let fd = std::os::fd::AsRawFd::as_raw_fd(procs);
-        // SAFETY: write(2) is async-signal-safe; `joins` outlives the spawn.
+        .map(|c| c.entry().expect("the tree's cgroup.procs"));
+    if let Some(join) = entry.as_ref().map(|e| e.join()) {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&join.procs);
+        // SAFETY: write(2) is async-signal-safe; `entry` outlives the spawn.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
                 if nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
@@ -1375,7 +1374,7 @@ fn observe_tree(s: &Sizes) -> Row {
         }
     }
     let mut child = cmd.spawn().expect("start a 50-process tree");
-    drop(joins);
+    drop(entry);
     let mut first = [0u8; 2];
     child
         .stdout

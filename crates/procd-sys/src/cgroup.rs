@@ -384,6 +384,25 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
     })
 }
 
+/// A session's cgroup opened for a child to enter.
+pub struct Entry {
+    dir: File,
+    procs: File,
+    v1: Vec<File>,
+}
+
+impl Entry {
+    /// What `spawn::Launch` takes.
+    pub fn join(&self) -> crate::spawn::Join<'_> {
+        use std::os::fd::AsFd;
+        crate::spawn::Join {
+            dir: self.dir.as_fd(),
+            procs: self.procs.as_fd(),
+            v1: self.v1.iter().map(AsFd::as_fd).collect(),
+        }
+    }
+}
+
 /// One session's cgroup: its v2 directory, and the v1 ones its limits need.
 #[derive(Debug)]
 pub struct SessionCgroup {
@@ -482,16 +501,27 @@ impl SessionCgroup {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Its `cgroup.procs` files, opened for the child to join (`spawn.rs`).
-    pub fn join_files(&self) -> io::Result<Vec<File>> {
-        std::iter::once(&self.path)
-            .chain(self.v1.iter().map(|(_, p)| p))
-            .map(|dir| {
-                OpenOptions::new()
-                    .write(true)
-                    .open(dir.join("cgroup.procs"))
-            })
-            .collect()
+    /// Its directory and `cgroup.procs` files, opened for a child to
+    /// enter (`spawn::Join`).
+    pub fn entry(&self) -> io::Result<Entry> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let procs = |dir: &Path| {
+            OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"))
+        };
+        Ok(Entry {
+            dir: OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY)
+                .open(&self.path)?,
+            procs: procs(&self.path)?,
+            v1: self
+                .v1
+                .iter()
+                .map(|(_, p)| procs(p))
+                .collect::<io::Result<_>>()?,
+        })
     }
 
     fn write_limits(&self, limits: &Limits) -> Result<(), LimitError> {

@@ -14,7 +14,12 @@
 //!    not the program's; SIGPIPE ignored by Rust's runtime neither);
 //! 2. join the session's cgroups (`0` into each `cgroup.procs`: the writer
 //!    itself), before anything of the program runs, so nothing it starts
-//!    can be outside them;
+//!    can be outside them. The cgroup2 one is not joined but born into:
+//!    on x86_64 the child is made by `clone3(CLONE_INTO_CGROUP)`, because
+//!    a write to `cgroup.procs` takes the kernel's global threadgroup
+//!    rwsem for writing, which waits an RCU grace period (0.2 to over 1 ms,
+//!    the largest part of a spawn). Where clone3 fails (an older kernel, a
+//!    seccomp filter, another architecture) the child writes it instead;
 //! 3. `setsid`, and for a PTY session `TIOCSCTTY` on its terminal;
 //! 4. stdio onto fds 0–2 (every other descriptor of the daemon is
 //!    close-on-exec);
@@ -48,10 +53,22 @@ pub struct Launch<'a> {
     pub stdio: [BorrowedFd<'a>; 3],
     /// Make stdin (a terminal) the controlling terminal of the new session.
     pub controlling_terminal: bool,
-    /// `cgroup.procs` files (opened for writing) the child joins first.
-    pub cgroups: &'a [BorrowedFd<'a>],
+    /// The session's cgroups, which the child is in before it execs.
+    pub cgroups: Option<&'a Join<'a>>,
     /// The soft RLIMIT_NOFILE to restore (the daemon raised its own).
     pub nofile: Option<u64>,
+}
+
+/// A session's cgroups, as the child enters them.
+pub struct Join<'a> {
+    /// The cgroup2 directory (opened O_DIRECTORY): the child is created in
+    /// it where the kernel can (CLONE_INTO_CGROUP).
+    pub dir: BorrowedFd<'a>,
+    /// Its `cgroup.procs` (opened for writing): written by the child where
+    /// it could not be created in the cgroup.
+    pub procs: BorrowedFd<'a>,
+    /// The v1 hierarchies' `cgroup.procs` (limits on a hybrid host).
+    pub v1: Vec<BorrowedFd<'a>>,
 }
 
 /// The steps of the child's setup, for a failure's message (the child
@@ -82,8 +99,13 @@ struct ChildArgs {
     cwd: *const libc::c_char,
     stdio: [RawFd; 3],
     controlling_terminal: bool,
+    /// `cgroup.procs` files to write, in order (the cgroup2 one first,
+    /// unless the child was created in it).
     cgroups: *const RawFd,
     cgroups_len: usize,
+    /// The first of them to write: 1 when the child was created in the
+    /// cgroup2 one (set by the parent before the clone, never after).
+    cgroups_from: usize,
     nofile: Option<u64>,
     /// 0, or the failed step of `STEPS` plus one.
     failed_step: AtomicUsize,
@@ -114,8 +136,12 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
             raw
         };
     }
-    let cgroups: Vec<RawFd> = launch.cgroups.iter().map(|fd| fd.as_raw_fd()).collect();
-    let args = ChildArgs {
+    let mut cgroups: Vec<RawFd> = Vec::new();
+    if let Some(join) = launch.cgroups {
+        cgroups.push(join.procs.as_raw_fd());
+        cgroups.extend(join.v1.iter().map(AsRawFd::as_raw_fd));
+    }
+    let mut args = ChildArgs {
         program: launch.program.as_ptr(),
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
@@ -124,6 +150,7 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
         controlling_terminal: launch.controlling_terminal,
         cgroups: cgroups.as_ptr(),
         cgroups_len: cgroups.len(),
+        cgroups_from: 0,
         nofile: launch.nofile,
         failed_step: AtomicUsize::new(0),
         errno: AtomicI32::new(0),
@@ -140,31 +167,39 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
-    // SAFETY: the stack top is inside `stack` (the stack grows down, and is
-    // 16-byte aligned as the ABI wants); `args`, `argv`, `envp`, `cgroups`,
-    // `stack` and the CStrings they point into outlive the call, because
-    // CLONE_VFORK suspends this thread until the child has exec'd or
-    // exited, and the child only reads them (its reports are atomics).
-    // `child_main` calls async-signal-safe raw syscalls only.
-    let pid = unsafe {
-        let top = stack.as_mut_ptr().add(STACK_BYTES);
-        let top = top.sub(top as usize % 16);
-        libc::clone(
-            child_main,
-            top.cast::<c_void>(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&args as *const ChildArgs).cast_mut().cast::<c_void>(),
-        )
+    let born_in = launch
+        .cgroups
+        .and_then(|join| clone_into_cgroup(join.dir, &mut stack, &mut args));
+    let pid = match born_in {
+        Some(pid) => Ok(pid),
+        None => {
+            // SAFETY: as in `clone_into_cgroup`: the stack top is inside
+            // `stack` and 16-byte aligned; `args` and everything it points
+            // to outlive the call, because CLONE_VFORK suspends this thread
+            // until the child has exec'd or exited, and the child only
+            // reads them (its reports are atomics). `child_main` calls
+            // async-signal-safe raw syscalls only.
+            let pid = unsafe {
+                libc::clone(
+                    child_main,
+                    stack_top(&mut stack).cast::<c_void>(),
+                    libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                    (&args as *const ChildArgs).cast_mut().cast::<c_void>(),
+                )
+            };
+            if pid == -1 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(pid)
+            }
+        }
     };
-    let clone_errno = io::Error::last_os_error();
     // SAFETY: restores the mask saved above.
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
     }
     drop(raised);
-    if pid == -1 {
-        return Err(clone_errno);
-    }
+    let pid = pid?;
     let step = args.failed_step.load(Ordering::Acquire);
     if step != 0 {
         // The child has exited: the reaper collects it like any orphan.
@@ -173,6 +208,114 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
         return Err(io::Error::new(os.kind(), format!("cannot {what}: {os}")));
     }
     Ok(pid)
+}
+
+/// The 16-byte aligned top of a child's stack (it grows down).
+fn stack_top(stack: &mut [u8]) -> *mut u8 {
+    let end = stack.as_mut_ptr_range().end;
+    end.wrapping_sub(end as usize % 16)
+}
+
+/// clone3's arguments (`struct clone_args`, up to `cgroup`: version 2).
+#[cfg(target_arch = "x86_64")]
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+#[cfg(target_arch = "x86_64")]
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Creates the child in the cgroup `dir` with clone3(CLONE_VM |
+/// CLONE_VFORK | CLONE_INTO_CGROUP): its pid, or None where the kernel
+/// will not (the caller then clones a child that joins by writing, which
+/// reports any error the cgroup itself causes). Called with every signal
+/// blocked.
+#[cfg(target_arch = "x86_64")]
+fn clone_into_cgroup(dir: BorrowedFd<'_>, stack: &mut [u8], args: &mut ChildArgs) -> Option<i32> {
+    use std::sync::atomic::AtomicBool;
+    // A kernel without clone3 or CLONE_INTO_CGROUP (or a seccomp filter
+    // that refuses it) will not change its mind: asked once.
+    static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+    if UNAVAILABLE.load(Ordering::Relaxed) {
+        return None;
+    }
+    let base = stack.as_mut_ptr();
+    let top = stack_top(stack);
+    let clone = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: base as u64,
+        stack_size: (top as usize - base as usize) as u64,
+        cgroup: dir.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    args.cgroups_from = 1;
+    let arg = (args as *const ChildArgs).cast_mut().cast::<c_void>();
+    let ret: isize;
+    // SAFETY: clone3 returns twice. In this thread (rax = the pid or
+    // -errno) nothing but rax, rcx and r11 changes and no stack is used.
+    // In the child (rax = 0) every register is this thread's, except the
+    // stack pointer, which the kernel sets to the top of `stack` (base +
+    // size, 16-byte aligned, so `call` leaves the ABI's alignment): it
+    // calls `child_entry(arg)`, which never returns (exec or _exit).
+    // CLONE_VFORK suspends this thread until then, so `stack`, `clone`,
+    // `args` and all they point to stay alive and unchanged while the
+    // child runs on them, as for libc::clone in `spawn`.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r12",
+            "call r13",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 as isize => ret,
+            in("rdi") &clone as *const CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") arg,
+            in("r13") child_entry as extern "C" fn(*mut c_void) -> !,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    if ret < 0 {
+        args.cgroups_from = 0;
+        let errno = -ret as c_int;
+        if matches!(errno, libc::ENOSYS | libc::E2BIG | libc::EINVAL) {
+            UNAVAILABLE.store(true, Ordering::Relaxed);
+        }
+        return None;
+    }
+    Some(ret as i32)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn clone_into_cgroup(_: BorrowedFd<'_>, _: &mut [u8], _: &mut ChildArgs) -> Option<i32> {
+    None
+}
+
+/// The child made by clone3: `child_main`, which execs or `_exit`s.
+#[cfg(target_arch = "x86_64")]
+extern "C" fn child_entry(arg: *mut c_void) -> ! {
+    child_main(arg);
+    // SAFETY: _exit ends the child without running the parent's handlers
+    // (child_main does not return; this is for the type).
+    unsafe { libc::_exit(127) }
 }
 
 fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
@@ -208,7 +351,7 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
                 libc::signal(sig, libc::SIG_DFL);
             }
         }
-        for i in 0..args.cgroups_len {
+        for i in args.cgroups_from..args.cgroups_len {
             let fd = *args.cgroups.add(i);
             if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                 return fail(CGROUP);
@@ -289,7 +432,7 @@ mod tests {
             cwd: &cwd,
             stdio: [devnull.as_fd(), w.as_fd(), w2.as_fd()],
             controlling_terminal: false,
-            cgroups: &[],
+            cgroups: None,
             nofile: None,
         };
         let pid = spawn(&launch).unwrap();
@@ -306,6 +449,63 @@ mod tests {
     }
 
     #[test]
+    fn a_child_is_born_in_its_cgroup_without_writing_to_it() {
+        // SPEC §15: the child is in the session's cgroup before it execs.
+        // `procs` is /dev/null here, so a child that wrote to join would
+        // land nowhere: it is in the cgroup only if clone3 made it there.
+        if std::env::var_os("PROCD_TEST_NO_CGROUP").is_some() {
+            return; // documented in README: the machine has no cgroup2
+        }
+        let tree = crate::cgroup::CgroupTree::find(&format!("spawn-test-{}", std::process::id()))
+            .expect("a writable cgroup2 here (else set PROCD_TEST_NO_CGROUP=1)");
+        let cgroup = tree
+            .create("proc_0123456789ab", &Default::default())
+            .unwrap();
+        let entry = cgroup.entry().unwrap();
+        let sink = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let join = Join {
+            procs: sink.as_fd(),
+            ..entry.join()
+        };
+        let (r, w) = std::io::pipe().unwrap();
+        let devnull = std::fs::File::open("/dev/null").unwrap();
+        let argv = cstrings(&["cat", "/proc/self/cgroup"]);
+        let program = CString::new("/bin/cat").unwrap();
+        let cwd = CString::new("/").unwrap();
+        let launch = Launch {
+            program: &program,
+            argv: &argv,
+            envp: &[],
+            cwd: &cwd,
+            stdio: [devnull.as_fd(), w.as_fd(), w.as_fd()],
+            controlling_terminal: false,
+            cgroups: Some(&join),
+            nofile: None,
+        };
+        let pid = spawn(&launch).unwrap();
+        drop(w);
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut &r, &mut out).unwrap();
+        let pid = nix::unistd::Pid::from_raw(pid);
+        nix::sys::wait::waitpid(pid, None).unwrap();
+        drop(entry);
+        let removed = cgroup.remove();
+        tree.remove();
+        let v2 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap_or("");
+        assert!(
+            v2.ends_with("/proc_0123456789ab"),
+            "born in the session's cgroup: {out}"
+        );
+        assert!(removed, "the cgroup is empty once the child is reaped");
+    }
+
+    #[test]
     fn a_failed_step_is_an_error_naming_it() {
         let devnull = std::fs::File::open("/dev/null").unwrap();
         let argv = cstrings(&["true"]);
@@ -318,7 +518,7 @@ mod tests {
             cwd: &cwd,
             stdio: [devnull.as_fd(), devnull.as_fd(), devnull.as_fd()],
             controlling_terminal: false,
-            cgroups: &[],
+            cgroups: None,
             nofile: None,
         };
         let err = spawn(&launch).unwrap_err();

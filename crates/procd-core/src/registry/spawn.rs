@@ -557,15 +557,12 @@ impl Registry {
             }
         }
         let prepared = Prepared::new(&argv, &env, &spec.cwd)?;
-        let joins = match cgroup {
-            Some(c) => c.join_files()?,
-            None => Vec::new(),
-        };
-        let joins: Vec<std::os::fd::BorrowedFd> = joins.iter().map(|f| f.as_fd()).collect();
+        let entry = cgroup.map(|c| c.entry()).transpose()?;
+        let join = entry.as_ref().map(|e| e.join());
         let procfs = &self.procfs;
         let inspect = |pid: i32| procfs.stat(pid).map(|s| s.start_time).unwrap_or(0);
         let start = |stdio: [std::os::fd::BorrowedFd; 3], terminal: bool| {
-            let launch = prepared.launch(stdio, terminal, &joins);
+            let launch = prepared.launch(stdio, terminal, join.as_ref());
             self.reaper
                 .start(|| procd_sys::spawn::spawn(&launch), inspect)
         };
@@ -918,7 +915,7 @@ impl Prepared {
         &'a self,
         stdio: [std::os::fd::BorrowedFd<'a>; 3],
         controlling_terminal: bool,
-        cgroups: &'a [std::os::fd::BorrowedFd<'a>],
+        cgroups: Option<&'a procd_sys::spawn::Join<'a>>,
     ) -> procd_sys::spawn::Launch<'a> {
         procd_sys::spawn::Launch {
             program: &self.program,
