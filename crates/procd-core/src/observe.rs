@@ -64,6 +64,8 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
     let by_pid: HashMap<i32, &crate::procfs::ProcStat> = table.iter().map(|s| (s.pid, s)).collect();
     // Listening sockets by inode, per network namespace (read once each).
     let mut listening_by_ns: HashMap<String, HashMap<u64, u16>> = HashMap::new();
+    // Ours with the cgroup each was made in, read once for all sessions.
+    let mut ours: Option<HashMap<u64, crate::sockdiag::Listening>> = None;
     trees
         .iter()
         .map(|Watched { tree, input }| {
@@ -89,50 +91,47 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                             .collect()
                     }
                 };
-            let mut ports = BTreeSet::new();
+            // A cgroup's listening sockets are the ones made in it, as the
+            // kernel tags them: no process's descriptors need be listed.
+            let cgroup_ports = tree.cgroup.as_ref().and_then(|c| {
+                let id = c.inode()?;
+                let table = ours.get_or_insert_with(|| {
+                    crate::sockdiag::listening_tcp_sockets().unwrap_or_default()
+                });
+                table
+                    .values()
+                    .all(|l| l.cgroup.is_some())
+                    .then(|| {
+                        table
+                            .values()
+                            .filter(|l| l.cgroup == Some(id))
+                            .map(|l| l.port)
+                    })
+                    .map(|ports| ports.collect::<BTreeSet<u16>>())
+            });
+            let mut ports = cgroup_ports.clone().unwrap_or_default();
             let mut resources = Resources::default();
             let mut reading_input = false;
             for stat in &members {
                 if stat.is_dead() {
                     continue;
                 }
-                let target = stat;
                 resources.procs += 1;
                 resources.rss_bytes += stat.rss_pages * page;
                 resources.cpu_seconds += stat.cpu_ticks as f64 / hz;
-                let dir = procfs.root().join(target.pid.to_string());
-                // One listing of its descriptors serves ports and input.
-                let fds = fd_links(&dir);
+                let dir = procfs.root().join(stat.pid.to_string());
+                // Only a sleeping process can be blocked reading its input.
                 if let Some(input) = input {
-                    let input_fds: Vec<u64> = fds
-                        .iter()
-                        .filter(|(_, link)| *link == input.0)
-                        .map(|(fd, _)| *fd)
-                        .collect();
-                    // Only a sleeping process holding the input can be
-                    // blocked reading it.
-                    if !input_fds.is_empty() && matches!(stat.state, 'S' | 'D') {
-                        reading_input = reading_input || blocked_on(&dir, &input_fds);
+                    if !reading_input && matches!(stat.state, 'S' | 'D') {
+                        reading_input = blocked_on(&dir, &|fd| {
+                            std::fs::read_link(dir.join(format!("fd/{fd}")))
+                                .is_ok_and(|link| link == input.0)
+                        });
                     }
                 }
-                let inodes: Vec<u64> = fds.iter().filter_map(|(_, l)| socket_inode(l)).collect();
-                if inodes.is_empty() {
-                    continue;
+                if cgroup_ports.is_none() {
+                    listening_of(procfs, &dir, &mut listening_by_ns, &mut ports);
                 }
-                let ns = std::fs::read_link(dir.join("ns/net"))
-                    .map(|l| l.display().to_string())
-                    .unwrap_or_default();
-                let listening = listening_by_ns.entry(ns.clone()).or_insert_with(|| {
-                    // Our own namespace through netlink (cheap); another
-                    // one (rare) through that process's /proc/net tables.
-                    let ours = std::fs::read_link(procfs.root().join("self/ns/net"))
-                        .is_ok_and(|l| l.display().to_string() == ns);
-                    match ours.then(crate::sockdiag::listening_tcp) {
-                        Some(Ok(table)) => table,
-                        _ => listening_sockets(&dir),
-                    }
-                });
-                ports.extend(inodes.iter().filter_map(|i| listening.get(i)));
             }
             if let Some(cpu) = tree.cgroup.as_ref().and_then(|c| c.cpu_seconds()) {
                 resources.cpu_seconds = cpu;
@@ -149,6 +148,38 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
         .collect()
 }
 
+/// Adds the ports the process `dir` listens on, found through its
+/// descriptors (a tree without a cgroup, or a kernel that does not tag
+/// sockets with theirs).
+fn listening_of(
+    procfs: &ProcFs,
+    dir: &Path,
+    listening_by_ns: &mut HashMap<String, HashMap<u64, u16>>,
+    ports: &mut BTreeSet<u16>,
+) {
+    let inodes: Vec<u64> = fd_links(dir)
+        .iter()
+        .filter_map(|(_, l)| socket_inode(l))
+        .collect();
+    if inodes.is_empty() {
+        return;
+    }
+    let ns = std::fs::read_link(dir.join("ns/net"))
+        .map(|l| l.display().to_string())
+        .unwrap_or_default();
+    let listening = listening_by_ns.entry(ns.clone()).or_insert_with(|| {
+        // Our own namespace through netlink (cheap); another one (rare)
+        // through that process's /proc/net tables.
+        let ours = std::fs::read_link(procfs.root().join("self/ns/net"))
+            .is_ok_and(|l| l.display().to_string() == ns);
+        match ours.then(crate::sockdiag::listening_tcp) {
+            Some(Ok(table)) => table,
+            _ => listening_sockets(dir),
+        }
+    });
+    ports.extend(inodes.iter().filter_map(|i| listening.get(i)));
+}
+
 /// Whether the process's main thread is blocked reading `input`: in a
 /// read on it, in a select whose only descriptor is fd 0 and fd 0 is it
 /// (readline), or in an epoll wait whose set watches it (node, libuv).
@@ -157,22 +188,25 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
 /// call and a computing one "running", so neither is ever taken for a
 /// reader. poll(2) keeps its descriptors in the process's memory and is
 /// not recognised (a missed prompt, never a false one).
-fn blocked_on(dir: &Path, input_fds: &[u64]) -> bool {
-    let Ok(text) = std::fs::read_to_string(dir.join("syscall")) else {
+///
+/// The call is read first, and only the descriptors it names are then
+/// looked at (`is_input`): a process asleep in anything else costs one
+/// read, not a listing of its descriptors.
+fn blocked_on(dir: &Path, is_input: &dyn Fn(u64) -> bool) -> bool {
+    let Ok(text) = crate::procfs::read_small(&dir.join("syscall")) else {
         return false;
     };
     let Some((nr, args)) = parse_syscall(&text) else {
         return false;
     };
-    let is_input = |fd: u64| input_fds.contains(&fd);
     match nr {
         libc::SYS_read | libc::SYS_readv | libc::SYS_pread64 => is_input(args[0]),
         libc::SYS_pselect6 => args[0] == 1 && is_input(0),
         #[cfg(target_arch = "x86_64")]
         libc::SYS_select => args[0] == 1 && is_input(0),
-        libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2 => epoll_watches(dir, args[0], &is_input),
+        libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2 => epoll_watches(dir, args[0], is_input),
         #[cfg(target_arch = "x86_64")]
-        libc::SYS_epoll_wait => epoll_watches(dir, args[0], &is_input),
+        libc::SYS_epoll_wait => epoll_watches(dir, args[0], is_input),
         _ => false,
     }
 }

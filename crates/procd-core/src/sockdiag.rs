@@ -21,9 +21,31 @@ const HEADER: usize = 16;
 /// id (source port first, big-endian), expires, rqueue, wqueue, uid, inode.
 const SPORT_AT: usize = 4;
 const INODE_AT: usize = 4 + 48 + 16;
+/// The attributes (netlink rtattrs) follow the 72-byte message.
+const ATTRS_AT: usize = INODE_AT + 4;
+/// INET_DIAG_CGROUP_ID: the id of the cgroup2 the socket was made in
+/// (a u64; sent with every socket since Linux 5.7).
+const INET_DIAG_CGROUP_ID: u16 = 21;
+
+/// A listening TCP socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    pub port: u16,
+    /// The cgroup2 id (its directory's inode) of the process that made
+    /// it, when the kernel says.
+    pub cgroup: Option<u64>,
+}
 
 /// Inode → port of every listening TCP socket (IPv4 and IPv6).
 pub fn listening_tcp() -> io::Result<HashMap<u64, u16>> {
+    Ok(listening_tcp_sockets()?
+        .into_iter()
+        .map(|(inode, l)| (inode, l.port))
+        .collect())
+}
+
+/// Inode → every listening TCP socket (IPv4 and IPv6), with its cgroup.
+pub fn listening_tcp_sockets() -> io::Result<HashMap<u64, Listening>> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Datagram,
@@ -61,9 +83,13 @@ pub fn listening_tcp() -> io::Result<HashMap<u64, u16>> {
                     NLMSG_ERROR => return Err(io::Error::other("sock_diag: the kernel refused")),
                     SOCK_DIAG_BY_FAMILY => {
                         let msg = &buf[at + HEADER..at + len];
-                        if msg.len() >= INODE_AT + 4 {
+                        if msg.len() >= ATTRS_AT {
                             let port = u16::from_be_bytes([msg[SPORT_AT], msg[SPORT_AT + 1]]);
-                            out.insert(u64::from(u32_at(msg, INODE_AT)), port);
+                            let cgroup = cgroup_attr(&msg[ATTRS_AT..]);
+                            out.insert(
+                                u64::from(u32_at(msg, INODE_AT)),
+                                Listening { port, cgroup },
+                            );
                         }
                     }
                     _ => {}
@@ -89,6 +115,25 @@ fn request(seq: u32, family: u8) -> [u8; HEADER + 56] {
     r
 }
 
+/// The INET_DIAG_CGROUP_ID attribute among `attrs` (rtattrs: u16 length
+/// including the 4-byte header, u16 type, the value, padded to 4).
+fn cgroup_attr(attrs: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    while at + 4 <= attrs.len() {
+        let len = usize::from(u16::from_ne_bytes([attrs[at], attrs[at + 1]]));
+        let kind = u16::from_ne_bytes([attrs[at + 2], attrs[at + 3]]);
+        if len < 4 || at + len > attrs.len() {
+            return None;
+        }
+        if kind == INET_DIAG_CGROUP_ID && len >= 12 {
+            let v: [u8; 8] = attrs[at + 4..at + 12].try_into().ok()?;
+            return Some(u64::from_ne_bytes(v));
+        }
+        at += (len + 3) & !3;
+    }
+    None
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
@@ -106,6 +151,23 @@ mod tests {
             .ino();
         let table = super::listening_tcp().unwrap();
         assert_eq!(table.get(&inode), Some(&port), "{table:?}");
+        // Made in this process's cgroup2: its directory's inode.
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let path = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+        let mount = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .find(|m| std::path::Path::new(m).join("cgroup.procs").exists());
+        match mount {
+            Some(mount) => {
+                let dir = std::fs::metadata(format!("{mount}{path}")).unwrap().ino();
+                let socket = super::listening_tcp_sockets().unwrap()[&inode];
+                assert_eq!(socket.cgroup, Some(dir), "{socket:?}");
+            }
+            None => assert!(
+                std::env::var_os("PROCD_TEST_NO_CGROUP").is_some(),
+                "no cgroup2 mount here (set PROCD_TEST_NO_CGROUP=1 where there is none)"
+            ),
+        }
         let v6 = std::net::TcpListener::bind("[::1]:0");
         if let Ok(v6) = v6 {
             let fd = std::os::fd::AsRawFd::as_raw_fd(&v6);

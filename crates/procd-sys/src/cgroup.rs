@@ -678,6 +678,13 @@ impl SessionCgroup {
         watch_changes(&events).map(Some)
     }
 
+    /// Its cgroup2 id: the directory's inode, what the kernel tags the
+    /// sockets made in it with (sock_diag's INET_DIAG_CGROUP_ID).
+    pub fn inode(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.path).ok().map(|m| m.ino())
+    }
+
     /// CPU time of everything that ran in it (v2 `cpu.stat`, which the
     /// kernel keeps without the cpu controller).
     pub fn cpu_seconds(&self) -> Option<f64> {

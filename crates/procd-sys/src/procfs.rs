@@ -93,7 +93,7 @@ impl ProcFs {
     }
 
     pub fn stat(&self, pid: i32) -> io::Result<ProcStat> {
-        let text = fs::read_to_string(self.root.join(pid.to_string()).join("stat"))?;
+        let text = read_small(&self.root.join(pid.to_string()).join("stat"))?;
         parse_stat(&text).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -139,6 +139,25 @@ impl ProcFs {
             Err(_) => false,
         }
     }
+}
+
+/// A small /proc file as text: open, read to the end, close. Not
+/// `fs::read_to_string`, whose size hint costs a statx a /proc file
+/// answers with 0 anyway (the monitor reads two per process per look).
+pub fn read_small(path: &std::path::Path) -> io::Result<String> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    let mut bytes = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 #[cfg(test)]
