@@ -3,8 +3,9 @@
 //! procd finds a cgroup v2 subtree it may manage — the daemon's own cgroup
 //! on a writable cgroup2 mount (under systemd with `Delegate=yes`, the
 //! service's) — and makes `<own>/procd-<tag>/<session id>` for each session,
-//! where `tag` names the instance. The session's root joins it before exec
-//! (`spawn.rs`), so nothing it starts can leave it. The v2 cgroup gives the
+//! where `tag` names the instance. The session's root is in it before exec
+//! (born in it, or joining it: `spawn.rs`), so nothing it starts can leave
+//! it. The v2 cgroup gives the
 //! tree (`cgroup.procs`), its end (`cgroup.events` populated 0, woken by
 //! inotify), the kill that no fork loop outruns (`cgroup.kill`) and the CPU
 //! time (`cpu.stat`). Limits go where their controller is: the v2 files
@@ -16,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -31,6 +32,8 @@ pub enum Controller {
 }
 
 impl Controller {
+    pub const ALL: [Controller; 3] = [Controller::Memory, Controller::Cpu, Controller::Pids];
+
     pub fn name(self) -> &'static str {
         match self {
             Controller::Memory => "memory",
@@ -48,10 +51,6 @@ pub struct Limits {
     pub cpu_quota_us: Option<u64>,
     pub pids: Option<u64>,
 }
-
-/// statfs(2)'s f_type of cgroup2 and cgroup v1 filesystems.
-const CGROUP2_SUPER_MAGIC: libc::c_long = libc::CGROUP2_SUPER_MAGIC;
-const CGROUP_SUPER_MAGIC: libc::c_long = libc::CGROUP_SUPER_MAGIC;
 
 /// The period `cpu_quota_us` is per.
 pub const CPU_PERIOD_US: u64 = 100_000;
@@ -110,11 +109,7 @@ impl CgroupTree {
     pub fn find(tag: &str) -> Result<CgroupTree, String> {
         let mut tree = CgroupTree::locate(tag)?;
         let base = &tree.base;
-        match std::fs::create_dir(base) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("cannot make {}: {e}", base.display())),
-        }
+        make_dir(base).map_err(|e| format!("cannot make {}: {e}", base.display()))?;
         if !base.join("cgroup.kill").exists() {
             let _ = std::fs::remove_dir(base);
             return Err(format!(
@@ -257,7 +252,7 @@ fn make_dir(dir: &Path) -> io::Result<()> {
 fn enable_v2_controllers(base: &Path) -> Vec<Controller> {
     let offered = std::fs::read_to_string(base.join("cgroup.controllers")).unwrap_or_default();
     let mut on = Vec::new();
-    for c in [Controller::Memory, Controller::Cpu, Controller::Pids] {
+    for c in Controller::ALL {
         if offered.split_whitespace().any(|name| name == c.name())
             && write_file(
                 &base.join("cgroup.subtree_control"),
@@ -319,7 +314,7 @@ fn hierarchies(mountinfo: &str, own: &str) -> (Option<Hierarchy>, Vec<(Controlle
             }
             "cgroup" => {
                 let opts: Vec<&str> = theirs.get(2).map_or(vec![], |o| o.split(',').collect());
-                for c in [Controller::Memory, Controller::Cpu, Controller::Pids] {
+                for c in Controller::ALL {
                     if !opts.contains(&c.name()) || v1.iter().any(|(have, _)| *have == c) {
                         continue;
                     }
@@ -369,12 +364,6 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
     f.write_all(value.as_bytes())
 }
 
-fn read_small(path: &Path) -> io::Result<String> {
-    let mut s = String::new();
-    File::open(path)?.read_to_string(&mut s)?;
-    Ok(s)
-}
-
 /// `<key> <number>` lines (cgroup.events, memory.events, cpu.stat,
 /// memory.oom_control): the number of `key`.
 fn keyed(text: &str, key: &str) -> Option<u64> {
@@ -394,7 +383,6 @@ pub struct Entry {
 impl Entry {
     /// What `spawn::Launch` takes.
     pub fn join(&self) -> crate::spawn::Join<'_> {
-        use std::os::fd::AsFd;
         crate::spawn::Join {
             dir: self.dir.as_fd(),
             procs: self.procs.as_fd(),
@@ -439,7 +427,7 @@ impl SessionCgroup {
         let v1 = v1
             .into_iter()
             .filter_map(|dir| {
-                let c = [Controller::Memory, Controller::Cpu, Controller::Pids]
+                let c = Controller::ALL
                     .into_iter()
                     .find(|c| dir.join(v1_limit_file(*c)).exists())?;
                 Some((c, dir))
@@ -468,12 +456,13 @@ impl SessionCgroup {
                     .is_some_and(|n| n.to_string_lossy().starts_with("procd-"))
                 && rustix::fs::statfs(dir).is_ok_and(|fs| fs.f_type == magic)
         };
-        if !shaped(v2, CGROUP2_SUPER_MAGIC) {
+        // statfs(2)'s f_type of cgroup2 and of cgroup v1 filesystems.
+        if !shaped(v2, libc::CGROUP2_SUPER_MAGIC) {
             return None;
         }
         let v1 = v1
             .iter()
-            .filter(|d| shaped(d, CGROUP_SUPER_MAGIC))
+            .filter(|d| shaped(d, libc::CGROUP_SUPER_MAGIC))
             .cloned()
             .collect();
         Some(SessionCgroup::at(v2.to_path_buf(), v1))
@@ -575,7 +564,7 @@ impl SessionCgroup {
 
     /// The live processes in it.
     pub fn procs(&self) -> io::Result<Vec<i32>> {
-        Ok(read_small(&self.path.join("cgroup.procs"))?
+        Ok(crate::procfs::read_small(&self.path.join("cgroup.procs"))?
             .lines()
             .filter_map(|l| l.trim().parse().ok())
             .collect())
@@ -583,7 +572,7 @@ impl SessionCgroup {
 
     /// Whether a live process is in it (zombies do not count).
     pub fn populated(&self) -> io::Result<bool> {
-        let events = read_small(&self.path.join("cgroup.events"))?;
+        let events = crate::procfs::read_small(&self.path.join("cgroup.events"))?;
         Ok(keyed(&events, "populated") != Some(0))
     }
 
@@ -648,7 +637,7 @@ impl SessionCgroup {
             Some(dir) => dir.join("memory.oom_control"),
             None => self.path.join("memory.events"),
         };
-        read_small(&file)
+        crate::procfs::read_small(&file)
             .ok()
             .and_then(|t| keyed(&t, "oom_kill"))
             .unwrap_or(0)
@@ -688,7 +677,7 @@ impl SessionCgroup {
     /// CPU time of everything that ran in it (v2 `cpu.stat`, which the
     /// kernel keeps without the cpu controller).
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let stat = read_small(&self.path.join("cpu.stat")).ok()?;
+        let stat = crate::procfs::read_small(&self.path.join("cpu.stat")).ok()?;
         keyed(&stat, "usage_usec").map(|us| us as f64 / 1e6)
     }
 

@@ -146,14 +146,16 @@ impl Registry {
     /// when there is no cgroup to write them to (never a silently
     /// unlimited session).
     fn kernel_limits(&self, limits: Limits) -> Result<procd_sys::cgroup::Limits, Error> {
+        use procd_sys::cgroup::Controller;
         let asked = [
-            ("memory", limits.memory_bytes.is_some()),
-            ("cpu", limits.cpu_cores.is_some()),
-            ("pids", limits.pids.is_some()),
+            (Controller::Memory, limits.memory_bytes.is_some()),
+            (Controller::Cpu, limits.cpu_cores.is_some()),
+            (Controller::Pids, limits.pids.is_some()),
         ];
         if let (None, Some((controller, _))) = (&self.cgroups, asked.iter().find(|(_, on)| *on)) {
             return Err(Error::WrongState(format!(
-                "limits: the {controller} controller is not available: sessions get no cgroup here (see procd status: containment)"
+                "limits: the {} controller is not available: sessions get no cgroup here (see procd status: containment)",
+                controller.name()
             )));
         }
         Ok(procd_sys::cgroup::Limits {
