@@ -72,7 +72,7 @@ impl KillPlan {
     /// root is left out (a session whose root has exited). If /proc cannot be
     /// read, the plan falls back to the root pid alone.
     pub fn collect(spec: &TreeSpec, procfs: &ProcFs, include_root: bool) -> KillPlan {
-        if let Some(plan) = plan_from_cgroup(spec, procfs, include_root) {
+        if let Some(plan) = plan_from_cgroup(spec, procfs, include_root, |_| true) {
             return plan;
         }
         match procfs.all() {
@@ -97,10 +97,7 @@ impl KillPlan {
 
     /// Just the group and the root: the targets of a one-off `signal`.
     pub fn group(spec: &TreeSpec, procfs: &ProcFs) -> KillPlan {
-        if let Some(mut plan) = plan_from_cgroup(spec, procfs, true) {
-            plan.targets.retain(|t| {
-                t.pid == spec.root.pid || procfs.stat(t.pid).is_ok_and(|s| s.pgrp == spec.pgid)
-            });
+        if let Some(plan) = plan_from_cgroup(spec, procfs, true, |s| s.pgrp == spec.pgid) {
             return plan;
         }
         let Ok(table) = procfs.all() else {
@@ -120,17 +117,22 @@ impl KillPlan {
     }
 }
 
-/// The live processes of the session's cgroup, youngest first (children
-/// are younger than their parents), the root last; None without a
-/// readable cgroup.
-fn plan_from_cgroup(spec: &TreeSpec, procfs: &ProcFs, include_root: bool) -> Option<KillPlan> {
+/// The live processes of the session's cgroup that `keep` takes, youngest
+/// first (children are younger than their parents), the root last; None
+/// without a readable cgroup.
+fn plan_from_cgroup(
+    spec: &TreeSpec,
+    procfs: &ProcFs,
+    include_root: bool,
+    keep: impl Fn(&ProcStat) -> bool,
+) -> Option<KillPlan> {
     let pids = spec.cgroup.as_ref()?.procs().ok()?;
     let me = std::process::id() as i32;
     let mut live: Vec<ProcStat> = pids
         .into_iter()
         .filter(|&pid| pid > 1 && pid != me && pid != spec.root.pid)
         .filter_map(|pid| procfs.stat(pid).ok())
-        .filter(|s| !s.is_dead())
+        .filter(|s| !s.is_dead() && keep(s))
         .collect();
     live.sort_by(|a, b| b.start_time.cmp(&a.start_time).then(a.pid.cmp(&b.pid)));
     let mut targets: Vec<ProcessIdentity> = live

@@ -62,10 +62,7 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
         Vec::new()
     };
     let by_pid: HashMap<i32, &crate::procfs::ProcStat> = table.iter().map(|s| (s.pid, s)).collect();
-    // Listening sockets by inode, per network namespace (read once each).
-    let mut listening_by_ns: HashMap<String, HashMap<u64, u16>> = HashMap::new();
-    // Ours with the cgroup each was made in, read once for all sessions.
-    let mut ours: Option<HashMap<u64, crate::sockdiag::Listening>> = None;
+    let mut listeners = Listeners::default();
     trees
         .iter()
         .map(|Watched { tree, input }| {
@@ -93,23 +90,12 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                 };
             // A cgroup's listening sockets are the ones made in it, as the
             // kernel tags them: no process's descriptors need be listed.
-            let cgroup_ports = tree.cgroup.as_ref().and_then(|c| {
-                let id = c.inode()?;
-                let table = ours.get_or_insert_with(|| {
-                    crate::sockdiag::listening_tcp_sockets().unwrap_or_default()
-                });
-                table
-                    .values()
-                    .all(|l| l.cgroup.is_some())
-                    .then(|| {
-                        table
-                            .values()
-                            .filter(|l| l.cgroup == Some(id))
-                            .map(|l| l.port)
-                    })
-                    .map(|ports| ports.collect::<BTreeSet<u16>>())
-            });
-            let mut ports = cgroup_ports.clone().unwrap_or_default();
+            let cgroup_ports = tree
+                .cgroup
+                .as_ref()
+                .and_then(|c| listeners.in_cgroup(c.inode()?));
+            let by_descriptors = cgroup_ports.is_none();
+            let mut ports = cgroup_ports.unwrap_or_default();
             let mut resources = Resources::default();
             let mut reading_input = false;
             for stat in &members {
@@ -129,8 +115,8 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                         });
                     }
                 }
-                if cgroup_ports.is_none() {
-                    listening_of(procfs, &dir, &mut listening_by_ns, &mut ports);
+                if by_descriptors {
+                    ports.extend(listeners.of_process(procfs, &dir));
                 }
             }
             if let Some(cpu) = tree.cgroup.as_ref().and_then(|c| c.cpu_seconds()) {
@@ -148,36 +134,80 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
         .collect()
 }
 
-/// Adds the ports the process `dir` listens on, found through its
-/// descriptors (a tree without a cgroup, or a kernel that does not tag
-/// sockets with theirs).
-fn listening_of(
-    procfs: &ProcFs,
-    dir: &Path,
-    listening_by_ns: &mut HashMap<String, HashMap<u64, u16>>,
-    ports: &mut BTreeSet<u16>,
-) {
-    let inodes: Vec<u64> = fd_links(dir)
-        .iter()
-        .filter_map(|(_, l)| socket_inode(l))
-        .collect();
-    if inodes.is_empty() {
-        return;
+/// The listening TCP sockets, each table read at most once per
+/// observation: the daemon's own network namespace through netlink (with
+/// the cgroup each socket was made in), another one (rare) through a
+/// process's /proc/net tables.
+#[derive(Default)]
+struct Listeners {
+    /// Ours (None: not read yet; Some(None): netlink failed).
+    ours: Option<Option<HashMap<u64, crate::sockdiag::Listening>>>,
+    /// Our namespace's link (`net:[N]`), read once.
+    own_ns: Option<String>,
+    /// Other namespaces', inode → port.
+    others: HashMap<String, HashMap<u64, u16>>,
+}
+
+impl Listeners {
+    fn ours(&mut self) -> Option<&HashMap<u64, crate::sockdiag::Listening>> {
+        self.ours
+            .get_or_insert_with(|| crate::sockdiag::listening_tcp().ok())
+            .as_ref()
     }
-    let ns = std::fs::read_link(dir.join("ns/net"))
-        .map(|l| l.display().to_string())
-        .unwrap_or_default();
-    let listening = listening_by_ns.entry(ns.clone()).or_insert_with(|| {
-        // Our own namespace through netlink (cheap); another one (rare)
-        // through that process's /proc/net tables.
-        let ours = std::fs::read_link(procfs.root().join("self/ns/net"))
-            .is_ok_and(|l| l.display().to_string() == ns);
-        match ours.then(crate::sockdiag::listening_tcp) {
-            Some(Ok(table)) => table,
-            _ => listening_sockets(dir),
+
+    /// The ports of the sockets made in the cgroup whose id is `id`; None
+    /// where they cannot be told (no netlink, or a kernel that does not
+    /// tag sockets with their cgroup).
+    fn in_cgroup(&mut self, id: u64) -> Option<BTreeSet<u16>> {
+        let ours = self.ours()?;
+        if ours.values().any(|l| l.cgroup.is_none()) {
+            return None;
         }
-    });
-    ports.extend(inodes.iter().filter_map(|i| listening.get(i)));
+        Some(
+            ours.values()
+                .filter(|l| l.cgroup == Some(id))
+                .map(|l| l.port)
+                .collect(),
+        )
+    }
+
+    /// The ports the process `dir` listens on, found through its
+    /// descriptors (a tree without a cgroup, or untagged sockets).
+    fn of_process(&mut self, procfs: &ProcFs, dir: &Path) -> Vec<u16> {
+        let inodes: Vec<u64> = fd_links(dir)
+            .iter()
+            .filter_map(|(_, l)| socket_inode(l))
+            .collect();
+        if inodes.is_empty() {
+            return Vec::new();
+        }
+        let ns = std::fs::read_link(dir.join("ns/net"))
+            .map(|l| l.display().to_string())
+            .unwrap_or_default();
+        let own_ns = self.own_ns.get_or_insert_with(|| {
+            std::fs::read_link(procfs.root().join("self/ns/net"))
+                .map(|l| l.display().to_string())
+                .unwrap_or_default()
+        });
+        if !ns.is_empty() && *own_ns == ns {
+            if let Some(ours) = self.ours() {
+                return inodes
+                    .iter()
+                    .filter_map(|i| ours.get(i))
+                    .map(|l| l.port)
+                    .collect();
+            }
+        }
+        let theirs = self
+            .others
+            .entry(ns)
+            .or_insert_with(|| listening_sockets(dir));
+        inodes
+            .iter()
+            .filter_map(|i| theirs.get(i))
+            .copied()
+            .collect()
+    }
 }
 
 /// Whether the process's main thread is blocked reading `input`: in a

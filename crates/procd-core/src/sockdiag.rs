@@ -36,16 +36,8 @@ pub struct Listening {
     pub cgroup: Option<u64>,
 }
 
-/// Inode → port of every listening TCP socket (IPv4 and IPv6).
-pub fn listening_tcp() -> io::Result<HashMap<u64, u16>> {
-    Ok(listening_tcp_sockets()?
-        .into_iter()
-        .map(|(inode, l)| (inode, l.port))
-        .collect())
-}
-
 /// Inode → every listening TCP socket (IPv4 and IPv6), with its cgroup.
-pub fn listening_tcp_sockets() -> io::Result<HashMap<u64, Listening>> {
+pub fn listening_tcp() -> io::Result<HashMap<u64, Listening>> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Datagram,
@@ -150,7 +142,7 @@ mod tests {
             .unwrap()
             .ino();
         let table = super::listening_tcp().unwrap();
-        assert_eq!(table.get(&inode), Some(&port), "{table:?}");
+        assert_eq!(table.get(&inode).map(|l| l.port), Some(port), "{table:?}");
         // Made in this process's cgroup2: its directory's inode.
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let path = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
@@ -160,7 +152,7 @@ mod tests {
         match mount {
             Some(mount) => {
                 let dir = std::fs::metadata(format!("{mount}{path}")).unwrap().ino();
-                let socket = super::listening_tcp_sockets().unwrap()[&inode];
+                let socket = super::listening_tcp().unwrap()[&inode];
                 assert_eq!(socket.cgroup, Some(dir), "{socket:?}");
             }
             None => assert!(
@@ -175,7 +167,10 @@ mod tests {
                 .unwrap()
                 .ino();
             let table = super::listening_tcp().unwrap();
-            assert_eq!(table.get(&inode), Some(&v6.local_addr().unwrap().port()));
+            assert_eq!(
+                table.get(&inode).map(|l| l.port),
+                Some(v6.local_addr().unwrap().port())
+            );
         }
     }
 }
