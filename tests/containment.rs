@@ -227,10 +227,14 @@ print("forked", n, flush=True)
         .unwrap_or_else(|| panic!("{out}"));
     // bash and python count too: fewer than 20 children could be made.
     assert!(n > 0 && n < 20, "forked {n} with pids = 20: {out}");
-    // The leftovers are ended with their cgroup.
+    // The leftovers (python's sleeping children, the root gone) are
+    // ended with their cgroup: looked for by their marker too, since a
+    // removed cgroup lists nobody.
     let id = r["session_id"].as_str().unwrap();
+    assert!(!session_pids(id).is_empty(), "children were left to end");
     d.ok("kill", json!({"session_id": id, "grace_s": 0}));
     assert!(cgroup_pids(d.home.path(), id).is_empty());
+    assert!(session_pids(id).is_empty(), "{:?}", session_pids(id));
 }
 
 /// CPU seconds a 2-second busy loop got, limited as `limits` says.
