@@ -1446,7 +1446,7 @@ fn observe_tree(s: &Sizes) -> Row {
         "ms",
         0.3,
         format!(
-            "{how} (a /proc scan alone: {:.2} ms), then the tree's fds and syscall files and the listening sockets (netlink); {} rounds, p99 {:.2} ms",
+            "{how} (a /proc scan alone: {:.2} ms), then each process's stat and, asleep, its syscall file, and the listening sockets (one netlink dump, matched by cgroup id; without a cgroup, by each process's fds); {} rounds, p99 {:.2} ms",
             median(&scan),
             lat.len(),
             percentile(&lat, 0.99)
