@@ -409,3 +409,117 @@ fn a_timeout_and_a_met_ready_condition_outlive_the_daemon() {
     assert_eq!(w["completion_reason"], "timeout", "{w}");
     d.ok("kill", json!({"session_id": ready}));
 }
+
+/// Writes numbered records as fast as the pipe takes them (chunks of 200,
+/// a short pause between chunks so the log stays small) until `stop`
+/// exists, then "end N". `sep` ends each record: "\n" (lines that start
+/// like a held `logout` line, so the noise filter holds chunk ends) or no
+/// newline at all (a progress bar redrawn with "\r").
+fn fast_writer(stop: &std::path::Path, lines: bool) -> String {
+    let (record, end) = if lines {
+        ("'line %d\\n'", "'end %d\\n'")
+    } else {
+        ("'\\r%07d'", "'\\nend %d\\n'")
+    };
+    format!(
+        "exec python3 -c \"
+import os, time
+i = 0
+while not os.path.exists('{stop}'):
+    os.write(1, ''.join({record} % n for n in range(i, i + 200)).encode())
+    i += 200
+    time.sleep(0.0005)
+os.write(1, ({end} % i).encode())
+\"",
+        stop = stop.display()
+    )
+}
+
+/// The records of `log` are 0, 1, 2 … N-1 exactly once each, in order,
+/// followed by "end N".
+fn assert_records(log: &[u8], lines: bool, what: &str) -> u64 {
+    let text = String::from_utf8_lossy(log).replace('\r', if lines { "" } else { "\r" });
+    let (body, end) = text
+        .trim_end()
+        .rsplit_once('\n')
+        .unwrap_or_else(|| panic!("{what}: no end line in {} bytes", log.len()));
+    let n: u64 = end
+        .trim()
+        .strip_prefix("end ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: the last line is {end:?}"));
+    let records: Vec<&str> = if lines {
+        body.split('\n').collect()
+    } else {
+        body.split('\r').filter(|r| !r.is_empty()).collect()
+    };
+    for (i, r) in records.iter().enumerate() {
+        let want = if lines {
+            format!("line {i}")
+        } else {
+            format!("{i:07}")
+        };
+        assert!(
+            *r == want,
+            "{what}: record {i} is {r:?} (want {want:?}); {} records, end {n}",
+            records.len()
+        );
+    }
+    assert_eq!(records.len() as u64, n, "{what}: records before the end");
+    n
+}
+
+#[test]
+fn fast_output_loses_no_byte_across_fifteen_kills() {
+    // Four writers as fast as they can (pipe and PTY, lines and a progress
+    // bar); the daemon is SIGKILLed 15 times at random gaps of 50-400 ms
+    // while they write. The log must hold every record once, in order.
+    let d = Daemon::with_config("max_log_bytes = 1073741824\n");
+    let stop = d.home.path().join("stop-writing");
+    let writers: Vec<(String, bool, &str)> = [
+        (false, true, "pipe lines"),
+        (false, false, "pipe progress bar"),
+        (true, true, "pty lines"),
+        (true, false, "pty progress bar"),
+    ]
+    .into_iter()
+    .map(|(pty, lines, what)| {
+        let id = d.spawn_with(json!({"command": fast_writer(&stop, lines), "pty": pty}));
+        (id, lines, what)
+    })
+    .collect();
+    for (id, lines, _) in &writers {
+        d.read_until(id, if *lines { "line 1000" } else { "0001000" });
+    }
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|t| t.subsec_nanos() as u64)
+        .unwrap_or(1)
+        | 1;
+    eprintln!("kill gaps seeded with {seed}");
+    for _ in 0..15 {
+        // xorshift: a different spread of gaps on every run.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(std::time::Duration::from_millis(50 + seed % 351));
+        d.kill_daemon();
+    }
+    std::fs::write(&stop, "").expect("stop file");
+    for (id, lines, what) in &writers {
+        assert_eq!(d.wait_exit(id)["exit_code"], 0, "{what}");
+        let log = std::fs::read(d.home.path().join(format!("state/logs/{id}.log")))
+            .expect("the session's log");
+        let n = assert_records(&log, *lines, what);
+        eprintln!("{what}: {n} records, {} bytes", log.len());
+        // What a reader is served is the log, too.
+        let tail = d.ok("log", json!({"session_id": id, "limit": 1}));
+        assert!(
+            tail["output"]
+                .as_str()
+                .unwrap_or("")
+                .contains(&format!("end {n}")),
+            "{what}: {tail}"
+        );
+    }
+}

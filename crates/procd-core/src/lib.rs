@@ -12,6 +12,7 @@ pub mod env;
 mod error;
 pub mod fairness;
 pub mod faults;
+pub mod ingest;
 pub mod kill;
 pub mod limits;
 pub mod noise;

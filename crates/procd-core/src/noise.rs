@@ -124,6 +124,12 @@ impl NoiseFilter {
         }
     }
 
+    /// What the filter holds (not yet judged), in order: the log stores
+    /// these bytes past its end until they are decided.
+    pub fn held(&self) -> [&[u8]; 2] {
+        [self.held_logout.as_deref().unwrap_or_default(), &self.held]
+    }
+
     /// End of output: a held partial line is real output; a trailing
     /// `logout` is the shell's and is dropped.
     pub fn finish(&mut self, out: &mut Vec<u8>) {

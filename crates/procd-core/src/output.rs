@@ -18,6 +18,17 @@
 //! [`MAX_SPAN_CAPS`] caps. Only the log's head can be a hole, and only
 //! while output floods.
 //!
+//! Ingest (issue "lose nothing across a crash"): a session's raw output is
+//! spliced from its pipe (or its PTY's relay pipe) straight into the file
+//! past `end` ([`OutputStore::splice_in`]), read back, and only then
+//! judged by the noise filter ([`OutputStore::settle`]): a byte is in the
+//! pipe or in the file at every instant, never only in this process's
+//! memory. What the filter drops is cut out of the file afterwards (a
+//! truncation, or a rewrite behind a redo record `<id>.log.redo` that
+//! `open_existing` completes), so a kill at any step neither loses nor
+//! repeats a byte; at worst a noise line the filter had not yet judged
+//! stays in the log.
+//!
 //! Only the session's reader task appends, compacts and tidies, so those
 //! never race an append. Readers of the file hold `layout` for reading, so
 //! no pread sees the file shift under it.
@@ -27,6 +38,7 @@ use crate::text::complete_utf8_len;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -73,6 +85,12 @@ struct Inner {
     marks: VecDeque<(u64, u64)>,
     last_write: Option<Instant>,
     finished: bool,
+    /// Raw bytes in the file past `end`: spliced in, still held by the
+    /// noise filter (a line it has not judged yet), never shown to
+    /// readers. None while what the filter holds is in memory only (the
+    /// log failed, or was started again from memory): nothing is spliced
+    /// until the filter holds nothing.
+    undecided: Option<u64>,
 }
 
 /// How long after a failed log write the store tries the disk again.
@@ -88,6 +106,11 @@ impl Inner {
 
     fn tail_start(&self) -> u64 {
         self.end - self.tail.len() as u64
+    }
+
+    /// The file offset just past its last byte (decided or not).
+    fn file_end(&self) -> u64 {
+        self.end - self.log_base + self.undecided.unwrap_or(0)
     }
 
     /// The first cursor that can still be read.
@@ -151,12 +174,12 @@ impl Window {
 }
 
 impl OutputStore {
-    /// Creates (or truncates) the log file, mode 0600. Append-only: writes
-    /// always land at the end, also after the head was collapsed away.
+    /// Creates (or truncates) the log file, mode 0600. Writes are
+    /// positional (splice refuses O_APPEND files), always at `file_end`.
     pub fn create(path: &Path, max_log_bytes: u64, tail_cap: usize) -> io::Result<OutputStore> {
         let file = OpenOptions::new()
             .create(true)
-            .append(true)
+            .write(true)
             .read(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -181,9 +204,10 @@ impl OutputStore {
     ) -> io::Result<OutputStore> {
         let mut file = OpenOptions::new()
             .read(true)
-            .append(true)
+            .write(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)?;
+        complete_rewrite(&file, &redo_path(path))?;
         // A daemon that died during a flood may have left the head punched
         // out: what is kept starts at the first data.
         let data_start = match nix::unistd::lseek(&file, 0, nix::unistd::Whence::SeekData) {
@@ -233,6 +257,7 @@ impl OutputStore {
                 marks: VecDeque::new(),
                 last_write: None,
                 finished: false,
+                undecided: Some(0),
             }),
             layout: tokio::sync::RwLock::new(()),
             changed,
@@ -249,16 +274,23 @@ impl OutputStore {
         &self.path
     }
 
-    /// Stores `bytes`. Returns true when the log has outgrown its cap and
-    /// `compact` should run (the caller is the only appender).
+    /// Stores `bytes` (output that came through memory: a test, or a
+    /// session whose log failed). Returns true when the log has outgrown
+    /// its cap and `compact` should run (the caller is the only appender).
     pub fn append(&self, bytes: &[u8]) -> bool {
         if bytes.is_empty() {
             return false;
         }
-        // Written before taking the lock: a write that blocks (the kernel
-        // throttling dirty pages) must not hold up polls and reads. Only
-        // this task appends or changes the file, and readers never read
-        // past `end`, so bytes in the file beyond it are harmless.
+        self.write_out(bytes);
+        self.account(bytes)
+    }
+
+    /// Writes `bytes` at the file's end. Done before taking the lock for
+    /// the bookkeeping: a write that blocks (the kernel throttling dirty
+    /// pages) must not hold up polls and reads. Only this task appends or
+    /// changes the file, and readers never read past `end`, so bytes in
+    /// the file beyond it are harmless.
+    fn write_out(&self, bytes: &[u8]) {
         let log = {
             let mut inner = self.lock();
             if inner.log.is_none()
@@ -269,16 +301,26 @@ impl OutputStore {
             {
                 self.reopen_log(&mut inner);
             }
-            inner.log.clone()
+            inner.log.clone().map(|f| (f, inner.file_end()))
         };
-        let failed = log.and_then(|file| (&*file).write_all(bytes).err());
-        let mut inner = self.lock();
-        if let Some(err) = failed {
-            // Keep serving from memory; older output is reported dropped.
-            tracing::warn!(path = %self.path.display(), %err, "log write failed; keeping memory tail only");
-            inner.log = None;
-            inner.log_error = Some((err.to_string(), Instant::now()));
+        if let Some(Err(err)) = log.map(|(file, at)| file.write_all_at(bytes, at)) {
+            self.log_failed(&err);
         }
+    }
+
+    /// Keeps serving from memory; older output is reported dropped.
+    fn log_failed(&self, err: &io::Error) {
+        tracing::warn!(path = %self.path.display(), %err, "log write failed; keeping memory tail only");
+        let mut inner = self.lock();
+        inner.log = None;
+        inner.undecided = None;
+        inner.log_error = Some((err.to_string(), Instant::now()));
+    }
+
+    /// Makes `bytes`, now in the file (or only in memory, the log having
+    /// failed), stored output: readers are woken for them.
+    fn account(&self, bytes: &[u8]) -> bool {
+        let mut inner = self.lock();
         inner.end += bytes.len() as u64;
         inner.total_newlines += memchr::memchr_iter(b'\n', bytes).count() as u64;
         let end = inner.end;
@@ -296,11 +338,122 @@ impl OutputStore {
         let skip = bytes.len().saturating_sub(self.tail_cap);
         inner.tail.extend(&bytes[skip..]);
         inner.last_write = Some(Instant::now());
-        let end = inner.end;
         let over = inner.log.is_some() && end - inner.kept_from > self.max_log_bytes;
         drop(inner);
         self.changed.send_replace(end);
         over
+    }
+
+    /// Moves what `from` (a pipe) holds, up to `buf.len()` bytes, into the
+    /// file past its last byte, and reads it back into `buf` for the noise
+    /// filter: the bytes leave the pipe only by landing in the file. They
+    /// stay undecided (unseen by readers) until `settle`.
+    ///
+    /// `Ok(Some(0))`: the pipe's writers are gone. `Ok(None)`: nothing can
+    /// be spliced now (the log failed, or the filter holds bytes that are
+    /// only in memory); the caller reads `from` itself. WouldBlock: empty.
+    pub fn splice_in(&self, from: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let (file, at) = {
+            let inner = self.lock();
+            match (&inner.log, inner.undecided) {
+                (Some(file), Some(_)) => (file.clone(), inner.file_end()),
+                _ => return Ok(None),
+            }
+        };
+        let mut off = at;
+        let flags = rustix::pipe::SpliceFlags::NONBLOCK | rustix::pipe::SpliceFlags::MOVE;
+        let n = match rustix::pipe::splice(from, None, &*file, Some(&mut off), buf.len(), flags) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::AGAIN) => return Err(io::ErrorKind::WouldBlock.into()),
+            Err(rustix::io::Errno::INTR) => return Err(io::ErrorKind::Interrupted.into()),
+            // A pipe cannot fail a read: the file failed (full, read-only).
+            Err(e) => {
+                self.log_failed(&e.into());
+                return Ok(None);
+            }
+        };
+        if n == 0 {
+            return Ok(Some(0));
+        }
+        if let Some(undecided) = self.lock().undecided.as_mut() {
+            *undecided += n as u64;
+        }
+        match read_full_at(&file, &mut buf[..n], at) {
+            Ok(got) if got == n => Ok(Some(n)),
+            Ok(_) => {
+                self.log_failed(&io::Error::other(
+                    "the log is shorter than what was spliced into it",
+                ));
+                Ok(Some(0))
+            }
+            Err(err) => {
+                self.log_failed(&err);
+                Ok(Some(0))
+            }
+        }
+    }
+
+    /// The noise filter's verdict on the undecided bytes: `decided` is
+    /// output from now on, `held` (its parts in order) is what it still
+    /// holds; the rest was noise. Filters only drop, so the two are the
+    /// undecided bytes with the noise taken out, and the file is changed
+    /// only when something was dropped. Returns true when `compact` should
+    /// run.
+    pub fn settle(&self, decided: &[u8], held: [&[u8]; 2]) -> bool {
+        let held_len = (held[0].len() + held[1].len()) as u64;
+        let spliced = {
+            let inner = self.lock();
+            match (&inner.log, inner.undecided) {
+                (Some(file), Some(k)) => Some((file.clone(), inner.end - inner.log_base, k)),
+                _ => None,
+            }
+        };
+        let Some((file, at, undecided)) = spliced else {
+            // Through memory: the bytes are not in the file yet.
+            if !decided.is_empty() {
+                self.write_out(decided);
+            }
+            let over = self.account(decided);
+            let mut inner = self.lock();
+            if held_len == 0 && inner.log.is_some() {
+                inner.undecided = Some(0);
+            }
+            return over;
+        };
+        if decided.len() as u64 + held_len != undecided {
+            if let Err(err) = self.cut_noise(&file, at, undecided, [decided, held[0], held[1]]) {
+                self.log_failed(&err);
+                return self.account(decided);
+            }
+        }
+        if let Some(k) = self.lock().undecided.as_mut() {
+            *k = held_len;
+        }
+        self.account(decided)
+    }
+
+    /// Replaces the `len` undecided bytes at file offset `at` with `parts`
+    /// (the same bytes, some dropped). From the first byte that differs, a
+    /// truncation where the rest is a prefix of what is there, else a
+    /// rewrite behind a redo record, so that a kill at any point leaves
+    /// the old bytes or the new ones, never a mix.
+    fn cut_noise(&self, file: &File, at: u64, len: u64, parts: [&[u8]; 3]) -> io::Result<()> {
+        let new = parts.concat();
+        let mut old = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
+        read_full_at(file, &mut old, at)?;
+        let same = old.iter().zip(&new).take_while(|(a, b)| a == b).count();
+        let (from, rest) = (at + same as u64, &new[same..]);
+        if !old[same..].starts_with(rest) {
+            let redo = redo_path(&self.path);
+            let mut record = Vec::with_capacity(8 + rest.len());
+            record.extend_from_slice(&from.to_le_bytes());
+            record.extend_from_slice(rest);
+            procd_sys::atomic::write_bytes_unsynced(&redo, &record)?;
+            file.write_all_at(rest, from)?;
+            file.set_len(from + rest.len() as u64)?;
+            return std::fs::remove_file(&redo);
+        }
+        file.set_len(from + rest.len() as u64)
     }
 
     /// Why the log cannot be written right now, if it cannot.
@@ -328,14 +481,7 @@ impl OutputStore {
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&self.path)?;
             file.write_all(&tail)?;
-            // Appends from here on (O_APPEND after the tail is in).
-            let appender = OpenOptions::new()
-                .append(true)
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&self.path)?;
-            drop(file);
-            Ok::<_, io::Error>(appender)
+            Ok::<_, io::Error>(file)
         })();
         match reopened {
             Ok(file) => {
@@ -526,12 +672,15 @@ impl OutputStore {
             let mut newlines = 0u64;
             let mut buf = vec![0u8; 1 << 16];
             let mut at = cut - base;
+            // Undecided bytes past `end` are copied too, but not counted.
+            let decided_end = self.lock().end - base;
             loop {
                 let n = file.read_at(&mut buf, at)?;
                 if n == 0 {
                     break;
                 }
-                newlines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+                let counted = n.min(usize::try_from(decided_end.saturating_sub(at)).unwrap_or(n));
+                newlines += memchr::memchr_iter(b'\n', &buf[..counted]).count() as u64;
                 tmp.write_all(&buf[..n])?;
                 at += n as u64;
             }
@@ -543,8 +692,9 @@ impl OutputStore {
             let _ = std::fs::remove_file(&tmp_path);
         })?;
         let appender = OpenOptions::new()
-            .append(true)
+            .write(true)
             .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&self.path)?;
         let mut inner = self.lock();
         inner.log = Some(Arc::new(appender));
@@ -795,6 +945,7 @@ impl OutputStore {
         inner.log = None;
         drop(inner);
         let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(redo_path(&self.path));
     }
 }
 
@@ -964,6 +1115,43 @@ fn unsupported(e: &io::Error) -> bool {
     )
 }
 
+/// Where a log's pending rewrite is recorded (see `cut_noise`).
+fn redo_path(log: &Path) -> PathBuf {
+    log.with_extension("log.redo")
+}
+
+/// The largest redo record accepted: a rewrite covers at most one read
+/// (1 MiB) and a held line; anything larger was not written by procd.
+const MAX_REDO: u64 = 4 << 20;
+
+/// Completes a rewrite a killed daemon left half done (its redo record:
+/// the file offset, then the bytes from there to the end). A record that
+/// is not one procd wrote (too large, pointing past the file) is removed
+/// and the file left as it is.
+fn complete_rewrite(file: &File, redo: &Path) -> io::Result<()> {
+    let record = match File::open(redo) {
+        Ok(f) => {
+            let mut record = Vec::new();
+            f.take(MAX_REDO + 1).read_to_end(&mut record)?;
+            record
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let len = file.metadata()?.len();
+    match record.split_first_chunk::<8>() {
+        Some((at, rest)) if (record.len() as u64) <= MAX_REDO && u64::from_le_bytes(*at) <= len => {
+            let at = u64::from_le_bytes(*at);
+            file.write_all_at(rest, at)?;
+            file.set_len(at + rest.len() as u64)?;
+        }
+        _ => {
+            tracing::warn!(path = %redo.display(), "ignoring a log redo record procd did not write")
+        }
+    }
+    std::fs::remove_file(redo)
+}
+
 fn read_full_at(file: &File, buf: &mut [u8], mut offset: u64) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
@@ -983,6 +1171,70 @@ mod tests {
 
     fn store(dir: &tempfile::TempDir, cap: u64, tail: usize) -> Arc<OutputStore> {
         Arc::new(OutputStore::create(&dir.path().join("s.log"), cap, tail).unwrap())
+    }
+
+    use std::os::fd::AsFd;
+
+    /// A pipe holding `bytes`, its read end non-blocking.
+    fn pipe_with(bytes: &[u8]) -> std::os::fd::OwnedFd {
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+        rustix::io::write(&w, bytes).unwrap();
+        r
+    }
+
+    #[tokio::test]
+    async fn spliced_bytes_are_output_once_settled_and_noise_is_cut_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(&dir, 1 << 20, 1 << 16);
+        let mut buf = vec![0u8; 64];
+        let r = pipe_with(b"one\nbash: noise\ntw");
+        assert_eq!(s.splice_in(r.as_fd(), &mut buf).unwrap(), Some(18));
+        assert_eq!(&buf[..18], b"one\nbash: noise\ntw");
+        assert_eq!(s.end(), 0, "undecided bytes are not output yet");
+        // The filter passed "one\n", dropped the notice, holds "tw".
+        assert!(!s.settle(b"one\n", [b"", b"tw"]));
+        assert_eq!(s.end(), 4);
+        assert_eq!(std::fs::read(s.path()).unwrap(), b"one\ntw");
+        assert!(!redo_path(s.path()).exists());
+        let w = s.window(0, 100).await.unwrap();
+        assert_eq!(w.bytes, b"one\n", "the held bytes are not served");
+        // More comes; the filter passes the held line with it.
+        let r = pipe_with(b"o\n");
+        assert_eq!(s.splice_in(r.as_fd(), &mut buf).unwrap(), Some(2));
+        assert!(!s.settle(b"two\n", [b"", b""]));
+        assert_eq!(std::fs::read(s.path()).unwrap(), b"one\ntwo\n");
+        assert_eq!(s.end(), 8);
+        // A notice at the end is truncated away.
+        let r = pipe_with(b"logout\n");
+        s.splice_in(r.as_fd(), &mut buf).unwrap();
+        assert!(!s.settle(b"", [b"", b""]));
+        assert_eq!(std::fs::read(s.path()).unwrap(), b"one\ntwo\n");
+        // An empty pipe with a writer is WouldBlock; without one, the end.
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+        let e = s.splice_in(r.as_fd(), &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        drop(w);
+        assert_eq!(s.splice_in(r.as_fd(), &mut buf).unwrap(), Some(0));
+    }
+
+    #[test]
+    fn a_rewrite_a_kill_left_half_done_is_completed_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.log");
+        // Killed after the new bytes were written, before the truncation.
+        std::fs::write(&path, b"keep\nreal\nnoise\nreal\n").unwrap();
+        let mut record = 5u64.to_le_bytes().to_vec();
+        record.extend_from_slice(b"real\n");
+        std::fs::write(redo_path(&path), &record).unwrap();
+        let s = OutputStore::open_existing(&path, 1 << 20, 1 << 16).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"keep\nreal\n");
+        assert_eq!(s.end(), 10);
+        assert!(!redo_path(&path).exists());
+        // A record no procd wrote (pointing past the file) changes nothing.
+        std::fs::write(redo_path(&path), 1000u64.to_le_bytes()).unwrap();
+        OutputStore::open_existing(&path, 1 << 20, 1 << 16).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"keep\nreal\n");
+        assert!(!redo_path(&path).exists());
     }
 
     #[tokio::test]

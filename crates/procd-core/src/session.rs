@@ -4,6 +4,7 @@
 //! output pipe: it moves the state to `Exited` once, after the final drain.
 
 use crate::identity::ProcessIdentity;
+use crate::ingest::{Chunk, OutputSource};
 use crate::kill::TreeSpec;
 use crate::noise::NoiseFilter;
 use crate::output::OutputStore;
@@ -15,7 +16,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
-use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// What the caller asked for; fixed for the session's life.
@@ -570,17 +570,18 @@ pub async fn supervise_detached(
 /// Reads the child's output and waits for its exit, and returns how it
 /// ended; the caller records the exit (events) and then calls
 /// `mark_exited`. Returns None when the daemon hands its sessions over
-/// (`handing_over` turns true): it stops between reads, so every byte it
-/// took from the pipe is stored, and the next daemon reads on.
+/// (`handing_over` turns true): it stops between two steps, so every byte
+/// it took from the pipe is stored, and the next daemon reads on. Output
+/// reaches the log without passing through memory first (`ingest.rs`).
 /// Exit comes from the direct child, never from EOF: after
 /// the exit, what is still readable is drained until `final_drain` of
 /// quiet (or 1 MiB), so a descendant holding the pipe cannot keep the
 /// session running. Besides output and exit, the loop wakes only for the
 /// timeout, a watch match's linger and a flooded log's tidy, each armed
 /// only while it applies.
-pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
+pub async fn supervise(
     session: Arc<Session>,
-    mut output: R,
+    mut output: OutputSource,
     mut exit_rx: oneshot::Receiver<ChildExit>,
     how: Supervision<impl FnOnce(Arc<Session>) + Send + 'static>,
 ) -> Option<Arc<ExitRecord>> {
@@ -614,25 +615,21 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
         let tidy = store.tidy_due();
         tokio::select! {
             biased;
-            read = output.read(&mut buf), if !eof && held_until.is_none() => match read {
-                Ok(0) => eof = true,
-                Ok(n) => {
+            chunk = output.next(&store, &mut buf), if !eof && held_until.is_none() => match chunk {
+                Ok(Chunk::End) | Err(_) => eof = true,
+                Ok(Chunk::Spliced(n) | Chunk::Read(n)) => {
                     noise.set_terminating(session.terminating.load(Ordering::Relaxed));
                     store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
                     watch_step(&mut watch, |m, now| m.feed(&filtered, now));
                     fit_read_buffers(&mut buf, &mut filtered, n);
                     held_until = crate::fairness::charge(&session.id, n, Instant::now());
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => eof = true,
             },
             exit = &mut exit_rx => break exit.ok(),
             () = handed_over(&mut handing_over) => {
                 // What the noise filter holds is output the next daemon
-                // will not see again.
-                filtered.clear();
-                noise.finish(&mut filtered);
-                store.append(&filtered);
+                // will not judge again.
+                finish_noise(&store, &mut noise, &mut filtered);
                 return None;
             }
             () = sleep_until(linger), if linger.is_some() => {
@@ -653,9 +650,9 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
     // descendant may add more, but only until it has been quiet a while.
     let mut drained = 0usize;
     while !eof && drained < FINAL_DRAIN_MAX {
-        match tokio::time::timeout(final_drain, output.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(n)) => {
+        match tokio::time::timeout(final_drain, output.next(&store, &mut buf)).await {
+            Ok(Ok(Chunk::End)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(Chunk::Spliced(n) | Chunk::Read(n))) => {
                 drained += n;
                 noise.set_terminating(session.terminating.load(Ordering::Relaxed));
                 store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
@@ -663,9 +660,7 @@ pub async fn supervise<R: tokio::io::AsyncRead + Unpin>(
             }
         }
     }
-    filtered.clear();
-    noise.finish(&mut filtered);
-    if store.append(&filtered) {
+    if finish_noise(&store, &mut noise, &mut filtered) {
         store.compact().await;
     }
     // What the noise filter held back is output too, for watching as well.
@@ -764,6 +759,8 @@ fn watch_step(
     }
 }
 
+/// Filters a chunk the source brought (in the log, undecided, or only in
+/// memory) and settles it: what the filter passes is output from now on.
 async fn store_chunk(
     store: &Arc<OutputStore>,
     noise: &mut NoiseFilter,
@@ -772,9 +769,17 @@ async fn store_chunk(
 ) {
     filtered.clear();
     noise.push(chunk, filtered);
-    if store.append(filtered) {
+    if store.settle(filtered, noise.held()) {
         store.compact().await;
     }
+}
+
+/// Decides what the noise filter still holds (the output ended, or is
+/// handed over); returns true when the log should be compacted.
+fn finish_noise(store: &OutputStore, noise: &mut NoiseFilter, filtered: &mut Vec<u8>) -> bool {
+    filtered.clear();
+    noise.finish(filtered);
+    store.settle(filtered, noise.held())
 }
 
 /// Owns the write end of a session's stdin; one write at a time, so a full
@@ -829,24 +834,6 @@ fn pty_eof_char(master: &std::os::fd::OwnedFd) -> u8 {
     match nix::sys::termios::tcgetattr(master) {
         Ok(t) => t.control_chars[nix::sys::termios::SpecialCharacterIndices::VEOF as usize],
         Err(_) => 4,
-    }
-}
-
-/// A PTY master's read half; EIO (no slave left) is the end of output.
-pub struct PtyReader(pub pty_process::OwnedReadPty);
-
-impl tokio::io::AsyncRead for PtyReader {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match std::pin::Pin::new(&mut self.0).poll_read(cx, buf) {
-            std::task::Poll::Ready(Err(e)) if e.raw_os_error() == Some(libc::EIO) => {
-                std::task::Poll::Ready(Ok(()))
-            }
-            other => other,
-        }
     }
 }
 

@@ -19,6 +19,9 @@ pub struct HandedSession {
     pub output: Option<OwnedFd>,
     pub stdin: Option<OwnedFd>,
     pub pty: Option<OwnedFd>,
+    /// A PTY session's relay pipe (read end, write end).
+    pub relay_out: Option<OwnedFd>,
+    pub relay_in: Option<OwnedFd>,
 }
 
 /// Everything the keeper handed over at start.
@@ -143,12 +146,16 @@ impl Link {
                         output: None,
                         stdin: None,
                         pty: None,
+                        relay_out: None,
+                        relay_in: None,
                     };
                     for (kind, fd) in kinds.into_iter().zip(fds) {
                         *match kind {
                             FdKind::Output => &mut session.output,
                             FdKind::Stdin => &mut session.stdin,
                             FdKind::Pty => &mut session.pty,
+                            FdKind::RelayOut => &mut session.relay_out,
+                            FdKind::RelayIn => &mut session.relay_in,
                         } = Some(fd);
                     }
                     if let Some(exit) = exit {

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Bumped when a message changes shape; a daemon refuses a keeper of
 /// another version (and runs without one).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The environment variable that tells a daemon it runs under a keeper:
 /// the descriptor number of its end of the link.
@@ -29,6 +29,11 @@ pub enum FdKind {
     Stdin,
     /// A PTY session's master.
     Pty,
+    /// The read end of a PTY session's relay pipe (its output on the way
+    /// from the master into the log).
+    RelayOut,
+    /// The write end of that relay.
+    RelayIn,
 }
 
 /// How a process ended (wait(2)); written `{"code": N}` or `{"signal": N}`.

@@ -30,6 +30,11 @@ pub fn write_json_unsynced<T: Serialize>(path: &Path, value: &T) -> io::Result<(
     write_file(path, &bytes, false)
 }
 
+/// Like `write_bytes`, without the fsync (see `write_json_unsynced`).
+pub fn write_bytes_unsynced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_file(path, bytes, false)
+}
+
 /// Replaces `path` with `bytes` atomically (0600, fsync, rename).
 pub fn write_bytes(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_file(path, bytes, true)

@@ -5,8 +5,8 @@
 
 use super::recovery::recovered_spec;
 use super::*;
-use procd_keeper::{FdKind, HandedSession};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use procd_keeper::HandedSession;
+use std::os::fd::OwnedFd;
 
 /// Counts a supervisor task while it lives (`Registry::hand_over` waits
 /// until none is left).
@@ -26,20 +26,13 @@ impl Registry {
 
     /// Gives the keeper duplicates of what a new session lives on: its
     /// output pipe's read end and stdin pipe's write end, or its PTY
-    /// master. Without them a daemon's death would close the last reader
+    /// master and relay. Without them a daemon's death would close the last reader
     /// (SIGPIPE at the next write) or the master (SIGHUP).
     pub(super) fn hold_in_keeper(&self, id: &str, root: ProcessIdentity, io: &spawn::ChildIo) {
         let Some(keeper) = &self.keeper else {
             return;
         };
-        let fds: Vec<(FdKind, BorrowedFd<'_>)> = match io {
-            spawn::ChildIo::Pipe { output, stdin } => {
-                std::iter::once((FdKind::Output, output.as_fd()))
-                    .chain(stdin.as_ref().map(|s| (FdKind::Stdin, s.as_fd())))
-                    .collect()
-            }
-            spawn::ChildIo::Pty { master, .. } => vec![(FdKind::Pty, master.as_fd())],
-        };
+        let fds = io.kept();
         let held = keeper.hold(id, root.pid, root.start_time, &fds);
         self.keeper_answered(
             held,
@@ -172,11 +165,11 @@ impl Registry {
     }
 }
 
-/// The output reader, stdin sink and unread-output probe of a handed-over
+/// The output source, stdin sink and unread-output probe of a handed-over
 /// session, from the descriptors the keeper kept.
 fn handed_io(
     handed: HandedSession,
-) -> std::io::Result<(spawn::OutputReader, Option<StdinSink>, Option<OwnedFd>)> {
+) -> std::io::Result<(OutputSource, Option<StdinSink>, Option<OwnedFd>)> {
     if let Some(master) = handed.pty {
         // It must be a PTY master: only one has a slave name.
         if rustix::pty::ptsname(&master, Vec::new()).is_err() {
@@ -188,13 +181,21 @@ fn handed_io(
         let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
         nix::fcntl::fcntl(&master, nix::fcntl::FcntlArg::F_SETFL(flags))?;
         let keep = master.try_clone()?;
+        let reading = master.try_clone()?;
         let probe = master.try_clone().ok();
+        // What the relay holds is output the last daemon had not stored.
+        let relay = match (handed.relay_out, handed.relay_in) {
+            (Some(read), Some(write)) if is_pipe(&read) && is_pipe(&write) => {
+                crate::ingest::Relay { read, write }
+            }
+            _ => crate::ingest::Relay::new()?,
+        };
         // SAFETY: `master` is an open PTY master (it has a slave name), in
         // non-blocking mode (set just above), and owned by this call.
         let pty = unsafe { pty_process::Pty::from_fd(master) }.map_err(std::io::Error::other)?;
-        let (reader, writer) = pty.into_split();
+        let (_, writer) = pty.into_split();
         return Ok((
-            spawn::OutputReader::Pty(PtyReader(reader)),
+            OutputSource::pty(reading, relay)?,
             Some(StdinSink::Pty(writer, keep)),
             probe,
         ));
@@ -202,13 +203,24 @@ fn handed_io(
     let output = handed
         .output
         .ok_or_else(|| std::io::Error::other("the keeper kept no output pipe"))?;
+    if !is_pipe(&output) {
+        return Err(std::io::Error::other("the kept output is not a pipe"));
+    }
     let probe = output.try_clone().ok();
-    let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(output)?;
+    let source = OutputSource::pipe(output)?;
     let sink = match handed.stdin {
         Some(fd) => Some(StdinSink::Pipe(
             tokio::net::unix::pipe::Sender::from_owned_fd(fd)?,
         )),
         None => None,
     };
-    Ok((spawn::OutputReader::Pipe(reader), sink, probe))
+    Ok((source, sink, probe))
+}
+
+/// Whether `fd` is a pipe (what the keeper hands over is checked before
+/// output is spliced from it).
+fn is_pipe(fd: &OwnedFd) -> bool {
+    rustix::fs::fstat(fd).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo
+    })
 }

@@ -409,7 +409,7 @@ impl Registry {
         slot: crate::slot::RunningSlot,
     ) -> (
         Arc<Session>,
-        OutputReader,
+        OutputSource,
         oneshot::Receiver<crate::reaper::ChildExit>,
     ) {
         let StartedChild {
@@ -421,23 +421,16 @@ impl Registry {
             ..
         } = child;
         let output_probe = match &io {
-            ChildIo::Pipe { output, .. } => {
-                std::os::fd::AsFd::as_fd(output).try_clone_to_owned().ok()
-            }
+            ChildIo::Pipe { output, .. } => output.probe(),
             ChildIo::Pty { master, .. } => master.try_clone().ok(),
         };
         let (reader, writer) = match io {
-            ChildIo::Pipe { output, stdin } => {
-                (OutputReader::Pipe(output), stdin.map(StdinSink::Pipe))
-            }
+            ChildIo::Pipe { output, stdin } => (output, stdin.map(StdinSink::Pipe)),
             ChildIo::Pty {
-                reader,
+                output,
                 writer,
                 master,
-            } => (
-                OutputReader::Pty(PtyReader(reader)),
-                Some(StdinSink::Pty(writer, master)),
-            ),
+            } => (output, Some(StdinSink::Pty(writer, master))),
         };
         let stdin_tx = writer.map(|sink| {
             let (tx, rx) = mpsc::channel(16);
@@ -474,7 +467,7 @@ impl Registry {
     pub(super) fn supervise_in_background(
         &self,
         session: Arc<Session>,
-        reader: OutputReader,
+        reader: OutputSource,
         exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
     ) {
         let me = self.me.clone();
@@ -572,8 +565,10 @@ impl Registry {
             let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
             pty.resize(pty_process::Size::new(spec.rows, spec.cols))
                 .map_err(std::io::Error::other)?;
-            // Duplicated before the start, so nothing can fail after it.
+            // Made before the start, so nothing can fail after it.
             let master = pty.as_fd().try_clone_to_owned()?;
+            let reading = pty.as_fd().try_clone_to_owned()?;
+            let relay = crate::ingest::Relay::new()?;
             let slave = pts.as_fd();
             let (pid, start_time, exit_rx) = start([slave, slave, slave], true)?;
             // Only the child may hold the slave: EIO then marks the end.
@@ -582,9 +577,16 @@ impl Registry {
                 kill_started(procfs, pid, start_time);
                 return Err(std::io::Error::other("injected PTY failure after spawn"));
             }
-            let (reader, writer) = pty.into_split();
+            let output = match OutputSource::pty(reading, relay) {
+                Ok(output) => output,
+                Err(e) => {
+                    kill_started(procfs, pid, start_time);
+                    return Err(e);
+                }
+            };
+            let (_, writer) = pty.into_split();
             let io = ChildIo::Pty {
-                reader,
+                output,
                 writer,
                 master,
             };
@@ -607,7 +609,7 @@ impl Registry {
             drop((out_write, stdin_read));
             let io = (|| {
                 Ok::<_, std::io::Error>(ChildIo::Pipe {
-                    output: tokio::net::unix::pipe::Receiver::from_owned_fd(out_read.into())?,
+                    output: OutputSource::pipe(out_read.into())?,
                     stdin: match stdin_write {
                         Some(w) => Some(tokio::net::unix::pipe::Sender::from_owned_fd(w.into())?),
                         None => None,
@@ -954,30 +956,28 @@ pub(super) struct StartedChild {
 
 pub(super) enum ChildIo {
     Pipe {
-        output: tokio::net::unix::pipe::Receiver,
+        output: OutputSource,
         stdin: Option<tokio::net::unix::pipe::Sender>,
     },
     Pty {
-        reader: pty_process::OwnedReadPty,
+        output: OutputSource,
         writer: pty_process::OwnedWritePty,
         master: std::os::fd::OwnedFd,
     },
 }
 
-pub(super) enum OutputReader {
-    Pipe(tokio::net::unix::pipe::Receiver),
-    Pty(PtyReader),
-}
-
-impl tokio::io::AsyncRead for OutputReader {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            OutputReader::Pipe(r) => std::pin::Pin::new(r).poll_read(cx, buf),
-            OutputReader::Pty(r) => std::pin::Pin::new(r).poll_read(cx, buf),
+impl ChildIo {
+    /// What the keeper is to hold for the session to outlive the daemon.
+    pub(super) fn kept(&self) -> Vec<(procd_keeper::FdKind, std::os::fd::BorrowedFd<'_>)> {
+        match self {
+            ChildIo::Pipe { output, stdin } => {
+                let mut fds = output.kept();
+                if let Some(s) = stdin {
+                    fds.push((procd_keeper::FdKind::Stdin, std::os::fd::AsFd::as_fd(s)));
+                }
+                fds
+            }
+            ChildIo::Pty { output, .. } => output.kept(),
         }
     }
 }

@@ -1,0 +1,155 @@
+//! Where a session's output comes from, and how it reaches the log with
+//! no byte held only in this process (issue "lose nothing across a
+//! crash"): it is spliced from a pipe into the log file
+//! (`OutputStore::splice_in`), so at every instant a byte is in a pipe the
+//! keeper also holds, or in the file. A PTY master is not a pipe, so a
+//! PTY's bytes cross a relay pipe first (splice needs a pipe on one side);
+//! the keeper holds the relay as well, and the next daemon empties it
+//! before it reads the master again.
+
+use crate::output::OutputStore;
+use procd_keeper::FdKind;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use tokio::io::unix::AsyncFd;
+
+/// A session's output, as its supervisor reads it.
+pub enum OutputSource {
+    /// A pipe session's output pipe (the read end).
+    Pipe(AsyncFd<OwnedFd>),
+    /// A PTY session's master, and its relay pipe.
+    Pty {
+        master: AsyncFd<OwnedFd>,
+        relay: Relay,
+    },
+}
+
+/// The pipe a PTY's output crosses on its way into the log.
+pub struct Relay {
+    pub read: OwnedFd,
+    pub write: OwnedFd,
+}
+
+impl Relay {
+    /// A new relay, non-blocking at both ends.
+    pub fn new() -> io::Result<Relay> {
+        use rustix::pipe::PipeFlags;
+        let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        Ok(Relay { read, write })
+    }
+}
+
+/// What the next step of ingest brought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunk {
+    /// `n` bytes are in the log, undecided, and copied into the buffer.
+    Spliced(usize),
+    /// `n` bytes are in the buffer only (the log cannot take them now).
+    Read(usize),
+    /// No more output: the writers are gone.
+    End,
+}
+
+impl OutputSource {
+    /// A pipe session's output (its read end, made non-blocking).
+    pub fn pipe(output: OwnedFd) -> io::Result<OutputSource> {
+        set_nonblocking(&output)?;
+        Ok(OutputSource::Pipe(procd_sys::cgroup::watch_async(output)?))
+    }
+
+    /// A PTY session's output: a descriptor of its master, and its relay.
+    pub fn pty(master: OwnedFd, relay: Relay) -> io::Result<OutputSource> {
+        set_nonblocking(&master)?;
+        Ok(OutputSource::Pty {
+            master: procd_sys::cgroup::watch_async(master)?,
+            relay,
+        })
+    }
+
+    /// The descriptors the keeper holds so that the output outlives the
+    /// daemon (the relay with its master: what is in it is output).
+    pub fn kept(&self) -> Vec<(FdKind, BorrowedFd<'_>)> {
+        match self {
+            OutputSource::Pipe(pipe) => vec![(FdKind::Output, pipe.get_ref().as_fd())],
+            OutputSource::Pty { master, relay } => vec![
+                (FdKind::Pty, master.get_ref().as_fd()),
+                (FdKind::RelayOut, relay.read.as_fd()),
+                (FdKind::RelayIn, relay.write.as_fd()),
+            ],
+        }
+    }
+
+    /// A duplicate of what the output is read from, to tell unread output
+    /// (`Session::set_output_probe`).
+    pub fn probe(&self) -> Option<OwnedFd> {
+        match self {
+            OutputSource::Pipe(fd) | OutputSource::Pty { master: fd, .. } => {
+                fd.get_ref().try_clone().ok()
+            }
+        }
+    }
+
+    /// Waits for output and moves up to `buf.len()` bytes of it into
+    /// `store` (see `Chunk`).
+    pub async fn next(&mut self, store: &OutputStore, buf: &mut [u8]) -> io::Result<Chunk> {
+        match self {
+            OutputSource::Pipe(pipe) => loop {
+                let mut ready = pipe.readable().await?;
+                match ready.try_io(|fd| take(store, fd.get_ref(), buf)) {
+                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(got) => return got,
+                    Err(_would_block) => {}
+                }
+            },
+            OutputSource::Pty { master, relay } => loop {
+                // What the relay holds comes first: a previous daemon's,
+                // or what the last step moved there.
+                match take(store, &relay.read, buf) {
+                    Ok(Chunk::End) => {} // cannot be: the write end is ours
+                    Ok(got) => return Ok(got),
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) => {}
+                    Err(e) => return Err(e),
+                }
+                let mut ready = master.readable().await?;
+                let flags = rustix::pipe::SpliceFlags::NONBLOCK;
+                let moved = ready.try_io(|fd| {
+                    rustix::pipe::splice(fd.get_ref(), None, &relay.write, None, buf.len(), flags)
+                        .map_err(io::Error::from)
+                });
+                match moved {
+                    Ok(Ok(0)) => return Ok(Chunk::End),
+                    Ok(Ok(_)) => {}
+                    // No slave left: the end of output.
+                    Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(Chunk::End),
+                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_would_block) => {}
+                }
+            },
+        }
+    }
+}
+
+/// One step from a pipe: spliced into the log, or, where the log cannot
+/// take it now, read into `buf`.
+fn take(store: &OutputStore, pipe: &OwnedFd, buf: &mut [u8]) -> io::Result<Chunk> {
+    match store.splice_in(pipe.as_fd(), buf)? {
+        Some(0) => Ok(Chunk::End),
+        Some(n) => Ok(Chunk::Spliced(n)),
+        None => match rustix::io::read(pipe, &mut *buf)? {
+            0 => Ok(Chunk::End),
+            n => Ok(Chunk::Read(n)),
+        },
+    }
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    let flags = fcntl_getfl(fd)?;
+    fcntl_setfl(fd, flags | OFlags::NONBLOCK)?;
+    Ok(())
+}
