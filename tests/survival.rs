@@ -523,3 +523,99 @@ fn fast_output_loses_no_byte_across_fifteen_kills() {
         );
     }
 }
+
+/// A monitor tick often enough to see a prompt within a test's patience.
+const PROMPT_SEEN_SOON: &str = "monitor_interval_s = 0.1\n";
+
+/// Drains every event there is now (one call).
+fn drain(d: &Daemon) -> Vec<serde_json::Value> {
+    d.ok("drain_notifications", json!({}))["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The events of `events` of `kind` about session `id`.
+fn count(events: &[serde_json::Value], kind: &str, id: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| e["type"] == kind && e["session_id"] == id)
+        .count()
+}
+
+/// Queues a completion, a watch match and an input_wanted event, and
+/// waits (through a subscriber, which consumes nothing) until all three
+/// are queued. Returns the three sessions.
+fn queue_three(d: &Daemon) -> [String; 3] {
+    let mut sub = d.connect();
+    let r = sub.call("subscribe_events", json!({}));
+    assert!(r["result"].is_number() || r["result"].is_string(), "{r}");
+    let done = d.spawn_with(json!({"command": "echo bye; exit 4", "notify_on_complete": true}));
+    let watched = d.spawn_with(json!({
+        "command": "echo 'BUILD FAILED here'; sleep 300",
+        "watch_patterns": ["BUILD FAILED"],
+    }));
+    let asker = d.spawn("printf 'Your name? '; read name; echo \"hi $name\"");
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let wanted = [
+        ("completion", &done),
+        ("watch_match", &watched),
+        ("input_wanted", &asker),
+    ];
+    while !wanted
+        .iter()
+        .all(|(k, id)| seen.contains(&(k.to_string(), id.to_string())))
+    {
+        let v = sub.recv();
+        if v["method"] == "event" {
+            let e = &v["params"]["result"];
+            let kind = e["type"].as_str().unwrap_or_default().to_string();
+            let id = e["session_id"].as_str().unwrap_or_default().to_string();
+            seen.push((kind, id));
+        }
+    }
+    [done, watched, asker]
+}
+
+/// Each of the three queued events is drained once, and only once.
+fn assert_drained_once(d: &Daemon, [done, watched, asker]: &[String; 3]) {
+    let events = drain(d);
+    assert_eq!(count(&events, "completion", done), 1, "{events:?}");
+    assert_eq!(count(&events, "watch_match", watched), 1, "{events:?}");
+    assert_eq!(count(&events, "input_wanted", asker), 1, "{events:?}");
+    let c = events
+        .iter()
+        .find(|e| e["type"] == "completion")
+        .expect("completion");
+    assert_eq!(c["exit_code"], 4, "{c}");
+    let again = drain(d);
+    assert!(again.is_empty(), "drained twice: {again:?}");
+}
+
+#[test]
+fn queued_notifications_survive_daemon_kills_and_are_drained_once() {
+    let d = Daemon::with_config(PROMPT_SEEN_SOON);
+    let three = queue_three(&d);
+    d.kill_daemon();
+    assert_drained_once(&d, &three);
+    // The drain is remembered too: the next daemon queues none of them
+    // again (the asker still waits at the same prompt).
+    d.kill_daemon();
+    let after = drain(&d);
+    assert!(after.is_empty(), "queued again after a drain: {after:?}");
+    for id in &three {
+        d.ok("kill", json!({"session_id": id}));
+    }
+}
+
+#[test]
+fn queued_notifications_survive_the_keeper_and_daemon_dying_together() {
+    let mut d = Daemon::with_config(PROMPT_SEEN_SOON);
+    let three = queue_three(&d);
+    d.crash();
+    d.restart();
+    assert_drained_once(&d, &three);
+    for id in &three {
+        let _ = d.call("kill", json!({"session_id": id}));
+    }
+}

@@ -85,6 +85,8 @@ pub struct RegistryOptions {
     pub procfs: ProcFs,
     /// Where the checkpoint of running sessions goes (None: not kept).
     pub checkpoint: Option<PathBuf>,
+    /// The notification queue's journal (None: the queue is memory only).
+    pub notifications: Option<PathBuf>,
     /// Wrap sessions in systemd scopes (the daemon runs under its unit).
     pub scopes: Option<Arc<Scopes>>,
     /// Give each session a cgroup of its own below this tree
@@ -248,7 +250,11 @@ impl Registry {
             reaper: Reaper::global(),
             sessions: Mutex::new(HashMap::new()),
             running: crate::slot::Slots::default(),
-            notifications: NotificationQueue::default(),
+            notifications: options
+                .notifications
+                .as_deref()
+                .map(NotificationQueue::persistent)
+                .unwrap_or_default(),
             closing: std::sync::atomic::AtomicBool::new(false),
             checkpoint_pending: std::sync::atomic::AtomicBool::new(false),
             keeper: options.keeper,

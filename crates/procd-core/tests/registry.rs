@@ -39,6 +39,7 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
         default_cwd: dir.path().to_path_buf(),
         inherited_env: hermetic_env(dir.path()),
         procfs: ProcFs::default(),
+        notifications: None,
         checkpoint: None,
         scopes: None,
         cgroups: None,
@@ -157,6 +158,7 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
         default_cwd: dir.to_path_buf(),
         inherited_env: hermetic_env(dir),
         procfs: ProcFs::default(),
+        notifications: None,
         checkpoint: Some(dir.join("procs.json")),
         scopes: Some(Arc::new(Scopes::with_programs(
             run,

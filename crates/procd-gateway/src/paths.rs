@@ -72,6 +72,10 @@ impl Paths {
     pub fn procs_json(&self) -> PathBuf {
         self.state_dir.join("procs.json")
     }
+    /// The notification queue's journal (queued and drained events).
+    pub fn notifications_journal(&self) -> PathBuf {
+        self.state_dir.join("notifications.jsonl")
+    }
     pub fn logs_dir(&self) -> PathBuf {
         self.state_dir.join("logs")
     }

@@ -346,6 +346,7 @@ async fn serve_claimed(
         inherited_env: std::env::vars().collect(),
         procfs: ProcFs::default(),
         checkpoint: Some(options.paths.procs_json()),
+        notifications: Some(options.paths.notifications_journal()),
         scopes: matches!(containment, procd_core::containment::Containment::Scope).then(|| {
             Arc::new(procd_core::scope::Scopes::new(
                 options.config.worker_memory_max_mb,

@@ -83,11 +83,14 @@ impl Registry {
                         ports => format!("is ready after {after_ms} ms, listening on {ports:?}"),
                     };
                     let about = reg.about_event(&s, &text);
-                    reg.notifications.push(Event::Ready {
-                        about,
-                        after_ms,
-                        ports,
-                    });
+                    reg.notifications.push_once(
+                        Some(format!("ready {}", s.id)),
+                        Event::Ready {
+                            about,
+                            after_ms,
+                            ports,
+                        },
+                    );
                     // A daemon that takes the session over finds it ready.
                     reg.checkpoint_soon();
                     return;
@@ -99,10 +102,13 @@ impl Registry {
                     let secs = check.timeout.as_secs_f64();
                     let text = format!("is not ready after {secs} s; it is still running");
                     let about = reg.about_event(&s, &text);
-                    reg.notifications.push(Event::ReadyTimeout {
-                        about,
-                        timeout_s: secs,
-                    });
+                    reg.notifications.push_once(
+                        Some(format!("ready_timeout {}", s.id)),
+                        Event::ReadyTimeout {
+                            about,
+                            timeout_s: secs,
+                        },
+                    );
                 }
                 drop(reg);
                 let mut wake = if timed_out {
@@ -161,8 +167,11 @@ impl Registry {
         if s.take_input_wanted() {
             let prompt = self.prompt_of(s);
             let about = self.about_event(s, &format!("is waiting for input: {prompt:?}"));
+            // Once per prompt: the same output end is the same prompt, also
+            // to a daemon that finds the session waiting after a crash.
+            let key = format!("input_wanted {} {}", s.id, s.output.end());
             self.notifications
-                .push(Event::InputWanted { about, prompt });
+                .push_once(Some(key), Event::InputWanted { about, prompt });
         }
     }
 

@@ -744,11 +744,14 @@ impl Registry {
             "Background process {}: the kernel killed a process of it for exceeding its memory limit ({kills} so far).",
             session.id
         );
-        self.notifications.push(Event::Oom {
-            about: self.about(session, text),
-            pid: None,
-            oom_kills: kills,
-        });
+        self.notifications.push_once(
+            Some(format!("oom {} {kills}", session.id)),
+            Event::Oom {
+                about: self.about(session, text),
+                pid: None,
+                oom_kills: kills,
+            },
+        );
         true
     }
 
@@ -853,8 +856,12 @@ impl Registry {
     fn on_exit(&self, session: &Session, record: &ExitRecord) {
         session.release_slot();
         if session.notify_on_complete() {
-            self.notifications
-                .push(completion_event(&self.redactor, session, record));
+            // Once: a daemon that records this exit again after a crash
+            // (the keeper still had it) queues no second completion.
+            self.notifications.push_once(
+                Some(format!("completion {}", session.id)),
+                completion_event(&self.redactor, session, record),
+            );
         }
         self.notifications.publish(Event::Exited {
             session_id: session.id.clone(),
