@@ -8,8 +8,11 @@ use super::{percentile, Daemon, Row};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-/// Sessions printing all through the kills.
+/// Sessions printing a line every 5 ms all through the kills.
 const PRINTERS: usize = 8;
+/// Sessions printing as fast as they can (pipe, PTY) all through the kills:
+/// a daemon killed mid-read must lose nothing of theirs either.
+const FAST: [bool; 2] = [false, true];
 
 pub(super) fn survival_rows(kills: usize) -> Vec<Row> {
     let d = Daemon::start();
@@ -19,14 +22,36 @@ pub(super) fn survival_rows(kills: usize) -> Vec<Row> {
         .expect("temp dir");
     let stop = dir.path().join("stop");
     let mut c = d.connect();
-    let printers: Vec<String> = (0..PRINTERS)
+    let printers: Vec<String> = (0..PRINTERS + FAST.len())
         .map(|n| {
-            let command = format!(
-                "i=0; while [ ! -e '{}' ]; do echo \"line $i\"; i=$((i+1)); sleep 0.005; done; exit {}",
-                stop.display(),
-                n + 3
-            );
-            c.call("spawn", json!({ "command": command }))["session_id"]
+            let (command, pty) = match FAST.get(n.wrapping_sub(PRINTERS)) {
+                // As fast as the pipe takes it, in bursts of 200 lines (a
+                // pause between bursts keeps the log under its cap).
+                Some(pty) => (
+                    format!(
+                        "python3 -c \"
+import os, time
+i = 0
+while not os.path.exists('{}'):
+    os.write(1, ''.join('line %d\\n' % n for n in range(i, i + 200)).encode())
+    i += 200
+    time.sleep(0.002)
+\"; exit {}",
+                        stop.display(),
+                        n + 3
+                    ),
+                    *pty,
+                ),
+                None => (
+                    format!(
+                        "i=0; while [ ! -e '{}' ]; do echo \"line $i\"; i=$((i+1)); sleep 0.005; done; exit {}",
+                        stop.display(),
+                        n + 3
+                    ),
+                    false,
+                ),
+            };
+            c.call("spawn", json!({ "command": command, "pty": pty }))["session_id"]
                 .as_str()
                 .expect("session_id")
                 .to_string()
@@ -100,7 +125,7 @@ pub(super) fn survival_rows(kills: usize) -> Vec<Row> {
         }
     }
     let detail = format!(
-        "{kills} SIGKILLs of the daemon, 1.1 s apart; {PRINTERS} sessions printing a numbered line every 5 ms ({total} bytes); one session ending at each kill"
+        "{kills} SIGKILLs of the daemon, 1.1 s apart; {PRINTERS} sessions printing a numbered line every 5 ms and 2 (pipe, PTY) printing as fast as they can ({total} bytes); one session ending at each kill"
     );
     vec![
         Row::at_most(
@@ -131,7 +156,7 @@ pub(super) fn survival_rows(kills: usize) -> Vec<Row> {
             0.0,
             format!(
                 "{} sessions ending at a kill or after all of them",
-                enders.len() + PRINTERS
+                enders.len() + PRINTERS + FAST.len()
             ),
         ),
     ]
@@ -160,6 +185,8 @@ fn missing_bytes(text: &str) -> u64 {
     let mut lost = 0u64;
     let mut next = 0u64;
     for line in text.lines() {
+        // A PTY ends lines with "\r\n".
+        let line = line.strip_suffix('\r').unwrap_or(line);
         match line
             .strip_prefix("line ")
             .and_then(|n| n.parse::<u64>().ok())
