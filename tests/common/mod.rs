@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod systemd;
+
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -55,6 +57,118 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What a test asks of a running procd, over its socket (a `Daemon` of
+/// the test's own, or one a systemd user manager runs).
+pub trait Client {
+    /// The socket the daemon serves on.
+    fn socket(&self) -> PathBuf;
+
+    fn connect(&self) -> Conn {
+        Conn::open(&self.socket())
+    }
+
+    /// Sends one request on a fresh connection; returns the whole response.
+    fn call(&self, method: &str, params: Value) -> Value {
+        self.connect().call(method, params)
+    }
+
+    /// The `result` of a call that must succeed.
+    fn ok(&self, method: &str, params: Value) -> Value {
+        let resp = self.call(method, params.clone());
+        match resp.get("result") {
+            Some(r) => r.clone(),
+            None => panic!("{method}({params}) failed: {resp}"),
+        }
+    }
+
+    /// (code, message) of a call that must fail.
+    fn err(&self, method: &str, params: Value) -> (i64, String) {
+        let resp = self.call(method, params.clone());
+        let e = resp
+            .get("error")
+            .unwrap_or_else(|| panic!("{method}({params}) should fail: {resp}"));
+        (
+            e["code"].as_i64().unwrap_or(0),
+            e["message"].as_str().unwrap_or("").to_string(),
+        )
+    }
+
+    /// Spawns `command` and returns its session id.
+    fn spawn(&self, command: &str) -> String {
+        self.spawn_with(json!({ "command": command }))
+    }
+
+    fn spawn_with(&self, params: Value) -> String {
+        let r = self.ok("spawn", params);
+        r["session_id"].as_str().expect("session_id").to_string()
+    }
+
+    /// Waits for the session to exit (or panics) and returns the result.
+    fn wait_exit(&self, id: &str) -> Value {
+        let r = self.ok(
+            "wait",
+            json!({"session_id": id, "timeout_s": PATIENCE.as_secs()}),
+        );
+        assert_eq!(r["status"], "exited", "session {id} did not exit: {r}");
+        r
+    }
+
+    /// Reads from `cursor` until `needle` appears in the collected text.
+    fn read_until(&self, id: &str, needle: &str) -> String {
+        self.read_until_from(id, 0, needle)
+    }
+
+    /// Reads from `cursor` until the text read contains `needle`.
+    fn read_until_from(&self, id: &str, mut cursor: u64, needle: &str) -> String {
+        let mut text = String::new();
+        let deadline = Instant::now() + PATIENCE;
+        while !text.contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "output of {id} never contained {needle:?}: {text:?}"
+            );
+            let r = self.ok(
+                "read",
+                json!({"session_id": id, "cursor": cursor, "wait_ms": 1000}),
+            );
+            text.push_str(r["data"].as_str().unwrap_or(""));
+            cursor = r["next_cursor"].as_u64().unwrap_or(cursor);
+            if r["eof"] == true && !text.contains(needle) {
+                panic!("{id} ended without printing {needle:?}: {text:?}");
+            }
+        }
+        text
+    }
+
+    /// Everything the session printed, read by cursor until end of output.
+    fn read_all(&self, id: &str) -> String {
+        let mut text = String::new();
+        let mut cursor = 0;
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "the output of {id} never reached its end: {text:?}"
+            );
+            let r = self.ok(
+                "read",
+                serde_json::json!({"session_id": id, "cursor": cursor, "wait_ms": 5000}),
+            );
+            text.push_str(r["data"].as_str().unwrap_or(""));
+            cursor = r["next_cursor"].as_u64().unwrap_or(cursor);
+            if r["eof"] == true {
+                return text;
+            }
+        }
+    }
+}
+
+impl Client for Daemon {
+    fn socket(&self) -> PathBuf {
+        self.home.path().join("run/procd.sock")
     }
 }
 
@@ -155,111 +269,8 @@ impl Daemon {
         new
     }
 
-    pub fn socket(&self) -> PathBuf {
-        self.home.path().join("run/procd.sock")
-    }
-
     pub fn state_dir(&self) -> PathBuf {
         self.home.path().join("state")
-    }
-
-    pub fn connect(&self) -> Conn {
-        Conn::open(&self.socket())
-    }
-
-    /// Sends one request on a fresh connection; returns the whole response.
-    pub fn call(&self, method: &str, params: Value) -> Value {
-        self.connect().call(method, params)
-    }
-
-    /// The `result` of a call that must succeed.
-    pub fn ok(&self, method: &str, params: Value) -> Value {
-        let resp = self.call(method, params.clone());
-        match resp.get("result") {
-            Some(r) => r.clone(),
-            None => panic!("{method}({params}) failed: {resp}"),
-        }
-    }
-
-    /// (code, message) of a call that must fail.
-    pub fn err(&self, method: &str, params: Value) -> (i64, String) {
-        let resp = self.call(method, params.clone());
-        let e = resp
-            .get("error")
-            .unwrap_or_else(|| panic!("{method}({params}) should fail: {resp}"));
-        (
-            e["code"].as_i64().unwrap_or(0),
-            e["message"].as_str().unwrap_or("").to_string(),
-        )
-    }
-
-    /// Spawns `command` and returns its session id.
-    pub fn spawn(&self, command: &str) -> String {
-        self.spawn_with(json!({ "command": command }))
-    }
-
-    pub fn spawn_with(&self, params: Value) -> String {
-        let r = self.ok("spawn", params);
-        r["session_id"].as_str().expect("session_id").to_string()
-    }
-
-    /// Waits for the session to exit (or panics) and returns the result.
-    pub fn wait_exit(&self, id: &str) -> Value {
-        let r = self.ok(
-            "wait",
-            json!({"session_id": id, "timeout_s": PATIENCE.as_secs()}),
-        );
-        assert_eq!(r["status"], "exited", "session {id} did not exit: {r}");
-        r
-    }
-
-    /// Reads from `cursor` until `needle` appears in the collected text.
-    pub fn read_until(&self, id: &str, needle: &str) -> String {
-        self.read_until_from(id, 0, needle)
-    }
-
-    /// Reads from `cursor` until the text read contains `needle`.
-    pub fn read_until_from(&self, id: &str, mut cursor: u64, needle: &str) -> String {
-        let mut text = String::new();
-        let deadline = Instant::now() + PATIENCE;
-        while !text.contains(needle) {
-            assert!(
-                Instant::now() < deadline,
-                "output of {id} never contained {needle:?}: {text:?}"
-            );
-            let r = self.ok(
-                "read",
-                json!({"session_id": id, "cursor": cursor, "wait_ms": 1000}),
-            );
-            text.push_str(r["data"].as_str().unwrap_or(""));
-            cursor = r["next_cursor"].as_u64().unwrap_or(cursor);
-            if r["eof"] == true && !text.contains(needle) {
-                panic!("{id} ended without printing {needle:?}: {text:?}");
-            }
-        }
-        text
-    }
-
-    /// Everything the session printed, read by cursor until end of output.
-    pub fn read_all(&self, id: &str) -> String {
-        let mut text = String::new();
-        let mut cursor = 0;
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            assert!(
-                Instant::now() < deadline,
-                "the output of {id} never reached its end: {text:?}"
-            );
-            let r = self.ok(
-                "read",
-                serde_json::json!({"session_id": id, "cursor": cursor, "wait_ms": 5000}),
-            );
-            text.push_str(r["data"].as_str().unwrap_or(""));
-            cursor = r["next_cursor"].as_u64().unwrap_or(cursor);
-            if r["eof"] == true {
-                return text;
-            }
-        }
     }
 
     /// Takes a client lease for `pid` through the CLI; returns its token.

@@ -48,9 +48,8 @@ pub fn started_by_unit() -> bool {
 
 /// The memory limit of this process's own cgroup (v2), if it has one.
 fn own_cgroup_memory_max() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let max = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.max")).ok()?;
+    let dir = procd_sys::cgroup::own_v2_dir()?;
+    let max = std::fs::read_to_string(dir.join("memory.max")).ok()?;
     max.trim().parse().ok()
 }
 

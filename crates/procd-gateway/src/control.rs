@@ -194,7 +194,11 @@ pub fn start_on_demand(
     launch_detached(paths, launcher)
 }
 
-/// `procd restart`: only a running background daemon.
+/// `procd restart`: a background daemon, or one that systemd runs (the
+/// unit's ExecReload= does the same). Under a keeper the sessions are
+/// handed over and the keeper stays where it runs, so nothing is detached;
+/// a foreground daemon started from a shell is refused (G11: it is
+/// restarted where it was started).
 pub fn restart(
     paths: &Paths,
     launcher: &Launcher,
@@ -205,18 +209,19 @@ pub fn restart(
         Liveness::IdentityUnavailable(s) => return Err(ControlError::IdentityUnavailable(s.pid)),
         _ => return Err(ControlError::NotRunning),
     };
-    if record.launch_mode != "background" {
+    let keeper = record
+        .keeper_pid
+        .zip(record.keeper_identity)
+        .and_then(|(pid, i)| i.open(pid, &ProcFs::default()));
+    let by_systemd = keeper.as_ref().is_some_and(|k| in_procd_unit(k.pid()));
+    if record.launch_mode != "background" && !by_systemd {
         return Err(ControlError::Foreground(record.pid));
     }
     let t = Transition::begin(paths)?;
     // Under a keeper the sessions are handed over, not ended (SPEC §11):
     // the daemon exits, the keeper starts the program on disk (perhaps a
     // new version) and gives it everything.
-    if let Some(keeper) = record
-        .keeper_pid
-        .zip(record.keeper_identity)
-        .and_then(|(pid, i)| i.open(pid, &ProcFs::default()))
-    {
+    if let Some(keeper) = keeper {
         keeper.send_signal(libc::SIGUSR1)?;
         return wait_until_serving(paths, Some(record.pid));
     }
@@ -227,6 +232,17 @@ pub fn restart(
         lease::mark_ephemeral(paths)?;
     }
     launch_detached(paths, launcher)
+}
+
+/// Whether process `pid` runs in procd's systemd unit (a cgroup path
+/// with a `procd.service` part): its service manager, not a shell, owns
+/// where it runs.
+pub fn in_procd_unit(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
+        text.lines()
+            .filter_map(|l| l.rsplit(':').next())
+            .any(|path| path.split('/').any(|part| part == "procd.service"))
+    })
 }
 
 /// Runs `procd daemon --background` in a new session with its output in

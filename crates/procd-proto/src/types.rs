@@ -618,6 +618,10 @@ pub struct StatusResult {
     /// Which limits can be had, and where: "memory" → "v1" or "v2".
     #[serde(default)]
     pub limits_available: std::collections::BTreeMap<String, String>,
+    /// The systemd unit procd runs as ("procd.service"); null when
+    /// systemd did not start it.
+    #[serde(default)]
+    pub systemd_unit: Option<String>,
 }
 
 /// One ongoing fault: what fails, the last error, since when.

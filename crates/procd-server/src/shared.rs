@@ -45,6 +45,8 @@ pub struct Daemon {
     pub(crate) handing_over: std::sync::atomic::AtomicBool,
     /// What holds sessions' trees, and why (for `status`).
     pub(crate) containment: procd_core::containment::Containment,
+    /// The systemd unit procd runs as, if systemd started it.
+    pub(crate) systemd_unit: Option<String>,
 }
 
 impl Daemon {
@@ -124,6 +126,7 @@ impl Daemon {
                 .flat_map(|t| t.controllers())
                 .map(|(c, v)| (c.name().to_string(), v.to_string()))
                 .collect(),
+            systemd_unit: self.systemd_unit.clone(),
         }
     }
 }

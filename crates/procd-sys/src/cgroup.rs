@@ -79,6 +79,15 @@ impl Hierarchy {
     }
 }
 
+/// This process's own cgroup2 directory (on a hybrid host, below the
+/// cgroup2 mount `/sys/fs/cgroup/unified`, not `/sys/fs/cgroup`).
+pub fn own_v2_dir() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let v2 = hierarchies(&mounts, &own).0?;
+    Some(v2.mount.join(v2.own.strip_prefix("/").unwrap_or(&v2.own)))
+}
+
 /// 16 hex digits naming an instance by its state dir: FNV-1a of the
 /// path, so that a daemon started again for the same instance finds the
 /// same tree, and two instances never share one.

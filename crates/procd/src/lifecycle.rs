@@ -120,11 +120,20 @@ pub fn status(paths: &Paths, as_json: bool) -> i32 {
     let liveness = control::status(paths);
     let record = match &liveness {
         Liveness::NotStarted | Liveness::Stale(_) => {
+            // Something listens on the socket with no daemon recorded:
+            // systemd's socket unit, which starts procd on the first
+            // connection (so it is looked up, not connected to).
+            let socket_active = is_listening(&paths.socket());
             say(
                 as_json,
                 json!({"running": false, "reason": liveness.reason(),
-                       "socket": paths.socket().display().to_string()}),
-                "procd is not running",
+                       "socket": paths.socket().display().to_string(),
+                       "socket_active": socket_active}),
+                if socket_active {
+                    "procd is not running; its socket is active: the service starts on the first request"
+                } else {
+                    "procd is not running"
+                },
             );
             return EXIT_NOT_RUNNING;
         }
@@ -162,6 +171,23 @@ pub fn status(paths: &Paths, as_json: bool) -> i32 {
     };
     say(as_json, value, &text);
     EXIT_OK
+}
+
+/// Whether a Unix socket bound to `path` is listening in this network
+/// namespace (`/proc/net/unix`: the listening flag `__SO_ACCEPTCON`).
+fn is_listening(path: &std::path::Path) -> bool {
+    const ACCEPTING: u32 = 1 << 16;
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return false;
+    };
+    let want = path.as_os_str().to_string_lossy();
+    table.lines().skip(1).any(|line| {
+        // Num RefCount Protocol Flags Type St Inode Path
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() >= 8
+            && fields[7] == want
+            && u32::from_str_radix(fields[3], 16).is_ok_and(|flags| flags & ACCEPTING != 0)
+    })
 }
 
 pub fn lease(paths: &Paths, cmd: LeaseCommand, as_json: bool) -> i32 {

@@ -5,17 +5,34 @@ use procd_proto::*;
 fn exit_summary(exit: &Option<ExitInfo>) -> String {
     match exit {
         None => String::new(),
-        Some(e) => {
-            let code = e
-                .exit_code
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "unknown".into());
-            let reason = serde_json::to_value(e.completion_reason)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default();
-            format!("exit code {code} ({reason})")
-        }
+        Some(e) => ended(e.exit_code, e.signal.as_deref(), e.completion_reason),
+    }
+}
+
+/// How a session ended, in the same words wherever it is shown (poll,
+/// kill, spawn, events): "exit code 3 (exited)", "signal SIGKILL
+/// (killed)", "exit code unknown (lost)".
+fn ended(exit_code: Option<i32>, signal: Option<&str>, reason: CompletionReason) -> String {
+    let reason = serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
+    match (signal, exit_code) {
+        (Some(signal), _) => format!("signal {signal} ({reason})"),
+        (None, Some(code)) => format!("exit code {code} ({reason})"),
+        (None, None) => format!("exit code unknown ({reason})"),
+    }
+}
+
+/// `ended` in a table column: "exit 3", "SIGKILL" (a list's exit code is
+/// -N for a death by signal N), "exited".
+fn ended_short(exit_code: Option<i32>) -> String {
+    match exit_code {
+        Some(code) if code < 0 => nix::sys::signal::Signal::try_from(-code)
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_else(|_| format!("signal {}", -code)),
+        Some(code) => format!("exit {code}"),
+        None => "exited".to_string(),
     }
 }
 
@@ -80,8 +97,13 @@ pub fn killed(r: &KillResult) -> String {
 }
 
 pub fn status(r: &StatusResult) -> String {
+    let unit = r
+        .systemd_unit
+        .as_ref()
+        .map(|u| format!(", systemd unit {u}"))
+        .unwrap_or_default();
     format!(
-        "procd {} running (pid {}, {} {}), up {:.0}s\nsessions: {} running, {} finished\nsocket: {}",
+        "procd {} running (pid {}, {} {}{unit}), up {:.0}s\nsessions: {} running, {} finished\nsocket: {}\ncontainment: {} ({})",
         r.version,
         r.pid,
         r.launch_mode,
@@ -89,7 +111,9 @@ pub fn status(r: &StatusResult) -> String {
         r.uptime_seconds,
         r.running,
         r.finished,
-        r.socket
+        r.socket,
+        r.containment,
+        r.containment_reason
     )
 }
 
@@ -104,8 +128,7 @@ pub fn table(r: &ListResult) -> String {
     for p in &r.processes {
         let status = match (p.status, p.exit_code) {
             (SessionStatus::Running, _) => "running".to_string(),
-            (SessionStatus::Exited, Some(c)) => format!("exit {c}"),
-            (SessionStatus::Exited, None) => "exited".to_string(),
+            (SessionStatus::Exited, code) => ended_short(code),
         };
         let command: String = p.command.chars().take(60).collect();
         let running = p.status == SessionStatus::Running;
@@ -150,16 +173,10 @@ pub fn event(e: &Event) -> String {
         Event::Started { pid, command, .. } => format!("pid {pid}  {command}"),
         Event::Exited {
             exit_code,
+            signal,
             completion_reason,
             ..
-        } => format!(
-            "exit code {} ({})",
-            exit_code.map_or("unknown".into(), |c| c.to_string()),
-            serde_json::to_value(completion_reason)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default()
-        ),
+        } => ended(*exit_code, signal.as_deref(), *completion_reason),
         Event::Port { port, .. } => format!("listening on {port}"),
         Event::Lagged { missed } => format!("{missed} events missed (this client fell behind)"),
         _ => String::new(),

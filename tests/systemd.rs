@@ -1,0 +1,206 @@
+//! procd's units under a real systemd user manager (issue "the systemd
+//! user service, tested for real"): socket activation and Type=notify
+//! readiness, `systemctl --user stop`, `reload` and `procd restart`
+//! handing sessions over, a SIGKILLed daemon and then a SIGKILLed keeper,
+//! sessions in cgroups delegated to the service.
+//!
+//! Each test brings up its own `systemd --user` (tests/common/systemd.rs:
+//! a private mount namespace, its own runtime dir, HOME and cgroup) with
+//! the units from `systemd/` as shipped, ExecStart's path substituted,
+//! and removes everything afterwards. `PROCD_TEST_NO_SYSTEMD=1` says the
+//! machine has no systemd; the tests then say so and pass, and only then.
+
+mod common;
+
+use common::systemd::UserManager;
+use common::*;
+use serde_json::json;
+
+/// A session printing "tick 0" … "tick 200", one line every 10 ms.
+const TICKER: &str = "for i in $(seq 0 200); do echo tick $i; sleep 0.01; done";
+
+#[test]
+fn systemd_socket_activation_starts_the_service_on_the_first_request() {
+    let Some(m) = UserManager::start() else {
+        return;
+    };
+    m.start_socket();
+    // Only the socket listens: status tells that from not running.
+    let out = m.procd(&["status"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("socket is active"), "{text}");
+    let json = m.procd_json(&["status", "--json"]);
+    assert_eq!(json["socket_active"], true, "{json}");
+    assert_eq!(m.active_state("procd.service"), "inactive");
+
+    // The first request starts the service, and is answered by it.
+    let mut c = m.connect();
+    let r = c.call("status", json!({}));
+    let status = &r["result"];
+    assert!(status["pid"].as_i64().is_some(), "{r}");
+    // Type=notify: "active" only after READY=1.
+    assert_eq!(m.active_state("procd.service"), "active");
+    let keeper = m.main_pid();
+    assert!(keeper > 0 && alive(keeper));
+    assert_eq!(
+        status["pid"].as_i64().map(|p| p as i32),
+        daemon_below(keeper),
+        "the daemon serving is the keeper's child: {status}"
+    );
+    assert_eq!(status["systemd_unit"], "procd.service", "{status}");
+    assert_eq!(status["containment"], "cgroup", "{status}");
+
+    // A session lives in a cgroup delegated to the service, not a scope.
+    let id = m.spawn("sleep 300");
+    let pid = m.session_pid(&id);
+    let cgroup = v2_cgroup(pid);
+    assert!(
+        cgroup.contains("/procd.service/procd-") && cgroup.ends_with(&format!("/{id}")),
+        "{cgroup}"
+    );
+    let units = m.systemctl(&["list-units", "--type=scope", "--no-legend"]);
+    assert!(
+        !String::from_utf8_lossy(&units.stdout).contains("procd-worker"),
+        "no scope per session: {units:?}"
+    );
+    let text = String::from_utf8_lossy(&m.procd(&["status"]).stdout).to_string();
+    assert!(text.contains("systemd unit procd.service"), "{text}");
+    assert!(text.contains("containment: cgroup"), "{text}");
+}
+
+#[test]
+fn systemd_stop_ends_every_session_within_the_grace_and_leaves_nothing() {
+    let Some(m) = UserManager::start() else {
+        return;
+    };
+    m.start_socket();
+    let plain = m.spawn("sleep 300");
+    let stubborn = m.spawn(
+        "exec python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(\"up\", flush=True); time.sleep(300)'",
+    );
+    let escapee = m.spawn("setsid -f env -i sleep 300; sleep 300");
+    m.read_until(&stubborn, "up");
+    let mut pids = Vec::new();
+    wait_until("every session's processes are up", || {
+        pids = m.session_processes();
+        pids.len() >= 5
+    });
+    let keeper = m.main_pid();
+    let daemon = daemon_below(keeper).expect("the daemon");
+    let stopped = m.systemctl(&["stop", "procd.service", "procd.socket"]);
+    assert!(stopped.status.success(), "{stopped:?}");
+    for pid in pids.iter().chain([&keeper, &daemon]) {
+        assert!(!alive(*pid), "{pid} survived the stop");
+    }
+    assert_eq!(m.active_state("procd.service"), "inactive");
+    assert!(m.session_processes().is_empty());
+    let _ = (plain, escapee);
+}
+
+#[test]
+fn systemd_reload_and_procd_restart_hand_every_session_over_live() {
+    let Some(m) = UserManager::start() else {
+        return;
+    };
+    m.start_socket();
+    let echo = m.spawn_with(json!({"command": "while read l; do echo got $l; done; exit 3"}));
+    let ticker = m.spawn(TICKER);
+    let echo_pid = m.session_pid(&echo);
+    let keeper = m.main_pid();
+    let first = m.daemon_pid();
+    m.read_until(&ticker, "tick 10");
+
+    // systemctl --user reload: ExecReload= asks the keeper to hand over.
+    let reloaded = m.systemctl(&["reload", "procd.service"]);
+    assert!(reloaded.status.success(), "{reloaded:?}");
+    let second = m.wait_new_daemon(first);
+    assert_eq!(m.main_pid(), keeper, "the keeper stays");
+    m.ok("write_stdin", json!({"session_id": echo, "data": "one\n"}));
+    m.read_until(&echo, "got one");
+
+    // procd restart works under systemd too, the same way.
+    let out = m.procd(&["restart"]);
+    assert!(out.status.success(), "{out:?}");
+    m.wait_new_daemon(second);
+    assert_eq!(m.main_pid(), keeper);
+    m.ok("write_stdin", json!({"session_id": echo, "data": "two\n"}));
+    m.read_until(&echo, "got two");
+    assert_eq!(m.session_pid(&echo), echo_pid);
+    m.ok("close_stdin", json!({"session_id": echo}));
+    assert_eq!(m.wait_exit(&echo)["exit_code"], 3);
+
+    // Every tick, in order, across both handovers.
+    assert_eq!(m.wait_exit(&ticker)["exit_code"], 0);
+    let text = m.read_all(&ticker);
+    let lines: Vec<&str> = text.lines().collect();
+    let want: Vec<String> = (0..=200).map(|i| format!("tick {i}")).collect();
+    assert_eq!(lines, want, "{text}");
+}
+
+#[test]
+fn systemd_killed_daemon_then_keeper_leave_no_session_unobserved() {
+    let Some(m) = UserManager::start() else {
+        return;
+    };
+    m.start_socket();
+    let ticker = m.spawn(TICKER);
+    let sleeper = m.spawn("sleep 300");
+    m.read_until(&ticker, "tick 5");
+    let keeper = m.main_pid();
+
+    // The daemon alone: the keeper starts another, sessions go on.
+    let first = m.daemon_pid();
+    kill9(first);
+    m.wait_new_daemon(first);
+    assert_eq!(m.main_pid(), keeper);
+    m.read_until(&ticker, "tick 30");
+    assert_eq!(
+        m.ok("poll", json!({"session_id": sleeper}))["status"],
+        "running"
+    );
+
+    // The keeper: no procd process is left to hold the sessions' pipes
+    // and reap their roots, so none may run on unobserved. systemd ends
+    // what is left in the unit's cgroup (KillMode=mixed) and starts the
+    // unit again; the next daemon reports each session lost, and its
+    // processes are gone.
+    let pids: Vec<i32> = [&ticker, &sleeper]
+        .iter()
+        .map(|id| m.session_pid(id))
+        .collect();
+    let leftovers = m.session_processes();
+    kill9(keeper);
+    wait_until("systemd starts the unit again", || {
+        let now = m.main_pid();
+        now > 0 && now != keeper && m.active_state("procd.service") == "active"
+    });
+    for pid in pids.iter().chain(&leftovers) {
+        wait_until(&format!("{pid} is ended"), || !alive(*pid));
+    }
+    for id in [&ticker, &sleeper] {
+        let r = m.wait_exit(id);
+        assert_eq!(r["completion_reason"], "lost", "{r}");
+        assert!(r["exit_code"].is_null(), "{r}");
+    }
+    // What they printed until then is still readable.
+    assert!(m.read_all(&ticker).contains("tick 30"));
+}
+
+/// SIGKILL to a process this test started (through the units).
+fn kill9(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// The cgroup2 path of `pid`.
+fn v2_cgroup(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or_default()
+        .to_string()
+}
