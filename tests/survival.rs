@@ -619,3 +619,68 @@ fn queued_notifications_survive_the_keeper_and_daemon_dying_together() {
         let _ = d.call("kill", json!({"session_id": id}));
     }
 }
+
+/// Installs procd at `path` as an upgrade would: a new file renamed over
+/// the old one (another inode, the running program untouched).
+fn install(path: &std::path::Path) {
+    let tmp = path.with_extension("new");
+    std::fs::copy(BIN, &tmp).expect("copy procd");
+    std::fs::rename(&tmp, path).expect("install procd");
+}
+
+fn inode(path: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map(|m| m.ino()).unwrap_or(0)
+}
+
+#[test]
+fn restart_onto_a_new_program_upgrades_the_keeper_in_place() {
+    let bin = short_tempdir();
+    let program = bin.path().join("procd");
+    install(&program);
+    let d = Daemon::running(&program);
+    let keeper = d.keeper_pid();
+    let keeper_start = start_time(keeper);
+    let old = d.pid() as i32;
+    let echo = d.spawn("while read l; do echo got $l; done; exit 3");
+    let pty = d.spawn_with(json!({"command": TICKER, "pty": true}));
+    // Ends as the old daemon goes: its exit crosses the keeper's exec.
+    let seven = d.spawn(&format!("tail --pid={old} -f /dev/null; exit 7"));
+    d.read_until(&pty, "tick 20");
+    let program_path = program.display().to_string();
+    let before = inode(&format!("/proc/{keeper}/exe"));
+    assert_eq!(before, inode(&program_path));
+
+    install(&program);
+    assert_ne!(inode(&program_path), before);
+    // What `procd restart` and the unit's ExecReload= send.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(keeper),
+        nix::sys::signal::Signal::SIGUSR1,
+    );
+    wait_until("a daemon of the new program serves", || {
+        let now = d.pid() as i32;
+        now != 0 && now != old && status_pid(&d.socket()) == Some(now as u64)
+    });
+    // The same keeper process, now running the new file.
+    assert_eq!(d.keeper_pid(), keeper);
+    assert_eq!(start_time(keeper), keeper_start);
+    assert_eq!(inode(&format!("/proc/{keeper}/exe")), inode(&program_path));
+    let log = std::fs::read_to_string(d.home.path().join("daemon.err")).unwrap_or_default();
+    assert!(
+        log.contains("upgraded in place; 3 session(s) carried over"),
+        "{log}"
+    );
+
+    // Every session on, with its exact exit.
+    assert_eq!(d.wait_exit(&seven)["exit_code"], 7);
+    d.ok(
+        "write_stdin",
+        json!({"session_id": echo, "data": "hello\n"}),
+    );
+    d.read_until(&echo, "got hello");
+    d.ok("close_stdin", json!({"session_id": echo}));
+    assert_eq!(d.wait_exit(&echo)["exit_code"], 3);
+    assert_eq!(d.wait_exit(&pty)["exit_code"], 0);
+    assert_ticks(&d.read_all(&pty), 300);
+}

@@ -177,6 +177,8 @@ pub struct Daemon {
     child: Option<Child>,
     /// Extra environment for the daemon process.
     env: Vec<(String, String)>,
+    /// The procd program it runs (BIN, or a copy a test upgrades).
+    program: PathBuf,
 }
 
 impl Daemon {
@@ -211,6 +213,20 @@ impl Daemon {
             home,
             child: None,
             env,
+            program: PathBuf::from(BIN),
+        };
+        d.child = Some(d.spawn_daemon());
+        d.wait_serving();
+        d
+    }
+
+    /// A daemon running `program` (a copy of procd the test may replace).
+    pub fn running(program: &Path) -> Daemon {
+        let mut d = Daemon {
+            home: short_tempdir(),
+            child: None,
+            env: Vec::new(),
+            program: program.to_path_buf(),
         };
         d.child = Some(d.spawn_daemon());
         d.wait_serving();
@@ -222,7 +238,7 @@ impl Daemon {
     /// must not depend on (or be slowed by) the developer's dotfiles.
     pub fn spawn_daemon(&self) -> Child {
         let err = std::fs::File::create(self.home.path().join("daemon.err")).expect("stderr file");
-        Command::new(BIN)
+        Command::new(&self.program)
             .args(["daemon", "--home"])
             .arg(self.home.path())
             .env("HOME", self.home.path())

@@ -8,6 +8,14 @@
 //! Deliberately small: no async runtime, no JSON-RPC, no /proc. One loop
 //! over the link to the daemon and a signalfd; the only state is a table
 //! of descriptors and statuses.
+//!
+//! Upgrading in place: when a handover (`procd restart`) finds another
+//! program at the keeper's path than the one it runs, the keeper execs
+//! that program itself, once the old daemon is gone — the same pid, so
+//! its children (the session roots) stay its children and systemd's
+//! MainPID stays — carrying its table across in a memfd
+//! (`PROCD_KEEPER_STATE`). The new keeper takes the table back and starts
+//! a daemon of the new version, which is handed every session.
 
 use crate::wire::{self, Exit, FdKind, Received, ToDaemon, ToKeeper, EXIT_HANDOVER};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -16,10 +24,12 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// How the daemon is started: this program again, with the same arguments.
@@ -66,6 +76,33 @@ struct Keeper {
     stop_requested: bool,
 }
 
+/// The environment variable naming the memfd that carries a keeper's
+/// table across its exec onto a new program.
+const STATE_ENV: &str = "PROCD_KEEPER_STATE";
+/// The memfd's name (checked before it is trusted).
+const STATE_NAME: &str = "procd-keeper-state";
+
+/// What a keeper carries across its exec: its table, descriptors by number
+/// (they stay open: close-on-exec is cleared for the exec).
+#[derive(Debug, Serialize, Deserialize)]
+struct Carried {
+    listener: Option<RawFd>,
+    activated: bool,
+    ready_told: bool,
+    /// The descriptor limit daemons get back.
+    nofile: Option<u64>,
+    sessions: Vec<CarriedSession>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CarriedSession {
+    id: String,
+    pid: i32,
+    start_time: u64,
+    exit: Option<Exit>,
+    fds: Vec<(FdKind, RawFd)>,
+}
+
 fn say(what: std::fmt::Arguments<'_>) {
     eprintln!("procd keeper [{}]: {what}", std::process::id());
 }
@@ -99,13 +136,35 @@ pub fn run(launch: Launch) -> i32 {
         say(format_args!("cannot become a child subreaper: {e}"));
         return 1;
     }
-    let nofile = raise_nofile();
+    let mut nofile = raise_nofile();
     let mut keeper = Keeper::default();
+    // An upgrade: our previous program's table, and its original limit.
+    let upgraded = match Keeper::carried() {
+        Ok(Some((carried, limit))) => {
+            say(format_args!(
+                "upgraded in place; {} session(s) carried over",
+                carried.sessions.len()
+            ));
+            keeper = carried;
+            nofile = limit;
+            true
+        }
+        Ok(None) => false,
+        Err(e) => {
+            say(format_args!(
+                "cannot take over the previous keeper's table: {e}"
+            ));
+            false
+        }
+    };
     // Under systemd the keeper is the unit's main process: the socket it
     // passes (LISTEN_PID is ours) is held and handed to every daemon, and
     // readiness and stopping are told from here (NotifyAccess=main). The
     // daemon sees neither protocol's variables.
-    if let Some(fd) = sd_notify::listen_fds().ok().and_then(|mut fds| fds.next()) {
+    let passed = (!upgraded)
+        .then(|| sd_notify::listen_fds().ok().and_then(|mut fds| fds.next()))
+        .flatten();
+    if let Some(fd) = passed {
         // SAFETY: by the socket-activation protocol this descriptor was
         // opened for this process (listen_fds checked LISTEN_PID) and
         // nothing else here owns it; it is taken once, at start-up.
@@ -118,6 +177,11 @@ pub fn run(launch: Launch) -> i32 {
     let mut failed_starts = 0usize;
     let mut restart_at = Some(Instant::now());
     let mut daemon: Option<Daemon> = None;
+    if upgraded {
+        // Roots that ended across the exec: their SIGCHLD may be gone,
+        // their statuses are not (they wait as zombies).
+        keeper.reap(None, None, &mut None);
+    }
     loop {
         if daemon.is_none() && restart_at.is_some_and(|at| at <= Instant::now()) {
             restart_at = None;
@@ -201,7 +265,16 @@ pub fn run(launch: Launch) -> i32 {
             return code.unwrap_or(1);
         }
         match code {
-            Some(EXIT_HANDOVER) => restart_at = Some(Instant::now()),
+            Some(EXIT_HANDOVER) => {
+                if program_changed(&launch.exe) {
+                    // Returns only if the exec failed: go on as we are.
+                    let e = keeper.exec_upgrade(&launch, nofile);
+                    say(format_args!(
+                        "cannot upgrade in place ({e}); keeping this keeper"
+                    ));
+                }
+                restart_at = Some(Instant::now());
+            }
             // Ended by request, or could not start (another daemon runs,
             // a bad config): nothing to keep.
             Some(code) if code == 0 || (!d.serving && keeper.sessions.is_empty()) => return code,
@@ -237,7 +310,181 @@ fn raise_nofile() -> Option<u64> {
     (soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok()).then_some(soft)
 }
 
+/// Whether the program at `exe` (the path the keeper was started from)
+/// is another file than the one this process runs: an upgrade installed.
+fn program_changed(exe: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(exe), std::fs::metadata("/proc/self/exe")) {
+        (Ok(on_disk), Ok(running)) => {
+            (on_disk.dev(), on_disk.ino()) != (running.dev(), running.ino())
+        }
+        _ => false,
+    }
+}
+
+/// Replaces this process with `launch` (its environment and signal mask
+/// kept); returns only on failure.
+fn exec_as(launch: &Launch) -> std::io::Error {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |s: &std::ffi::OsStr| CString::new(s.as_bytes()).map_err(std::io::Error::other);
+    let argv = std::iter::once(launch.exe.as_os_str())
+        .chain(launch.args.iter().map(OsString::as_os_str))
+        .map(c)
+        .collect::<std::io::Result<Vec<CString>>>();
+    match (c(launch.exe.as_os_str()), argv) {
+        (Ok(path), Ok(argv)) => match nix::unistd::execv(&path, &argv) {
+            Err(e) => e.into(),
+            Ok(never) => match never {},
+        },
+        (Err(e), _) | (_, Err(e)) => e,
+    }
+}
+
+/// Sets or clears close-on-exec on `fd`.
+fn set_cloexec(fd: RawFd, on: bool) -> std::io::Result<()> {
+    // SAFETY: F_GETFD/F_SETFD only read and set a descriptor flag; an fd
+    // that is not open makes them fail with EBADF, which is returned.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        let flags = if on {
+            flags | libc::FD_CLOEXEC
+        } else {
+            flags & !libc::FD_CLOEXEC
+        };
+        if flags == -1 || libc::fcntl(fd, libc::F_SETFD, flags) == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 impl Keeper {
+    /// Execs the program now at `launch.exe` in this process, carrying the
+    /// table over (see the module's doc). Returns only on failure, with
+    /// every descriptor as it was.
+    fn exec_upgrade(&self, launch: &Launch, nofile: Option<u64>) -> std::io::Error {
+        let carried = Carried {
+            listener: self.listener.as_ref().map(AsRawFd::as_raw_fd),
+            activated: self.activated,
+            ready_told: self.ready_told,
+            nofile,
+            sessions: self
+                .sessions
+                .iter()
+                .map(|(id, h)| CarriedSession {
+                    id: id.clone(),
+                    pid: h.pid,
+                    start_time: h.start_time,
+                    exit: h.exit,
+                    fds: h.fds.iter().map(|(k, fd)| (*k, fd.as_raw_fd())).collect(),
+                })
+                .collect(),
+        };
+        let kept: Vec<RawFd> = carried
+            .listener
+            .into_iter()
+            .chain(
+                carried
+                    .sessions
+                    .iter()
+                    .flat_map(|s| s.fds.iter().map(|(_, fd)| *fd)),
+            )
+            .collect();
+        let state = (|| {
+            let memfd = rustix::fs::memfd_create(STATE_NAME, rustix::fs::MemfdFlags::empty())?;
+            let bytes = serde_json::to_vec(&carried).map_err(std::io::Error::other)?;
+            std::fs::File::from(memfd.try_clone()?).write_all(&bytes)?;
+            for fd in &kept {
+                set_cloexec(*fd, false)?;
+            }
+            Ok::<_, std::io::Error>(memfd)
+        })();
+        let err = match state {
+            Ok(memfd) => {
+                // execv(2) itself, not std's Command::exec: that empties
+                // the signal mask first, and a SIGTERM arriving in between
+                // would end the keeper (and with it every session).
+                std::env::set_var(STATE_ENV, memfd.as_raw_fd().to_string());
+                let err = exec_as(launch);
+                std::env::remove_var(STATE_ENV);
+                err
+            }
+            Err(e) => e,
+        };
+        for fd in &kept {
+            let _ = set_cloexec(*fd, true);
+        }
+        err
+    }
+
+    /// The table a previous keeper (this pid, before its exec) carried
+    /// over, if it did, and the descriptor limit it kept.
+    fn carried() -> std::io::Result<Option<(Keeper, Option<u64>)>> {
+        let Some(raw) = std::env::var_os(STATE_ENV) else {
+            return Ok(None);
+        };
+        std::env::remove_var(STATE_ENV);
+        let fd: RawFd = raw
+            .to_str()
+            .and_then(|r| r.parse().ok())
+            .filter(|fd| *fd > 2)
+            .ok_or_else(|| std::io::Error::other(format!("{STATE_ENV} is not a descriptor")))?;
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))?;
+        if !link
+            .to_string_lossy()
+            .starts_with(&format!("/memfd:{STATE_NAME}"))
+        {
+            return Err(std::io::Error::other(format!(
+                "{STATE_ENV} names no keeper state"
+            )));
+        }
+        // SAFETY: the previous program of this process left `fd` open for
+        // us (a memfd of ours, checked just above); nothing else in this
+        // freshly exec'd program owns it.
+        let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let mut bytes = Vec::new();
+        std::io::Seek::rewind(&mut file)?;
+        std::io::Read::take(&mut file, 16 << 20).read_to_end(&mut bytes)?;
+        let carried: Carried = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+        let mut seen = std::collections::HashSet::new();
+        let mut adopt = |fd: RawFd| -> std::io::Result<OwnedFd> {
+            if fd <= 2 || !seen.insert(fd) {
+                return Err(std::io::Error::other(format!(
+                    "descriptor {fd} carried twice"
+                )));
+            }
+            set_cloexec(fd, true)?; // EBADF when it is not open
+                                    // SAFETY: open (checked by fcntl just above), named once in the
+                                    // table our previous program wrote, and owned by nothing else
+                                    // in this fresh program: it becomes ours alone.
+            Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+        };
+        let mut keeper = Keeper {
+            listener: carried.listener.map(&mut adopt).transpose()?,
+            activated: carried.activated,
+            ready_told: carried.ready_told,
+            ..Keeper::default()
+        };
+        for s in carried.sessions {
+            let fds = s
+                .fds
+                .into_iter()
+                .map(|(kind, fd)| Ok((kind, adopt(fd)?)))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            keeper.sessions.insert(
+                s.id,
+                Held {
+                    pid: s.pid,
+                    start_time: s.start_time,
+                    fds,
+                    exit: s.exit,
+                },
+            );
+        }
+        Ok(Some((keeper, carried.nofile)))
+    }
+
     /// Starts the daemon with its end of a new link on descriptor 3, and
     /// hands it everything held.
     fn start(&mut self, launch: &Launch, nofile: Option<u64>) -> std::io::Result<Daemon> {
