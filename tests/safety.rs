@@ -1058,12 +1058,26 @@ fn log_pages_are_capped_and_a_batch_of_them_stays_small() {
 
 /// A small tmpfs mounted for a test (a real disk that really fills up);
 /// unmounted on drop. None where mounting is not permitted (not root).
-struct SmallDisk(std::path::PathBuf);
+/// A 1 MiB tmpfs on `<home>/state`. Dropped after the daemon (whose
+/// TempDir cannot remove a mount point): it unmounts, then removes the
+/// home that is left.
+struct SmallDisk {
+    at: std::path::PathBuf,
+    home: std::path::PathBuf,
+}
+
+/// Says a machine cannot mount a tmpfs (the test then does not run).
+const NO_MOUNT: &str = "PROCD_TEST_NO_MOUNT";
 
 impl SmallDisk {
-    fn mount(at: &std::path::Path, size: &str) -> Option<SmallDisk> {
-        std::fs::create_dir_all(at).ok()?;
-        let ok = std::process::Command::new("mount")
+    fn mount(home: &std::path::Path, size: &str) -> Option<SmallDisk> {
+        if std::env::var_os(NO_MOUNT).is_some() {
+            eprintln!("{NO_MOUNT} is set: this machine cannot mount a tmpfs; not run");
+            return None;
+        }
+        let at = home.join("state");
+        std::fs::create_dir_all(&at).expect("state dir");
+        let mounted = std::process::Command::new("mount")
             .args([
                 "-t",
                 "tmpfs",
@@ -1071,16 +1085,23 @@ impl SmallDisk {
                 &format!("size={size},mode=0700"),
                 "tmpfs",
             ])
-            .arg(at)
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| SmallDisk(at.to_path_buf()))
+            .arg(&at)
+            .status();
+        assert!(
+            mounted.as_ref().is_ok_and(|s| s.success()),
+            "cannot mount a tmpfs on {} ({mounted:?}): the disk-fault test needs root; set {NO_MOUNT}=1 where the machine cannot",
+            at.display()
+        );
+        Some(SmallDisk {
+            at,
+            home: home.to_path_buf(),
+        })
     }
 
     /// Fills it up; returns the filler's path (remove it to free the disk).
     fn fill(&self) -> std::path::PathBuf {
         use std::io::Write;
-        let path = self.0.join("filler");
+        let path = self.at.join("filler");
         let mut f = std::fs::File::create(&path).expect("filler");
         let chunk = vec![b'x'; 4096];
         while f.write_all(&chunk).is_ok() {}
@@ -1090,7 +1111,8 @@ impl SmallDisk {
 
 impl Drop for SmallDisk {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::process::Command::new("umount").arg(&self.at).status();
+        let _ = std::fs::remove_dir_all(&self.home);
     }
 }
 
@@ -1106,10 +1128,7 @@ fn faults(d: &Daemon) -> Vec<String> {
 #[test]
 fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
     let home = short_tempdir();
-    let Some(disk) = SmallDisk::mount(&home.path().join("state"), "1m") else {
-        eprintln!(
-            "SKIPPED: cannot mount a tmpfs here (needs root); the disk-fault test did not run"
-        );
+    let Some(disk) = SmallDisk::mount(home.path(), "1m") else {
         return;
     };
     let d = Daemon::in_home(home, "monitor_interval_s = 0.1");
