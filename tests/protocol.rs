@@ -571,9 +571,16 @@ fn idle_connections_do_not_keep_a_new_client_out() {
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     let mut buf = [0u8; 16];
-    assert_eq!(
-        first.read(&mut buf).unwrap_or(0),
-        0,
-        "the idlest connection was closed"
-    );
+    // EOF (Ok(0)) is the close; a timeout or any byte is not.
+    match first.read(&mut buf) {
+        Ok(0) => {}
+        other => panic!("the idlest connection was not closed: {other:?}"),
+    }
+    // And the newest idle one is still open (nothing to read yet).
+    let last = idle.last_mut().expect("connections");
+    last.set_nonblocking(true).unwrap();
+    let e = last
+        .read(&mut buf)
+        .expect_err("the newest connection is open");
+    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
 }

@@ -1,6 +1,8 @@
 //! Keeps the benchmark working: `--quick --json` runs every measurement
 //! against a real daemon and reports each row's fields. No timing is
-//! asserted here — the numbers belong in the README, not in a test.
+//! asserted here — the numbers belong in the README, not in a test — but
+//! the rows that count losses are: a lost byte or exit code is a defect,
+//! not a slow machine.
 
 use serde_json::Value;
 
@@ -26,6 +28,17 @@ fn quick_mode_reports_every_metric() {
             row.get("baseline").is_some() && row.get("ratio").is_some(),
             "{row}"
         );
+    }
+    for lost in [
+        "output bytes lost or repeated across the kills",
+        "exit codes lost across the kills",
+    ] {
+        let row = rows
+            .iter()
+            .find(|r| r["metric"] == lost)
+            .unwrap_or_else(|| panic!("no row {lost:?}: {rows:#?}"));
+        assert_eq!(row["value"].as_f64(), Some(0.0), "{row}");
+        assert_eq!(row["met"], true, "{row}");
     }
     let with_baseline = rows.iter().filter(|r| r["baseline"].is_number()).count();
     assert!(
