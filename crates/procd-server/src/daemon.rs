@@ -404,9 +404,14 @@ async fn serve_claimed(
     ));
     tracing::info!(socket = %options.paths.socket().display(), pid = std::process::id(), "procd is serving");
 
+    let fast = Arc::new(crate::fast::FastPoll::new(
+        daemon.registry.clone(),
+        options.config.max_response_bytes,
+    ));
     crate::listener::serve(
         listener,
         methods,
+        fast,
         options.config.max_request_bytes,
         options.config.max_response_bytes,
         shutdown_rx,

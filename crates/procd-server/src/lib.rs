@@ -6,6 +6,7 @@
 
 mod connection;
 mod daemon;
+mod fast;
 mod lane;
 mod listener;
 mod rpc;

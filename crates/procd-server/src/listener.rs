@@ -50,6 +50,7 @@ impl Live {
 pub async fn serve(
     listener: UnixListener,
     methods: Methods,
+    fast: Arc<crate::fast::FastPoll>,
     max_request_bytes: usize,
     max_response_bytes: usize,
     mut shutdown: watch::Receiver<bool>,
@@ -91,6 +92,7 @@ pub async fn serve(
         }
         live.make_room();
         let methods = methods.clone();
+        let fast = fast.clone();
         let shutdown = shutdown.clone();
         let handle = ConnectionHandle::new();
         let id = next_id;
@@ -101,6 +103,7 @@ pub async fn serve(
             crate::connection::serve(
                 stream,
                 methods,
+                fast,
                 max_request_bytes,
                 max_response_bytes,
                 shutdown,
