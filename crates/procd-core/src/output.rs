@@ -215,19 +215,35 @@ impl OutputStore {
             Err(nix::errno::Errno::ENXIO) => file.metadata()?.len(), // all hole
             Err(_) => 0,
         };
+        // Read in chunks, counting lines and keeping only the tail: a
+        // recovered log may be 64 MiB, and every session's is read at once.
         file.seek(SeekFrom::Start(data_start))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
-        let newlines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+        let (mut newlines, mut len) = (0u64, 0u64);
+        let mut tail: VecDeque<u8> = VecDeque::new();
+        let mut chunk = vec![0u8; 1 << 20];
+        loop {
+            let n = match file.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let got = &chunk[..n];
+            newlines += memchr::memchr_iter(b'\n', got).count() as u64;
+            len += n as u64;
+            let keep = &got[n - n.min(tail_cap)..];
+            let overflow = (tail.len() + keep.len()).saturating_sub(tail_cap);
+            tail.drain(..overflow.min(tail.len()));
+            tail.extend(keep);
+        }
         let store = Self::with_file(path, Some(file), 0, newlines, max_log_bytes, tail_cap);
         {
             let mut inner = store.lock();
             inner.kept_from = data_start;
-            inner.end = data_start + bytes.len() as u64;
-            let skip = bytes.len().saturating_sub(tail_cap);
-            inner.tail.extend(&bytes[skip..]);
+            inner.end = data_start + len;
+            inner.tail = tail;
         }
-        store.changed.send_replace(data_start + bytes.len() as u64);
+        store.changed.send_replace(data_start + len);
         Ok(store)
     }
 
