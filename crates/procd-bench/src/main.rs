@@ -16,6 +16,7 @@
 //! figure, the run with the median ratio (or value) and the min–max
 //! spread; a target is met when that median run meets it.
 
+mod instructions;
 mod reliability;
 mod survival;
 
@@ -136,6 +137,8 @@ struct Sizes {
     many: usize,
     /// SIGKILLs of the daemon for the survival rows (SPEC §11).
     kills: usize,
+    /// Requests counted under callgrind: the difference of two runs.
+    counted: (u64, u64),
 }
 
 const QUICK: Sizes = Sizes {
@@ -147,6 +150,7 @@ const QUICK: Sizes = Sizes {
     idle: Duration::from_secs(2),
     many: 40,
     kills: 4,
+    counted: (20, 120),
 };
 
 const FULL: Sizes = Sizes {
@@ -158,6 +162,7 @@ const FULL: Sizes = Sizes {
     idle: Duration::from_secs(10),
     many: 500,
     kills: 20,
+    counted: (100, 1100),
 };
 
 /// Measures procd against baselines in the same run (README: Performance,
@@ -172,7 +177,8 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Run only the groups whose name contains WORD (spawn, poll, exit,
-    /// ingest, latency, idle, many, kill, flood, observe).
+    /// ingest, latency, idle, many, kill, flood, observe, survival,
+    /// instructions).
     #[arg(long, value_name = "WORD")]
     only: Option<String>,
     /// Run the table N times; report the median run and the spread.
@@ -184,6 +190,9 @@ struct Args {
     /// Internal: run as the daemon under test for HOME.
     #[arg(long, value_name = "HOME", hide = true)]
     daemon_child: Option<PathBuf>,
+    /// Internal: run the line echo server on SOCKET (one connection).
+    #[arg(long, value_name = "SOCKET", hide = true)]
+    echo_child: Option<PathBuf>,
 }
 
 fn main() {
@@ -191,6 +200,9 @@ fn main() {
     let args = Args::parse();
     if let Some(home) = &args.daemon_child {
         std::process::exit(run_daemon(home));
+    }
+    if let Some(socket) = &args.echo_child {
+        std::process::exit(instructions::run_echo(socket));
     }
     let (quick, as_json) = (args.quick, args.json);
     if args.reliability {
@@ -515,7 +527,7 @@ fn now_epoch() -> f64 {
 
 fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     let d = Daemon::start();
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 11] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 12] = [
         ("spawn", &|| vec![spawn_wait(&d, s), spawn_wait_slow_rc(s)]),
         ("poll", &|| vec![poll_round_trip(&d, s)]),
         ("exit", &|| vec![exit_to_wait(&d, s)]),
@@ -527,6 +539,9 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("flood", &|| flood_rows(s)),
         ("observe", &|| vec![observe_tree(s)]),
         ("survival", &|| survival::survival_rows(s.kills)),
+        ("instructions", &|| {
+            instructions::instruction_rows(s.counted)
+        }),
     ];
     groups
         .iter()

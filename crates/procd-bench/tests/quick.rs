@@ -2,7 +2,8 @@
 //! against a real daemon and reports each row's fields. No timing is
 //! asserted here — the numbers belong in the README, not in a test — but
 //! the rows that count losses are: a lost byte or exit code is a defect,
-//! not a slow machine.
+//! not a slow machine. So are instruction counts, which do not depend on
+//! the machine's load: against `instructions-baseline.json`.
 
 use serde_json::Value;
 
@@ -18,7 +19,7 @@ fn quick_mode_reports_every_metric() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON list");
-    assert_eq!(rows.len(), 21, "{rows:#?}");
+    assert_eq!(rows.len(), 23, "{rows:#?}");
     for row in &rows {
         assert!(row["metric"].is_string(), "{row}");
         assert!(row["value"].as_f64().is_some_and(f64::is_finite), "{row}");
@@ -39,6 +40,22 @@ fn quick_mode_reports_every_metric() {
             .unwrap_or_else(|| panic!("no row {lost:?}: {rows:#?}"));
         assert_eq!(row["value"].as_f64(), Some(0.0), "{row}");
         assert_eq!(row["met"], true, "{row}");
+    }
+    // Instruction counts are the same from run to run (within ~1 %): a
+    // request path that grew more than 20 % fails here.
+    let kept: Value = serde_json::from_str(include_str!("../instructions-baseline.json"))
+        .expect("instructions-baseline.json");
+    for (metric, figure) in kept["rows"].as_object().expect("rows") {
+        let figure = figure.as_f64().expect("a number");
+        let row = rows
+            .iter()
+            .find(|r| r["metric"] == metric.as_str())
+            .unwrap_or_else(|| panic!("no row {metric:?}"));
+        let value = row["value"].as_f64().unwrap_or(f64::INFINITY);
+        assert!(
+            value <= figure * 1.2,
+            "{metric}: {value:.0} instructions, more than 20 % over the kept {figure:.0} (crates/procd-bench/instructions-baseline.json)"
+        );
     }
     let with_baseline = rows.iter().filter(|r| r["baseline"].is_number()).count();
     assert!(

@@ -1,0 +1,240 @@
+//! Instructions per request, counted by callgrind (issue "the request path
+//! at socket speed"): a count is the same for the same binary and input,
+//! whatever else the machine does, where a time moves by ±30 % here.
+//!
+//! The daemon runs under `valgrind --tool=callgrind` (the keeper and the
+//! daemon both; the sessions' programs are not traced), answers `n`
+//! requests on one connection and is shut down; the same for `m > n`
+//! requests; the daemon's total instructions differ by the cost of `m - n`
+//! requests, its start-up and shutdown cancelling out. The baseline is the
+//! bench's line echo server (blocking reads, a 332-byte answer, as poll's)
+//! measured the same way. The monitor is slowed to once an hour so that no
+//! tick falls in one run and not the other.
+
+use super::Row;
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What is asked, over and over.
+#[derive(Clone, Copy)]
+enum Ask {
+    Poll,
+    /// `read` of 4 KiB from the start of a finished session's output.
+    Read4k,
+}
+
+/// The rows, from runs of `n` and `m` requests.
+pub(super) fn instruction_rows((n, m): (u64, u64)) -> Vec<Row> {
+    let echo = echo_per_request(n, m);
+    [
+        (Ask::Poll, "instructions per poll request"),
+        (Ask::Read4k, "instructions per read of 4 KiB"),
+    ]
+    .into_iter()
+    .map(|(ask, metric)| {
+        let procd = daemon_per_request(ask, n, m);
+        Row::against(
+            metric.into(),
+            procd,
+            echo,
+            "instructions",
+            super::Ratio::AtMost(2.0),
+            format!(
+                "callgrind: the daemon's instructions for {m} requests on one connection minus those for {n}, per request; baseline: the line echo server answering a 332-byte line, counted the same way"
+            ),
+        )
+    })
+    .collect()
+}
+
+/// The daemon's instructions per request of `ask`.
+fn daemon_per_request(ask: Ask, n: u64, m: u64) -> f64 {
+    let a = daemon_total(ask, n);
+    let b = daemon_total(ask, m);
+    (b.saturating_sub(a)) as f64 / (m - n) as f64
+}
+
+fn callgrind(out: &Path) -> Command {
+    let mut cmd = Command::new("valgrind");
+    cmd.arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg("--trace-children=yes")
+        // Sessions' programs (and the shell snapshot's) run natively.
+        .arg("--trace-children-skip=*sh,*bash,*sleep,*seq,*env,*cat")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+/// The daemon's instructions, start to end, when it answered `count`
+/// requests of `ask`.
+fn daemon_total(ask: Ask, count: u64) -> u64 {
+    let home = tempfile::Builder::new()
+        .prefix("pbi")
+        .tempdir_in("/tmp")
+        .expect("temp home");
+    std::fs::write(
+        home.path().join("config.toml"),
+        "monitor_interval_s = 3600\n",
+    )
+    .expect("config");
+    let exe = std::env::current_exe().expect("own path");
+    let mut daemon = callgrind(&home.path().join("cg.%p"))
+        .arg(exe)
+        .arg("--daemon-child")
+        .arg(home.path())
+        .env("HOME", home.path())
+        .env("PROCD_LOG", "warn")
+        .spawn()
+        .expect("valgrind (apt-get install valgrind)");
+    let socket = home.path().join("run/procd.sock");
+    let mut c = connect_within(&socket, Duration::from_secs(120));
+    let pid = call(&mut c, "status", json!({}))["pid"]
+        .as_i64()
+        .expect("the daemon's pid");
+    let params = match ask {
+        Ask::Poll => {
+            let r = call(&mut c, "spawn", json!({"command": "sleep 600"}));
+            json!({"session_id": r["session_id"]})
+        }
+        Ask::Read4k => {
+            let r = call(&mut c, "spawn", json!({"command": "seq 1 3000"}));
+            let id = r["session_id"].clone();
+            call(&mut c, "wait", json!({"session_id": id, "timeout_s": 60}));
+            json!({"session_id": id, "cursor": 0, "max_bytes": 4096})
+        }
+    };
+    let method = match ask {
+        Ask::Poll => "poll",
+        Ask::Read4k => "read",
+    };
+    for _ in 0..count {
+        let r = call(&mut c, method, params.clone());
+        assert!(!r.is_null(), "{method} failed");
+    }
+    call(&mut c, "kill_all", json!({}));
+    call(&mut c, "shutdown", json!({}));
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if daemon.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            panic!("the daemon under callgrind did not stop");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    total_of(&home.path().join(format!("cg.{pid}")))
+}
+
+/// The echo server's instructions per request.
+fn echo_per_request(n: u64, m: u64) -> f64 {
+    let a = echo_total(n);
+    let b = echo_total(m);
+    (b.saturating_sub(a)) as f64 / (m - n) as f64
+}
+
+fn echo_total(count: u64) -> u64 {
+    let dir = tempfile::Builder::new()
+        .prefix("pbe")
+        .tempdir_in("/tmp")
+        .expect("temp dir");
+    let socket = dir.path().join("echo.sock");
+    let out = dir.path().join("cg.echo");
+    let mut server = callgrind(&out)
+        .arg(std::env::current_exe().expect("own path"))
+        .arg("--echo-child")
+        .arg(&socket)
+        .spawn()
+        .expect("valgrind (apt-get install valgrind)");
+    let mut c = connect_within(&socket, Duration::from_secs(60));
+    let request = super::line_of_len(85, "params");
+    for _ in 0..count {
+        c.writer.write_all(request.as_bytes()).expect("write");
+        let mut line = String::new();
+        c.reader.read_line(&mut line).expect("echo");
+    }
+    drop(c);
+    let _ = server.wait();
+    total_of(&out)
+}
+
+/// Serves one connection: a 332-byte line for every line read (what
+/// `--echo-child SOCKET` runs under callgrind).
+pub(super) fn run_echo(socket: &Path) -> i32 {
+    let listener = match std::os::unix::net::UnixListener::bind(socket) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("procd-bench echo: {e}");
+            return 2;
+        }
+    };
+    let answer = super::line_of_len(332, "result");
+    if let Ok((stream, _)) = listener.accept() {
+        let mut w = match stream.try_clone() {
+            Ok(w) => w,
+            Err(_) => return 1,
+        };
+        let mut r = BufReader::new(stream);
+        let mut line = String::new();
+        while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+            if w.write_all(answer.as_bytes()).is_err() {
+                break;
+            }
+            line.clear();
+        }
+    }
+    0
+}
+
+struct Conn {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+}
+
+fn connect_within(socket: &PathBuf, limit: Duration) -> Conn {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(s) = UnixStream::connect(socket) {
+            let reader = BufReader::new(s.try_clone().expect("clone"));
+            return Conn { writer: s, reader };
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on {}",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `result` of a call (Null on an error answer).
+fn call(c: &mut Conn, method: &str, params: serde_json::Value) -> serde_json::Value {
+    let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    c.writer
+        .write_all(format!("{req}\n").as_bytes())
+        .expect("write");
+    let mut line = String::new();
+    c.reader.read_line(&mut line).expect("answer");
+    serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default()["result"].clone()
+}
+
+/// The instructions a callgrind output file counts in all.
+fn total_of(path: &Path) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary: ")
+                .or_else(|| l.strip_prefix("totals: "))
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{} has no totals", path.display()))
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the suite drives for real, when missing:
+# valgrind (callgrind counts the instructions per request in the bench's
+# quick test) and systemd (tests/systemd.rs runs a real `systemd --user`;
+# systemd need not be PID 1). Both are on CI's machine kind already; this
+# is for a fresh machine. Needs root and apt-get to install; otherwise it
+# says what is missing and fails.
+set -euo pipefail
+missing=()
+command -v valgrind >/dev/null || missing+=(valgrind)
+[ -x /lib/systemd/systemd ] || missing+=(systemd)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "system-deps: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  echo "system-deps: the suite needs ${missing[*]} (Debian/Ubuntu: apt-get install ${missing[*]})" >&2
+  exit 1
+fi
