@@ -684,3 +684,34 @@ fn restart_onto_a_new_program_upgrades_the_keeper_in_place() {
     assert_eq!(d.wait_exit(&pty)["exit_code"], 0);
     assert_ticks(&d.read_all(&pty), 300);
 }
+
+#[test]
+fn a_keeper_gives_up_after_five_daemons_that_die_before_serving() {
+    // Restart policy (docs/survival.md): a daemon that cannot start is
+    // tried again, after the brake, but not forever: after 5 in a row the
+    // keeper exits 1, and the sessions it held go the "both die" way.
+    let mut d = Daemon::start();
+    let keeper = d.keeper_pid();
+    let id = d.spawn("sleep 300");
+    let pid = pid_of(&d, &id);
+    // Every daemon started from now on refuses its config.
+    std::fs::write(d.home.path().join("config.toml"), "no_such_key = 1\n").expect("config");
+    let daemon = d.pid() as i32;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(d.wait_exit_code(), Some(1), "the keeper gave up with 1");
+    assert!(!alive(keeper));
+    let log = std::fs::read_to_string(d.home.path().join("daemon.err")).unwrap_or_default();
+    assert!(
+        log.contains("5 daemons in a row died before serving; giving up"),
+        "{log}"
+    );
+    let refused = log.matches("no_such_key").count();
+    assert!(refused >= 5, "{refused} refusals of the config: {log}");
+    // Nothing of the session may outlive the test.
+    kill_checkpointed_sessions(d.home.path());
+    wait_until("the held session's process is gone", || !alive(pid));
+    remove_instance_cgroups(d.home.path());
+}

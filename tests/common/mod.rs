@@ -380,12 +380,13 @@ impl Daemon {
 
     /// Waits for the daemon child to exit by itself.
     pub fn wait_exit_code(&mut self) -> Option<i32> {
-        let mut child = self.child.take()?;
         let deadline = Instant::now() + PATIENCE;
         loop {
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Ok(Some(status)) = self.child.as_mut()?.try_wait() {
+                self.child = None;
                 return status.code();
             }
+            // Still ours if this fails: Drop stops it.
             assert!(Instant::now() < deadline, "daemon did not exit");
             std::thread::sleep(Duration::from_millis(10));
         }
