@@ -154,6 +154,41 @@ fn run_limited(d: &Daemon, command: &str, limits: Value) -> Value {
 }
 
 #[test]
+fn an_oom_after_the_daemon_was_killed_is_reported_as_it_happens() {
+    // The limit lives in the session's cgroup; the next daemon watches it
+    // too: the kill is an `oom` event at once, while the session's root
+    // runs on, and its exit later says "oom".
+    let Some(d) = cgroup_daemon("") else { return };
+    let go = d.home.path().join("allocate-now");
+    let id = d.spawn_with(json!({
+        "command": format!(
+            "while [ ! -e '{}' ]; do sleep 0.02; done; python3 -c 'b = []\nwhile True: b.append(bytearray(1 << 20))'; echo after $?; sleep 300",
+            go.display()
+        ),
+        "limits": {"memory_bytes": 64 << 20},
+    }));
+    d.kill_daemon();
+    std::fs::write(&go, "").expect("go");
+    d.read_until(&id, "after 137");
+    let mut events = Vec::new();
+    wait_until("an oom event while the session runs", || {
+        events.extend(
+            d.ok("drain_notifications", json!({}))["events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        events.iter().any(|e| e["type"] == "oom")
+    });
+    let oom = events.iter().find(|e| e["type"] == "oom").expect("oom");
+    assert_eq!(oom["session_id"], id.as_str(), "{oom}");
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
+    d.ok("kill", json!({"session_id": id}));
+    let r = d.wait_exit(&id);
+    assert_eq!(r["completion_reason"], "killed", "{r}");
+}
+
+#[test]
 fn a_memory_limit_ends_the_allocator_as_oom() {
     let Some(d) = cgroup_daemon("") else { return };
     let r = run_limited(

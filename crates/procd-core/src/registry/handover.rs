@@ -160,6 +160,7 @@ impl Registry {
             tokio::spawn(self.watch_readiness(session.clone(), check));
         }
         let exit_rx = keeper.exit_of(e.pid);
+        self.watch_oom(&session);
         self.supervise_in_background(session, reader, exit_rx);
         Some(())
     }

@@ -755,15 +755,15 @@ impl Registry {
         true
     }
 
-    /// Reports every OOM kill in a memory-limited session's cgroup as it
-    /// happens (an `oom` event), until the session exits.
+    /// Reports every OOM kill in a session's cgroup as it happens (an
+    /// `oom` event), until the session exits: where memory is accounted
+    /// (a v1 memory cgroup, made for a memory limit; `memory.events` on
+    /// v2). Also for a session taken over from a previous daemon, whose
+    /// limits are only in its cgroup.
     pub(super) fn watch_oom(&self, session: &Arc<Session>) {
         let Some(cgroup) = &session.cgroup else {
             return;
         };
-        if session.spec.limits.memory_bytes.is_none() {
-            return;
-        }
         let watch = match cgroup.oom_watch() {
             Ok(Some(fd)) => procd_sys::cgroup::watch_async(fd),
             Ok(None) => return,
