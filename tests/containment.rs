@@ -17,8 +17,7 @@ use std::time::Instant;
 /// A daemon whose sessions get cgroups; None (the test skips, loudly)
 /// only when `PROCD_TEST_NO_CGROUP` says this machine has none.
 fn cgroup_daemon(config: &str) -> Option<Daemon> {
-    if std::env::var_os("PROCD_TEST_NO_CGROUP").is_some() {
-        eprintln!("SKIP: PROCD_TEST_NO_CGROUP is set (this machine has no cgroup to manage)");
+    if machine_lacks("PROCD_TEST_NO_CGROUP", "a cgroup to manage") {
         return None;
     }
     let d = Daemon::with_config(config);

@@ -230,10 +230,13 @@ fn python_examples_run() {
 
 #[test]
 fn node_examples_run() {
-    if Command::new("node").arg("--version").output().is_err() {
-        eprintln!("skipped: node is not installed (the Node examples were not run)");
+    if machine_lacks("PROCD_TEST_NO_NODE", "node") {
         return;
     }
+    assert!(
+        Command::new("node").arg("--version").output().is_ok(),
+        "node is not installed (apt-get install nodejs), or set PROCD_TEST_NO_NODE=1"
+    );
     assert!(run_blocks("js", "node", "js") >= 1);
 }
 

@@ -51,6 +51,19 @@ pub fn output_within_for(child: Child, what: &str, limit: Duration) -> Output {
     }
 }
 
+/// Whether the suite is told, by the environment variable `var`, that
+/// this machine lacks what a test needs (`what`): then the test says so
+/// and does not run. Without it a test that cannot run its real thing
+/// fails with the reason. The variables are listed in docs/testing.md,
+/// and `.ci/run` prints the ones set.
+pub fn machine_lacks(var: &str, what: &str) -> bool {
+    let lacks = std::env::var_os(var).is_some();
+    if lacks {
+        eprintln!("{var} is set: this machine lacks {what}; not run");
+    }
+    lacks
+}
+
 /// Waits until `cond` holds, or panics with `what` after `PATIENCE`.
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;

@@ -34,8 +34,7 @@ impl UserManager {
     /// A running user manager, or None (said on stderr) when the suite is
     /// told the machine has no systemd. Panics with the reason otherwise.
     pub fn start() -> Option<UserManager> {
-        if std::env::var_os(NO_SYSTEMD).is_some() {
-            eprintln!("{NO_SYSTEMD} is set: this machine has no systemd; not run");
+        if machine_lacks(NO_SYSTEMD, "systemd") {
             return None;
         }
         assert!(
