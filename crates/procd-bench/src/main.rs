@@ -346,6 +346,11 @@ impl Daemon {
 
     /// The daemon that serves: the keeper's child running this program
     /// (SPEC §11); 0 while none does.
+    /// The keeper: the process this helper started.
+    pub(crate) fn keeper_pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
     pub(crate) fn pid(&self) -> i32 {
         let keeper = self.child.id();
         std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children"))

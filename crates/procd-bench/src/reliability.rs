@@ -750,6 +750,10 @@ fn load(clients: usize, length: Duration) -> Vec<Figure> {
         status_field(pid, "Threads:"),
         status_field(pid, "VmRSS:"),
     );
+    // The keeper holds a copy of every live session's descriptors: they
+    // must come back too.
+    let keeper = d.keeper_pid();
+    let keeper_fds0 = fds(keeper);
     let deadline = Instant::now() + length;
     let workers: Vec<_> = (0..clients)
         .map(|n| {
@@ -823,7 +827,11 @@ fn load(clients: usize, length: Duration) -> Vec<Figure> {
     // Back to baseline: blocking threads linger ~10 s after their work.
     let settle = Instant::now() + Duration::from_secs(40);
     while Instant::now() < settle
-        && (fds(pid) > fds0 || status_field(pid, "Threads:") > threads0 || zombies_of(pid) > 0)
+        && (fds(pid) > fds0
+            || status_field(pid, "Threads:") > threads0
+            || zombies_of(pid) > 0
+            || fds(keeper) > keeper_fds0
+            || zombies_of(keeper) > 0)
     {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -832,16 +840,26 @@ fn load(clients: usize, length: Duration) -> Vec<Figure> {
         status_field(pid, "Threads:"),
         status_field(pid, "VmRSS:"),
     );
-    let zombies = zombies_of(pid);
+    let zombies = zombies_of(pid) + zombies_of(keeper);
+    let keeper_fds1 = fds(keeper);
+    // The figures are the same daemon's (a crash would have replaced it).
+    let same = d.pid() == pid;
     let rss_growth_mib = rss1.saturating_sub(rss0) as f64 / 1024.0;
     vec![Figure {
         check: format!("load: {clients} clients × mixed calls for {} s", length.as_secs()),
         value: format!(
-            "{} unexpected errors in {ops} calls; fds {fds0}→{fds1}, threads {threads0}→{threads1}, RSS +{rss_growth_mib:.1} MiB, {zombies} zombies",
-            errors.len()
+            "{} unexpected errors in {ops} calls; fds {fds0}→{fds1} (keeper {keeper_fds0}→{keeper_fds1}), threads {threads0}→{threads1}, RSS +{rss_growth_mib:.1} MiB, {zombies} zombies{}",
+            errors.len(),
+            if same { "" } else { "; the daemon was REPLACED" }
         ),
-        target: "0 errors; fds, threads back; RSS +≤ 32 MiB; 0 zombies".into(),
-        met: errors.is_empty() && fds1 <= fds0 && threads1 <= threads0 && rss_growth_mib <= 32.0 && zombies == 0,
+        target: "0 errors; the same daemon; fds (its and the keeper's), threads back; RSS +≤ 32 MiB; 0 zombies".into(),
+        met: errors.is_empty()
+            && same
+            && fds1 <= fds0
+            && keeper_fds1 <= keeper_fds0
+            && threads1 <= threads0
+            && rss_growth_mib <= 32.0
+            && zombies == 0,
         detail: format!(
             "spawn, poll, read{{wait_ms}}, list, wait, log, status (and spawn+kill for 1 client in 8); {:.0} calls/s{}",
             ops as f64 / length.as_secs_f64(),
