@@ -36,14 +36,9 @@ pub fn memory_max(configured_mb: u64, cgroup_max: Option<u64>, ram: u64) -> u64 
     limit
 }
 
-/// Whether this process was started by procd's systemd unit (its cgroup is
-/// `…/procd.service`) — the environment alone proves nothing.
+/// Whether this process was started by procd's systemd unit.
 pub fn started_by_unit() -> bool {
-    std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|text| {
-        text.lines()
-            .filter_map(|l| l.rsplit(':').next())
-            .any(|path| path.split('/').any(|part| part == "procd.service"))
-    })
+    procd_sys::cgroup::in_procd_unit("self")
 }
 
 /// The memory limit of this process's own cgroup (v2), if it has one.

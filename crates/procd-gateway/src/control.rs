@@ -213,7 +213,9 @@ pub fn restart(
         .keeper_pid
         .zip(record.keeper_identity)
         .and_then(|(pid, i)| i.open(pid, &ProcFs::default()));
-    let by_systemd = keeper.as_ref().is_some_and(|k| in_procd_unit(k.pid()));
+    let by_systemd = keeper
+        .as_ref()
+        .is_some_and(|k| procd_sys::cgroup::in_procd_unit(&k.pid().to_string()));
     if record.launch_mode != "background" && !by_systemd {
         return Err(ControlError::Foreground(record.pid));
     }
@@ -232,17 +234,6 @@ pub fn restart(
         lease::mark_ephemeral(paths)?;
     }
     launch_detached(paths, launcher)
-}
-
-/// Whether process `pid` runs in procd's systemd unit (a cgroup path
-/// with a `procd.service` part): its service manager, not a shell, owns
-/// where it runs.
-pub fn in_procd_unit(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
-        text.lines()
-            .filter_map(|l| l.rsplit(':').next())
-            .any(|path| path.split('/').any(|part| part == "procd.service"))
-    })
 }
 
 /// Runs `procd daemon --background` in a new session with its output in

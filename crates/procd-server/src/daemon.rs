@@ -383,7 +383,8 @@ async fn serve_claimed(
         lane: crate::lane::Lane::start("procd-leases").doing(|| "cannot start a thread".into())?,
         handing_over: std::sync::atomic::AtomicBool::new(false),
         containment,
-        systemd_unit: procd_core::scope::started_by_unit().then(|| "procd.service".to_string()),
+        systemd_unit: procd_core::scope::started_by_unit()
+            .then(|| procd_sys::cgroup::PROCD_UNIT.to_string()),
     });
     if let Some(keeper) = &keeper {
         listen_to_keeper(keeper, daemon.clone())?;

@@ -79,6 +79,20 @@ impl Hierarchy {
     }
 }
 
+/// procd's systemd unit, as its cgroup path names it.
+pub const PROCD_UNIT: &str = "procd.service";
+
+/// Whether process `pid` (`"self"` for this one) runs in procd's systemd
+/// unit: a cgroup path with a `procd.service` part. The environment alone
+/// proves nothing (a shell started from the unit inherits it).
+pub fn in_procd_unit(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
+        text.lines()
+            .filter_map(|l| l.rsplit(':').next())
+            .any(|path| path.split('/').any(|part| part == PROCD_UNIT))
+    })
+}
+
 /// This process's own cgroup2 directory (on a hybrid host, below the
 /// cgroup2 mount `/sys/fs/cgroup/unified`, not `/sys/fs/cgroup`).
 pub fn own_v2_dir() -> Option<PathBuf> {
