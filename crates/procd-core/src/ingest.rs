@@ -39,17 +39,6 @@ impl Relay {
     }
 }
 
-/// What the next step of ingest brought.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Chunk {
-    /// `n` bytes are in the log, undecided, and copied into the buffer.
-    Spliced(usize),
-    /// `n` bytes are in the buffer only (the log cannot take them now).
-    Read(usize),
-    /// No more output: the writers are gone.
-    End,
-}
-
 impl OutputSource {
     /// A pipe session's output (its read end, made non-blocking).
     pub fn pipe(output: OwnedFd) -> io::Result<OutputSource> {
@@ -89,9 +78,11 @@ impl OutputSource {
         }
     }
 
-    /// Waits for output and moves up to `buf.len()` bytes of it into
-    /// `store` (see `Chunk`).
-    pub async fn next(&mut self, store: &OutputStore, buf: &mut [u8]) -> io::Result<Chunk> {
+    /// Waits for output, moves up to `buf.len()` bytes of it into `store`
+    /// (undecided until `settle`; only into memory where the log cannot
+    /// take them: the store knows which) and copies them into `buf`.
+    /// Returns how many, as `read` does: 0 once the writers are gone.
+    pub async fn next(&mut self, store: &OutputStore, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             OutputSource::Pipe(pipe) => loop {
                 let mut ready = pipe.readable().await?;
@@ -105,8 +96,8 @@ impl OutputSource {
                 // What the relay holds comes first: a previous daemon's,
                 // or what the last step moved there.
                 match take(store, &relay.read, buf) {
-                    Ok(Chunk::End) => {} // cannot be: the write end is ours
-                    Ok(got) => return Ok(got),
+                    Ok(0) => {} // cannot be: the write end is ours
+                    Ok(n) => return Ok(n),
                     Err(e)
                         if matches!(
                             e.kind(),
@@ -121,10 +112,10 @@ impl OutputSource {
                         .map_err(io::Error::from)
                 });
                 match moved {
-                    Ok(Ok(0)) => return Ok(Chunk::End),
+                    Ok(Ok(0)) => return Ok(0),
                     Ok(Ok(_)) => {}
                     // No slave left: the end of output.
-                    Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(Chunk::End),
+                    Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
                     Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                     Ok(Err(e)) => return Err(e),
                     Err(_would_block) => {}
@@ -135,15 +126,11 @@ impl OutputSource {
 }
 
 /// One step from a pipe: spliced into the log, or, where the log cannot
-/// take it now, read into `buf`.
-fn take(store: &OutputStore, pipe: &OwnedFd, buf: &mut [u8]) -> io::Result<Chunk> {
+/// take it now, read into `buf`. 0: the pipe's writers are gone.
+fn take(store: &OutputStore, pipe: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
     match store.splice_in(pipe.as_fd(), buf)? {
-        Some(0) => Ok(Chunk::End),
-        Some(n) => Ok(Chunk::Spliced(n)),
-        None => match rustix::io::read(pipe, &mut *buf)? {
-            0 => Ok(Chunk::End),
-            n => Ok(Chunk::Read(n)),
-        },
+        Some(n) => Ok(n),
+        None => Ok(rustix::io::read(pipe, &mut *buf)?),
     }
 }
 

@@ -4,7 +4,7 @@
 //! output pipe: it moves the state to `Exited` once, after the final drain.
 
 use crate::identity::ProcessIdentity;
-use crate::ingest::{Chunk, OutputSource};
+use crate::ingest::OutputSource;
 use crate::kill::TreeSpec;
 use crate::noise::NoiseFilter;
 use crate::output::OutputStore;
@@ -616,8 +616,8 @@ pub async fn supervise(
         tokio::select! {
             biased;
             chunk = output.next(&store, &mut buf), if !eof && held_until.is_none() => match chunk {
-                Ok(Chunk::End) | Err(_) => eof = true,
-                Ok(Chunk::Spliced(n) | Chunk::Read(n)) => {
+                Ok(0) | Err(_) => eof = true,
+                Ok(n) => {
                     noise.set_terminating(session.terminating.load(Ordering::Relaxed));
                     store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
                     watch_step(&mut watch, |m, now| m.feed(&filtered, now));
@@ -651,8 +651,8 @@ pub async fn supervise(
     let mut drained = 0usize;
     while !eof && drained < FINAL_DRAIN_MAX {
         match tokio::time::timeout(final_drain, output.next(&store, &mut buf)).await {
-            Ok(Ok(Chunk::End)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(Chunk::Spliced(n) | Chunk::Read(n))) => {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => {
                 drained += n;
                 noise.set_terminating(session.terminating.load(Ordering::Relaxed));
                 store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
