@@ -177,20 +177,8 @@ pub(super) fn run_echo(socket: &Path) -> i32 {
             return 2;
         }
     };
-    let answer = super::line_of_len(332, "result");
     if let Ok((stream, _)) = listener.accept() {
-        let mut w = match stream.try_clone() {
-            Ok(w) => w,
-            Err(_) => return 1,
-        };
-        let mut r = BufReader::new(stream);
-        let mut line = String::new();
-        while r.read_line(&mut line).is_ok_and(|n| n > 0) {
-            if w.write_all(answer.as_bytes()).is_err() {
-                break;
-            }
-            line.clear();
-        }
+        super::answer_lines(stream, &super::line_of_len(332, "result"));
     }
     0
 }

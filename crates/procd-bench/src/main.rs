@@ -664,20 +664,25 @@ fn echo_server(dir: &Path, answer: &str) -> PathBuf {
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             let answer = answer.clone();
-            std::thread::spawn(move || {
-                let mut w = stream.try_clone().expect("clone");
-                let mut r = BufReader::new(stream);
-                let mut line = String::new();
-                while r.read_line(&mut line).is_ok_and(|n| n > 0) {
-                    if w.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                    line.clear();
-                }
-            });
+            std::thread::spawn(move || answer_lines(stream, &answer));
         }
     });
     path
+}
+
+/// Answers every line read from `stream` with `answer`, until EOF.
+fn answer_lines(stream: std::os::unix::net::UnixStream, answer: &str) {
+    let Ok(mut w) = stream.try_clone() else {
+        return;
+    };
+    let mut r = BufReader::new(stream);
+    let mut line = String::new();
+    while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+        if w.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+        line.clear();
+    }
 }
 
 /// A JSON-RPC-looking line of exactly `len` bytes (newline included).
