@@ -32,6 +32,18 @@ fn assert_ticks(out: &str, last: u64) {
     assert_eq!(lines.len() as u64, last + 1, "{out:?}");
 }
 
+/// The session `while read l; do echo got $l; done; exit 3` still takes
+/// input, and ends with 3 when its stdin is closed.
+fn assert_echo_answers_and_exits_3(d: &Daemon, echo: &str) {
+    d.ok(
+        "write_stdin",
+        json!({"session_id": echo, "data": "hello\n"}),
+    );
+    d.read_until(echo, "got hello");
+    d.ok("close_stdin", json!({"session_id": echo}));
+    assert_eq!(d.wait_exit(echo)["exit_code"], 3);
+}
+
 fn pid_of(d: &Daemon, id: &str) -> i32 {
     d.ok("poll", json!({"session_id": id}))["pid"]
         .as_i64()
@@ -103,13 +115,7 @@ fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
     assert_eq!(r["signal"], "SIGTERM", "{r}");
 
     // Stdin and the terminal work on.
-    d.ok(
-        "write_stdin",
-        json!({"session_id": echo, "data": "hello\n"}),
-    );
-    d.read_until(&echo, "got hello");
-    d.ok("close_stdin", json!({"session_id": echo}));
-    assert_eq!(d.wait_exit(&echo)["exit_code"], 3);
+    assert_echo_answers_and_exits_3(&d, &echo);
     d.ok(
         "resize",
         json!({"session_id": size, "rows": 41, "cols": 101}),
@@ -674,13 +680,7 @@ fn restart_onto_a_new_program_upgrades_the_keeper_in_place() {
 
     // Every session on, with its exact exit.
     assert_eq!(d.wait_exit(&seven)["exit_code"], 7);
-    d.ok(
-        "write_stdin",
-        json!({"session_id": echo, "data": "hello\n"}),
-    );
-    d.read_until(&echo, "got hello");
-    d.ok("close_stdin", json!({"session_id": echo}));
-    assert_eq!(d.wait_exit(&echo)["exit_code"], 3);
+    assert_echo_answers_and_exits_3(&d, &echo);
     assert_eq!(d.wait_exit(&pty)["exit_code"], 0);
     assert_ticks(&d.read_all(&pty), 300);
 }

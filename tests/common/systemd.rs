@@ -111,24 +111,24 @@ impl UserManager {
 
     /// `systemctl --user ARGS` inside the manager's mount namespace.
     pub fn systemctl(&self, args: &[&str]) -> Output {
-        let child = Command::new("nsenter")
-            .args([
-                "-t",
-                &self.pid().to_string(),
-                "-m",
-                "--",
-                "systemctl",
-                "--user",
-            ])
-            .args(args)
+        let mut cmd = Command::new("nsenter");
+        cmd.args(["-t", &self.pid().to_string(), "-m", "--"])
+            .args(["systemctl", "--user"])
+            .args(args);
+        self.run(cmd, &format!("systemctl --user {}", args.join(" ")))
+    }
+
+    /// Runs `cmd` as this user (HOME, runtime dir), its output collected.
+    fn run(&self, mut cmd: Command, what: &str) -> Output {
+        let child = cmd
             .env("XDG_RUNTIME_DIR", self.runtime_dir())
             .env("HOME", self.home())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("run systemctl");
-        output_within(child, &format!("systemctl --user {}", args.join(" ")))
+            .unwrap_or_else(|e| panic!("run {what}: {e}"));
+        output_within(child, what)
     }
 
     /// `systemctl --user show -p PROPERTY --value UNIT`.
@@ -195,19 +195,12 @@ impl UserManager {
     /// The procd CLI as the user would run it: default paths, from this
     /// HOME and runtime dir.
     pub fn procd(&self, args: &[&str]) -> Output {
-        let child = Command::new(BIN)
-            .args(args)
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
             .env_remove("PROCD_HOME")
             .env_remove("XDG_STATE_HOME")
-            .env_remove("XDG_CONFIG_HOME")
-            .env("HOME", self.home())
-            .env("XDG_RUNTIME_DIR", self.runtime_dir())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run procd");
-        output_within(child, &format!("procd {}", args.join(" ")))
+            .env_remove("XDG_CONFIG_HOME");
+        self.run(cmd, &format!("procd {}", args.join(" ")))
     }
 
     /// The CLI's `--json` output.
