@@ -35,6 +35,10 @@ fn json_that_is_not_a_request_is_invalid_request() {
         "\"x\"",
         "{\"id\": 1, \"method\": \"status\"}",
         "{\"jsonrpc\":\"2.0\",\"id\":1}",
+        // Params are an object or an array (JSON-RPC 2.0), never a scalar.
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"status\",\"params\":3}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"spawn\",\"params\":\"true\"}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"poll\",\"params\":true}",
     ] {
         c.send_raw(bad);
         let r = c.recv();

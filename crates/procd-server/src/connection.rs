@@ -495,14 +495,23 @@ fn refuse_unknown_params(text: &str) -> Option<Option<String>> {
     }
     let head: Head = serde_json::from_str(text).ok()?;
     let method = head.method?;
-    let names = procd_proto::method_params(&method)?;
     let params = head.params?.get();
-    let problem = match params.trim_start().as_bytes().first() {
+    let first = params.trim_start().as_bytes().first();
+    let names = match procd_proto::method_params(&method) {
+        Some(names) => names,
+        None if matches!(first, Some(b'{' | b'[' | b'n')) => return None,
+        None => &[],
+    };
+    let (code, problem) = match first {
         Some(b'{') => {
             let keys: std::collections::BTreeMap<std::borrow::Cow<str>, serde::de::IgnoredAny> =
                 serde_json::from_str(params).ok()?;
             let unknown = keys.keys().find(|k| !names.contains(&k.as_ref()))?;
-            format!("unknown param {unknown:?}: {method} takes {}", takes(names))
+            let problem = format!("unknown param {unknown:?}: {method} takes {}", takes(names));
+            (
+                procd_proto::error::INVALID_PARAMS,
+                format!("Invalid params: {problem}"),
+            )
         }
         Some(b'[') => {
             let n = serde_json::from_str::<Vec<serde::de::IgnoredAny>>(params)
@@ -511,20 +520,24 @@ fn refuse_unknown_params(text: &str) -> Option<Option<String>> {
             if n <= names.len() {
                 return None;
             }
-            format!("{n} positional params, but {method} takes {}", takes(names))
+            let problem = format!("{n} positional params, but {method} takes {}", takes(names));
+            (
+                procd_proto::error::INVALID_PARAMS,
+                format!("Invalid params: {problem}"),
+            )
         }
-        _ => return None,
+        // JSON-RPC 2.0: params, when present, are an object or an array
+        // (jsonrpsee would run a method without params on `"params": 3`).
+        Some(b'n') => return None,
+        _ => (
+            INVALID_REQUEST,
+            "Invalid request: params must be an object or an array".to_string(),
+        ),
     };
     let id = head
         .id
         .map(|raw| serde_json::from_str::<Id>(raw.get()).unwrap_or(Id::Null));
-    Some(id.map(|id| {
-        error_response(
-            id,
-            procd_proto::error::INVALID_PARAMS,
-            &format!("Invalid params: {problem}"),
-        )
-    }))
+    Some(id.map(|id| error_response(id, code, &problem)))
 }
 
 fn takes(names: &[&str]) -> String {
