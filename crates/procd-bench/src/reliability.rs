@@ -8,7 +8,7 @@
 //! own processes.
 
 use crate::{Daemon, Line};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -84,127 +84,115 @@ enum Kind {
     Signal,
 }
 
-/// The method table, as a client sees it (procd-proto's `ProcdApi`), less
-/// `shutdown` (it would end the run). Commands are always harmless: the
-/// generator never makes up a command line.
-const METHODS: &[(&str, &[(&str, Kind)])] = &[
-    (
-        "spawn",
-        &[
-            ("command", Kind::Text),
-            ("cwd", Kind::Text),
-            ("env", Kind::Map),
-            ("pty", Kind::Bool),
-            ("rows", Kind::Size),
-            ("cols", Kind::Size),
-            ("task_id", Kind::Text),
-            ("session_key", Kind::Text),
-            ("owner", Kind::Text),
-            ("persist", Kind::Bool),
-            ("notify_on_complete", Kind::Bool),
-            ("watch_patterns", Kind::List),
-            ("timeout_s", Kind::Seconds),
-            ("stdin", Kind::Text),
-            ("yield_ms", Kind::Millis),
-            ("max_output_chars", Kind::Count),
-        ],
-    ),
-    (
-        "poll",
-        &[
-            ("session_id", Kind::Session),
-            ("max_output_tokens", Kind::Count),
-        ],
-    ),
-    (
-        "read",
-        &[
-            ("session_id", Kind::Session),
-            ("cursor", Kind::Count),
-            ("max_bytes", Kind::Count),
-            ("wait_ms", Kind::Millis),
-        ],
-    ),
-    (
-        "log",
-        &[
-            ("session_id", Kind::Session),
-            ("offset", Kind::Count),
-            ("limit", Kind::Count),
-        ],
-    ),
-    (
-        "wait",
-        &[("session_id", Kind::Session), ("timeout_s", Kind::Seconds)],
-    ),
-    (
-        "kill",
-        &[
-            ("session_id", Kind::Session),
-            ("signal", Kind::Signal),
-            ("grace_s", Kind::Seconds),
-        ],
-    ),
-    (
-        "signal",
-        &[("session_id", Kind::Session), ("signal", Kind::Signal)],
-    ),
-    (
-        "write_stdin",
-        &[
-            ("session_id", Kind::Session),
-            ("data", Kind::Text),
-            ("yield_ms", Kind::Millis),
-        ],
-    ),
-    (
-        "submit_stdin",
-        &[("session_id", Kind::Session), ("data", Kind::Text)],
-    ),
-    ("close_stdin", &[("session_id", Kind::Session)]),
-    (
-        "resize",
-        &[
-            ("session_id", Kind::Session),
-            ("rows", Kind::Size),
-            ("cols", Kind::Size),
-        ],
-    ),
-    ("close_terminal", &[("session_id", Kind::Session)]),
-    (
-        "list",
-        &[
-            ("task_id", Kind::Text),
-            ("session_key", Kind::Text),
-            ("status", Kind::Text),
-        ],
-    ),
-    (
-        "has_active",
-        &[("task_id", Kind::Text), ("max_active_age_s", Kind::Seconds)],
-    ),
-    ("snapshot_running", &[("task_id", Kind::Text)]),
-    (
-        "kill_all",
-        &[("task_id", Kind::Text), ("exclude_ids", Kind::List)],
-    ),
-    (
-        "kill_started_since",
-        &[("task_id", Kind::Text), ("baseline", Kind::List)],
-    ),
-    (
-        "drain_notifications",
-        &[("session_key", Kind::Text), ("owned_keys", Kind::List)],
-    ),
-    ("status", &[]),
-    ("subscribe_events", &[]),
-    (
-        "subscribe_output",
-        &[("session_id", Kind::Session), ("cursor", Kind::Count)],
-    ),
-    ("unsubscribe_output", &[]),
-    ("no_such_method", &[("x", Kind::Text)]),
+/// The kind of value a param of this name takes (names are the protocol's).
+fn kind_of(param: &str) -> Kind {
+    match param {
+        "session_id" => Kind::Session,
+        "pty" | "persist" | "notify_on_complete" => Kind::Bool,
+        "timeout_s" | "grace_s" | "max_active_age_s" => Kind::Seconds,
+        "wait_ms" | "yield_ms" => Kind::Millis,
+        "cursor" | "max_bytes" | "offset" | "limit" | "max_output_chars" | "max_output_tokens"
+        | "subscription" => Kind::Count,
+        "rows" | "cols" => Kind::Size,
+        "env" | "ready" | "limits" => Kind::Map,
+        "watch_patterns" | "exclude_ids" | "baseline" | "owned_keys" => Kind::List,
+        "signal" => Kind::Signal,
+        _ => Kind::Text,
+    }
+}
+
+/// `spawn`'s params (procd-proto's `SpawnParams`; the method table lists
+/// every other method's).
+const SPAWN_PARAMS: &[&str] = &[
+    "command",
+    "cwd",
+    "env",
+    "pty",
+    "rows",
+    "cols",
+    "task_id",
+    "session_key",
+    "owner",
+    "persist",
+    "notify_on_complete",
+    "watch_patterns",
+    "timeout_s",
+    "stdin",
+    "yield_ms",
+    "max_output_chars",
+    "max_output_tokens",
+    "ready",
+    "limits",
 ];
+
+/// The methods the fuzzer calls: procd-proto's method table, less
+/// `shutdown` (it would end the run), plus `spawn` and a method that does
+/// not exist. Commands are always harmless: the generator never makes up a
+/// command line.
+fn methods() -> Vec<(&'static str, &'static [&'static str])> {
+    let mut all: Vec<(&'static str, &'static [&'static str])> = procd_proto::METHOD_PARAMS
+        .iter()
+        .filter(|(name, _)| *name != "shutdown")
+        .copied()
+        .collect();
+    all.push(("spawn", SPAWN_PARAMS));
+    all.push(("no_such_method", &["x"]));
+    all
+}
+
+/// The error codes `method` may answer a generated request with: -32602
+/// for any of them (values are mutated), and what the method's work can
+/// meet (SPEC §3).
+fn errors_of(method: &str) -> &'static [i64] {
+    use procd_proto::error::*;
+    const SESSION: &[i64] = &[
+        INVALID_PARAMS as i64,
+        SESSION_NOT_FOUND as i64,
+        WRONG_STATE as i64,
+    ];
+    match method {
+        "spawn" => &[
+            INVALID_PARAMS as i64,
+            SPAWN_FAILED as i64,
+            LIMIT_REACHED as i64,
+        ],
+        "no_such_method" => &[METHOD_NOT_FOUND as i64],
+        _ if procd_proto::method_params(method).is_some_and(|p| p.contains(&"session_id")) => {
+            SESSION
+        }
+        _ => &[INVALID_PARAMS as i64],
+    }
+}
+
+/// Whether `result` has the shape procd-proto gives `method`'s result.
+fn fits(method: &str, result: &Value) -> Result<(), String> {
+    use procd_proto::*;
+    fn shape<T: serde::de::DeserializeOwned>(v: &Value) -> Result<(), String> {
+        T::deserialize(v).map(drop).map_err(|e| e.to_string())
+    }
+    match method {
+        "spawn" => shape::<SpawnResult>(result),
+        "poll" => shape::<PollResult>(result),
+        "read" => shape::<ReadResult>(result),
+        "log" => shape::<LogResult>(result),
+        "wait" => shape::<WaitResult>(result),
+        "kill" => shape::<KillResult>(result),
+        "signal" => shape::<SignalResult>(result),
+        "write_stdin" | "submit_stdin" | "close_stdin" => shape::<StdinResult>(result),
+        "resize" => shape::<ResizeResult>(result),
+        "close_terminal" => shape::<CloseTerminalResult>(result),
+        "list" => shape::<ListResult>(result),
+        "has_active" => shape::<HasActiveResult>(result),
+        "snapshot_running" => shape::<SnapshotResult>(result),
+        "kill_all" | "kill_started_since" => shape::<KilledCount>(result),
+        "drain_notifications" => shape::<DrainResult>(result),
+        "status" => shape::<StatusResult>(result),
+        // A subscription's id.
+        "subscribe_output" | "subscribe_events" if result.is_u64() || result.is_string() => Ok(()),
+        "unsubscribe_output" | "unsubscribe_events" if result.is_boolean() => Ok(()),
+        _ => Err(format!("{method} has no such result")),
+    }
+}
 
 const COMMANDS: &[&str] = &[
     "true",
@@ -257,22 +245,47 @@ fn valid(rng: &mut fastrand::Rng, kind: Kind, sessions: &[String]) -> Value {
     }
 }
 
-/// One generated input line and how many answers it must get.
-fn input(rng: &mut fastrand::Rng, id: u64, sessions: &[String]) -> (Vec<u8>, usize) {
-    let request = |rng: &mut fastrand::Rng, id: u64| -> Value {
-        let (method, params) = rng.choice(METHODS.iter()).expect("something to pick");
+/// What the method table says one answer must be.
+#[derive(Clone, Copy, Debug)]
+enum Judge {
+    /// A result of the method's shape, or one of the method's errors.
+    Method(&'static str),
+    /// This error code and no other.
+    Error(i64),
+}
+
+/// What one input line must be answered with.
+enum Expect {
+    /// Nothing: a notification.
+    Nothing,
+    /// One answer carrying this id.
+    One(Value, Judge),
+    /// One array with an answer per request, matched by id.
+    Batch(Vec<(Value, Judge)>),
+}
+
+/// One generated input line and what it must be answered with.
+fn input(
+    rng: &mut fastrand::Rng,
+    id: u64,
+    methods: &[(&'static str, &'static [&'static str])],
+    sessions: &[String],
+) -> (Vec<u8>, Expect) {
+    use procd_proto::error::*;
+    let request = |rng: &mut fastrand::Rng, id: Value| -> (Value, Judge) {
+        let (method, params) = *rng.choice(methods.iter()).expect("something to pick");
         let mut p = serde_json::Map::new();
-        for (name, kind) in params.iter() {
+        for name in params.iter() {
             if rng.u64(..100) < 60 {
                 let v = if rng.u64(..100) < 75 {
-                    valid(rng, *kind, sessions)
+                    valid(rng, kind_of(name), sessions)
                 } else {
                     hostile(rng)
                 };
                 p.insert(name.to_string(), v);
             }
         }
-        if *method == "spawn" {
+        if method == "spawn" {
             // Whatever else is mutated, the command stays harmless.
             p.insert(
                 "command".into(),
@@ -280,86 +293,320 @@ fn input(rng: &mut fastrand::Rng, id: u64, sessions: &[String]) -> (Vec<u8>, usi
             );
             p.insert("yield_ms".into(), json!(0));
         }
-        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": p})
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": p});
+        (request, Judge::Method(method))
     };
+    let line = |v: &Value| v.to_string().into_bytes();
+    let error = |code: i32| Judge::Error(i64::from(code));
     match rng.u64(..100) {
-        0..=59 => (request(rng, id).to_string().into_bytes(), 1),
+        0..=59 => {
+            let (v, judge) = request(rng, json!(id));
+            (line(&v), Expect::One(json!(id), judge))
+        }
         60..=67 => {
-            // A wrong envelope.
-            let v = match rng.u64(..6) {
-                0 => json!({"id": id, "method": "status"}),
-                1 => json!({"jsonrpc": "2.0", "id": id, "method": 7}),
-                2 => json!({"jsonrpc": "2.0", "id": id, "method": "status", "params": 3}),
-                3 => json!({"jsonrpc": "1.0", "id": id, "method": "status"}),
-                4 => json!({"jsonrpc": "2.0", "id": {"x": id}, "method": "status"}),
-                _ => {
-                    json!({"jsonrpc": "2.0", "id": id, "method": "poll", "params": ["proc_000000000000", 1, 2, 3]})
-                }
+            // A wrong envelope. Where the id cannot be trusted, the answer's is null.
+            let (v, answer_id, code) = match rng.u64(..6) {
+                0 => (
+                    json!({"id": id, "method": "status"}),
+                    Value::Null,
+                    INVALID_REQUEST,
+                ),
+                1 => (
+                    json!({"jsonrpc": "2.0", "id": id, "method": 7}),
+                    Value::Null,
+                    INVALID_REQUEST,
+                ),
+                2 => (
+                    json!({"jsonrpc": "2.0", "id": id, "method": "status", "params": 3}),
+                    json!(id),
+                    INVALID_REQUEST,
+                ),
+                3 => (
+                    json!({"jsonrpc": "1.0", "id": id, "method": "status"}),
+                    Value::Null,
+                    INVALID_REQUEST,
+                ),
+                4 => (
+                    json!({"jsonrpc": "2.0", "id": {"x": id}, "method": "status"}),
+                    Value::Null,
+                    INVALID_REQUEST,
+                ),
+                _ => (
+                    json!({"jsonrpc": "2.0", "id": id, "method": "poll", "params": ["proc_000000000000", 1, 2, 3]}),
+                    json!(id),
+                    INVALID_PARAMS,
+                ),
             };
-            (v.to_string().into_bytes(), 1)
+            (line(&v), Expect::One(answer_id, error(code)))
         }
         68..=77 => {
             let n = rng.u64(..6) as usize;
-            let items: Vec<Value> = (0..n).map(|i| request(rng, id * 10 + i as u64)).collect();
-            (Value::Array(items).to_string().into_bytes(), 1)
+            let items: Vec<(Value, Judge)> = (0..n)
+                .map(|i| request(rng, json!(format!("{id}/{i}"))))
+                .collect();
+            let batch = Value::Array(items.iter().map(|(v, _)| v.clone()).collect());
+            let expect = match n {
+                0 => Expect::One(Value::Null, error(INVALID_REQUEST)),
+                _ => Expect::Batch(
+                    items
+                        .into_iter()
+                        .map(|(v, j)| (v["id"].clone(), j))
+                        .collect(),
+                ),
+            };
+            (line(&batch), expect)
         }
         78..=85 => {
-            // Random bytes, invalid UTF-8 included, never a newline.
-            let n = 1 + rng.u64(..300) as usize;
-            let mut bytes: Vec<u8> = (0..n).map(|_| rng.u64(..) as u8).collect();
-            bytes.retain(|b| *b != b'\n');
-            let answers = usize::from(!String::from_utf8_lossy(&bytes).trim().is_empty());
-            (bytes, answers)
+            // Random bytes, invalid UTF-8 included, never a newline, after
+            // a first byte no JSON text starts with: never a request.
+            let n = rng.u64(..300) as usize;
+            let mut bytes = vec![*rng
+                .choice(b"#%&<>?@^`|~\\".iter())
+                .expect("something to pick")];
+            bytes.extend((0..n).map(|_| rng.u64(..) as u8).filter(|b| *b != b'\n'));
+            (bytes, Expect::One(Value::Null, error(PARSE_ERROR)))
         }
         86..=89 => {
+            // Deep nesting. Balanced, it is a batch of one entry that is
+            // not a request; cut off, it is not JSON.
             let depth = 100 + rng.u64(..20_000) as usize;
+            let balanced = rng.bool();
             let mut s = "[".repeat(depth);
-            s.push_str(&"]".repeat(depth * (rng.u64(..2) as usize)));
-            (s.into_bytes(), 1)
+            s.push_str(&"]".repeat(depth * usize::from(balanced)));
+            let expect = match balanced {
+                true => Expect::Batch(vec![(Value::Null, error(INVALID_REQUEST))]),
+                false => Expect::One(Value::Null, error(PARSE_ERROR)),
+            };
+            (s.into_bytes(), expect)
         }
         90..=94 => {
             // A notification: run, never answered.
             let v = json!({"jsonrpc": "2.0", "method": "status"});
-            (v.to_string().into_bytes(), 0)
+            (line(&v), Expect::Nothing)
         }
         _ => {
             let v = json!({"jsonrpc": "2.0", "id": id, "method": "poll", "params": {"session_id": "proc_000000000000", "extra": hostile(rng)}});
-            (v.to_string().into_bytes(), 1)
+            (line(&v), Expect::One(json!(id), error(INVALID_PARAMS)))
         }
     }
 }
 
-/// Answers on one connection: counts lines that answer requests (objects
-/// with an `id`, and batch arrays; subscription items are skipped) until
-/// as many as `expected` says have come, or the socket times out.
-fn count_answers(
-    stream: UnixStream,
-    expected: std::sync::mpsc::Receiver<usize>,
-    done: std::sync::mpsc::Sender<usize>,
-) {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    let mut answers = 0usize;
-    let mut want = None;
-    loop {
-        if want.is_none() {
-            want = expected.try_recv().ok();
+/// Whether `answer` is a JSON-RPC 2.0 response that `judge` accepts.
+fn judged(answer: &Value, judge: Judge) -> Result<(), String> {
+    if answer["jsonrpc"] != "2.0" {
+        return Err("no \"jsonrpc\":\"2.0\"".into());
+    }
+    let (result, error) = (answer.get("result"), answer.get("error"));
+    let code = match (result, error) {
+        (Some(_), None) => None,
+        (None, Some(e)) if e["message"].is_string() => Some(
+            e["code"]
+                .as_i64()
+                .ok_or("an error without an integer code")?,
+        ),
+        _ => {
+            return Err("not exactly one of result and error, or an error without a message".into())
         }
-        if want.is_some_and(|w| answers >= w) {
-            break;
+    };
+    match (judge, code, result) {
+        (Judge::Method(m), None, Some(result)) => fits(m, result).map_err(|e| format!("{m}: {e}")),
+        (Judge::Method(m), Some(code), _) if errors_of(m).contains(&code) => Ok(()),
+        (Judge::Method(m), Some(code), _) => {
+            Err(format!("{m} answered error {code}, which it never should"))
         }
-        line.clear();
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                if v.is_array() || v.get("id").is_some() {
-                    answers += 1;
+        (Judge::Error(want), Some(code), _) if code == want => Ok(()),
+        (Judge::Error(want), _, _) => Err(format!("expected error {want}")),
+        (Judge::Method(_), None, None) => unreachable!("one of them is present"),
+    }
+}
+
+/// Every answer a connection must get, by id, and what is wrong so far.
+#[derive(Default)]
+struct Ledger {
+    /// Single requests with an id: judge by the id's JSON text.
+    single: std::collections::HashMap<String, Judge>,
+    /// Requests answered with a null id (errors only): count per code.
+    null_id: std::collections::HashMap<i64, usize>,
+    /// Batch entries' ids → (batch, judge); a batch's size.
+    in_batch: std::collections::HashMap<String, (usize, Judge)>,
+    batch_sizes: Vec<usize>,
+    /// Batches none of whose entries is a request: count per answer codes.
+    null_batches: std::collections::HashMap<Vec<i64>, usize>,
+    /// Answers that were right, and what was wrong (first few kept).
+    right: usize,
+    wrong: usize,
+    examples: Vec<String>,
+}
+
+impl Ledger {
+    fn expect(&mut self, expect: Expect) {
+        match expect {
+            Expect::Nothing => {}
+            Expect::One(Value::Null, Judge::Error(code)) => {
+                *self.null_id.entry(code).or_default() += 1
+            }
+            Expect::One(id, judge) => {
+                self.single.insert(id.to_string(), judge);
+            }
+            Expect::Batch(items) if items.iter().all(|(id, _)| id.is_null()) => {
+                let codes = items
+                    .iter()
+                    .map(|(_, judge)| match judge {
+                        Judge::Error(code) => *code,
+                        Judge::Method(_) => 0,
+                    })
+                    .collect();
+                *self.null_batches.entry(codes).or_default() += 1;
+            }
+            Expect::Batch(items) => {
+                let batch = self.batch_sizes.len();
+                self.batch_sizes.push(items.len());
+                for (id, judge) in items {
+                    self.in_batch.insert(id.to_string(), (batch, judge));
                 }
             }
         }
     }
-    let _ = done.send(answers);
+
+    fn wrong(&mut self, what: String) {
+        self.wrong += 1;
+        if self.examples.len() < 5 {
+            self.examples.push(what);
+        }
+    }
+
+    /// One line the daemon wrote.
+    fn answer(&mut self, line: &str) {
+        let cut = |s: &str| s.chars().take(300).collect::<String>();
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            return self.wrong(format!("an unparseable line: {}", cut(line)));
+        };
+        match &v {
+            Value::Array(items) => self.batch(items, line),
+            Value::Object(o) if !o.contains_key("id") => self.notification(&v, line),
+            _ => {
+                let verdict = match &v["id"] {
+                    Value::Null => {
+                        let code = v["error"]["code"].as_i64().unwrap_or_default();
+                        match self.null_id.get_mut(&code) {
+                            Some(n) if *n > 0 => {
+                                *n -= 1;
+                                judged(&v, Judge::Error(code))
+                            }
+                            _ => Err("an answer with a null id that nothing asked for".into()),
+                        }
+                    }
+                    id => match self.single.remove(&id.to_string()) {
+                        Some(judge) => judged(&v, judge),
+                        None => Err("an answer to no request, or a second answer".into()),
+                    },
+                };
+                match verdict {
+                    Ok(()) => self.right += 1,
+                    Err(e) => self.wrong(format!("{e}: {}", cut(line))),
+                }
+            }
+        }
+    }
+
+    fn batch(&mut self, items: &[Value], line: &str) {
+        let cut = |s: &str| s.chars().take(300).collect::<String>();
+        if items.iter().all(|item| item["id"].is_null()) {
+            let codes: Vec<i64> = items
+                .iter()
+                .map(|item| item["error"]["code"].as_i64().unwrap_or_default())
+                .collect();
+            let verdict = match self.null_batches.get_mut(&codes) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    items
+                        .iter()
+                        .zip(&codes)
+                        .try_for_each(|(item, code)| judged(item, Judge::Error(*code)))
+                }
+                _ => Err("a batch answer to no batch".to_string()),
+            };
+            return match verdict {
+                Ok(()) => self.right += items.len(),
+                Err(e) => self.wrong(format!("{e}: {}", cut(line))),
+            };
+        }
+        let batch = items
+            .first()
+            .and_then(|first| self.in_batch.get(&first["id"].to_string()))
+            .map(|(batch, _)| *batch);
+        let Some(batch) = batch else {
+            return self.wrong(format!("a batch answer to no batch: {}", cut(line)));
+        };
+        if items.len() != self.batch_sizes[batch] {
+            self.wrong(format!(
+                "a batch of {} answered with {} entries: {}",
+                self.batch_sizes[batch],
+                items.len(),
+                cut(line)
+            ));
+        }
+        for item in items {
+            let verdict = match self.in_batch.remove(&item["id"].to_string()) {
+                Some((b, judge)) if b == batch => judged(item, judge),
+                _ => Err("an entry that answers no request of this batch".to_string()),
+            };
+            match verdict {
+                Ok(()) => self.right += 1,
+                Err(e) => self.wrong(format!("{e}: {}", cut(&item.to_string()))),
+            }
+        }
+    }
+
+    /// A subscription's item: its method's name and item shape.
+    fn notification(&mut self, v: &Value, line: &str) {
+        let item = &v["params"]["result"];
+        let fits = match v["method"].as_str() {
+            Some("output") => procd_proto::OutputItem::deserialize(item).map(drop),
+            Some("event") => procd_proto::Event::deserialize(item).map(drop),
+            _ => return self.wrong(format!("a notification of no subscription: {line}")),
+        };
+        if let Err(e) = fits.and(
+            v["params"]["subscription"]
+                .is_null()
+                .then_some(())
+                .map_or(Ok(()), |()| {
+                    Err(serde::de::Error::custom("no subscription id"))
+                }),
+        ) {
+            self.wrong(format!(
+                "a subscription item that does not fit ({e}): {line}"
+            ));
+        }
+    }
+
+    /// Expected answers that never came.
+    fn missing(&self) -> usize {
+        self.single.len()
+            + self.null_id.values().sum::<usize>()
+            + self.in_batch.len()
+            + self.null_batches.values().sum::<usize>()
+    }
+}
+
+/// Reads every line of one connection until the daemon closes it (the
+/// client half-closed after its last request), judging each against the
+/// ledger, which the writer fills before it sends each request.
+fn judge_answers(stream: UnixStream, ledger: &std::sync::Mutex<Ledger>) {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) => return,
+            Ok(_) => lock(ledger).answer(line.trim_end_matches('\n')),
+            Err(e) => return lock(ledger).wrong(format!("reading answers failed: {e}")),
+        }
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn fuzz(inputs: usize) -> Vec<Figure> {
@@ -387,16 +634,20 @@ fn fuzz(inputs: usize) -> Vec<Figure> {
         workers.push(std::thread::spawn(move || {
             let mut rng =
                 fastrand::Rng::with_seed(seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let methods = methods();
             let stream = UnixStream::connect(&socket).expect("connect");
             stream.set_read_timeout(Some(Duration::from_secs(120))).ok();
-            let (tx, rx) = std::sync::mpsc::channel();
-            let (want_tx, want_rx) = std::sync::mpsc::channel();
+            let ledger = std::sync::Arc::new(std::sync::Mutex::new(Ledger::default()));
             let reader = stream.try_clone().expect("clone");
-            let counter = std::thread::spawn(move || count_answers(reader, want_rx, tx));
-            let mut writer = std::io::BufWriter::new(stream);
-            let mut expected = 0usize;
+            let judge = {
+                let ledger = ledger.clone();
+                std::thread::spawn(move || judge_answers(reader, &ledger))
+            };
+            let mut writer = std::io::BufWriter::new(&stream);
             for i in 0..per {
-                let (line, answers) = input(&mut rng, i as u64, &sessions);
+                let (line, expect) = input(&mut rng, i as u64, &methods, &sessions);
+                // Known before it is sent: an answer can come at once.
+                lock(&ledger).expect(expect);
                 if (rng.u64(..100) < 5) && line.len() > 2 {
                     // A line that arrives in pieces.
                     let cut = 1 + rng.u64(..line.len() as u64 - 1) as usize;
@@ -407,23 +658,31 @@ fn fuzz(inputs: usize) -> Vec<Figure> {
                     let _ = writer.write_all(&line);
                 }
                 let _ = writer.write_all(b"\n");
-                expected += answers;
             }
-            let _ =
-                writer.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":\"end\",\"method\":\"status\"}\n");
             let _ = writer.flush();
-            expected += 1;
-            let _ = want_tx.send(expected);
-            let answered = rx.recv_timeout(Duration::from_secs(300)).unwrap_or(0);
-            let _ = counter.join();
-            (expected, answered)
+            drop(writer);
+            // Half-closed: the daemon answers what it was asked, then
+            // closes, so a missing answer and an extra one both show.
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            let _ = judge.join();
+            let ledger = std::mem::take(&mut *lock(&ledger));
+            ledger
         }));
     }
-    let (mut expected, mut answered) = (0, 0);
+    let mut all = Ledger::default();
     for w in workers {
-        let (e, a) = w.join().unwrap_or((1, 0));
-        expected += e;
-        answered += a;
+        let ledger = w.join().unwrap_or_else(|_| {
+            let mut l = Ledger::default();
+            l.wrong("a fuzzing connection's thread panicked".into());
+            l
+        });
+        let missing = ledger.missing();
+        all.right += ledger.right;
+        all.wrong += ledger.wrong + missing;
+        all.examples.extend(ledger.examples);
+        if missing > 0 {
+            all.examples.push(format!("{missing} answers never came"));
+        }
     }
     let secs = started.elapsed().as_secs_f64();
     // Over-long lines: refused, connection closed, daemon unharmed.
@@ -438,13 +697,22 @@ fn fuzz(inputs: usize) -> Vec<Figure> {
         && d.pid() == daemon;
     ctl.call("kill_all", json!({}));
     let panicked = d.stderr().contains("panicked");
+    let examples = match all.examples.is_empty() {
+        true => String::new(),
+        false => format!("; first wrong: {}", all.examples.join(" | ")),
+    };
     vec![
         Figure {
             check: format!("protocol fuzzer: {inputs} generated inputs"),
-            value: format!("{answered} of {expected} answered; daemon {}", if serving && !panicked { "serving, the same process" } else { "DOWN or replaced" }),
-            target: "all answered, 0 crashes".into(),
-            met: answered == expected && serving && !panicked,
-            detail: format!("seed {seed} (PROCD_FUZZ_SEED); {:.0} inputs/s over 4 connections; wrong types, extreme numbers, deep nesting, invalid UTF-8, split lines, batches, notifications, 2 MiB lines", inputs as f64 / secs),
+            value: format!(
+                "{} answers as the method table says, {} wrong or missing; daemon {}",
+                all.right,
+                all.wrong,
+                if serving && !panicked { "serving, the same process" } else { "DOWN or replaced" }
+            ),
+            target: "every answer right, 0 crashes".into(),
+            met: all.wrong == 0 && all.right > 0 && serving && !panicked,
+            detail: format!("seed {seed} (PROCD_FUZZ_SEED); {:.0} inputs/s over 4 connections; each answer matched by id and judged by its method's result type or error codes; wrong types, extreme numbers, deep nesting, invalid UTF-8, split lines, batches, notifications, 2 MiB lines{examples}", inputs as f64 / secs),
         },
     ]
 }
@@ -505,7 +773,11 @@ fn chaos(rounds: usize) -> Vec<Figure> {
     .expect("config");
     let (mut lost, mut duplicated, mut untracked, mut unparsable) =
         (0usize, 0usize, 0usize, 0usize);
-    let mut known: std::collections::BTreeSet<String> = Default::default();
+    // Every session whose spawn was answered, in any round, and its exit
+    // once a daemon has listed one: each later daemon must list it once,
+    // with that same exit.
+    let mut acked_ever: std::collections::BTreeMap<String, Option<Value>> = Default::default();
+    let mut exits_changed = 0usize;
     // Kills amid traffic, and those after each round's kill_all.
     let (mut kills, mut quiet_kills, mut daemon_kills, mut exits_lost) = (0, 0, 0, 0usize);
     for round in 0..rounds {
@@ -598,6 +870,8 @@ fn chaos(rounds: usize) -> Vec<Figure> {
             .map(|(_, id)| id)
             .collect();
         must_list.extend(live_before.iter().filter(|id| acked.contains(id)).cloned());
+        acked_ever.extend(acked.iter().map(|id| (id.clone(), None)));
+        must_list.extend(acked_ever.keys().cloned());
         // A new daemon (the keeper's, or one started now): every session
         // known so far is listed once, and every live session process is
         // one it tracks as running.
@@ -679,14 +953,33 @@ fn chaos(rounds: usize) -> Vec<Figure> {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        known.extend(ids);
-        known.extend(acked);
-        d.connect().call("kill_all", json!({}));
+        exits_changed += same_exits(&mut acked_ever, &listed);
+        let mut c = d.connect();
+        c.call("kill_all", json!({}));
+        // Every exit is known now; the next daemon must keep each.
+        exits_changed += same_exits(&mut acked_ever, &c.call("list", json!({})));
         d.crash();
         quiet_kills += 1;
     }
-    // Nothing of this run may outlive it.
+    // The last daemon lists every session of every round once, ended,
+    // with the exit first seen.
     let d = Daemon::in_home(home.path());
+    let listed = d.connect().call("list", json!({}));
+    let entries = listed["processes"].as_array().cloned().unwrap_or_default();
+    for (id, _) in acked_ever.iter() {
+        match entries
+            .iter()
+            .filter(|p| p["session_id"] == id.as_str())
+            .count()
+        {
+            0 => lost += 1,
+            1 => {}
+            n => duplicated += n - 1,
+        }
+    }
+    exits_changed += same_exits(&mut acked_ever, &listed);
+    let unended = acked_ever.values().filter(|exit| exit.is_none()).count();
+    // Nothing of this run may outlive it.
     d.connect().call("kill_all", json!({}));
     drop(d);
     for (pid, _) in session_processes(home.path()) {
@@ -697,11 +990,36 @@ fn chaos(rounds: usize) -> Vec<Figure> {
     }
     vec![Figure {
         check: format!("chaos: daemon SIGKILLed {kills} times amid spawn/kill traffic ({daemon_kills} of them the daemon alone, its keeper left), and {quiet_kills} times after a round's kill_all"),
-        value: format!("{lost} lost, {duplicated} duplicated, {untracked} untracked, {unparsable} unparsable files, {exits_lost} exits unknown after a daemon-only kill ({} sessions)", known.len()),
-        target: "0 / 0 / 0 / 0 / 0".into(),
-        met: lost + duplicated + untracked + unparsable + exits_lost == 0,
-        detail: format!("seed {seed}; a kill lands 5-155 ms into each round; after each, a new daemon must list every session once and track every live session process"),
+        value: format!("{lost} lost, {duplicated} duplicated, {untracked} untracked, {unparsable} unparsable files, {exits_lost} exits unknown after a daemon-only kill, {exits_changed} exits changed, {unended} never ended ({} sessions)", acked_ever.len()),
+        target: "0 / 0 / 0 / 0 / 0 / 0 / 0".into(),
+        met: lost + duplicated + untracked + unparsable + exits_lost + exits_changed + unended == 0 && !acked_ever.is_empty(),
+        detail: format!("seed {seed}; a kill lands 5-155 ms into each round; after each, a new daemon must list every session acknowledged in any round once, with the exit an earlier daemon listed, and track every live session process; the last lists all of them ended"),
     }]
+}
+
+/// Records the exit of every ended session in a `list` answer that
+/// `acked` holds, and counts those whose exit differs from the one
+/// recorded before (an exit, once known, never changes).
+fn same_exits(
+    acked: &mut std::collections::BTreeMap<String, Option<Value>>,
+    listed: &Value,
+) -> usize {
+    let mut changed = 0;
+    for p in listed["processes"].as_array().into_iter().flatten() {
+        if p["status"] != "exited" {
+            continue;
+        }
+        let Some(known) = p["session_id"].as_str().and_then(|id| acked.get_mut(id)) else {
+            continue;
+        };
+        let exit = json!([p["exit_code"], p["completion_reason"]]);
+        match known {
+            Some(before) if *before != exit => changed += 1,
+            Some(_) => {}
+            None => *known = Some(exit),
+        }
+    }
+    changed
 }
 
 // ----- load -------------------------------------------------------------------------
