@@ -2,7 +2,8 @@
 //! executed against a real daemon in a temp PROCD_HOME, and what it shows
 //! is checked — Python and Node clients, shell lines, the README's tour,
 //! and each JSON-RPC request of docs/protocol.md, whose documented answer
-//! must have the shape (keys and JSON types) of the real one.
+//! (and subscription items) must be the real one: the same keys, every
+//! array element, equal values except for what differs by run.
 //!
 //! A comment right before a block says how it is checked:
 //! - `<!-- doc: expect "a" "b" -->`: it runs, exits 0 and prints each string;
@@ -359,12 +360,34 @@ fn readme_tour_runs() {
     }
 }
 
-/// Whether `real` has the shape of `documented`: the same keys (both ways)
-/// and JSON types; a documented null stands for any value; arrays compare
-/// their first elements.
-fn same_shape(documented: &Value, real: &Value, at: &str) -> Result<(), String> {
+/// Keys whose values differ from run to run (or machine to machine): for
+/// these only the JSON type is compared.
+const VARYING: &[&str] = &[
+    "pid",
+    "started_at",
+    "exited_at",
+    "uptime_seconds",
+    "after_ms",
+    "ready_after_ms",
+    "resources",
+    "socket",
+    "state_dir",
+    "version",
+    "containment",
+    "containment_reason",
+    "limits_available",
+    "systemd_unit",
+];
+
+/// Whether `real` is what `documented` shows: the same keys both ways,
+/// every array element, and equal values — statuses, exit codes, error
+/// codes, output — except under `VARYING` keys, where the JSON type must
+/// match (a documented null there stands for any value).
+fn same_answer(documented: &Value, real: &Value, at: &str) -> Result<(), String> {
+    let varying = at
+        .split('.')
+        .any(|key| VARYING.contains(&key.split('[').next().unwrap_or(key)));
     match (documented, real) {
-        (Value::Null, _) => Ok(()),
         (Value::Object(d), Value::Object(r)) => {
             for k in d.keys() {
                 if !r.contains_key(k) {
@@ -378,19 +401,30 @@ fn same_shape(documented: &Value, real: &Value, at: &str) -> Result<(), String> 
                             "{at}.{k}: in the real answer ({v}), not documented"
                         ))
                     }
-                    Some(dv) => same_shape(dv, v, &format!("{at}.{k}"))?,
+                    Some(dv) => same_answer(dv, v, &format!("{at}.{k}"))?,
                 }
             }
             Ok(())
         }
-        (Value::Array(d), Value::Array(r)) => match (d.first(), r.first()) {
-            (Some(d0), Some(r0)) => same_shape(d0, r0, &format!("{at}[0]")),
-            (Some(_), None) => Err(format!("{at}: documented with elements, real one empty")),
-            _ => Ok(()),
-        },
+        (Value::Array(d), Value::Array(r)) if d.len() == r.len() => d
+            .iter()
+            .zip(r)
+            .enumerate()
+            .try_for_each(|(i, (d, r))| same_answer(d, r, &format!("{at}[{i}]"))),
+        (Value::Array(d), Value::Array(r)) => Err(format!(
+            "{at}: documented {} elements, real {}",
+            d.len(),
+            r.len()
+        )),
+        (Value::Null, _) if varying => Ok(()),
         (Value::Number(_), Value::Number(_))
         | (Value::String(_), Value::String(_))
-        | (Value::Bool(_), Value::Bool(_)) => Ok(()),
+        | (Value::Bool(_), Value::Bool(_))
+            if varying =>
+        {
+            Ok(())
+        }
+        (d, r) if d == r => Ok(()),
         (d, r) => Err(format!("{at}: documented {d}, real {r}")),
     }
 }
@@ -444,6 +478,7 @@ fn protocol_examples_answer_as_documented() {
         let project = project();
         let id = d.spawn_with(json!({
             "command": command,
+            "cwd": project.path(),
             "pty": pty,
             "task_id": "t1",
             "session_key": "chat-7",
@@ -454,9 +489,37 @@ fn protocol_examples_answer_as_documented() {
             d.wait_exit(&id);
         }
         let mut conn = d.connect();
+        // The real id for the placeholder, and (once answered) each
+        // documented subscription id for the real one.
+        let mut swaps: Vec<(String, String)> = Vec::new();
+        let real_text = |text: &str, swaps: &[(String, String)]| {
+            let mut out = substitute(text, project.path(), &[("proc_3f2a", &id)]);
+            for (doc, real) in swaps {
+                out = out.replace(doc.as_str(), real);
+            }
+            out
+        };
+        let mut notifications = Vec::new();
+        // The documented answers in order, each with the count of
+        // subscription items documented up to the next answer: the next
+        // request is sent only once those have come, so the order is the
+        // documented one (an unsubscribe never races its stream's items).
+        let mut responses: Vec<(&Value, usize)> = Vec::new();
+        let mut items_so_far = 0;
+        for v in &documented {
+            match v.get("id") {
+                Some(_) => responses.push((v, items_so_far)),
+                None => {
+                    items_so_far += 1;
+                    if let Some(last) = responses.last_mut() {
+                        last.1 = items_so_far;
+                    }
+                }
+            }
+        }
         let requests: Vec<&str> = b.text.lines().filter(|l| !l.trim().is_empty()).collect();
         for (n, request) in requests.iter().enumerate() {
-            let line = substitute(request, project.path(), &[("proc_3f2a", &id)]);
+            let line = real_text(request, &swaps);
             let req: Value = serde_json::from_str(&line)
                 .unwrap_or_else(|e| panic!("{}: not JSON: {e}: {line}", b.place()));
             conn.send_raw(&line);
@@ -465,23 +528,70 @@ fn protocol_examples_answer_as_documented() {
                 if v.get("id") == req.get("id") {
                     break v;
                 }
+                notifications.push(v);
             };
             if capture {
                 println!("{} {}\n{answer}", b.place(), req["method"]);
                 continue;
             }
             checked += 1;
-            match documented.get(n) {
-                None => problems.push(format!("{}: no documented answer for {line}", b.place())),
-                Some(doc) => {
-                    if let Err(e) = same_shape(doc, &answer, "") {
-                        problems.push(format!(
-                            "{} ({}): {e}\n    real: {answer}",
-                            b.place(),
-                            req["method"]
-                        ));
-                    }
+            let Some(&(doc, items_by_then)) = responses.get(n) else {
+                problems.push(format!("{}: no documented answer for {line}", b.place()));
+                continue;
+            };
+            while notifications.len() < items_by_then {
+                notifications.push(conn.recv());
+            }
+            // A subscription id is the daemon's to pick.
+            if req["method"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("subscribe_"))
+            {
+                if let (Some(doc_sub), Some(sub)) =
+                    (doc["result"].as_u64(), answer["result"].as_u64())
+                {
+                    swaps.push((doc_sub.to_string(), sub.to_string()));
                 }
+            }
+            let mut doc: Value =
+                serde_json::from_str(&real_text(&doc.to_string(), &swaps)).expect("JSON");
+            if req["method"] == "spawn" && doc["result"]["session_id"].is_string() {
+                // A new session: its id is the daemon's to pick.
+                doc["result"]["session_id"] = answer["result"]["session_id"].clone();
+            }
+            if let Err(e) = same_answer(&doc, &answer, "") {
+                problems.push(format!(
+                    "{} ({}): {e}\n    real: {answer}",
+                    b.place(),
+                    req["method"]
+                ));
+            }
+        }
+        // Subscription items the block documents come in that order; an
+        // item it does not document, received meanwhile, is a problem.
+        let documented_items: Vec<Value> = documented
+            .iter()
+            .filter(|v| v.get("id").is_none())
+            .map(|v| serde_json::from_str(&real_text(&v.to_string(), &swaps)).expect("JSON"))
+            .collect();
+        if capture {
+            for item in &notifications {
+                println!("{} (item)\n{item}", b.place());
+            }
+            continue;
+        }
+        if notifications.len() != documented_items.len() {
+            problems.push(format!(
+                "{}: {} subscription items documented, {} received: {notifications:?}",
+                b.place(),
+                documented_items.len(),
+                notifications.len()
+            ));
+        }
+        for (doc, real) in documented_items.iter().zip(&notifications) {
+            checked += 1;
+            if let Err(e) = same_answer(doc, real, "") {
+                problems.push(format!("{} (item): {e}\n    real: {real}", b.place()));
             }
         }
     }
