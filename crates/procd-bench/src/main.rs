@@ -11,12 +11,14 @@
 //!        procd-bench --reliability [--quick] [--json]   (fuzz, chaos, load)
 //!
 //! `--only WORD` runs just the figures whose group name contains WORD
-//! (spawn, poll, exit, ingest, latency, idle, many, kill, flood, observe):
+//! (spawn, poll, exit, ingest, latency, idle, many, kill, flood, observe;
+//! and `peers`, which runs only when named: it installs other programs):
 //! for profiling one. `--repeat N` runs the table N times and reports, per
 //! figure, the run with the median ratio (or value) and the min–max
 //! spread; a target is met when that median run meets it.
 
 mod instructions;
+mod peers;
 mod reliability;
 mod survival;
 
@@ -36,6 +38,9 @@ struct Row {
     value: f64,
     /// The baseline measured in the same run (when there is one).
     baseline: Option<f64>,
+    /// The peer the baseline is (Desktop Commander, pueue, …), if one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline_name: Option<String>,
     ratio: Option<f64>,
     unit: String,
     target: String,
@@ -73,6 +78,7 @@ impl Row {
             metric,
             value,
             baseline: Some(baseline),
+            baseline_name: None,
             ratio: Some(ratio),
             unit: unit.into(),
             target,
@@ -88,10 +94,40 @@ impl Row {
             metric,
             value,
             baseline: None,
+            baseline_name: None,
             ratio: None,
             unit: unit.into(),
             target: format!("<= {limit} {unit}"),
             met: value <= limit,
+            detail,
+            spread: None,
+        }
+    }
+
+    /// A figure beside a peer's, taken in the same run: met when procd's
+    /// is at least as good (lower, or higher when `higher_is_better`).
+    fn beside(
+        metric: String,
+        value: f64,
+        peer: f64,
+        peer_name: String,
+        unit: &str,
+        higher_is_better: bool,
+        detail: String,
+    ) -> Row {
+        let (target, met) = match higher_is_better {
+            true => (format!(">= {peer_name}"), value >= peer),
+            false => (format!("<= {peer_name}"), value <= peer),
+        };
+        Row {
+            metric,
+            value,
+            baseline: Some(peer),
+            baseline_name: Some(peer_name),
+            ratio: (value > 0.0 && peer > 0.0).then(|| value / peer),
+            unit: unit.into(),
+            target,
+            met,
             detail,
             spread: None,
         }
@@ -139,6 +175,8 @@ struct Sizes {
     kills: usize,
     /// Requests counted under callgrind: the difference of two runs.
     counted: (u64, u64),
+    /// Rounds of each timed figure beside a peer.
+    peer_rounds: usize,
 }
 
 const QUICK: Sizes = Sizes {
@@ -151,6 +189,7 @@ const QUICK: Sizes = Sizes {
     many: 40,
     kills: 4,
     counted: (20, 120),
+    peer_rounds: 3,
 };
 
 const FULL: Sizes = Sizes {
@@ -163,6 +202,7 @@ const FULL: Sizes = Sizes {
     many: 500,
     kills: 20,
     counted: (100, 1100),
+    peer_rounds: 15,
 };
 
 /// Measures procd against baselines in the same run (README: Performance,
@@ -532,7 +572,7 @@ fn now_epoch() -> f64 {
 
 fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     let d = Daemon::start();
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 12] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 13] = [
         ("spawn", &|| vec![spawn_wait(&d, s), spawn_wait_slow_rc(s)]),
         ("poll", &|| vec![poll_round_trip(&d, s)]),
         ("exit", &|| vec![exit_to_wait(&d, s)]),
@@ -547,10 +587,15 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("instructions", &|| {
             instructions::instruction_rows(s.counted)
         }),
+        // Only when asked for: it installs and runs other programs.
+        ("peers", &|| peers::peer_rows(s.peer_rounds)),
     ];
     groups
         .iter()
-        .filter(|(name, _)| only.is_none_or(|w| name.contains(w)))
+        .filter(|(name, _)| match only {
+            None => *name != "peers",
+            Some(w) => name.contains(w),
+        })
         .flat_map(|(_, run)| run())
         .collect()
 }
@@ -1056,6 +1101,7 @@ fn idle(d: &Daemon, s: &Sizes) -> Vec<Row> {
             metric: format!("idle daemon, wakeups besides the 1 Hz monitor ({} s)", s.idle.as_secs()),
             value: others,
             baseline: None,
+            baseline_name: None,
             ratio: None,
             unit: "switches/s".into(),
             target: "none".into(),
@@ -1499,10 +1545,11 @@ fn print_table(rows: &[Row], quick: bool) {
     println!("| metric | procd | baseline | ratio | target | met? |");
     println!("|---|---|---|---|---|---|");
     for r in rows {
-        let base = r
-            .baseline
-            .map(|b| format!("{b:.2} {}", r.unit))
-            .unwrap_or_else(|| "—".into());
+        let base = match (r.baseline, &r.baseline_name) {
+            (Some(b), Some(name)) => format!("{name}: {b:.2} {}", r.unit),
+            (Some(b), None) => format!("{b:.2} {}", r.unit),
+            (None, _) => "—".into(),
+        };
         let ratio = match (r.ratio, r.spread) {
             (Some(x), Some([lo, _, hi])) => format!("{x:.2}x ({lo:.2}–{hi:.2})"),
             (Some(x), None) => format!("{x:.2}x"),

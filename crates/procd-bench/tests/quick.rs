@@ -63,3 +63,48 @@ fn quick_mode_reports_every_metric() {
         "figures are measured against baselines in the same run"
     );
 }
+
+/// `--only peers` installs the peers and measures each beside procd. Their
+/// timings are not asserted (the README has them), but what procd claims
+/// over them is: nothing survives a kill, nothing is lost when the manager
+/// is SIGKILLed, a prompt is seen and progress dots are not one.
+#[test]
+fn peers_are_measured_beside_procd() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_procd-bench"))
+        .args(["--quick", "--only", "peers", "--json"])
+        .output()
+        .expect("run procd-bench");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON list");
+    for peer in ["Desktop Commander", "pueue", "pm2"] {
+        let of_peer: Vec<&Value> = rows.iter().filter(|r| r["baseline_name"] == peer).collect();
+        assert!(of_peer.len() >= 5, "{peer}: {rows:#?}");
+        for row in of_peer {
+            assert!(row["value"].as_f64().is_some_and(f64::is_finite), "{row}");
+            assert!(
+                row["baseline"].as_f64().is_some_and(f64::is_finite),
+                "{row}"
+            );
+        }
+    }
+    // procd's own figure, not only "as good as the peer".
+    let claims = [
+        ("survivors of a 20-process tree", 0.0),
+        ("lost when the manager is SIGKILLed", 0.0),
+        ("prompt detected", 1.0),
+        ("false prompt alarms", 0.0),
+    ];
+    let mut judged = 0;
+    for row in &rows {
+        let metric = row["metric"].as_str().unwrap_or_default();
+        if let Some((_, want)) = claims.iter().find(|(c, _)| metric.contains(c)) {
+            judged += 1;
+            assert_eq!(row["value"].as_f64(), Some(*want), "{row:#}");
+        }
+    }
+    assert!(judged >= 9, "{rows:#?}");
+}
