@@ -36,6 +36,7 @@ while not os.path.exists('{}'):
     os.write(1, ''.join('line %d\\n' % n for n in range(i, i + 200)).encode())
     i += 200
     time.sleep(0.002)
+os.write(1, ('end %d\\n' % i).encode())
 \"; exit {}",
                         stop.display(),
                         n + 3
@@ -44,7 +45,7 @@ while not os.path.exists('{}'):
                 ),
                 None => (
                     format!(
-                        "i=0; while [ ! -e '{}' ]; do echo \"line $i\"; i=$((i+1)); sleep 0.005; done; exit {}",
+                        "i=0; while [ ! -e '{}' ]; do echo \"line $i\"; i=$((i+1)); sleep 0.005; done; echo \"end $i\"; exit {}",
                         stop.display(),
                         n + 3
                     ),
@@ -179,14 +180,34 @@ fn read_all(c: &mut super::Line, id: &str) -> String {
     }
 }
 
-/// Bytes of "line 0\nline 1\n…" missing from `text` or repeated in it:
-/// each line must be the next number.
+/// Bytes of "line 0\nline 1\n…end N\n" missing from `text` or repeated
+/// in it: each line must be the next number, and the last says how many
+/// there were, so a lost tail counts too (all of it, when "end" is lost).
 fn missing_bytes(text: &str) -> u64 {
     let mut lost = 0u64;
     let mut next = 0u64;
+    let mut ended = false;
     for line in text.lines() {
         // A PTY ends lines with "\r\n".
         let line = line.strip_suffix('\r').unwrap_or(line);
+        if let Some(count) = line
+            .strip_prefix("end ")
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            if !ended && count >= next {
+                lost += (next..count)
+                    .map(|i| format!("line {i}\n").len() as u64)
+                    .sum::<u64>();
+                next = count;
+                ended = true;
+                continue;
+            }
+        }
+        if ended {
+            // Nothing may follow the end.
+            lost += line.len() as u64 + 1;
+            continue;
+        }
         match line
             .strip_prefix("line ")
             .and_then(|n| n.parse::<u64>().ok())
@@ -202,6 +223,9 @@ fn missing_bytes(text: &str) -> u64 {
             _ => lost += line.len() as u64 + 1,
         }
     }
+    if !ended {
+        lost += "end \n".len() as u64 + 1;
+    }
     lost
 }
 
@@ -211,9 +235,14 @@ mod tests {
 
     #[test]
     fn gaps_repeats_and_broken_lines_count() {
-        assert_eq!(missing_bytes("line 0\nline 1\n"), 0);
-        assert_eq!(missing_bytes("line 0\nline 2\n"), 7);
-        assert_eq!(missing_bytes("line 0\nline 0\nline 1\n"), 7);
-        assert_eq!(missing_bytes("line 0\nne 1\nline 2\n"), 5 + 7);
+        assert_eq!(missing_bytes("line 0\nline 1\nend 2\n"), 0);
+        assert_eq!(missing_bytes("line 0\nline 2\nend 3\n"), 7);
+        assert_eq!(missing_bytes("line 0\nline 0\nline 1\nend 2\n"), 7);
+        assert_eq!(missing_bytes("line 0\nne 1\nline 2\nend 3\n"), 5 + 7);
+        // A lost tail: the end says 4 lines were printed.
+        assert_eq!(missing_bytes("line 0\nline 1\nend 4\n"), 14);
+        // The end itself lost: the tail's size is unknown, but not 0.
+        assert!(missing_bytes("line 0\nline 1\n") > 0);
+        assert_eq!(missing_bytes("line 0\nend 1\nline 1\n"), 7);
     }
 }
