@@ -19,7 +19,7 @@ fn quick_mode_reports_every_metric() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON list");
-    assert_eq!(rows.len(), 23, "{rows:#?}");
+    assert_eq!(rows.len(), 24, "{rows:#?}");
     for row in &rows {
         assert!(row["metric"].is_string(), "{row}");
         assert!(row["value"].as_f64().is_some_and(f64::is_finite), "{row}");
