@@ -23,9 +23,16 @@ fn spawn_and_yield_returns_a_fast_commands_output_and_exit_code() {
 #[test]
 fn spawn_and_yield_returns_running_and_partial_output_for_a_slow_command() {
     let d = Daemon::start();
+    // The yield is far longer than the test may take: an answer that
+    // came back at all came back because the output went quiet.
+    let asked = std::time::Instant::now();
     let r = d.ok(
         "spawn",
-        json!({"command": "echo listening on 3000; sleep 300", "yield_ms": 10000}),
+        json!({"command": "echo listening on 3000; sleep 300", "yield_ms": 120000}),
+    );
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(60),
+        "spawn waited out its yield instead of returning when quiet"
     );
     assert_eq!(
         r["status"], "running",

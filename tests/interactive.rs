@@ -433,6 +433,31 @@ fn a_subscriber_that_never_reads_does_not_slow_ingestion() {
         "all output was ingested"
     );
     assert_eq!(tail["total_lines"], 200_001);
+    // The subscriber only lagged by cursor: read now, its stream still
+    // has every byte, in order, then the exit.
+    let mut text = String::new();
+    let mut next = 0;
+    loop {
+        let item = stalled.recv();
+        let item = &item["params"]["result"];
+        if item["exited"] == true {
+            assert_eq!(item["exit_code"], 0, "{item}");
+            break;
+        }
+        assert_eq!(
+            item["cursor"], next,
+            "a gap in the stream before next_cursor {}",
+            item["next_cursor"]
+        );
+        next = item["next_cursor"].as_u64().expect("next_cursor");
+        text.push_str(item["data"].as_str().expect("data"));
+    }
+    let expected: String =
+        (1..=200_000).map(|i| format!("{i}\n")).collect::<String>() + "finished\n";
+    assert!(
+        text == expected,
+        "the stalled subscriber's stream lost or changed bytes"
+    );
     drop(stalled);
     assert!(d.ok("status", json!({}))["pid"].is_number());
 }
