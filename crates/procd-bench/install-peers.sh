@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the peers `procd-bench --only peers` measures procd beside, into
 # DIR (the bench passes target/peers): pueue from crates.io, pm2 and
-# Desktop Commander from npm. Versions are pinned, so runs compare the same
+# Desktop Commander from npm, supervisor from PyPI into a venv of its own. Versions are pinned, so runs compare the same
 # programs. Idempotent and safe to run concurrently. Install scripts are
 # not run (Desktop Commander's would report the install over the network;
 # puppeteer's would download a browser), and nothing here needs them.
@@ -25,4 +25,11 @@ if [ ! -f "$dir/npm/node_modules/@wonderwhy-er/desktop-commander/dist/index.js" 
   echo "install-peers: installing pm2 and Desktop Commander from npm" >&2
   PUPPETEER_SKIP_DOWNLOAD=1 npm install --prefix "$dir/npm" --ignore-scripts --no-audit --no-fund --silent \
     pm2@7.0.4 @wonderwhy-er/desktop-commander@0.2.52 >&2
+fi
+
+if ! "$dir/venv/bin/python" -c 'import supervisor' 2>/dev/null; then
+  echo "install-peers: installing supervisor from PyPI into $dir/venv" >&2
+  rm -rf "$dir/venv"
+  python3 -m venv "$dir/venv" >&2
+  "$dir/venv/bin/python" -m pip install -q --disable-pip-version-check supervisor==4.3.0 >&2
 fi

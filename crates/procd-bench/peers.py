@@ -1,8 +1,8 @@
 """procd beside its peers, measured in one run (procd-bench --only peers).
 
 Desktop Commander is driven by the official Python MCP SDK, and so is
-`procd mcp`: the same client, the same calls an agent makes. pueue and pm2
-are driven by their own CLIs, beside procd's CLI. Each figure alternates
+`procd mcp`: the same client, the same calls an agent makes. pueue, pm2
+and supervisor are driven by their own CLIs, beside procd's CLI. Each figure alternates
 procd and the peer over the rounds. Prints a JSON list of figures; the
 bench turns them into rows (a row is met when procd is at least as good).
 
@@ -30,6 +30,7 @@ DC_JS = os.path.join(PEERS, "npm/node_modules/@wonderwhy-er/desktop-commander/di
 PM2 = os.path.join(PEERS, "npm/node_modules/.bin/pm2")
 PUEUE = os.path.join(PEERS, "pueue/bin/pueue")
 PUEUED = os.path.join(PEERS, "pueue/bin/pueued")
+SUPERVISOR_PY = os.path.join(PEERS, "venv/bin/python")
 FIGURES = []
 # Every home made here, removed at the end.
 HOMES = []
@@ -495,6 +496,96 @@ class Pm2:
         run([PM2, "kill"], self.env, check=False)
 
 
+class Supervisor:
+    """supervisord with its defaults; a program per command, in an include dir."""
+    name = "supervisor"
+
+    def __init__(self):
+        self.h = home("ps")
+        self.env = env_for(self.h)
+        self.n = 0
+        self.sock = os.path.join(self.h, "supervisor.sock")
+        self.conf = os.path.join(self.h, "supervisord.conf")
+        self.programs = os.path.join(self.h, "programs")
+        os.makedirs(self.programs)
+        with open(self.conf, "w") as f:
+            f.write(f"""[unix_http_server]
+file={self.sock}
+[supervisord]
+nodaemon=true
+logfile={self.h}/supervisord.log
+pidfile={self.h}/supervisord.pid
+childlogdir={self.h}
+[rpcinterface:supervisor]
+supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
+[supervisorctl]
+serverurl=unix://{self.sock}
+[include]
+files={self.programs}/*.conf
+""")
+        # When each program's run began: a run supervisord starts again
+        # after a restart is another run.
+        self.started = {}
+        self.up()
+
+    def up(self):
+        self.daemon = subprocess.Popen([SUPERVISOR_PY, "-m", "supervisor.supervisord", "-c", self.conf],
+                                       env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: self.ctl("pid").stdout.strip().isdigit())
+
+    def ctl(self, *args):
+        return run([SUPERVISOR_PY, "-m", "supervisor.supervisorctl", "-c", self.conf, *args], self.env, check=False)
+
+    def info(self, name):
+        """(state, exit status, start time) from supervisord's XML-RPC interface."""
+        probe = ("import sys, xmlrpc.client as x; from supervisor.xmlrpc import SupervisorTransport as T; "
+                 "s = x.ServerProxy('http://localhost', transport=T(None, None, 'unix://' + sys.argv[1])); "
+                 "i = s.supervisor.getProcessInfo(sys.argv[2]); print(i['statename'], i['exitstatus'], i['start'])")
+        out = run([SUPERVISOR_PY, "-c", probe, self.sock, name], self.env, check=False).stdout.split()
+        return (out[0], int(out[1]), int(out[2])) if len(out) == 3 else ("", None, 0)
+
+    def start(self, command):
+        self.n += 1
+        name = f"b{self.n}"
+        script = os.path.join(self.programs, f"{name}.sh")
+        with open(script, "w") as f:
+            f.write(command + "\n")
+        with open(os.path.join(self.programs, f"{name}.conf"), "w") as f:
+            f.write(f"[program:{name}]\ncommand=/bin/bash {script}\nautorestart=false\nstartsecs=0\nstartretries=0\n")
+        self.ctl("update")
+        self.started[name] = wait_for(lambda: self.info(name)[2])
+        return name
+
+    def start_and_wait(self, command):
+        # supervisorctl has no wait: poll the program's state.
+        name = self.start(command)
+        wait_for(lambda: self.info(name)[0] in ("EXITED", "FATAL", "STOPPED"))
+        return name
+
+    def status(self):
+        self.ctl("status")
+
+    def kill(self, name):
+        self.ctl("stop", name)
+
+    def manager_pids(self):
+        return [self.daemon.pid]
+
+    def kill_manager(self):
+        self.daemon.kill()
+        self.daemon.wait()
+        self.up()
+
+    def knows_exit(self, name):
+        # The run that was started, not one supervisord starts again.
+        state, code, started = self.info(name)
+        return state == "EXITED" and code == 3 and started == self.started.get(name)
+
+    def close(self):
+        self.daemon.kill()
+        self.daemon.wait()
+
+
 def cli_figures(peer_class):
     procd, peer = ProcdCli(), peer_class()
     pair = [procd, peer]
@@ -511,7 +602,8 @@ def cli_figures(peer_class):
         figure(f"start `true` and learn its exit (CLI, median)", "ms", median_ms(times["procd"]),
                median_ms(times[name]), name, "lower",
                {"pueue": "`procd spawn` + `procd wait` against `pueue add` + `pueue wait`",
-                "pm2": "`procd spawn` + `procd wait` against `pm2 start` + polling `pm2 jlist` (pm2 has no wait)"}[name])
+                "pm2": "`procd spawn` + `procd wait` against `pm2 start` + polling `pm2 jlist` (pm2 has no wait)",
+                "supervisor": "`procd spawn` + `procd wait` against a program file, `supervisorctl update` and polling its state"}[name])
         times = {procd.name: [], name: []}
         for r in range(ROUNDS):
             for m in (pair if r % 2 == 0 else pair[::-1]):
@@ -519,11 +611,13 @@ def cli_figures(peer_class):
                 m.status()
                 times[m.name].append(time.monotonic() - t0)
         figure("list/status round trip (CLI, median)", "ms", median_ms(times["procd"]), median_ms(times[name]),
-               name, "lower", {"pueue": "`procd ps` against `pueue status`", "pm2": "`procd ps` against `pm2 jlist`"}[name])
+               name, "lower", {"pueue": "`procd ps` against `pueue status`", "pm2": "`procd ps` against `pm2 jlist`",
+                               "supervisor": "`procd ps` against `supervisorctl status`"}[name])
         time.sleep(1)
         figure("idle manager RSS", "MiB", round(rss_kib(procd.manager_pids()) / 1024, 1),
                round(rss_kib(peer.manager_pids()) / 1024, 1), name, "lower",
-               "procd: daemon and keeper; " + {"pueue": "pueued", "pm2": "the pm2 daemon (God)"}[name])
+               "procd: daemon and keeper; " + {"pueue": "pueued", "pm2": "the pm2 daemon (God)",
+                                               "supervisor": "supervisord"}[name])
         gone, left = {}, {}
         for m in pair:
             marker = new_marker()
@@ -532,7 +626,8 @@ def cli_figures(peer_class):
             m.kill(handle)
             gone[m.name], left[m.name] = wait_gone(marker)
         figure("survivors of a 20-process tree 3 s after kill (CLI)", "processes", left["procd"], left[name], name,
-               "lower", {"pueue": "`procd kill` against `pueue kill`", "pm2": "`procd kill` against `pm2 delete`"}[name])
+               "lower", {"pueue": "`procd kill` against `pueue kill`", "pm2": "`procd kill` against `pm2 delete`",
+                          "supervisor": "`procd kill` against `supervisorctl stop` (supervisor's defaults: stopasgroup=false)"}[name])
         # SIGKILL of the manager while a session runs: is its exit still known?
         unknown = {}
         for m in pair:
@@ -548,7 +643,8 @@ def cli_figures(peer_class):
             end(marked(marker))
         figure("exit codes lost when the manager is SIGKILLed", "of 1", unknown["procd"], unknown[name], name,
                "lower", "a session that exits 3 one second after its manager (procd's daemon, " + name +
-               "'s daemon) was SIGKILLed and started again")
+               "'s daemon) was SIGKILLed and started again" +
+               ("; supervisord runs the program again on its restart (autostart), a second run" if name == "supervisor" else ""))
     finally:
         for m in pair:
             m.close()
@@ -563,6 +659,8 @@ def main():
             cli_figures(Pueue)
         if only in ("", "pm2"):
             cli_figures(Pm2)
+        if only in ("", "supervisor"):
+            cli_figures(Supervisor)
     finally:
         for h in HOMES:
             shutil.rmtree(h, ignore_errors=True)

@@ -1,6 +1,6 @@
 //! procd beside its peers (`procd-bench --only peers`): Desktop Commander
-//! through the same MCP client as `procd mcp`, pueue and pm2 through their
-//! CLIs beside procd's. `install-peers.sh` puts pinned versions of them in
+//! through the same MCP client as `procd mcp`; pueue, pm2 and supervisor
+//! through their CLIs beside procd's. `install-peers.sh` puts pinned versions of them in
 //! `target/peers/`; `peers.py` measures, alternating procd and the peer,
 //! and prints figures that become rows here. A row is met when procd is at
 //! least as good as the peer; where a peer wins, the row says NO.

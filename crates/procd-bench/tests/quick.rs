@@ -80,7 +80,7 @@ fn peers_are_measured_beside_procd() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON list");
-    for peer in ["Desktop Commander", "pueue", "pm2"] {
+    for peer in ["Desktop Commander", "pueue", "pm2", "supervisor"] {
         let of_peer: Vec<&Value> = rows.iter().filter(|r| r["baseline_name"] == peer).collect();
         assert!(of_peer.len() >= 5, "{peer}: {rows:#?}");
         for row in of_peer {
@@ -106,5 +106,5 @@ fn peers_are_measured_beside_procd() {
             assert_eq!(row["value"].as_f64(), Some(*want), "{row:#}");
         }
     }
-    assert!(judged >= 9, "{rows:#?}");
+    assert!(judged >= 11, "{rows:#?}");
 }
