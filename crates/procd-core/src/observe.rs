@@ -66,11 +66,25 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
     trees
         .iter()
         .map(|Watched { tree, input }| {
-            let members: Vec<crate::procfs::ProcStat> =
+            // With a cgroup, its members and its CPU time come from it,
+            // and each member's memory from `statm` (cheap); otherwise
+            // from each process's `stat`, found through the table.
+            let cgroup_cpu = tree.cgroup.as_ref().and_then(|c| c.cpu_seconds());
+            let members: Vec<Member> =
                 match tree.cgroup.as_ref().and_then(|c| c.procs().ok()) {
+                    Some(pids) if cgroup_cpu.is_some() => pids
+                        .into_iter()
+                        .filter_map(|pid| match procfs.resident_pages(pid) {
+                            Ok(Some(rss_pages)) => Some(Member { pid, rss_pages, cpu_ticks: 0, state: None }),
+                            // A zombie, or gone meanwhile.
+                            _ => None,
+                        })
+                        .collect(),
                     Some(pids) => pids
                         .into_iter()
                         .filter_map(|p| procfs.stat(p).ok())
+                        .filter(|s| !s.is_dead())
+                        .map(Member::from)
                         .collect(),
                     None => {
                         let tree = TreeSpec {
@@ -84,7 +98,8 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                             .filter_map(|t| {
                                 by_pid.get(&t.pid).filter(|s| s.start_time == t.start_time)
                             })
-                            .map(|s| **s)
+                            .filter(|s| !s.is_dead())
+                            .map(|s| Member::from(**s))
                             .collect()
                     }
                 };
@@ -98,17 +113,15 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
             let mut ports = cgroup_ports.unwrap_or_default();
             let mut resources = Resources::default();
             let mut reading_input = false;
-            for stat in &members {
-                if stat.is_dead() {
-                    continue;
-                }
+            for member in &members {
                 resources.procs += 1;
-                resources.rss_bytes += stat.rss_pages * page;
-                resources.cpu_seconds += stat.cpu_ticks as f64 / hz;
-                let dir = procfs.root().join(stat.pid.to_string());
-                // Only a sleeping process can be blocked reading its input.
+                resources.rss_bytes += member.rss_pages * page;
+                resources.cpu_seconds += member.cpu_ticks as f64 / hz;
+                let dir = procfs.root().join(member.pid.to_string());
+                // Only a sleeping process can be blocked reading its input
+                // (where the state is unknown, its syscall file says).
                 if let Some(input) = input {
-                    if !reading_input && matches!(stat.state, 'S' | 'D') {
+                    if !reading_input && member.state.is_none_or(|s| matches!(s, 'S' | 'D')) {
                         reading_input = blocked_on(&dir, &|fd| {
                             std::fs::read_link(dir.join(format!("fd/{fd}")))
                                 .is_ok_and(|link| link == input.0)
@@ -119,7 +132,7 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                     ports.extend(listeners.of_process(procfs, &dir));
                 }
             }
-            if let Some(cpu) = tree.cgroup.as_ref().and_then(|c| c.cpu_seconds()) {
+            if let Some(cpu) = cgroup_cpu {
                 resources.cpu_seconds = cpu;
             }
             resources.cpu_seconds = (resources.cpu_seconds * 100.0).round() / 100.0;
@@ -132,6 +145,27 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
             }
         })
         .collect()
+}
+
+/// A live process of an observed tree, with what an observation needs.
+struct Member {
+    pid: i32,
+    rss_pages: u64,
+    /// 0 where the cgroup counts CPU time for the whole tree.
+    cpu_ticks: u64,
+    /// None where it was not read (the cgroup path).
+    state: Option<char>,
+}
+
+impl From<crate::procfs::ProcStat> for Member {
+    fn from(s: crate::procfs::ProcStat) -> Member {
+        Member {
+            pid: s.pid,
+            rss_pages: s.rss_pages,
+            cpu_ticks: s.cpu_ticks,
+            state: Some(s.state),
+        }
+    }
 }
 
 /// The listening TCP sockets, each table read at most once per
