@@ -70,39 +70,41 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
             // and each member's memory from `statm` (cheap); otherwise
             // from each process's `stat`, found through the table.
             let cgroup_cpu = tree.cgroup.as_ref().and_then(|c| c.cpu_seconds());
-            let members: Vec<Member> =
-                match tree.cgroup.as_ref().and_then(|c| c.procs().ok()) {
-                    Some(pids) if cgroup_cpu.is_some() => pids
-                        .into_iter()
-                        .filter_map(|pid| match procfs.resident_pages(pid) {
-                            Ok(Some(rss_pages)) => Some(Member { pid, rss_pages, cpu_ticks: 0, state: None }),
-                            // A zombie, or gone meanwhile.
-                            _ => None,
-                        })
-                        .collect(),
-                    Some(pids) => pids
-                        .into_iter()
-                        .filter_map(|p| procfs.stat(p).ok())
+            let members: Vec<Member> = match tree.cgroup.as_ref().and_then(|c| c.procs().ok()) {
+                Some(pids) if cgroup_cpu.is_some() => pids
+                    .into_iter()
+                    .filter_map(|pid| match procfs.resident_pages(pid) {
+                        Ok(Some(rss_pages)) => Some(Member {
+                            pid,
+                            rss_pages,
+                            cpu_ticks: 0,
+                            state: None,
+                        }),
+                        // A zombie, or gone meanwhile.
+                        _ => None,
+                    })
+                    .collect(),
+                Some(pids) => pids
+                    .into_iter()
+                    .filter_map(|p| procfs.stat(p).ok())
+                    .filter(|s| !s.is_dead())
+                    .map(Member::from)
+                    .collect(),
+                None => {
+                    let tree = TreeSpec {
+                        marker: Vec::new(),
+                        cgroup: None,
+                        ..tree.clone()
+                    };
+                    KillPlan::from_table(&tree, procfs, &table, true)
+                        .targets
+                        .iter()
+                        .filter_map(|t| by_pid.get(&t.pid).filter(|s| s.start_time == t.start_time))
                         .filter(|s| !s.is_dead())
-                        .map(Member::from)
-                        .collect(),
-                    None => {
-                        let tree = TreeSpec {
-                            marker: Vec::new(),
-                            cgroup: None,
-                            ..tree.clone()
-                        };
-                        KillPlan::from_table(&tree, procfs, &table, true)
-                            .targets
-                            .iter()
-                            .filter_map(|t| {
-                                by_pid.get(&t.pid).filter(|s| s.start_time == t.start_time)
-                            })
-                            .filter(|s| !s.is_dead())
-                            .map(|s| Member::from(**s))
-                            .collect()
-                    }
-                };
+                        .map(|s| Member::from(**s))
+                        .collect()
+                }
+            };
             // A cgroup's listening sockets are the ones made in it, as the
             // kernel tags them: no process's descriptors need be listed.
             let cgroup_ports = tree

@@ -93,7 +93,7 @@ impl ProcFs {
     }
 
     pub fn stat(&self, pid: i32) -> io::Result<ProcStat> {
-        let text = read_small(&self.root.join(pid.to_string()).join("stat"))?;
+        let text = read_record(&self.root.join(pid.to_string()).join("stat"))?;
         parse_stat(&text).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -107,7 +107,7 @@ impl ProcFs {
     /// callers that take CPU time and membership from a cgroup. None for a
     /// zombie or a kernel thread (no memory map: all fields 0).
     pub fn resident_pages(&self, pid: i32) -> io::Result<Option<u64>> {
-        let text = read_small(&self.root.join(pid.to_string()).join("statm"))?;
+        let text = read_record(&self.root.join(pid.to_string()).join("statm"))?;
         let mut fields = text.split_ascii_whitespace();
         let (Some(size), Some(resident)) = (fields.next(), fields.next()) else {
             return Err(io::Error::new(
@@ -117,7 +117,10 @@ impl ProcFs {
         };
         let parse = |f: &str| {
             f.parse::<u64>().map_err(|_| {
-                io::Error::new(io::ErrorKind::InvalidData, format!("malformed statm of {pid}"))
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("malformed statm of {pid}"),
+                )
             })
         };
         Ok((parse(size)? > 0).then_some(parse(resident)?))
@@ -162,6 +165,29 @@ impl ProcFs {
     }
 }
 
+/// A one-line /proc file (`stat`, `statm`) as text, in one read where it
+/// can be: the kernel makes such a file in one go, so a read that returns
+/// a whole line with room to spare has it all, and the read that would
+/// return 0 is saved (the monitor reads one per process per look).
+pub fn read_record(path: &std::path::Path) -> io::Result<String> {
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    let mut buf = [0u8; 1024];
+    let n = loop {
+        match file.read(&mut buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    let mut bytes = buf[..n].to_vec();
+    if n == buf.len() || !bytes.ends_with(b"\n") {
+        // Longer than expected, or cut: read on to the end.
+        file.read_to_end(&mut bytes)?;
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 /// A small /proc file as text: open, read to the end, close. Not
 /// `fs::read_to_string`, whose size hint costs a statx a /proc file
 /// answers with 0 anyway (the monitor reads two per process per look).
@@ -184,6 +210,25 @@ pub fn read_small(path: &std::path::Path) -> io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_is_read_whole_short_or_long() {
+        let dir = tempfile::tempdir().expect("dir");
+        let short = dir.path().join("short");
+        fs::write(&short, "1 2 3\n").expect("write");
+        assert_eq!(read_record(&short).expect("read"), "1 2 3\n");
+        // Longer than one read, and one without a newline: read to the end.
+        let long = dir.path().join("long");
+        let text = "x".repeat(3000) + "\n";
+        fs::write(&long, &text).expect("write");
+        assert_eq!(read_record(&long).expect("read"), text);
+        let cut = dir.path().join("cut");
+        fs::write(&cut, "no newline").expect("write");
+        assert_eq!(read_record(&cut).expect("read"), "no newline");
+        // The real thing.
+        let own = ProcFs::default().resident_pages(std::process::id() as i32);
+        assert!(own.expect("own statm").is_some_and(|pages| pages > 0));
+    }
 
     #[test]
     fn parses_comm_with_spaces_and_parens() {
