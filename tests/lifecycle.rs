@@ -55,13 +55,14 @@ impl Home {
         std::fs::write(self.path().join("run/gateway.json"), value.to_string()).expect("write");
     }
 
+    /// Replaces the lease file atomically, as procd writes it: a daemon
+    /// reading it meanwhile (once a second) must never see it half
+    /// written, or it would move the "corrupt" file aside.
     fn write_leases(&self, value: Value) {
         std::fs::create_dir_all(self.path().join("run")).expect("run dir");
-        std::fs::write(
-            self.path().join("run/gateway.clients.json"),
-            value.to_string(),
-        )
-        .expect("write");
+        let temp = self.path().join("run/.gateway.clients.json.test");
+        std::fs::write(&temp, value.to_string()).expect("write");
+        std::fs::rename(&temp, self.path().join("run/gateway.clients.json")).expect("rename");
     }
 
     fn daemon_pid(&self) -> i32 {
