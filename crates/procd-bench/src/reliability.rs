@@ -771,213 +771,99 @@ fn chaos(rounds: usize) -> Vec<Figure> {
         "max_sessions = 100000\nfinished_ttl_s = 100000\nkill_grace_s = 0.2\n",
     )
     .expect("config");
-    let (mut lost, mut duplicated, mut untracked, mut unparsable) =
-        (0usize, 0usize, 0usize, 0usize);
+    let mut t = ChaosTally::default();
     // Every session whose spawn was answered, in any round, and its exit
     // once a daemon has listed one: each later daemon must list it once,
     // with that same exit.
     let mut acked_ever: std::collections::BTreeMap<String, Option<Value>> = Default::default();
-    let mut exits_changed = 0usize;
-    // Kills amid traffic, and those after each round's kill_all.
-    let (mut kills, mut quiet_kills, mut daemon_kills, mut exits_lost) = (0, 0, 0, 0usize);
     for round in 0..rounds {
         // Every other round only the daemon dies (its keeper starts the
         // next, which must have every session live, none "lost"); the
         // others kill the keeper and the daemon both.
         let daemon_only = round % 2 == 0;
         let d = Daemon::in_home(home.path());
-        let socket = d.socket();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let traffic = {
-            let stop = stop.clone();
-            let mut rng = fastrand::Rng::with_seed(rng.u64(..) | 1);
-            std::thread::spawn(move || {
-                let mut acked = Vec::new();
-                let Ok(mut c) = Line::try_open(&socket) else {
-                    return acked;
-                };
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let command = *rng
-                        .choice(
-                            [
-                                "sleep 30",
-                                "true",
-                                "echo x; sleep 0.05",
-                                "sleep 30 & sleep 30",
-                            ]
-                            .iter(),
-                        )
-                        .expect("something to pick");
-                    let Ok(r) = c.try_call("spawn", json!({"command": command})) else {
-                        break;
-                    };
-                    if let Some(id) = r["session_id"].as_str() {
-                        acked.push(id.to_string());
-                        if rng.u64(..100) < 30 {
-                            let victim =
-                                rng.choice(acked.iter()).expect("something to pick").clone();
-                            if c.try_call("kill", json!({"session_id": victim, "grace_s": 0.1}))
-                                .is_err()
-                            {
-                                break;
-                            }
-                        }
-                    }
-                }
-                acked
-            })
-        };
+        let traffic = traffic(d.socket(), stop.clone(), rng.u64(..) | 1);
         std::thread::sleep(Duration::from_millis(5 + rng.u64(..150)));
         let old = d.pid();
-        let d = if daemon_only && old > 0 {
+        let survivor = if daemon_only && old > 0 {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(old),
                 nix::sys::signal::Signal::SIGKILL,
             );
-            daemon_kills += 1;
+            t.daemon_kills += 1;
             Some(d)
         } else {
             d.crash();
             None
         };
-        kills += 1;
+        t.kills += 1;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let acked: Vec<String> = traffic.join().unwrap_or_default();
-        // The files a crash leaves must parse.
-        for file in [
-            "state/procs.json",
-            "run/gateway.json",
-            "run/gateway.clients.json",
-        ] {
-            if let Ok(text) = std::fs::read_to_string(home.path().join(file)) {
-                if serde_json::from_str::<Value>(&text).is_err() {
-                    unparsable += 1;
-                }
-            }
-        }
-        // What must not be lost: the sessions recorded as running, and
-        // those whose processes still run.
-        let mut must_list: std::collections::BTreeSet<String> =
-            std::fs::read_to_string(home.path().join("state/procs.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|e| e["session_id"].as_str().map(String::from))
-                .collect();
-        let live_before: std::collections::BTreeSet<String> = session_processes(home.path())
-            .into_iter()
-            .map(|(_, id)| id)
-            .collect();
-        must_list.extend(live_before.iter().filter(|id| acked.contains(id)).cloned());
+        t.unparsable += unparsable_files(home.path());
+        // What must not be lost: the sessions recorded as running, those
+        // whose processes still run, and every one acknowledged so far.
+        let mut must_list = recorded_running(home.path());
+        must_list.extend(
+            session_processes(home.path())
+                .into_iter()
+                .map(|(_, id)| id)
+                .filter(|id| acked.contains(id)),
+        );
         acked_ever.extend(acked.iter().map(|id| (id.clone(), None)));
         must_list.extend(acked_ever.keys().cloned());
-        // A new daemon (the keeper's, or one started now): every session
-        // known so far is listed once, and every live session process is
-        // one it tracks as running.
-        let d = match d {
-            Some(d) => {
-                // Dead, it accepts nothing more on the socket it shares
-                // with its keeper; a connection now waits for the next one.
-                crate::wait_dead(old);
-                let mut c = d.connect();
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while c.call("status", json!({}))["pid"].as_i64() == Some(i64::from(old)) {
-                    assert!(Instant::now() < deadline, "no new daemon: {}", d.stderr());
-                    c = d.connect();
-                }
-                d
-            }
-            None => Daemon::in_home(home.path()),
-        };
+        let d = next_daemon(survivor, old, home.path());
         let listed = d.connect().call("list", json!({}));
         if daemon_only {
             // Under a keeper no exit of this round's sessions may be unknown.
-            exits_lost += listed["processes"].as_array().map_or(0, |a| {
-                a.iter()
-                    .filter(|p| p["completion_reason"] == "lost")
-                    .filter(|p| {
-                        p["session_id"]
-                            .as_str()
-                            .is_some_and(|id| acked.iter().any(|a| a == id))
-                    })
-                    .count()
-            });
+            t.exits_lost += entries(&listed)
+                .filter(|p| p["completion_reason"] == "lost")
+                .filter(|p| {
+                    p["session_id"]
+                        .as_str()
+                        .is_some_and(|id| acked.iter().any(|a| a == id))
+                })
+                .count();
         }
-        let mut ids: Vec<String> = listed["processes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|p| p["session_id"].as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let running: std::collections::HashSet<String> = listed["processes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter(|p| p["status"] == "running")
-                    .filter_map(|p| p["session_id"].as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut ids: Vec<String> = entries(&listed)
+            .filter_map(|p| p["session_id"].as_str().map(String::from))
+            .collect();
+        let running: std::collections::HashSet<String> = entries(&listed)
+            .filter(|p| p["status"] == "running")
+            .filter_map(|p| p["session_id"].as_str().map(String::from))
+            .collect();
         let total = ids.len();
         ids.sort();
         ids.dedup();
-        duplicated += total - ids.len();
-        let listed_ids: std::collections::HashSet<&String> = ids.iter().collect();
-        lost += must_list
+        t.duplicated += total - ids.len();
+        t.lost += must_list
             .iter()
-            .filter(|id| !listed_ids.contains(id))
+            .filter(|id| ids.binary_search(id).is_err())
             .count();
-        // Processes of sessions the new daemon does not run must be gone
-        // (it ends what the old one started but never recorded); a killed
-        // process may take a moment to disappear.
-        let settle = Instant::now() + Duration::from_secs(2);
-        let mut strays = Vec::new();
-        while Instant::now() < settle {
-            strays = session_processes(home.path())
-                .into_iter()
-                .filter(|(_, id)| !running.contains(id))
-                .collect();
-            if strays.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for (pid, _) in strays {
-            untracked += 1;
-            // End it here: nothing else would.
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        exits_changed += same_exits(&mut acked_ever, &listed);
+        t.untracked += end_untracked(home.path(), &running);
+        t.exits_changed += same_exits(&mut acked_ever, &listed);
         let mut c = d.connect();
         c.call("kill_all", json!({}));
         // Every exit is known now; the next daemon must keep each.
-        exits_changed += same_exits(&mut acked_ever, &c.call("list", json!({})));
+        t.exits_changed += same_exits(&mut acked_ever, &c.call("list", json!({})));
         d.crash();
-        quiet_kills += 1;
+        t.quiet_kills += 1;
     }
     // The last daemon lists every session of every round once, ended,
     // with the exit first seen.
     let d = Daemon::in_home(home.path());
     let listed = d.connect().call("list", json!({}));
-    let entries = listed["processes"].as_array().cloned().unwrap_or_default();
-    for (id, _) in acked_ever.iter() {
-        match entries
-            .iter()
+    for id in acked_ever.keys() {
+        match entries(&listed)
             .filter(|p| p["session_id"] == id.as_str())
             .count()
         {
-            0 => lost += 1,
+            0 => t.lost += 1,
             1 => {}
-            n => duplicated += n - 1,
+            n => t.duplicated += n - 1,
         }
     }
-    exits_changed += same_exits(&mut acked_ever, &listed);
+    t.exits_changed += same_exits(&mut acked_ever, &listed);
     let unended = acked_ever.values().filter(|exit| exit.is_none()).count();
     // Nothing of this run may outlive it.
     d.connect().call("kill_all", json!({}));
@@ -988,6 +874,17 @@ fn chaos(rounds: usize) -> Vec<Figure> {
             nix::sys::signal::Signal::SIGKILL,
         );
     }
+    let ChaosTally {
+        lost,
+        duplicated,
+        untracked,
+        unparsable,
+        exits_lost,
+        exits_changed,
+        kills,
+        quiet_kills,
+        daemon_kills,
+    } = t;
     vec![Figure {
         check: format!("chaos: daemon SIGKILLed {kills} times amid spawn/kill traffic ({daemon_kills} of them the daemon alone, its keeper left), and {quiet_kills} times after a round's kill_all"),
         value: format!("{lost} lost, {duplicated} duplicated, {untracked} untracked, {unparsable} unparsable files, {exits_lost} exits unknown after a daemon-only kill, {exits_changed} exits changed, {unended} never ended ({} sessions)", acked_ever.len()),
@@ -995,6 +892,137 @@ fn chaos(rounds: usize) -> Vec<Figure> {
         met: lost + duplicated + untracked + unparsable + exits_lost + exits_changed + unended == 0 && !acked_ever.is_empty(),
         detail: format!("seed {seed}; a kill lands 5-155 ms into each round; after each, a new daemon must list every session acknowledged in any round once, with the exit an earlier daemon listed, and track every live session process; the last lists all of them ended"),
     }]
+}
+
+/// What the chaos run counts, over all its rounds.
+#[derive(Default)]
+struct ChaosTally {
+    lost: usize,
+    duplicated: usize,
+    untracked: usize,
+    unparsable: usize,
+    exits_lost: usize,
+    exits_changed: usize,
+    /// Kills amid traffic, those after a round's kill_all, and how many of
+    /// the first left the keeper alive.
+    kills: usize,
+    quiet_kills: usize,
+    daemon_kills: usize,
+}
+
+/// One client's spawn/kill traffic until `stop`; the ids whose spawn was
+/// answered.
+fn traffic(
+    socket: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seed: u64,
+) -> std::thread::JoinHandle<Vec<String>> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    std::thread::spawn(move || {
+        let mut acked = Vec::new();
+        let Ok(mut c) = Line::try_open(&socket) else {
+            return acked;
+        };
+        let commands = [
+            "sleep 30",
+            "true",
+            "echo x; sleep 0.05",
+            "sleep 30 & sleep 30",
+        ];
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let command = *rng.choice(commands.iter()).expect("something to pick");
+            let Ok(r) = c.try_call("spawn", json!({"command": command})) else {
+                break;
+            };
+            let Some(id) = r["session_id"].as_str() else {
+                continue;
+            };
+            acked.push(id.to_string());
+            if rng.u64(..100) < 30 {
+                let victim = rng.choice(acked.iter()).expect("something to pick").clone();
+                if c.try_call("kill", json!({"session_id": victim, "grace_s": 0.1}))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+        acked
+    })
+}
+
+/// How many of the files a crash leaves do not parse.
+fn unparsable_files(home: &Path) -> usize {
+    [
+        "state/procs.json",
+        "run/gateway.json",
+        "run/gateway.clients.json",
+    ]
+    .iter()
+    .filter_map(|file| std::fs::read_to_string(home.join(file)).ok())
+    .filter(|text| serde_json::from_str::<Value>(text).is_err())
+    .count()
+}
+
+/// The sessions the checkpoint records as running.
+fn recorded_running(home: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_to_string(home.join("state/procs.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| e["session_id"].as_str().map(String::from))
+        .collect()
+}
+
+/// The daemon after a kill: the keeper's next one (`survivor` is the
+/// handle of the killed daemon `old`, whose keeper lives), or one started
+/// now after a whole crash.
+fn next_daemon(survivor: Option<Daemon>, old: i32, home: &Path) -> Daemon {
+    let Some(d) = survivor else {
+        return Daemon::in_home(home);
+    };
+    // Dead, it accepts nothing more on the socket it shares with its
+    // keeper; a connection now waits for the next one.
+    crate::wait_dead(old);
+    let mut c = d.connect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.call("status", json!({}))["pid"].as_i64() == Some(i64::from(old)) {
+        assert!(Instant::now() < deadline, "no new daemon: {}", d.stderr());
+        c = d.connect();
+    }
+    d
+}
+
+/// The entries of a `list` answer.
+fn entries(listed: &Value) -> impl Iterator<Item = &Value> {
+    listed["processes"].as_array().into_iter().flatten()
+}
+
+/// Processes of sessions the new daemon does not run must be gone (it
+/// ends what the old one started but never recorded); a killed process
+/// may take a moment to disappear. Those left are counted and ended here,
+/// as nothing else would.
+fn end_untracked(home: &Path, running: &std::collections::HashSet<String>) -> usize {
+    let settle = Instant::now() + Duration::from_secs(2);
+    let mut strays = Vec::new();
+    while Instant::now() < settle {
+        strays = session_processes(home)
+            .into_iter()
+            .filter(|(_, id)| !running.contains(id))
+            .collect();
+        if strays.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (pid, _) in &strays {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    strays.len()
 }
 
 /// Records the exit of every ended session in a `list` answer that
