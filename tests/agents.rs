@@ -1,9 +1,7 @@
 //! What agents rely on (issue: spawn-and-yield, output budgets), through
 //! the socket.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 #[test]

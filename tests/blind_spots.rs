@@ -6,9 +6,7 @@
 //! credential suffix and `env_blocklist`, `kill_grace_s`, `procd events`.
 //! Each against a real daemon.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 

@@ -1,8 +1,6 @@
 //! The `procd` command line (SPEC §8): round trips, exit codes, on-demand start.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 

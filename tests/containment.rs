@@ -8,9 +8,7 @@
 //! the machine has none, set `PROCD_TEST_NO_CGROUP=1` and they skip, saying
 //! so; without it, a missing cgroup fails the test with the reason.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::time::Instant;
 

@@ -16,9 +16,7 @@
 //! starting so) become real session ids, `/home/me/project` and
 //! `/home/u/app` a temp project directory.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -1,9 +1,7 @@
 //! Interactive sessions (SPEC §3.1, §4.1, §4.4): PTY mode, subscriptions,
 //! close_terminal, watch patterns, and `procd attach` on a real terminal.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};

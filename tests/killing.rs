@@ -1,8 +1,6 @@
 //! Tree kill (SPEC §5.1) through the daemon: what dies is checked in /proc.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 /// Waits until the session's root has exec'd `name` (past the shell start-up,

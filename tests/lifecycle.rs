@@ -2,9 +2,7 @@
 //! stop / restart / status, client leases, on-demand auto-stop, systemd
 //! socket activation and readiness. Real daemons, real processes.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -3,9 +3,7 @@
 //! made by tests/mcp-venv.sh: the README's test command runs it, and so
 //! does this test when the venv is missing).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Duration;

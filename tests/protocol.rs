@@ -1,9 +1,7 @@
 //! The wire protocol (SPEC §3): framing, JSON-RPC errors, batches,
 //! notifications, limits, access — and the daemon keeps serving after each.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};

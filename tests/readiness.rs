@@ -3,9 +3,7 @@
 //! never a sleeping, computing or other-pipe-reading process), and the
 //! events and early yields that come with them.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// A TCP port nothing listens on right now (the OS picked it).

@@ -1,9 +1,7 @@
 //! Safe by default (SPEC §5, §7): credentials, redaction, checkpoint and
 //! crash recovery, hostile input.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn checkpoint(d: &Daemon) -> Value {

@@ -1,9 +1,7 @@
 //! Sessions over the socket: spawn, poll, read, log, wait, stdin, list,
 //! notifications and retention (SPEC §3.1, §4).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 #[test]

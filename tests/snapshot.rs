@@ -4,9 +4,7 @@
 //! do not; a change is picked up by the next spawn; a capture that fails
 //! falls back to the login shell and says so.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::path::Path;
 

@@ -5,9 +5,7 @@
 //! gap. `procd restart` hands sessions over the same way; followers ride
 //! through; a killed keeper leaves the daemon serving.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::process::{Command, Stdio};
 

@@ -10,10 +10,8 @@
 //! and removes everything afterwards. `PROCD_TEST_NO_SYSTEMD=1` says the
 //! machine has no systemd; the tests then say so and pass, and only then.
 
-mod common;
-
-use common::systemd::UserManager;
-use common::*;
+use crate::common::systemd::UserManager;
+use crate::common::*;
 use serde_json::json;
 
 /// A session printing "tick 0" … "tick 200", one line every 10 ms.

@@ -1,0 +1,24 @@
+//! procd's integration suite, one test binary with a module per area (as
+//! ripgrep and pueue lay theirs out): `tests/common` is compiled once, not
+//! once per area. Every test drives a real `procd daemon` in a temp
+//! PROCD_HOME through the socket or the CLI; nextest runs each test in a
+//! process of its own.
+
+mod common;
+
+mod agents;
+mod blind_spots;
+mod cli;
+mod containment;
+mod docs;
+mod interactive;
+mod killing;
+mod lifecycle;
+mod mcp;
+mod protocol;
+mod readiness;
+mod safety;
+mod sessions;
+mod snapshot;
+mod survival;
+mod systemd;
