@@ -64,55 +64,7 @@ enum Command {
     #[command(subcommand)]
     Lease(LeaseCommand),
     /// Start a command as a background session.
-    Spawn {
-        /// Run it on a pseudo-terminal.
-        #[arg(long)]
-        pty: bool,
-        /// Working directory, relative to the current one (default: the
-        /// current directory).
-        #[arg(long, value_name = "DIR")]
-        cwd: Option<String>,
-        /// Extra environment variable, repeatable.
-        #[arg(long = "env", value_name = "K=V")]
-        env: Vec<String>,
-        /// Task id to group sessions by.
-        #[arg(long = "task", value_name = "T")]
-        task: Option<String>,
-        /// Queue a completion notification when it exits.
-        #[arg(long)]
-        notify: bool,
-        /// Notify when an output line contains PAT, repeatable.
-        #[arg(long = "watch", value_name = "PAT")]
-        watch: Vec<String>,
-        /// Kill the session's tree after this many seconds.
-        #[arg(long, value_name = "S")]
-        timeout: Option<f64>,
-        /// Ready once an output line matches this regex (then return).
-        #[arg(long, value_name = "REGEX")]
-        ready_output: Option<String>,
-        /// Ready once the tree listens on this TCP port, or "any".
-        #[arg(long, value_name = "PORT")]
-        ready_port: Option<String>,
-        /// Ready once this loopback URL answers 200-399.
-        #[arg(long, value_name = "URL")]
-        ready_http: Option<String>,
-        /// How long to wait for readiness (default 60 s; the session keeps
-        /// running either way).
-        #[arg(long, value_name = "S")]
-        ready_timeout: Option<f64>,
-        /// Memory limit of the session's tree: bytes, or with K, M, G (1024s).
-        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-        memory: Option<u64>,
-        /// CPU limit of the session's tree, in cores (e.g. 1.5).
-        #[arg(long, value_name = "CORES")]
-        cpus: Option<f64>,
-        /// Most processes (and threads) the session's tree may have.
-        #[arg(long, value_name = "N")]
-        pids: Option<u64>,
-        /// The command: one argument is used as given; several are joined with spaces.
-        #[arg(last = true, required = true, value_name = "CMD")]
-        command: Vec<String>,
-    },
+    Spawn(SpawnArgs),
     /// List sessions.
     Ps {
         /// Only this task's sessions.
@@ -299,10 +251,7 @@ pub fn run(cli: Cli) -> i32 {
     block_on(async {
         let starts_daemon = matches!(
             cli.command,
-            Command::Spawn { .. }
-                | Command::Send { .. }
-                | Command::Attach { .. }
-                | Command::Rpc { .. }
+            Command::Spawn(_) | Command::Send { .. } | Command::Attach { .. } | Command::Rpc { .. }
         );
         // A command that may start the daemon holds a lease meanwhile, so
         // an on-demand daemon cannot stop between our start and request.
@@ -453,6 +402,105 @@ fn ready_condition(
     }))
 }
 
+/// `procd spawn`'s flags, checked into `SpawnParams` by `params`.
+#[derive(clap::Args, Debug)]
+pub struct SpawnArgs {
+    /// Run it on a pseudo-terminal.
+    #[arg(long)]
+    pty: bool,
+    /// Working directory, relative to the current one (default: the
+    /// current directory).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<String>,
+    /// Extra environment variable, repeatable.
+    #[arg(long = "env", value_name = "K=V")]
+    env: Vec<String>,
+    /// Task id to group sessions by.
+    #[arg(long = "task", value_name = "T")]
+    task: Option<String>,
+    /// Queue a completion notification when it exits.
+    #[arg(long)]
+    notify: bool,
+    /// Notify when an output line contains PAT, repeatable.
+    #[arg(long = "watch", value_name = "PAT")]
+    watch: Vec<String>,
+    /// Kill the session's tree after this many seconds.
+    #[arg(long, value_name = "S")]
+    timeout: Option<f64>,
+    /// Ready once an output line matches this regex (then return).
+    #[arg(long, value_name = "REGEX")]
+    ready_output: Option<String>,
+    /// Ready once the tree listens on this TCP port, or "any".
+    #[arg(long, value_name = "PORT")]
+    ready_port: Option<String>,
+    /// Ready once this loopback URL answers 200-399.
+    #[arg(long, value_name = "URL")]
+    ready_http: Option<String>,
+    /// How long to wait for readiness (default 60 s; the session keeps
+    /// running either way).
+    #[arg(long, value_name = "S")]
+    ready_timeout: Option<f64>,
+    /// Memory limit of the session's tree: bytes, or with K, M, G (1024s).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    memory: Option<u64>,
+    /// CPU limit of the session's tree, in cores (e.g. 1.5).
+    #[arg(long, value_name = "CORES")]
+    cpus: Option<f64>,
+    /// Most processes (and threads) the session's tree may have.
+    #[arg(long, value_name = "N")]
+    pids: Option<u64>,
+    /// The command: one argument is used as given; several are joined with spaces.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+impl SpawnArgs {
+    /// The request these flags ask for, or what is wrong with them (a
+    /// usage error: nothing was sent).
+    fn params(self) -> Result<procd_proto::SpawnParams, String> {
+        let ready = ready_condition(
+            self.ready_output,
+            self.ready_port,
+            self.ready_http,
+            self.ready_timeout,
+        )?;
+        // With a condition, wait for it (and a bit more, so that the
+        // daemon's own timeout answers first).
+        let yield_ms = ready.as_ref().map(|r| {
+            let s = r.timeout_s.unwrap_or(60.0);
+            procd_proto::YieldMs::new(s * 1000.0 + 1000.0)
+        });
+        let mut vars = BTreeMap::new();
+        for kv in self.env {
+            match kv.split_once('=') {
+                Some((k, v)) if !k.is_empty() => {
+                    vars.insert(k.to_string(), v.to_string());
+                }
+                _ => return Err(format!("--env takes NAME=VALUE, got {kv:?}")),
+            }
+        }
+        let limited = self.memory.is_some() || self.cpus.is_some() || self.pids.is_some();
+        Ok(procd_proto::SpawnParams {
+            command: self.command.join(" "),
+            cwd: cwd_from_here(self.cwd),
+            env: (!vars.is_empty()).then_some(vars),
+            pty: Some(self.pty),
+            task_id: self.task,
+            notify_on_complete: Some(self.notify),
+            watch_patterns: (!self.watch.is_empty()).then_some(self.watch),
+            timeout_s: self.timeout.map(procd_proto::TimeoutS::new),
+            yield_ms,
+            ready,
+            limits: limited.then(|| procd_proto::Limits {
+                memory_bytes: self.memory.map(procd_proto::MemoryBytes::new),
+                cpu_cores: self.cpus.map(procd_proto::CpuCores::new),
+                pids: self.pids.map(procd_proto::Pids::new),
+            }),
+            ..Default::default()
+        })
+    }
+}
+
 /// Runs a client command. Those that follow a session (`logs -f`, `wait`,
 /// `attach`) ride through a daemon restart on `conn` (SPEC §11); the
 /// others make one call on its client.
@@ -473,67 +521,13 @@ async fn client_command(
         | Command::Man
         | Command::Mcp
         | Command::Status => Ok(EXIT_USAGE),
-        Command::Spawn {
-            pty,
-            cwd,
-            env,
-            task,
-            notify,
-            watch,
-            timeout,
-            ready_output,
-            ready_port,
-            ready_http,
-            ready_timeout,
-            memory,
-            cpus,
-            pids,
-            command,
-        } => {
-            let ready = match ready_condition(ready_output, ready_port, ready_http, ready_timeout) {
-                Ok(r) => r,
+        Command::Spawn(args) => {
+            let params = match args.params() {
+                Ok(params) => params,
                 Err(e) => {
                     eprintln!("procd: {e}");
                     return Ok(EXIT_USAGE);
                 }
-            };
-            // With a condition, wait for it (and a bit more, so that the
-            // daemon's own timeout answers first).
-            let yield_ms = ready.as_ref().map(|r| {
-                let s = r.timeout_s.unwrap_or(60.0);
-                procd_proto::YieldMs::new(s * 1000.0 + 1000.0)
-            });
-            let mut vars = BTreeMap::new();
-            for kv in env {
-                match kv.split_once('=') {
-                    Some((k, v)) if !k.is_empty() => {
-                        vars.insert(k.to_string(), v.to_string());
-                    }
-                    _ => {
-                        eprintln!("procd: --env takes NAME=VALUE, got {kv:?}");
-                        return Ok(EXIT_USAGE);
-                    }
-                }
-            }
-            let params = procd_proto::SpawnParams {
-                command: command.join(" "),
-                cwd: cwd_from_here(cwd),
-                env: (!vars.is_empty()).then_some(vars),
-                pty: Some(pty),
-                task_id: task,
-                notify_on_complete: Some(notify),
-                watch_patterns: (!watch.is_empty()).then_some(watch),
-                timeout_s: timeout.map(procd_proto::TimeoutS::new),
-                yield_ms,
-                ready,
-                limits: (memory.is_some() || cpus.is_some() || pids.is_some()).then(|| {
-                    procd_proto::Limits {
-                        memory_bytes: memory.map(procd_proto::MemoryBytes::new),
-                        cpu_cores: cpus.map(procd_proto::CpuCores::new),
-                        pids: pids.map(procd_proto::Pids::new),
-                    }
-                }),
-                ..Default::default()
             };
             let r = procd_client::spawn(client, params).await?;
             target.print(&r, render::spawned);
@@ -608,28 +602,31 @@ async fn client_command(
             Ok(EXIT_OK)
         }
         Command::Attach { id } => crate::attach::run(conn, id).await,
-        Command::Rpc { method, params } => {
-            use jsonrpsee::core::client::ClientT;
-            use serde_json::Value;
-            // Named params (an object) or positional ones (an array), as
-            // the caller wrote them.
-            let result: Value = match params.map(|p| serde_json::from_str::<Value>(&p)) {
-                None => client.request(&method, Vec::<Value>::new()).await?,
-                Some(Ok(Value::Object(named))) => client.request(&method, named).await?,
-                Some(Ok(Value::Array(positional))) => client.request(&method, positional).await?,
-                Some(Ok(other)) => {
-                    eprintln!("procd rpc: params must be a JSON object or array, got {other}");
-                    return Ok(EXIT_USAGE);
-                }
-                Some(Err(e)) => {
-                    eprintln!("procd rpc: params must be JSON: {e}");
-                    return Ok(EXIT_USAGE);
-                }
-            };
-            println!("{result}");
-            Ok(EXIT_OK)
-        }
+        Command::Rpc { method, params } => rpc(client, &method, params).await,
     }
+}
+
+/// `procd rpc METHOD [PARAMS]`: one call, its result printed as JSON.
+async fn rpc(client: &Client, method: &str, params: Option<String>) -> Result<i32, ClientError> {
+    use jsonrpsee::core::client::ClientT;
+    use serde_json::Value;
+    // Named params (an object) or positional ones (an array), as the
+    // caller wrote them.
+    let result: Value = match params.map(|p| serde_json::from_str::<Value>(&p)) {
+        None => client.request(method, Vec::<Value>::new()).await?,
+        Some(Ok(Value::Object(named))) => client.request(method, named).await?,
+        Some(Ok(Value::Array(positional))) => client.request(method, positional).await?,
+        Some(Ok(other)) => {
+            eprintln!("procd rpc: params must be a JSON object or array, got {other}");
+            return Ok(EXIT_USAGE);
+        }
+        Some(Err(e)) => {
+            eprintln!("procd rpc: params must be JSON: {e}");
+            return Ok(EXIT_USAGE);
+        }
+    };
+    println!("{result}");
+    Ok(EXIT_OK)
 }
 
 /// A shell-style status: the code itself, or 128+N for a death by signal N.
