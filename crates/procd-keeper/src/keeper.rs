@@ -110,32 +110,13 @@ fn say(what: std::fmt::Arguments<'_>) {
 /// Runs the keeper until the daemon ends for good; returns the exit status
 /// for `procd daemon`.
 pub fn run(launch: Launch) -> i32 {
-    let mut mask = SigSet::empty();
-    for s in [
-        Signal::SIGCHLD,
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGUSR1,
-    ] {
-        mask.add(s);
-    }
-    if let Err(e) = mask.thread_block() {
-        say(format_args!("cannot block signals: {e}"));
-        return 1;
-    }
-    let signals = match SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-    {
+    let signals = match keeper_signals() {
         Ok(fd) => fd,
         Err(e) => {
-            say(format_args!("cannot open a signalfd: {e}"));
+            say(format_args!("{e}"));
             return 1;
         }
     };
-    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-        say(format_args!("cannot become a child subreaper: {e}"));
-        return 1;
-    }
     let mut nofile = raise_nofile();
     let mut keeper = Keeper::default();
     // An upgrade: our previous program's table, and its original limit.
@@ -157,19 +138,8 @@ pub fn run(launch: Launch) -> i32 {
             false
         }
     };
-    // Under systemd the keeper is the unit's main process: the socket it
-    // passes (LISTEN_PID is ours) is held and handed to every daemon, and
-    // readiness and stopping are told from here (NotifyAccess=main). The
-    // daemon sees neither protocol's variables.
-    let passed = (!upgraded)
-        .then(|| sd_notify::listen_fds().ok().and_then(|mut fds| fds.next()))
-        .flatten();
-    if let Some(fd) = passed {
-        // SAFETY: by the socket-activation protocol this descriptor was
-        // opened for this process (listen_fds checked LISTEN_PID) and
-        // nothing else here owns it; it is taken once, at start-up.
-        keeper.listener = Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
-        keeper.activated = true;
+    if !upgraded {
+        keeper.take_activation();
     }
     for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
         std::env::remove_var(var);
@@ -197,56 +167,17 @@ pub fn run(launch: Launch) -> i32 {
                 }
             }
         }
-        let timeout = match restart_at {
-            Some(at) => PollTimeout::try_from(at.saturating_duration_since(Instant::now()))
-                .unwrap_or(PollTimeout::MAX),
-            None => PollTimeout::NONE,
-        };
-        {
-            let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
-            if let Some(link) = daemon.as_ref().and_then(|d| d.link.as_ref()) {
-                fds.push(PollFd::new(link.as_fd(), PollFlags::POLLIN));
-            }
-            match poll(&mut fds, timeout) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => {
-                    say(format_args!("poll failed: {e}"));
-                    return 1;
-                }
-            }
+        if let Err(e) = wait_for_work(&signals, daemon.as_ref(), restart_at) {
+            say(format_args!("poll failed: {e}"));
+            return 1;
         }
         // Messages first: a Hold the daemon sent before it died must be
         // known before its root (reparented to us) is reaped.
         if let Some(d) = daemon.as_mut() {
             keeper.take_messages(d);
         }
+        keeper.take_signals(&signals, daemon.as_ref(), &mut restart_at);
         let mut ended: Option<WaitStatus> = None;
-        while let Ok(Some(info)) = signals.read_signal() {
-            match Signal::try_from(info.ssi_signo as i32) {
-                Ok(Signal::SIGCHLD) => {}
-                Ok(Signal::SIGTERM | Signal::SIGINT) => {
-                    if !keeper.stop_requested {
-                        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-                    }
-                    keeper.stop_requested = true;
-                    match daemon.as_ref().and_then(|d| d.link.as_ref()) {
-                        Some(link) => {
-                            let _ = wire::send(link.as_fd(), &ToDaemon::Stop, &[]);
-                        }
-                        // No daemon to end the sessions: start one now; it
-                        // is told to stop as soon as it has them back.
-                        None if daemon.is_none() => restart_at = Some(Instant::now()),
-                        None => {}
-                    }
-                }
-                Ok(Signal::SIGUSR1) => {
-                    if let Some(link) = daemon.as_ref().and_then(|d| d.link.as_ref()) {
-                        let _ = wire::send(link.as_fd(), &ToDaemon::HandOver, &[]);
-                    }
-                }
-                _ => {} // SIGHUP: a closing terminal does not end procd.
-            }
-        }
         let daemon_pid = daemon.as_ref().map(|d| d.pid);
         keeper.reap(daemon.as_ref(), daemon_pid, &mut ended);
         let Some(status) = ended else {
@@ -257,46 +188,168 @@ pub fn run(launch: Launch) -> i32 {
         };
         // Whatever it sent before it died still counts.
         keeper.take_messages(&mut d);
+        match keeper.after_daemon(&launch, nofile, &d, status, &mut failed_starts) {
+            Next::Exit(code) => return code,
+            Next::Restart(after) => restart_at = Some(Instant::now() + after),
+        }
+    }
+}
+
+/// What the keeper does once its daemon has ended.
+enum Next {
+    Exit(i32),
+    /// Start the next daemon after this long.
+    Restart(Duration),
+}
+
+/// The keeper's signals, blocked and read from a signalfd (SIGCHLD for the
+/// roots and the daemon; TERM/INT to stop; USR1 to hand over), and the
+/// subreaper bit that makes orphaned roots its children.
+fn keeper_signals() -> Result<SignalFd, String> {
+    let mut mask = SigSet::empty();
+    for s in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+    ] {
+        mask.add(s);
+    }
+    mask.thread_block()
+        .map_err(|e| format!("cannot block signals: {e}"))?;
+    let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| format!("cannot open a signalfd: {e}"))?;
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| format!("cannot become a child subreaper: {e}"))?;
+    Ok(signals)
+}
+
+/// Sleeps until a signal, a message from the daemon, or the time to
+/// start the next daemon.
+fn wait_for_work(
+    signals: &SignalFd,
+    daemon: Option<&Daemon>,
+    restart_at: Option<Instant>,
+) -> nix::Result<()> {
+    let timeout = match restart_at {
+        Some(at) => PollTimeout::try_from(at.saturating_duration_since(Instant::now()))
+            .unwrap_or(PollTimeout::MAX),
+        None => PollTimeout::NONE,
+    };
+    let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+    if let Some(link) = daemon.and_then(|d| d.link.as_ref()) {
+        fds.push(PollFd::new(link.as_fd(), PollFlags::POLLIN));
+    }
+    match poll(&mut fds, timeout) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+impl Keeper {
+    /// Under systemd the keeper is the unit's main process: the socket it
+    /// passes (LISTEN_PID is ours) is held and handed to every daemon, and
+    /// readiness and stopping are told from here (NotifyAccess=main). The
+    /// daemon sees neither protocol's variables.
+    fn take_activation(&mut self) {
+        let Some(fd) = sd_notify::listen_fds().ok().and_then(|mut fds| fds.next()) else {
+            return;
+        };
+        // SAFETY: by the socket-activation protocol this descriptor was
+        // opened for this process (listen_fds checked LISTEN_PID) and
+        // nothing else here owns it; it is taken once, at start-up.
+        self.listener = Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
+        self.activated = true;
+    }
+
+    /// Acts on the signals that came: a stop is passed to the daemon (or
+    /// starts one to end the sessions), a hand-over request too.
+    fn take_signals(
+        &mut self,
+        signals: &SignalFd,
+        daemon: Option<&Daemon>,
+        restart_at: &mut Option<Instant>,
+    ) {
+        let link = daemon.and_then(|d| d.link.as_ref());
+        while let Ok(Some(info)) = signals.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGTERM | Signal::SIGINT) => {
+                    if !self.stop_requested {
+                        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+                    }
+                    self.stop_requested = true;
+                    match link {
+                        Some(link) => {
+                            let _ = wire::send(link.as_fd(), &ToDaemon::Stop, &[]);
+                        }
+                        // No daemon to end the sessions: start one now; it
+                        // is told to stop as soon as it has them back.
+                        None if daemon.is_none() => *restart_at = Some(Instant::now()),
+                        None => {}
+                    }
+                }
+                Ok(Signal::SIGUSR1) => {
+                    if let Some(link) = link {
+                        let _ = wire::send(link.as_fd(), &ToDaemon::HandOver, &[]);
+                    }
+                }
+                // SIGCHLD: reaped next; SIGHUP: a closing terminal does
+                // not end procd.
+                _ => {}
+            }
+        }
+    }
+
+    /// After the daemon `d` ended with `status`: exit with a code, or
+    /// start the next one (at once after a hand-over, which may first
+    /// upgrade this keeper in place; after a pause when it died young).
+    fn after_daemon(
+        &mut self,
+        launch: &Launch,
+        nofile: Option<u64>,
+        d: &Daemon,
+        status: WaitStatus,
+        failed_starts: &mut usize,
+    ) -> Next {
         let code = match status {
             WaitStatus::Exited(_, code) => Some(code),
             _ => None,
         };
-        if keeper.stop_requested && code.is_some_and(|c| c != EXIT_HANDOVER) {
-            return code.unwrap_or(1);
+        if self.stop_requested && code.is_some_and(|c| c != EXIT_HANDOVER) {
+            return Next::Exit(code.unwrap_or(1));
         }
         match code {
             Some(EXIT_HANDOVER) => {
                 if program_changed(&launch.exe) {
                     // Returns only if the exec failed: go on as we are.
-                    let e = keeper.exec_upgrade(&launch, nofile);
+                    let e = self.exec_upgrade(launch, nofile);
                     say(format_args!(
                         "cannot upgrade in place ({e}); keeping this keeper"
                     ));
                 }
-                restart_at = Some(Instant::now());
+                Next::Restart(Duration::ZERO)
             }
             // Ended by request, or could not start (another daemon runs,
             // a bad config): nothing to keep.
-            Some(code) if code == 0 || (!d.serving && keeper.sessions.is_empty()) => return code,
+            Some(code) if code == 0 || (!d.serving && self.sessions.is_empty()) => Next::Exit(code),
             _ => {
                 say(format_args!(
                     "the daemon (pid {}) died ({status:?}); starting it again with {} session(s)",
                     d.pid,
-                    keeper.sessions.len()
+                    self.sessions.len()
                 ));
-                failed_starts = if d.serving { 0 } else { failed_starts + 1 };
-                if failed_starts >= MAX_FAILED_STARTS {
+                *failed_starts = if d.serving { 0 } else { *failed_starts + 1 };
+                if *failed_starts >= MAX_FAILED_STARTS {
                     say(format_args!(
                         "{MAX_FAILED_STARTS} daemons in a row died before serving; giving up"
                     ));
-                    return 1;
+                    return Next::Exit(1);
                 }
-                let pause = if d.started.elapsed() < MIN_LIFE {
-                    BACKOFF
-                } else {
-                    Duration::ZERO
-                };
-                restart_at = Some(Instant::now() + pause);
+                Next::Restart(match d.started.elapsed() < MIN_LIFE {
+                    true => BACKOFF,
+                    false => Duration::ZERO,
+                })
             }
         }
     }
