@@ -103,163 +103,255 @@ pub async fn serve(
     fast: Arc<crate::fast::FastPoll>,
     max_request_bytes: usize,
     max_response_bytes: usize,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     handle: Arc<ConnectionHandle>,
 ) {
-    let (read_half, mut writer) = stream.into_split();
+    let (read_half, writer) = stream.into_split();
     // Framed on bytes, not str: a line that is not UTF-8 gets a parse
     // error and the connection carries on (a str codec would end it).
     let codec =
         AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), max_request_bytes);
     let mut lines = FramedRead::new(read_half, codec);
-    // Answers of requests that had to wait, and subscription items.
-    let (out_tx, mut out_rx) = mpsc::channel::<String>(MAX_IN_FLIGHT);
-    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let mut tasks = JoinSet::new();
-    // Cancelled when the client stops sending: its subscriptions end (their
-    // receivers drop, which frees the subscription tasks in jsonrpsee).
-    let client_gone = CancellationToken::new();
-    // A request that must wait for an in-flight slot; no further line is
-    // read until it has one.
-    let mut queued: Option<PendingRequest> = None;
-    let end = loop {
-        handle
-            .work
-            .store(tasks.len(), std::sync::atomic::Ordering::Relaxed);
-        tokio::select! {
-            _ = crate::stopped(&mut shutdown) => break End::Stopped,
-            _ = handle.close.cancelled() => break End::Broken,
-            Some(answer) = out_rx.recv() => {
-                handle.touch();
-                if !write_or_stop(&mut writer, answer, &mut shutdown, &handle).await { break End::Broken }
-            }
-            permit = in_flight.clone().acquire_owned(), if queued.is_some() => {
-                let (Ok(permit), Some(request)) = (permit, queued.take()) else { break End::Broken };
-                tasks.spawn(run_waiting(request, permit, out_tx.clone(), client_gone.clone()));
-            }
-            next = lines.next(), if queued.is_none() => match next {
-                None => break End::Eof,
-                Some(Ok(bytes)) => {
-                    handle.touch();
-                    let Ok(line) = String::from_utf8(bytes.to_vec()) else {
-                        let msg = "Parse error: the request is not valid UTF-8";
-                        if !write_or_stop(&mut writer, error_response(Id::Null, PARSE_ERROR, msg), &mut shutdown, &handle).await {
-                            break End::Broken;
-                        }
-                        continue;
-                    };
-                    // Agents' most frequent call, in its common shape.
-                    if let Some(answer) = fast.answer(&line) {
-                        if !write_or_stop(&mut writer, answer, &mut shutdown, &handle).await { break End::Broken }
-                        continue;
-                    }
-                    let methods = methods.clone();
-                    let mut request: PendingRequest = Box::pin(async move { handle_line(&line, &methods, max_response_bytes).await });
-                    // Most requests finish at once: answer them right here,
-                    // without handing them to another task (and thread).
-                    if let Some((answer, notifications)) = (&mut request).now_or_never() {
-                        if let Some(answer) = answer {
-                            if !write_or_stop(&mut writer, answer, &mut shutdown, &handle).await { break End::Broken }
-                        }
-                        if let Some(rx) = notifications.filter(|rx| !rx.is_closed() || !rx.is_empty()) {
-                            tasks.spawn(forward(rx, out_tx.clone(), client_gone.clone()));
-                        }
-                        continue;
-                    }
-                    // It waits (a long poll, `wait`, a full stdin pipe): let
-                    // it finish on its own while this connection reads on.
-                    match in_flight.clone().try_acquire_owned() {
-                        Ok(permit) => {
-                            tasks.spawn(run_waiting(request, permit, out_tx.clone(), client_gone.clone()));
-                        }
-                        Err(_) => queued = Some(request),
-                    }
+    let (out_tx, out_rx) = mpsc::channel::<String>(MAX_IN_FLIGHT);
+    let mut conn = Connection {
+        writer,
+        methods,
+        fast,
+        max_request_bytes,
+        max_response_bytes,
+        shutdown,
+        handle,
+        out_tx,
+        out_rx,
+        in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        tasks: JoinSet::new(),
+        client_gone: CancellationToken::new(),
+    };
+    let end = conn.read_requests(&mut lines).await;
+    conn.finish(end, lines).await;
+}
+
+/// One connection's state while it is served.
+struct Connection {
+    writer: OwnedWriteHalf,
+    methods: Methods,
+    /// Agents' most frequent call, in its common shape.
+    fast: Arc<crate::fast::FastPoll>,
+    max_request_bytes: usize,
+    max_response_bytes: usize,
+    shutdown: watch::Receiver<bool>,
+    handle: Arc<ConnectionHandle>,
+    /// Answers of requests that had to wait, and subscription items.
+    out_tx: mpsc::Sender<String>,
+    out_rx: mpsc::Receiver<String>,
+    in_flight: Arc<Semaphore>,
+    tasks: JoinSet<()>,
+    /// Cancelled when the client stops sending: its subscriptions end
+    /// (their receivers drop, which frees the subscription tasks in
+    /// jsonrpsee).
+    client_gone: CancellationToken,
+}
+
+/// What became of one request line.
+enum Taken {
+    /// Answered, handed to a task, or nothing to answer: read on.
+    Done,
+    /// It waits for an in-flight slot; no further line is read until it
+    /// has one.
+    Queued(PendingRequest),
+    /// Writing failed: the connection is over.
+    Broken,
+}
+
+impl Connection {
+    /// Reads and answers requests until the client, the daemon or the
+    /// listener ends the connection; says which.
+    async fn read_requests(&mut self, lines: &mut Lines) -> End {
+        let mut queued: Option<PendingRequest> = None;
+        let end = loop {
+            self.handle
+                .work
+                .store(self.tasks.len(), std::sync::atomic::Ordering::Relaxed);
+            tokio::select! {
+                _ = crate::stopped(&mut self.shutdown) => break End::Stopped,
+                _ = self.handle.close.cancelled() => break End::Broken,
+                Some(answer) = self.out_rx.recv() => {
+                    self.handle.touch();
+                    if !self.write(answer).await { break End::Broken }
                 }
-                Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
-                    let msg = format!("request line exceeds max_request_bytes ({max_request_bytes}); closing the connection");
-                    let _ = write_or_stop(&mut writer, error_response(Id::Null, INVALID_REQUEST, &msg), &mut shutdown, &handle).await;
-                    break End::Refused;
+                permit = self.in_flight.clone().acquire_owned(), if queued.is_some() => {
+                    let (Ok(permit), Some(request)) = (permit, queued.take()) else { break End::Broken };
+                    self.tasks.spawn(run_waiting(request, permit, self.out_tx.clone(), self.client_gone.clone()));
                 }
-                Some(Err(AnyDelimiterCodecError::Io(_))) => break End::Eof,
-            },
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                next = lines.next(), if queued.is_none() => match next {
+                    None => break End::Eof,
+                    Some(Ok(bytes)) => {
+                        self.handle.touch();
+                        match self.take(bytes.to_vec()).await {
+                            Taken::Done => {}
+                            Taken::Queued(request) => queued = Some(request),
+                            Taken::Broken => break End::Broken,
+                        }
+                    }
+                    Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
+                        let msg = format!("request line exceeds max_request_bytes ({}); closing the connection", self.max_request_bytes);
+                        let _ = self.write(error_response(Id::Null, INVALID_REQUEST, &msg)).await;
+                        break End::Refused;
+                    }
+                    Some(Err(AnyDelimiterCodecError::Io(_))) => break End::Eof,
+                },
+                Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
+            }
+        };
+        self.client_gone.cancel();
+        drop(queued);
+        // A client that closed its socket altogether (it exited, say) reads
+        // no answer: its waits are cancelled at once. One that only stopped
+        // sending (a half-close) still gets the answers to what it asked.
+        match end {
+            End::Eof if peer_gone(self.writer.as_ref()) => End::Broken,
+            other => other,
         }
-    };
-    client_gone.cancel();
-    drop(queued);
-    // A client that closed its socket altogether (it exited, say) reads no
-    // answer: its waits are cancelled at once. One that only stopped
-    // sending (a half-close) still gets the answers to what it asked.
-    let end = match end {
-        End::Eof if peer_gone(writer.as_ref()) => End::Broken,
-        other => other,
-    };
-    match end {
-        End::Broken => {
-            // Count only what is still in flight.
-            while tasks.try_join_next().is_some() {}
-            if !tasks.is_empty() {
-                tracing::info!(
-                    cancelled = tasks.len(),
-                    "a client left with requests in flight; they are cancelled"
-                );
+    }
+
+    /// One request line: answered at once when it can be, else left to run
+    /// on its own (a long poll, `wait`, a full stdin pipe) while the
+    /// connection reads on.
+    async fn take(&mut self, bytes: Vec<u8>) -> Taken {
+        let Ok(line) = String::from_utf8(bytes) else {
+            let msg = "Parse error: the request is not valid UTF-8";
+            return self
+                .written(error_response(Id::Null, PARSE_ERROR, msg))
+                .await;
+        };
+        if let Some(answer) = self.fast.answer(&line) {
+            return self.written(answer).await;
+        }
+        let methods = self.methods.clone();
+        let max_response_bytes = self.max_response_bytes;
+        let mut request: PendingRequest =
+            Box::pin(async move { handle_line(&line, &methods, max_response_bytes).await });
+        // Most requests finish at once: answer them right here, without
+        // handing them to another task (and thread).
+        if let Some((answer, notifications)) = (&mut request).now_or_never() {
+            if let Some(answer) = answer {
+                if !self.write(answer).await {
+                    return Taken::Broken;
+                }
+            }
+            if let Some(rx) = notifications.filter(|rx| !rx.is_closed() || !rx.is_empty()) {
+                self.tasks
+                    .spawn(forward(rx, self.out_tx.clone(), self.client_gone.clone()));
+            }
+            return Taken::Done;
+        }
+        match self.in_flight.clone().try_acquire_owned() {
+            Ok(permit) => {
+                self.tasks.spawn(run_waiting(
+                    request,
+                    permit,
+                    self.out_tx.clone(),
+                    self.client_gone.clone(),
+                ));
+                Taken::Done
+            }
+            Err(_) => Taken::Queued(request),
+        }
+    }
+
+    /// Writes one answer line; false when the connection is over.
+    async fn write(&mut self, answer: String) -> bool {
+        write_or_stop(&mut self.writer, answer, &mut self.shutdown, &self.handle).await
+    }
+
+    async fn written(&mut self, answer: String) -> Taken {
+        match self.write(answer).await {
+            true => Taken::Done,
+            false => Taken::Broken,
+        }
+    }
+
+    /// Ends the connection as `end` requires: in-flight requests are
+    /// cancelled (the client left), given a bound (the daemon stops), or
+    /// answered (EOF); then FIN after the last answer.
+    async fn finish(mut self, end: End, lines: Lines) {
+        match end {
+            End::Broken => {
+                // Count only what is still in flight.
+                while self.tasks.try_join_next().is_some() {}
+                if !self.tasks.is_empty() {
+                    tracing::info!(
+                        cancelled = self.tasks.len(),
+                        "a client left with requests in flight; they are cancelled"
+                    );
+                }
+                self.tasks.abort_all();
+            }
+            End::Stopped => {
+                // The daemon is stopping: requests already taken get their
+                // answers (a `kill` that just ended the last session, say),
+                // within a bound; long waits and streams are cut off.
+                let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+                    while let Some(Ok(())) = self.tasks.join_next().await {}
+                })
+                .await;
+                if drained.is_err() {
+                    self.tasks.abort_all();
+                }
+            }
+            End::Eof | End::Refused => {}
+        }
+        // Answers still due are written; a stopping daemon gives them a bound.
+        let Connection {
+            mut writer,
+            mut shutdown,
+            handle,
+            out_tx,
+            mut out_rx,
+            mut tasks,
+            ..
+        } = self;
+        drop(out_tx);
+        if !matches!(end, End::Broken) {
+            let stopping = matches!(end, End::Stopped);
+            let drain = async {
+                loop {
+                    tokio::select! {
+                        _ = crate::stopped(&mut shutdown), if !stopping => break,
+                        _ = handle.close.cancelled() => break,
+                        answer = out_rx.recv() => match answer {
+                            Some(answer) => if write_line(&mut writer, answer).await.is_err() { break },
+                            None => break,
+                        },
+                    }
+                }
+            };
+            if stopping {
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE, drain).await;
+            } else {
+                drain.await;
             }
             tasks.abort_all();
         }
-        End::Stopped => {
-            // The daemon is stopping: requests already taken get their
-            // answers (a `kill` that just ended the last session, say),
-            // within a bound; long waits and streams are cut off.
-            let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-                while let Some(Ok(())) = tasks.join_next().await {}
+        // FIN after the last answer, so the peer sees them and then EOF.
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, writer.shutdown()).await;
+        if matches!(end, End::Refused) {
+            // Closing with unread input would reset the connection and
+            // destroy the error answer in flight: discard what the peer
+            // still sends, briefly, then close.
+            let mut rest = lines.into_inner();
+            let mut sink = [0u8; 8192];
+            let _ = tokio::time::timeout(DISCARD_WINDOW, async {
+                while matches!(rest.read(&mut sink).await, Ok(n) if n > 0) {}
             })
             .await;
-            if drained.is_err() {
-                tasks.abort_all();
-            }
         }
-        End::Eof | End::Refused => {}
-    }
-    // Answers still due are written; a stopping daemon gives them a bound.
-    drop(out_tx);
-    if !matches!(end, End::Broken) {
-        let stopping = matches!(end, End::Stopped);
-        let drain = async {
-            loop {
-                tokio::select! {
-                    _ = crate::stopped(&mut shutdown), if !stopping => break,
-                    _ = handle.close.cancelled() => break,
-                    answer = out_rx.recv() => match answer {
-                        Some(answer) => if write_line(&mut writer, answer).await.is_err() { break },
-                        None => break,
-                    },
-                }
-            }
-        };
-        if stopping {
-            let _ = tokio::time::timeout(SHUTDOWN_GRACE, drain).await;
-        } else {
-            drain.await;
-        }
-        tasks.abort_all();
-    }
-    // FIN after the last answer, so the peer sees them and then EOF.
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, writer.shutdown()).await;
-    if matches!(end, End::Refused) {
-        // Closing with unread input would reset the connection and destroy
-        // the error answer in flight: discard what the peer still sends,
-        // briefly, then close.
-        let mut rest = lines.into_inner();
-        let mut sink = [0u8; 8192];
-        let _ = tokio::time::timeout(DISCARD_WINDOW, async {
-            while matches!(rest.read(&mut sink).await, Ok(n) if n > 0) {}
-        })
-        .await;
     }
 }
 
-/// A request being handled: its answer (None for a notification) and the
-/// stream of a subscription it started.
+/// A connection's request lines.
+type Lines = FramedRead<tokio::net::unix::OwnedReadHalf, AnyDelimiterCodec>;
+
 type PendingRequest = std::pin::Pin<
     Box<dyn std::future::Future<Output = (Option<String>, Option<Notifications>)> + Send>,
 >;
