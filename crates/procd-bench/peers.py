@@ -397,6 +397,9 @@ class ProcdCli:
         r = json.loads(run([PROCD, "poll", "--json", sid], self.env).stdout)
         return r.get("status") == "exited" and r.get("exit_code") is not None
 
+    def log(self, sid):
+        return run([PROCD, "logs", sid], self.env).stdout
+
     def close(self):
         run([PROCD, "stop"], self.env, check=False)
 
@@ -440,6 +443,9 @@ class Pueue:
         result = done.get("result") if isinstance(done, dict) else done
         # A real exit: "Success" or {"Failed": code}; "Killed"/"Errored" are not.
         return result == "Success" or (isinstance(result, dict) and "Failed" in result)
+
+    def log(self, tid):
+        return run([PUEUE, "log", "--full", tid], self.env, check=False).stdout
 
     def close(self):
         self.daemon.kill()
@@ -491,6 +497,9 @@ class Pm2:
     def knows_exit(self, name):
         e = self.entry(name)
         return bool(e) and e["pm2_env"].get("status") == "stopped" and e["pm2_env"].get("exit_code") is not None
+
+    def log(self, name):
+        return run([PM2, "logs", name, "--nostream", "--raw", "--lines", "1000"], self.env, check=False).stdout
 
     def close(self):
         run([PM2, "kill"], self.env, check=False)
@@ -581,6 +590,9 @@ files={self.programs}/*.conf
         state, code, started = self.info(name)
         return state == "EXITED" and code == 3 and started == self.started.get(name)
 
+    def log(self, name):
+        return self.ctl("tail", "-100000", name).stdout
+
     def close(self):
         self.daemon.kill()
         self.daemon.wait()
@@ -625,9 +637,50 @@ def cli_figures(peer_class):
             wait_for(lambda: len(marked(marker)) >= 20)
             m.kill(handle)
             gone[m.name], left[m.name] = wait_gone(marker)
+        figure("kill of a 20-process tree until none is left (CLI)", "ms", round(gone["procd"] * 1000, 1),
+               round(gone[name] * 1000, 1), name, "lower", "3000 = not all gone in 3 s")
         figure("survivors of a 20-process tree 3 s after kill (CLI)", "processes", left["procd"], left[name], name,
                "lower", {"pueue": "`procd kill` against `pueue kill`", "pm2": "`procd kill` against `pm2 delete`",
                           "supervisor": "`procd kill` against `supervisorctl stop` (supervisor's defaults: stopasgroup=false)"}[name])
+        # Output to a reader that polls the manager's log command.
+        lat = {procd.name: [], name: []}
+        for r in range(max(3, ROUNDS // 4)):
+            for m in (pair if r % 2 == 0 else pair[::-1]):
+                marker = new_marker()
+                handle = m.start(f"sleep 0.3; echo mark $(date +%s.%N); sleep {marker}")
+                seen = None
+                t_end = time.monotonic() + 10
+                while seen is None and time.monotonic() < t_end:
+                    found = re.search(r"mark (\d+\.\d+)", m.log(handle))
+                    if found:
+                        seen = time.time() - float(found.group(1))
+                if seen is None:
+                    raise RuntimeError(f"{m.name}: the marked line was never read")
+                lat[m.name].append(seen)
+                m.kill(handle)
+                end(marked(marker))
+        figure("output line to a reader polling the log (CLI, median)", "ms", median_ms(lat["procd"]),
+               median_ms(lat[name]), name, "lower", "the line carries the time it was printed; the reader runs the log command ("
+               + {"pueue": "`pueue log --full`", "pm2": "`pm2 logs --nostream`",
+                  "supervisor": "`supervisorctl tail`"}[name] + ", `procd logs`) until it sees it")
+        # SIGKILL of the manager amid output: what can still be read.
+        lines_lost = {}
+        for m in pair:
+            marker = new_marker()
+            # Each line names its run (the shell's pid): a manager that
+            # runs the command again after its restart does not count.
+            handle = m.start(f"for i in $(seq 60); do echo line $i $$; sleep 0.05; done; sleep {marker}")
+            time.sleep(1)
+            first = re.search(r"line \d+ (\d+)", m.log(handle))
+            m.kill_manager()
+            time.sleep(3)
+            run_id = first.group(1) if first else None
+            seen = {i for i, pid in re.findall(r"line (\d+) (\d+)", m.log(handle)) if pid == run_id}
+            lines_lost[m.name] = 60 - len(seen & {str(i) for i in range(1, 61)})
+            end(marked(marker))
+        figure("output lines lost when the manager is SIGKILLed (CLI)", "of 60", lines_lost["procd"],
+               lines_lost[name], name, "lower",
+               "60 numbered lines over 3 s, the manager killed (and started again) 1 s in; read back with the log command; lines of a second run do not count")
         # SIGKILL of the manager while a session runs: is its exit still known?
         unknown = {}
         for m in pair:
