@@ -32,6 +32,8 @@ PUEUE = os.path.join(PEERS, "pueue/bin/pueue")
 PUEUED = os.path.join(PEERS, "pueue/bin/pueued")
 SUPERVISOR_PY = os.path.join(PEERS, "venv/bin/python")
 FIGURES = []
+# Kills of a 20-process tree per manager (each up to 3 s when it fails).
+KILL_ROUNDS = 3
 # Every home made here, removed at the end.
 HOMES = []
 
@@ -283,17 +285,20 @@ async def mcp_figures():
                "the line carries the time it was printed; the reader calls read (procd wait_ms, Desktop Commander timeout_ms) until it sees it")
 
         # Kill of a 20-process tree.
-        gone, left = {}, {}
-        for a in agents:
-            marker = new_marker()
-            handle, _, _ = await a.start(tree_command(marker), 0)
-            wait_for(lambda: len(marked(marker)) >= 20)
-            await a.kill(handle)
-            gone[a.kind], left[a.kind] = wait_gone(marker)
-        figure("survivors of a 20-process tree 3 s after kill (MCP)", "processes", left["procd"],
+        gone, left = {"procd": [], "dc": []}, {"procd": 0, "dc": 0}
+        for r in range(KILL_ROUNDS):
+            for a in (agents if r % 2 == 0 else agents[::-1]):
+                marker = new_marker()
+                handle, _, _ = await a.start(tree_command(marker), 0)
+                wait_for(lambda: len(marked(marker)) >= 20)
+                await a.kill(handle)
+                took, survivors = wait_gone(marker)
+                gone[a.kind].append(took)
+                left[a.kind] = max(left[a.kind], survivors)
+        figure("survivors of a 20-process tree 3 s after kill (MCP, most of 3)", "processes", left["procd"],
                left["dc"], DC, "lower", "procd `kill`; Desktop Commander `force_terminate`; survivors counted by a unique marker, then ended")
-        figure("kill of a 20-process tree until none is left (MCP)", "ms", round(gone["procd"] * 1000, 1),
-               round(gone["dc"] * 1000, 1), DC, "lower", "3000 = not all gone in 3 s")
+        figure("kill of a 20-process tree until none is left (MCP, median of 3)", "ms", median_ms(gone["procd"]),
+               median_ms(gone["dc"]), DC, "lower", "3000 = not all gone in 3 s")
 
         # Prompt detection, and no false alarm on `...` progress output.
         detected, false_alarm = {}, {}
@@ -630,16 +635,19 @@ def cli_figures(peer_class):
                round(rss_kib(peer.manager_pids()) / 1024, 1), name, "lower",
                "procd: daemon and keeper; " + {"pueue": "pueued", "pm2": "the pm2 daemon (God)",
                                                "supervisor": "supervisord"}[name])
-        gone, left = {}, {}
-        for m in pair:
-            marker = new_marker()
-            handle = m.start(tree_command(marker))
-            wait_for(lambda: len(marked(marker)) >= 20)
-            m.kill(handle)
-            gone[m.name], left[m.name] = wait_gone(marker)
-        figure("kill of a 20-process tree until none is left (CLI)", "ms", round(gone["procd"] * 1000, 1),
-               round(gone[name] * 1000, 1), name, "lower", "3000 = not all gone in 3 s")
-        figure("survivors of a 20-process tree 3 s after kill (CLI)", "processes", left["procd"], left[name], name,
+        gone, left = {procd.name: [], name: []}, {procd.name: 0, name: 0}
+        for r in range(KILL_ROUNDS):
+            for m in (pair if r % 2 == 0 else pair[::-1]):
+                marker = new_marker()
+                handle = m.start(tree_command(marker))
+                wait_for(lambda: len(marked(marker)) >= 20)
+                m.kill(handle)
+                took, survivors = wait_gone(marker)
+                gone[m.name].append(took)
+                left[m.name] = max(left[m.name], survivors)
+        figure("kill of a 20-process tree until none is left (CLI, median of 3)", "ms", median_ms(gone["procd"]),
+               median_ms(gone[name]), name, "lower", "3000 = not all gone in 3 s; the CLI call included")
+        figure("survivors of a 20-process tree 3 s after kill (CLI, most of 3)", "processes", left["procd"], left[name], name,
                "lower", {"pueue": "`procd kill` against `pueue kill`", "pm2": "`procd kill` against `pm2 delete`",
                           "supervisor": "`procd kill` against `supervisorctl stop` (supervisor's defaults: stopasgroup=false)"}[name])
         # Output to a reader that polls the manager's log command.

@@ -667,6 +667,17 @@ pub async fn supervise(
     watch_step(&mut watch, |m, now| m.feed(&filtered, now));
     watch_step(&mut watch, WatchMatcher::finish);
 
+    let record = exit_record(&session, exit);
+    if store.tidy_due().is_some() {
+        store.tidy().await;
+    }
+    store.finish();
+    Some(record)
+}
+
+/// How the session ended: the child's status (None when unknowable), and
+/// why, from the termination procd started if it did.
+fn exit_record(session: &Session, exit: Option<ChildExit>) -> Arc<ExitRecord> {
     let termination = session
         .termination
         .lock()
@@ -682,19 +693,14 @@ pub async fn supervise(
         (None, None) => (CompletionReason::Lost, None),
         (None, Some(_)) => (CompletionReason::Exited, None),
     };
-    let record = Arc::new(ExitRecord {
+    Arc::new(ExitRecord {
         exit_code,
         signal,
         reason,
         source,
         exited_at: SystemTime::now(),
         exited_instant: Instant::now(),
-    });
-    if store.tidy_due().is_some() {
-        store.tidy().await;
-    }
-    store.finish();
-    Some(record)
+    })
 }
 
 /// How a supervisor treats its session's output and life.

@@ -338,24 +338,7 @@ async fn serve_claimed(
     )
     .map_err(|why| StartupError::os("no containment".into(), std::io::Error::other(why)))?;
     tracing::info!(containment = containment.kind(), reason = %containment.reason(), "containment");
-    let registry = Registry::new(RegistryOptions {
-        config: options.config.clone(),
-        logs_dir: options.paths.logs_dir(),
-        // $HOME, else the password database's entry; / when neither.
-        default_cwd: dirs::home_dir().unwrap_or_else(|| "/".into()),
-        inherited_env: std::env::vars().collect(),
-        procfs: ProcFs::default(),
-        checkpoint: Some(options.paths.procs_json()),
-        notifications: Some(options.paths.notifications_journal()),
-        scopes: matches!(containment, procd_core::containment::Containment::Scope).then(|| {
-            Arc::new(procd_core::scope::Scopes::new(
-                options.config.worker_memory_max_mb,
-            ))
-        }),
-        cgroups: containment.cgroups(),
-        keeper: keeper.clone(),
-    })
-    .doing(|| format!("cannot create {}", options.paths.logs_dir().display()))?;
+    let registry = new_registry(&options, &containment, keeper.clone())?;
     // Re-adopt what a previous daemon left running, and rewrite the
     // checkpoint to what we track, before the first request is served.
     match registry.recover(handed).await {
@@ -419,25 +402,56 @@ async fn serve_claimed(
     )
     .await;
 
-    if daemon
+    let code = match daemon
         .handing_over
         .load(std::sync::atomic::Ordering::SeqCst)
     {
         // The keeper holds the socket and every session's descriptors;
         // the next daemon serves them.
-        registry.hand_over(Duration::from_secs(2)).await;
-        monitor.abort();
-        tracing::info!("sessions handed over; exiting");
-        return Ok(procd_keeper::EXIT_HANDOVER);
-    }
-    // Stop accepting first (the listener is gone), then end every session.
-    if !listening.activated {
-        let _ = std::fs::remove_file(options.paths.socket());
-    }
-    let killed = registry.shutdown_all().await;
-    tracing::info!(killed, "sessions terminated; exiting");
+        true => {
+            registry.hand_over(Duration::from_secs(2)).await;
+            tracing::info!("sessions handed over; exiting");
+            procd_keeper::EXIT_HANDOVER
+        }
+        false => {
+            // Stop accepting first (the listener is gone), then end every
+            // session.
+            if !listening.activated {
+                let _ = std::fs::remove_file(options.paths.socket());
+            }
+            let killed = registry.shutdown_all().await;
+            tracing::info!(killed, "sessions terminated; exiting");
+            0
+        }
+    };
     monitor.abort();
-    Ok(0)
+    Ok(code)
+}
+
+/// The session table, with the containment chosen and the files it keeps.
+fn new_registry(
+    options: &DaemonOptions,
+    containment: &procd_core::containment::Containment,
+    keeper: Option<Arc<procd_keeper::Link>>,
+) -> Result<Arc<Registry>, StartupError> {
+    Registry::new(RegistryOptions {
+        config: options.config.clone(),
+        logs_dir: options.paths.logs_dir(),
+        // $HOME, else the password database's entry; / when neither.
+        default_cwd: dirs::home_dir().unwrap_or_else(|| "/".into()),
+        inherited_env: std::env::vars().collect(),
+        procfs: ProcFs::default(),
+        checkpoint: Some(options.paths.procs_json()),
+        notifications: Some(options.paths.notifications_journal()),
+        scopes: matches!(containment, procd_core::containment::Containment::Scope).then(|| {
+            Arc::new(procd_core::scope::Scopes::new(
+                options.config.worker_memory_max_mb,
+            ))
+        }),
+        cgroups: containment.cgroups(),
+        keeper,
+    })
+    .doing(|| format!("cannot create {}", options.paths.logs_dir().display()))
 }
 
 /// Tells the keeper we serve, and acts on what it asks later: hand the

@@ -203,105 +203,116 @@ pub fn run(cli: Cli) -> i32 {
             return EXIT_FAILED;
         }
     }
-    match cli.command {
+    match local_command(&target, &cli.config, cli.command) {
+        Ok(code) => code,
+        // One runtime for the whole command: the client's background task
+        // lives on the runtime that created it.
+        Err(command) => block_on(client_run(&target, cli.config, *command)),
+    }
+}
+
+/// Runs a command that needs no connection to a daemon (starting and
+/// stopping one, leases, documents, MCP); hands any other back.
+fn local_command(
+    target: &Target,
+    config: &Option<PathBuf>,
+    command: Command,
+) -> Result<i32, Box<Command>> {
+    Ok(match command {
         Command::Daemon { background, set } => {
-            return run_daemon(target.paths, cli.config, background, &set)
+            run_daemon(target.paths.clone(), config.clone(), background, &set)
         }
-        Command::Start => return lifecycle::start(&target.paths, &target.launcher, target.json),
+        Command::Start => lifecycle::start(&target.paths, &target.launcher, target.json),
         Command::Stop { timeout } => {
-            let timeout = timeout.unwrap_or_else(|| stop_timeout(&target.paths, &cli.config));
-            return lifecycle::stop(&target.paths, timeout, target.json);
+            let timeout = timeout.unwrap_or_else(|| stop_timeout(&target.paths, config));
+            lifecycle::stop(&target.paths, timeout, target.json)
         }
         Command::Restart { timeout } => {
-            let timeout = timeout.unwrap_or_else(|| stop_timeout(&target.paths, &cli.config));
-            return lifecycle::restart(&target.paths, &target.launcher, timeout, target.json);
+            let timeout = timeout.unwrap_or_else(|| stop_timeout(&target.paths, config));
+            lifecycle::restart(&target.paths, &target.launcher, timeout, target.json)
         }
-        Command::Lease(cmd) => return lifecycle::lease(&target.paths, cmd, target.json),
+        Command::Lease(cmd) => lifecycle::lease(&target.paths, cmd, target.json),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut text = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "procd", &mut text);
-            return print_document(&text, "completions");
+            print_document(&text, "completions")
         }
         Command::Man => {
             use clap::CommandFactory;
             let mut text = Vec::new();
             if let Err(e) = clap_mangen::Man::new(Cli::command()).render(&mut text) {
                 eprintln!("procd man: {e}");
-                return EXIT_FAILED;
+                return Ok(EXIT_FAILED);
             }
-            return print_document(&text, "man");
+            print_document(&text, "man")
         }
-        Command::Status => return lifecycle::status(&target.paths, target.json),
-        Command::Mcp => {
-            return block_on(async {
-                match crate::mcp::run(&target.paths, &target.launcher).await {
-                    Ok(()) => EXIT_OK,
-                    Err(e) => {
-                        eprintln!("procd mcp: {e}");
-                        EXIT_FAILED
-                    }
-                }
-            })
-        }
-        _ => {}
-    }
-    // One runtime for the whole command: the client's background task
-    // lives on the runtime that created it.
-    block_on(async {
-        let starts_daemon = matches!(
-            cli.command,
-            Command::Spawn(_) | Command::Send { .. } | Command::Attach { .. } | Command::Rpc { .. }
-        );
-        // A command that may start the daemon holds a lease meanwhile, so
-        // an on-demand daemon cannot stop between our start and request.
-        let lease = if starts_daemon {
-            match procd_client::Lease::acquire(&target.paths, "cli").await {
-                Ok(lease) => Some(lease),
-                Err(err) => {
-                    eprintln!("procd: cannot take a client lease: {err}");
-                    return EXIT_FAILED;
-                }
-            }
-        } else {
-            None
-        };
-        let config_path = cli.config.clone();
-        let code = match target.connect(starts_daemon).await {
-            Ok(Some(client)) => match client_command(
-                &target,
-                &procd_client::Reconnecting::new(&target.paths.socket(), client),
-                cli.command,
-            )
-            .await
-            {
-                Ok(code) => code,
-                Err(err) => {
-                    eprintln!("procd: {}", describe(&err));
+        Command::Status => lifecycle::status(&target.paths, target.json),
+        Command::Mcp => block_on(async {
+            match crate::mcp::run(&target.paths, &target.launcher).await {
+                Ok(()) => EXIT_OK,
+                Err(e) => {
+                    eprintln!("procd mcp: {e}");
                     EXIT_FAILED
                 }
-            },
-            Ok(None) => match cli.command {
-                // A finished session's output is still on disk (SPEC §14).
-                Command::Logs {
-                    id,
-                    follow: false,
-                    limit,
-                } => {
-                    crate::offline::logs(&target.paths, &config_path, &id, limit, target.json).await
-                }
-                _ => not_running(&target),
-            },
+            }
+        }),
+        client => return Err(Box::new(client)),
+    })
+}
+
+/// Runs a command against the daemon, starting one first for the
+/// commands that may (under a client lease meanwhile).
+async fn client_run(target: &Target, config: Option<PathBuf>, command: Command) -> i32 {
+    let starts_daemon = matches!(
+        command,
+        Command::Spawn(_) | Command::Send { .. } | Command::Attach { .. } | Command::Rpc { .. }
+    );
+    // A command that may start the daemon holds a lease meanwhile, so an
+    // on-demand daemon cannot stop between our start and request.
+    let lease = if starts_daemon {
+        match procd_client::Lease::acquire(&target.paths, "cli").await {
+            Ok(lease) => Some(lease),
             Err(err) => {
-                eprintln!("procd: {err}");
+                eprintln!("procd: cannot take a client lease: {err}");
+                return EXIT_FAILED;
+            }
+        }
+    } else {
+        None
+    };
+    let code = match target.connect(starts_daemon).await {
+        Ok(Some(client)) => match client_command(
+            target,
+            &procd_client::Reconnecting::new(&target.paths.socket(), client),
+            command,
+        )
+        .await
+        {
+            Ok(code) => code,
+            Err(err) => {
+                eprintln!("procd: {}", describe(&err));
                 EXIT_FAILED
             }
-        };
-        if let Some(lease) = lease {
-            let _ = lease.release(false).await;
+        },
+        Ok(None) => match command {
+            // A finished session's output is still on disk (SPEC §14).
+            Command::Logs {
+                id,
+                follow: false,
+                limit,
+            } => crate::offline::logs(&target.paths, &config, &id, limit, target.json).await,
+            _ => not_running(target),
+        },
+        Err(err) => {
+            eprintln!("procd: {err}");
+            EXIT_FAILED
         }
-        code
-    })
+    };
+    if let Some(lease) = lease {
+        let _ = lease.release(false).await;
+    }
+    code
 }
 
 /// `stop_timeout_s` from the configuration (20 s when it cannot be read).

@@ -57,25 +57,7 @@ impl Registry {
                 cwd.display()
             )));
         }
-        if req.env.len() > MAX_ENV_VARS {
-            return Err(Error::InvalidParams(format!(
-                "env: at most {MAX_ENV_VARS} variables, got {}",
-                req.env.len()
-            )));
-        }
-        let env_bytes: usize = req.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
-        if env_bytes > MAX_ENV_BYTES {
-            return Err(Error::InvalidParams(format!(
-                "env: at most {MAX_ENV_BYTES} bytes in all, got {env_bytes}"
-            )));
-        }
-        for (k, v) in &req.env {
-            if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
-                return Err(Error::InvalidParams(format!(
-                    "env: invalid variable name or value for {k:?}"
-                )));
-            }
-        }
+        check_env(&req.env)?;
         let timeout = match req.timeout_s {
             None => None,
             Some(t) if t.is_finite() && t > 0.0 => {
@@ -88,21 +70,7 @@ impl Registry {
             }
         };
         // `owner` is checked against the leases by the daemon (procd-server).
-        if req.watch_patterns.len() > MAX_WATCH_PATTERNS {
-            return Err(Error::InvalidParams(format!(
-                "watch_patterns: at most {MAX_WATCH_PATTERNS} patterns, got {}",
-                req.watch_patterns.len()
-            )));
-        }
-        if let Some(bad) = req
-            .watch_patterns
-            .iter()
-            .find(|p| p.is_empty() || p.len() > MAX_WATCH_PATTERN_BYTES || p.contains('\n'))
-        {
-            return Err(Error::InvalidParams(format!(
-                "watch_patterns: each pattern must be 1 to {MAX_WATCH_PATTERN_BYTES} bytes on one line, got {bad:?}"
-            )));
-        }
+        check_watch_patterns(&req.watch_patterns)?;
         let (rows, cols) = (req.rows.unwrap_or(30), req.cols.unwrap_or(120));
         for (name, v) in [("rows", rows), ("cols", cols)] {
             if !(1..=4096).contains(&v) {
@@ -1016,3 +984,48 @@ const SESSION_VARS: [&str; 6] = [
     "PAGER",
     "GIT_PAGER",
 ];
+
+/// The extra environment: bounded in count and size, each name and value
+/// one a process can have.
+fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), Error> {
+    if env.len() > MAX_ENV_VARS {
+        return Err(Error::InvalidParams(format!(
+            "env: at most {MAX_ENV_VARS} variables, got {}",
+            env.len()
+        )));
+    }
+    let env_bytes: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    if env_bytes > MAX_ENV_BYTES {
+        return Err(Error::InvalidParams(format!(
+            "env: at most {MAX_ENV_BYTES} bytes in all, got {env_bytes}"
+        )));
+    }
+    match env
+        .iter()
+        .find(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
+    {
+        Some((k, _)) => Err(Error::InvalidParams(format!(
+            "env: invalid variable name or value for {k:?}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Watch patterns: bounded in count, each 1..=MAX bytes on one line.
+fn check_watch_patterns(patterns: &[String]) -> Result<(), Error> {
+    if patterns.len() > MAX_WATCH_PATTERNS {
+        return Err(Error::InvalidParams(format!(
+            "watch_patterns: at most {MAX_WATCH_PATTERNS} patterns, got {}",
+            patterns.len()
+        )));
+    }
+    match patterns
+        .iter()
+        .find(|p| p.is_empty() || p.len() > MAX_WATCH_PATTERN_BYTES || p.contains('\n'))
+    {
+        Some(bad) => Err(Error::InvalidParams(format!(
+            "watch_patterns: each pattern must be 1 to {MAX_WATCH_PATTERN_BYTES} bytes on one line, got {bad:?}"
+        ))),
+        None => Ok(()),
+    }
+}
