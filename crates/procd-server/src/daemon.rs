@@ -208,39 +208,7 @@ fn claim_instance(
         // systemd passed it): clients that connected meanwhile wait in its
         // backlog.
         Some((fd, activated)) => (std::os::unix::net::UnixListener::from(fd), activated),
-        None => {
-            match std::fs::remove_file(&socket) {
-                Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(unrecord(StartupError::os(
-                        format!("cannot remove stale socket {}", socket.display()),
-                        e,
-                    )))
-                }
-            }
-            let listener = std::os::unix::net::UnixListener::bind(&socket).map_err(|e| {
-                unrecord(StartupError::os(
-                    format!("cannot listen on {}", socket.display()),
-                    e,
-                ))
-            })?;
-            if let Err(e) =
-                std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-            {
-                let _ = std::fs::remove_file(&socket);
-                return Err(unrecord(StartupError::os(
-                    format!("cannot restrict {}", socket.display()),
-                    e,
-                )));
-            }
-            if let Some(keeper) = keeper {
-                if let Err(err) = keeper.keep_listener(std::os::fd::AsFd::as_fd(&listener)) {
-                    tracing::warn!(%err, "the keeper cannot hold the listening socket");
-                }
-            }
-            (listener, false)
-        }
+        None => (bind_fresh(&socket, keeper).map_err(unrecord)?, false),
     };
     if options.mode == LaunchMode::Foreground {
         // An explicit daemon: a leftover on-demand lifetime (or the
@@ -256,6 +224,39 @@ fn claim_instance(
         listener,
         activated,
     }))
+}
+
+/// A new listening socket at `socket` (a stale one removed first), only
+/// for us (0600), and given to the keeper to hold across daemons.
+fn bind_fresh(
+    socket: &std::path::Path,
+    keeper: Option<&procd_keeper::Link>,
+) -> Result<std::os::unix::net::UnixListener, StartupError> {
+    match std::fs::remove_file(socket) {
+        Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(StartupError::os(
+                format!("cannot remove stale socket {}", socket.display()),
+                e,
+            ))
+        }
+    }
+    let listener = std::os::unix::net::UnixListener::bind(socket)
+        .map_err(|e| StartupError::os(format!("cannot listen on {}", socket.display()), e))?;
+    if let Err(e) = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)) {
+        let _ = std::fs::remove_file(socket);
+        return Err(StartupError::os(
+            format!("cannot restrict {}", socket.display()),
+            e,
+        ));
+    }
+    if let Some(keeper) = keeper {
+        if let Err(err) = keeper.keep_listener(std::os::fd::AsFd::as_fd(&listener)) {
+            tracing::warn!(%err, "the keeper cannot hold the listening socket");
+        }
+    }
+    Ok(listener)
 }
 
 /// Removes our socket (unless systemd owns it) and state (if still ours),
@@ -350,25 +351,7 @@ async fn serve_claimed(
     }
 
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let daemon = Arc::new(Daemon {
-        registry: registry.clone(),
-        paths: options.paths.clone(),
-        mode: options.mode,
-        started_at: SystemTime::now(),
-        started: Instant::now(),
-        shutdown,
-        leases: std::sync::Mutex::new(lease::LeaseSnapshot {
-            auto_stop: false,
-            clients: 0,
-            stopping: false,
-            tokens: Vec::new(),
-        }),
-        lane: crate::lane::Lane::start("procd-leases").doing(|| "cannot start a thread".into())?,
-        handing_over: std::sync::atomic::AtomicBool::new(false),
-        containment,
-        systemd_unit: procd_core::scope::started_by_unit()
-            .then(|| procd_sys::cgroup::PROCD_UNIT.to_string()),
-    });
+    let daemon = Daemon::new(&options, registry.clone(), containment, shutdown)?;
     if let Some(keeper) = &keeper {
         listen_to_keeper(keeper, daemon.clone())?;
     }
@@ -426,6 +409,37 @@ async fn serve_claimed(
     };
     monitor.abort();
     Ok(code)
+}
+
+impl Daemon {
+    /// The daemon's shared state, before it serves (no lease read yet).
+    fn new(
+        options: &DaemonOptions,
+        registry: Arc<Registry>,
+        containment: procd_core::containment::Containment,
+        shutdown: watch::Sender<bool>,
+    ) -> Result<Arc<Daemon>, StartupError> {
+        Ok(Arc::new(Daemon {
+            registry,
+            paths: options.paths.clone(),
+            mode: options.mode,
+            started_at: SystemTime::now(),
+            started: Instant::now(),
+            shutdown,
+            leases: std::sync::Mutex::new(lease::LeaseSnapshot {
+                auto_stop: false,
+                clients: 0,
+                stopping: false,
+                tokens: Vec::new(),
+            }),
+            lane: crate::lane::Lane::start("procd-leases")
+                .doing(|| "cannot start a thread".into())?,
+            handing_over: std::sync::atomic::AtomicBool::new(false),
+            containment,
+            systemd_unit: procd_core::scope::started_by_unit()
+                .then(|| procd_sys::cgroup::PROCD_UNIT.to_string()),
+        }))
+    }
 }
 
 /// The session table, with the containment chosen and the files it keeps.

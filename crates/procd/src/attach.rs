@@ -78,22 +78,7 @@ pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, C
     let raw = RawMode::enter();
     eprint!("[procd: attached to {id}; Ctrl-] detaches]\r\n");
 
-    // Keystrokes come from a thread: stdin reads block.
-    let (keys_tx, mut keys) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
-    std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = [0u8; 1024];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    if keys_tx.blocking_send(buf[..n].to_vec()).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
+    let mut keys = keystrokes();
 
     let mut stdout = std::io::stdout();
     // Where the output seen so far ends, to go on from after a restart.
@@ -155,4 +140,24 @@ pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, C
     drop(raw);
     eprintln!("\r\n[procd: detached from {id}; it keeps running]");
     Ok(code)
+}
+
+/// Keystrokes, read by a thread of their own: stdin reads block.
+fn keystrokes() -> tokio::sync::mpsc::Receiver<Vec<u8>> {
+    let (keys_tx, keys) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 1024];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if keys_tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    keys
 }

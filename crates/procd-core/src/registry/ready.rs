@@ -76,39 +76,13 @@ impl Registry {
                         tokio::time::Instant::now() + probe_interval(s.started_instant.elapsed());
                 }
                 if output_met && port_met && http_met && s.is_running() {
-                    let after_ms = s.started_instant.elapsed().as_millis() as u64;
-                    s.set_readiness(Readiness::Ready { after_ms });
-                    let text = match ports.as_slice() {
-                        [] => format!("is ready after {after_ms} ms"),
-                        ports => format!("is ready after {after_ms} ms, listening on {ports:?}"),
-                    };
-                    let about = reg.about_event(&s, &text);
-                    reg.notifications.push_once(
-                        Some(format!("ready {}", s.id)),
-                        Event::Ready {
-                            about,
-                            after_ms,
-                            ports,
-                        },
-                    );
-                    // A daemon that takes the session over finds it ready.
-                    reg.checkpoint_soon();
+                    reg.became_ready(&s, ports);
                     return;
                 }
                 let now = tokio::time::Instant::now();
                 if !timed_out && now >= deadline {
                     timed_out = true;
-                    s.set_readiness(Readiness::Pending { timed_out: true });
-                    let secs = check.timeout.as_secs_f64();
-                    let text = format!("is not ready after {secs} s; it is still running");
-                    let about = reg.about_event(&s, &text);
-                    reg.notifications.push_once(
-                        Some(format!("ready_timeout {}", s.id)),
-                        Event::ReadyTimeout {
-                            about,
-                            timeout_s: secs,
-                        },
-                    );
+                    reg.ready_timed_out(&s, check.timeout);
                 }
                 drop(reg);
                 let mut wake = if timed_out {
@@ -125,6 +99,44 @@ impl Registry {
                 next_change(&mut output_rx, &mut state_rx, wake).await;
             }
         }
+    }
+
+    /// The session met its ready condition: recorded, and queued once as a
+    /// `ready` event.
+    fn became_ready(&self, s: &Arc<Session>, ports: Vec<u16>) {
+        let after_ms = s.started_instant.elapsed().as_millis() as u64;
+        s.set_readiness(Readiness::Ready { after_ms });
+        let text = match ports.as_slice() {
+            [] => format!("is ready after {after_ms} ms"),
+            ports => format!("is ready after {after_ms} ms, listening on {ports:?}"),
+        };
+        let about = self.about_event(s, &text);
+        self.notifications.push_once(
+            Some(format!("ready {}", s.id)),
+            Event::Ready {
+                about,
+                after_ms,
+                ports,
+            },
+        );
+        // A daemon that takes the session over finds it ready.
+        self.checkpoint_soon();
+    }
+
+    /// The ready condition's time passed: recorded, and queued once as a
+    /// `ready_timeout` event; the session runs on.
+    fn ready_timed_out(&self, s: &Arc<Session>, timeout: Duration) {
+        s.set_readiness(Readiness::Pending { timed_out: true });
+        let secs = timeout.as_secs_f64();
+        let text = format!("is not ready after {secs} s; it is still running");
+        let about = self.about_event(s, &text);
+        self.notifications.push_once(
+            Some(format!("ready_timeout {}", s.id)),
+            Event::ReadyTimeout {
+                about,
+                timeout_s: secs,
+            },
+        );
     }
 
     /// Observes one running session's tree now, as the monitor's tick does

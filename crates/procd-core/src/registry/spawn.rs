@@ -511,15 +511,7 @@ impl Registry {
         if let (Some(unit), Some(scopes)) = (unit, &self.scopes) {
             argv = scopes.wrap(unit, &argv);
         }
-        let mut env = env.clone();
-        if spec.pty {
-            env.entry("TERM".into())
-                .or_insert_with(|| "xterm-256color".into());
-            for pager in ["PAGER", "GIT_PAGER"] {
-                env.entry(pager.into()).or_insert_with(|| "cat".into());
-            }
-        }
-        let prepared = Prepared::new(&argv, &env, &spec.cwd)?;
+        let prepared = Prepared::new(&argv, &terminal_env(spec, env), &spec.cwd)?;
         let entry = cgroup.map(|c| c.entry()).transpose()?;
         let join = entry.as_ref().map(|e| e.join());
         let procfs = &self.procfs;
@@ -984,6 +976,20 @@ const SESSION_VARS: [&str; 6] = [
     "PAGER",
     "GIT_PAGER",
 ];
+
+/// The environment, and for a PTY session a terminal type and pagers that
+/// do not wait for a key (unless the caller set them).
+fn terminal_env(spec: &SessionSpec, env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut env = env.clone();
+    if spec.pty {
+        env.entry("TERM".into())
+            .or_insert_with(|| "xterm-256color".into());
+        for pager in ["PAGER", "GIT_PAGER"] {
+            env.entry(pager.into()).or_insert_with(|| "cat".into());
+        }
+    }
+    env
+}
 
 /// The extra environment: bounded in count and size, each name and value
 /// one a process can have.
