@@ -303,42 +303,7 @@ fn input(
             let (v, judge) = request(rng, json!(id));
             (line(&v), Expect::One(json!(id), judge))
         }
-        60..=67 => {
-            // A wrong envelope. Where the id cannot be trusted, the answer's is null.
-            let (v, answer_id, code) = match rng.u64(..6) {
-                0 => (
-                    json!({"id": id, "method": "status"}),
-                    Value::Null,
-                    INVALID_REQUEST,
-                ),
-                1 => (
-                    json!({"jsonrpc": "2.0", "id": id, "method": 7}),
-                    Value::Null,
-                    INVALID_REQUEST,
-                ),
-                2 => (
-                    json!({"jsonrpc": "2.0", "id": id, "method": "status", "params": 3}),
-                    json!(id),
-                    INVALID_REQUEST,
-                ),
-                3 => (
-                    json!({"jsonrpc": "1.0", "id": id, "method": "status"}),
-                    Value::Null,
-                    INVALID_REQUEST,
-                ),
-                4 => (
-                    json!({"jsonrpc": "2.0", "id": {"x": id}, "method": "status"}),
-                    Value::Null,
-                    INVALID_REQUEST,
-                ),
-                _ => (
-                    json!({"jsonrpc": "2.0", "id": id, "method": "poll", "params": ["proc_000000000000", 1, 2, 3]}),
-                    json!(id),
-                    INVALID_PARAMS,
-                ),
-            };
-            (line(&v), Expect::One(answer_id, error(code)))
-        }
+        60..=67 => wrong_envelope(rng, id),
         68..=77 => {
             let n = rng.u64(..6) as usize;
             let items: Vec<(Value, Judge)> = (0..n)
@@ -356,29 +321,7 @@ fn input(
             };
             (line(&batch), expect)
         }
-        78..=85 => {
-            // Random bytes, invalid UTF-8 included, never a newline, after
-            // a first byte no JSON text starts with: never a request.
-            let n = rng.u64(..300) as usize;
-            let mut bytes = vec![*rng
-                .choice(b"#%&<>?@^`|~\\".iter())
-                .expect("something to pick")];
-            bytes.extend((0..n).map(|_| rng.u64(..) as u8).filter(|b| *b != b'\n'));
-            (bytes, Expect::One(Value::Null, error(PARSE_ERROR)))
-        }
-        86..=89 => {
-            // Deep nesting. Balanced, it is a batch of one entry that is
-            // not a request; cut off, it is not JSON.
-            let depth = 100 + rng.u64(..20_000) as usize;
-            let balanced = rng.bool();
-            let mut s = "[".repeat(depth);
-            s.push_str(&"]".repeat(depth * usize::from(balanced)));
-            let expect = match balanced {
-                true => Expect::Batch(vec![(Value::Null, error(INVALID_REQUEST))]),
-                false => Expect::One(Value::Null, error(PARSE_ERROR)),
-            };
-            (s.into_bytes(), expect)
-        }
+        78..=89 => junk(rng),
         90..=94 => {
             // A notification: run, never answered.
             let v = json!({"jsonrpc": "2.0", "method": "status"});
@@ -389,6 +332,75 @@ fn input(
             (line(&v), Expect::One(json!(id), error(INVALID_PARAMS)))
         }
     }
+}
+
+/// A request in a wrong envelope, and its error. Where the id cannot be
+/// trusted, the answer's is null.
+fn wrong_envelope(rng: &mut fastrand::Rng, id: u64) -> (Vec<u8>, Expect) {
+    use procd_proto::error::*;
+    let (v, answer_id, code) = match rng.u64(..6) {
+        0 => (
+            json!({"id": id, "method": "status"}),
+            Value::Null,
+            INVALID_REQUEST,
+        ),
+        1 => (
+            json!({"jsonrpc": "2.0", "id": id, "method": 7}),
+            Value::Null,
+            INVALID_REQUEST,
+        ),
+        2 => (
+            json!({"jsonrpc": "2.0", "id": id, "method": "status", "params": 3}),
+            json!(id),
+            INVALID_REQUEST,
+        ),
+        3 => (
+            json!({"jsonrpc": "1.0", "id": id, "method": "status"}),
+            Value::Null,
+            INVALID_REQUEST,
+        ),
+        4 => (
+            json!({"jsonrpc": "2.0", "id": {"x": id}, "method": "status"}),
+            Value::Null,
+            INVALID_REQUEST,
+        ),
+        _ => (
+            json!({"jsonrpc": "2.0", "id": id, "method": "poll", "params": ["proc_000000000000", 1, 2, 3]}),
+            json!(id),
+            INVALID_PARAMS,
+        ),
+    };
+    (
+        v.to_string().into_bytes(),
+        Expect::One(answer_id, Judge::Error(i64::from(code))),
+    )
+}
+
+/// A line that is no request: random bytes, or deep nesting.
+fn junk(rng: &mut fastrand::Rng) -> (Vec<u8>, Expect) {
+    use procd_proto::error::*;
+    let error = |code: i32| Judge::Error(i64::from(code));
+    if rng.u64(..12) < 8 {
+        // Random bytes, invalid UTF-8 included, never a newline, after a
+        // first byte no JSON text starts with: never a request.
+        let n = rng.u64(..300) as usize;
+        let mut bytes = vec![*rng
+            .choice(b"#%&<>?@^`|~\\".iter())
+            .expect("something to pick")];
+        bytes.extend((0..n).map(|_| rng.u64(..) as u8).filter(|b| *b != b'\n'));
+        return (bytes, Expect::One(Value::Null, error(PARSE_ERROR)));
+    }
+    // Deep nesting. Balanced, it is a batch of one entry that is not a
+    // request; cut off, it is not JSON.
+    let depth = 100 + rng.u64(..20_000) as usize;
+    let balanced = rng.bool();
+    let mut s = "[".repeat(depth);
+    s.push_str(&"]".repeat(depth * usize::from(balanced)));
+    let expect = match balanced {
+        true => Expect::Batch(vec![(Value::Null, error(INVALID_REQUEST))]),
+        false => Expect::One(Value::Null, error(PARSE_ERROR)),
+    };
+    (s.into_bytes(), expect)
 }
 
 /// Whether `answer` is a JSON-RPC 2.0 response that `judge` accepts.
@@ -632,41 +644,8 @@ fn fuzz(inputs: usize) -> Vec<Figure> {
         let socket = d.socket();
         let sessions = sessions.clone();
         workers.push(std::thread::spawn(move || {
-            let mut rng =
-                fastrand::Rng::with_seed(seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let methods = methods();
-            let stream = UnixStream::connect(&socket).expect("connect");
-            stream.set_read_timeout(Some(Duration::from_secs(120))).ok();
-            let ledger = std::sync::Arc::new(std::sync::Mutex::new(Ledger::default()));
-            let reader = stream.try_clone().expect("clone");
-            let judge = {
-                let ledger = ledger.clone();
-                std::thread::spawn(move || judge_answers(reader, &ledger))
-            };
-            let mut writer = std::io::BufWriter::new(&stream);
-            for i in 0..per {
-                let (line, expect) = input(&mut rng, i as u64, &methods, &sessions);
-                // Known before it is sent: an answer can come at once.
-                lock(&ledger).expect(expect);
-                if (rng.u64(..100) < 5) && line.len() > 2 {
-                    // A line that arrives in pieces.
-                    let cut = 1 + rng.u64(..line.len() as u64 - 1) as usize;
-                    let _ = writer.write_all(&line[..cut]);
-                    let _ = writer.flush();
-                    let _ = writer.write_all(&line[cut..]);
-                } else {
-                    let _ = writer.write_all(&line);
-                }
-                let _ = writer.write_all(b"\n");
-            }
-            let _ = writer.flush();
-            drop(writer);
-            // Half-closed: the daemon answers what it was asked, then
-            // closes, so a missing answer and an extra one both show.
-            let _ = stream.shutdown(std::net::Shutdown::Write);
-            let _ = judge.join();
-            let ledger = std::mem::take(&mut *lock(&ledger));
-            ledger
+            let seed = seed ^ (c as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            fuzz_connection(&socket, &sessions, seed, per)
         }));
     }
     let mut all = Ledger::default();
@@ -715,6 +694,46 @@ fn fuzz(inputs: usize) -> Vec<Figure> {
             detail: format!("seed {seed} (PROCD_FUZZ_SEED); {:.0} inputs/s over 4 connections; each answer matched by id and judged by its method's result type or error codes; wrong types, extreme numbers, deep nesting, invalid UTF-8, split lines, batches, notifications, 2 MiB lines{examples}", inputs as f64 / secs),
         },
     ]
+}
+
+/// One fuzzing connection: `per` generated inputs, each one's expected
+/// answer recorded before it is sent, then a half-close; the ledger of
+/// what came back.
+fn fuzz_connection(socket: &Path, sessions: &[String], seed: u64, per: usize) -> Ledger {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let methods = methods();
+    let stream = UnixStream::connect(socket).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(120))).ok();
+    let ledger = std::sync::Arc::new(std::sync::Mutex::new(Ledger::default()));
+    let reader = stream.try_clone().expect("clone");
+    let judge = {
+        let ledger = ledger.clone();
+        std::thread::spawn(move || judge_answers(reader, &ledger))
+    };
+    let mut writer = std::io::BufWriter::new(&stream);
+    for i in 0..per {
+        let (line, expect) = input(&mut rng, i as u64, &methods, sessions);
+        // Known before it is sent: an answer can come at once.
+        lock(&ledger).expect(expect);
+        if (rng.u64(..100) < 5) && line.len() > 2 {
+            // A line that arrives in pieces.
+            let cut = 1 + rng.u64(..line.len() as u64 - 1) as usize;
+            let _ = writer.write_all(&line[..cut]);
+            let _ = writer.flush();
+            let _ = writer.write_all(&line[cut..]);
+        } else {
+            let _ = writer.write_all(&line);
+        }
+        let _ = writer.write_all(b"\n");
+    }
+    let _ = writer.flush();
+    drop(writer);
+    // Half-closed: the daemon answers what it was asked, then
+    // closes, so a missing answer and an extra one both show.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = judge.join();
+    let answers = std::mem::take(&mut *lock(&ledger));
+    answers
 }
 
 // ----- chaos ----------------------------------------------------------------------
