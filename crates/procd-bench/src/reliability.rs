@@ -844,21 +844,11 @@ fn chaos(rounds: usize) -> Vec<Figure> {
                 })
                 .count();
         }
-        let mut ids: Vec<String> = entries(&listed)
-            .filter_map(|p| p["session_id"].as_str().map(String::from))
-            .collect();
+        t.count_listing(&listed, &must_list);
         let running: std::collections::HashSet<String> = entries(&listed)
             .filter(|p| p["status"] == "running")
             .filter_map(|p| p["session_id"].as_str().map(String::from))
             .collect();
-        let total = ids.len();
-        ids.sort();
-        ids.dedup();
-        t.duplicated += total - ids.len();
-        t.lost += must_list
-            .iter()
-            .filter(|id| ids.binary_search(id).is_err())
-            .count();
         t.untracked += end_untracked(home.path(), &running);
         t.exits_changed += same_exits(&mut acked_ever, &listed);
         let mut c = d.connect();
@@ -884,33 +874,8 @@ fn chaos(rounds: usize) -> Vec<Figure> {
     }
     t.exits_changed += same_exits(&mut acked_ever, &listed);
     let unended = acked_ever.values().filter(|exit| exit.is_none()).count();
-    // Nothing of this run may outlive it.
-    d.connect().call("kill_all", json!({}));
-    drop(d);
-    for (pid, _) in session_processes(home.path()) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    let ChaosTally {
-        lost,
-        duplicated,
-        untracked,
-        unparsable,
-        exits_lost,
-        exits_changed,
-        kills,
-        quiet_kills,
-        daemon_kills,
-    } = t;
-    vec![Figure {
-        check: format!("chaos: daemon SIGKILLed {kills} times amid spawn/kill traffic ({daemon_kills} of them the daemon alone, its keeper left), and {quiet_kills} times after a round's kill_all"),
-        value: format!("{lost} lost, {duplicated} duplicated, {untracked} untracked, {unparsable} unparsable files, {exits_lost} exits unknown after a daemon-only kill, {exits_changed} exits changed, {unended} never ended ({} sessions)", acked_ever.len()),
-        target: "0 / 0 / 0 / 0 / 0 / 0 / 0".into(),
-        met: lost + duplicated + untracked + unparsable + exits_lost + exits_changed + unended == 0 && !acked_ever.is_empty(),
-        detail: format!("seed {seed}; a kill lands 5-155 ms into each round; after each, a new daemon must list every session acknowledged in any round once, with the exit an earlier daemon listed, and track every live session process; the last lists all of them ended"),
-    }]
+    end_everything(d, home.path());
+    t.figure(seed, unended, acked_ever.len())
 }
 
 /// What the chaos run counts, over all its rounds.
@@ -927,6 +892,58 @@ struct ChaosTally {
     kills: usize,
     quiet_kills: usize,
     daemon_kills: usize,
+}
+
+impl ChaosTally {
+    /// The chaos row: everything counted, and the target all zero.
+    fn figure(self, seed: u64, unended: usize, sessions: usize) -> Vec<Figure> {
+        let ChaosTally {
+            lost,
+            duplicated,
+            untracked,
+            unparsable,
+            exits_lost,
+            exits_changed,
+            kills,
+            quiet_kills,
+            daemon_kills,
+        } = self;
+        vec![Figure {
+            check: format!("chaos: daemon SIGKILLed {kills} times amid spawn/kill traffic ({daemon_kills} of them the daemon alone, its keeper left), and {quiet_kills} times after a round's kill_all"),
+            value: format!("{lost} lost, {duplicated} duplicated, {untracked} untracked, {unparsable} unparsable files, {exits_lost} exits unknown after a daemon-only kill, {exits_changed} exits changed, {unended} never ended ({sessions} sessions)"),
+            target: "0 / 0 / 0 / 0 / 0 / 0 / 0".into(),
+            met: lost + duplicated + untracked + unparsable + exits_lost + exits_changed + unended == 0 && sessions > 0,
+            detail: format!("seed {seed}; a kill lands 5-155 ms into each round; after each, a new daemon must list every session acknowledged in any round once, with the exit an earlier daemon listed, and track every live session process; the last lists all of them ended"),
+        }]
+    }
+
+    /// A new daemon's `list`: every id in `must_list` once, none twice.
+    fn count_listing(&mut self, listed: &Value, must_list: &std::collections::BTreeSet<String>) {
+        let mut ids: Vec<&str> = entries(listed)
+            .filter_map(|p| p["session_id"].as_str())
+            .collect();
+        let total = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        self.duplicated += total - ids.len();
+        self.lost += must_list
+            .iter()
+            .filter(|id| ids.binary_search(&id.as_str()).is_err())
+            .count();
+    }
+}
+
+/// Nothing of the chaos run may outlive it: its sessions are killed by
+/// the daemon, and any process left by pid.
+fn end_everything(d: Daemon, home: &Path) {
+    d.connect().call("kill_all", json!({}));
+    drop(d);
+    for (pid, _) in session_processes(home) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
 
 /// One client's spawn/kill traffic until `stop`; the ids whose spawn was
