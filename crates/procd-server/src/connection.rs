@@ -99,26 +99,23 @@ enum End {
 /// answer is ready at once is answered inline, without a task hand-off.
 pub async fn serve(
     stream: UnixStream,
-    methods: Methods,
-    fast: Arc<crate::fast::FastPoll>,
-    max_request_bytes: usize,
-    max_response_bytes: usize,
+    protocol: Protocol,
     shutdown: watch::Receiver<bool>,
     handle: Arc<ConnectionHandle>,
 ) {
     let (read_half, writer) = stream.into_split();
     // Framed on bytes, not str: a line that is not UTF-8 gets a parse
     // error and the connection carries on (a str codec would end it).
-    let codec =
-        AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), max_request_bytes);
+    let codec = AnyDelimiterCodec::new_with_max_length(
+        b"\n".to_vec(),
+        Vec::new(),
+        protocol.max_request_bytes,
+    );
     let mut lines = FramedRead::new(read_half, codec);
     let (out_tx, out_rx) = mpsc::channel::<String>(MAX_IN_FLIGHT);
     let mut conn = Connection {
         writer,
-        methods,
-        fast,
-        max_request_bytes,
-        max_response_bytes,
+        protocol,
         shutdown,
         handle,
         out_tx,
@@ -131,14 +128,21 @@ pub async fn serve(
     conn.finish(end, lines).await;
 }
 
+/// How every connection answers: the same for all of them, cloned into
+/// each (the listener hands it on).
+#[derive(Clone)]
+pub struct Protocol {
+    pub methods: Methods,
+    /// Agents' most frequent call, in its common shape.
+    pub fast: Arc<crate::fast::FastPoll>,
+    pub max_request_bytes: usize,
+    pub max_response_bytes: usize,
+}
+
 /// One connection's state while it is served.
 struct Connection {
     writer: OwnedWriteHalf,
-    methods: Methods,
-    /// Agents' most frequent call, in its common shape.
-    fast: Arc<crate::fast::FastPoll>,
-    max_request_bytes: usize,
-    max_response_bytes: usize,
+    protocol: Protocol,
     shutdown: watch::Receiver<bool>,
     handle: Arc<ConnectionHandle>,
     /// Answers of requests that had to wait, and subscription items.
@@ -194,7 +198,7 @@ impl Connection {
                         }
                     }
                     Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
-                        let msg = format!("request line exceeds max_request_bytes ({}); closing the connection", self.max_request_bytes);
+                        let msg = format!("request line exceeds max_request_bytes ({}); closing the connection", self.protocol.max_request_bytes);
                         let _ = self.write(error_response(Id::Null, INVALID_REQUEST, &msg)).await;
                         break End::Refused;
                     }
@@ -224,11 +228,11 @@ impl Connection {
                 .written(error_response(Id::Null, PARSE_ERROR, msg))
                 .await;
         };
-        if let Some(answer) = self.fast.answer(&line) {
+        if let Some(answer) = self.protocol.fast.answer(&line) {
             return self.written(answer).await;
         }
-        let methods = self.methods.clone();
-        let max_response_bytes = self.max_response_bytes;
+        let methods = self.protocol.methods.clone();
+        let max_response_bytes = self.protocol.max_response_bytes;
         let mut request: PendingRequest =
             Box::pin(async move { handle_line(&line, &methods, max_response_bytes).await });
         // Most requests finish at once: answer them right here, without

@@ -371,19 +371,16 @@ async fn serve_claimed(
     ));
     tracing::info!(socket = %options.paths.socket().display(), pid = std::process::id(), "procd is serving");
 
-    let fast = Arc::new(crate::fast::FastPoll::new(
-        daemon.registry.clone(),
-        options.config.max_response_bytes,
-    ));
-    crate::listener::serve(
-        listener,
+    let protocol = crate::connection::Protocol {
         methods,
-        fast,
-        options.config.max_request_bytes,
-        options.config.max_response_bytes,
-        shutdown_rx,
-    )
-    .await;
+        fast: Arc::new(crate::fast::FastPoll::new(
+            daemon.registry.clone(),
+            options.config.max_response_bytes,
+        )),
+        max_request_bytes: options.config.max_request_bytes,
+        max_response_bytes: options.config.max_response_bytes,
+    };
+    crate::listener::serve(listener, protocol, shutdown_rx).await;
 
     let code = match daemon
         .handing_over

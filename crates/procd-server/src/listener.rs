@@ -7,7 +7,6 @@
 //! subscription, if there is such) is closed to make room (SPEC §10).
 
 use crate::connection::ConnectionHandle;
-use jsonrpsee::Methods;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,10 +48,7 @@ impl Live {
 
 pub async fn serve(
     listener: UnixListener,
-    methods: Methods,
-    fast: Arc<crate::fast::FastPoll>,
-    max_request_bytes: usize,
-    max_response_bytes: usize,
+    protocol: crate::connection::Protocol,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let live = Arc::new(Live::default());
@@ -91,8 +87,7 @@ pub async fn serve(
             }
         }
         live.make_room();
-        let methods = methods.clone();
-        let fast = fast.clone();
+        let protocol = protocol.clone();
         let shutdown = shutdown.clone();
         let handle = ConnectionHandle::new();
         let id = next_id;
@@ -100,16 +95,7 @@ pub async fn serve(
         live.lock().insert(id, handle.clone());
         let live = live.clone();
         connections.spawn(async move {
-            crate::connection::serve(
-                stream,
-                methods,
-                fast,
-                max_request_bytes,
-                max_response_bytes,
-                shutdown,
-                handle,
-            )
-            .await;
+            crate::connection::serve(stream, protocol, shutdown, handle).await;
             live.lock().remove(&id);
         });
         // Reap finished connection tasks so the set does not grow.
