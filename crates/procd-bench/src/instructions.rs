@@ -74,15 +74,7 @@ fn callgrind(out: &Path) -> Command {
 /// The daemon's instructions, start to end, when it answered `count`
 /// requests of `ask`.
 fn daemon_total(ask: Ask, count: u64) -> u64 {
-    let home = tempfile::Builder::new()
-        .prefix("pbi")
-        .tempdir_in("/tmp")
-        .expect("temp home");
-    std::fs::write(
-        home.path().join("config.toml"),
-        "monitor_interval_s = 3600\n",
-    )
-    .expect("config");
+    let home = crate::temp_home("pbi", "monitor_interval_s = 3600\n");
     let exe = std::env::current_exe().expect("own path");
     let mut daemon = callgrind(&home.path().join("cg.%p"))
         .arg(exe)

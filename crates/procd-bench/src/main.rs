@@ -299,6 +299,17 @@ fn run_daemon(home: &Path) -> i32 {
 
 // ----- the daemon under test ------------------------------------------------------
 
+/// A temp home under /tmp (removed when dropped) holding `config` as its
+/// config.toml.
+pub(crate) fn temp_home(prefix: &str, config: &str) -> tempfile::TempDir {
+    let home = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .expect("temp home");
+    std::fs::write(home.path().join("config.toml"), config).expect("config");
+    home
+}
+
 pub(crate) struct Daemon {
     /// The temp home this daemon owns (None: a home the caller keeps).
     _owned: Option<tempfile::TempDir>,
@@ -312,10 +323,6 @@ impl Daemon {
     }
 
     pub(crate) fn with_config(extra: &str) -> Daemon {
-        let home = tempfile::Builder::new()
-            .prefix("pb")
-            .tempdir_in("/tmp")
-            .expect("temp home");
         // Room for what a benchmark starts, unless `extra` says otherwise.
         let mut config: String = [
             "max_running = 2000",
@@ -327,7 +334,7 @@ impl Daemon {
         .map(|line| format!("{line}\n"))
         .collect();
         config.push_str(extra);
-        std::fs::write(home.path().join("config.toml"), config).expect("config");
+        let home = temp_home("pb", &config);
         let mut d = Daemon::in_home(home.path());
         d._owned = Some(home);
         d

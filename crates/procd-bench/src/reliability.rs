@@ -781,15 +781,10 @@ pub(crate) fn session_processes(home: &Path) -> Vec<(i32, String)> {
 fn chaos(rounds: usize) -> Vec<Figure> {
     let seed = seed();
     let mut rng = fastrand::Rng::with_seed(seed);
-    let home = tempfile::Builder::new()
-        .prefix("pc")
-        .tempdir_in("/tmp")
-        .expect("home");
-    std::fs::write(
-        home.path().join("config.toml"),
+    let home = crate::temp_home(
+        "pc",
         "max_sessions = 100000\nfinished_ttl_s = 100000\nkill_grace_s = 0.2\n",
-    )
-    .expect("config");
+    );
     let mut t = ChaosTally::default();
     // Every session whose spawn was answered, in any round, and its exit
     // once a daemon has listed one: each later daemon must list it once,

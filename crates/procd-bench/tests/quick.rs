@@ -7,10 +7,10 @@
 
 use serde_json::Value;
 
-#[test]
-fn quick_mode_reports_every_metric() {
+/// The rows `procd-bench ARGS` prints, which must succeed.
+fn bench_rows(args: &[&str]) -> Vec<Value> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_procd-bench"))
-        .args(["--quick", "--json"])
+        .args(args)
         .output()
         .expect("run procd-bench");
     assert!(
@@ -18,7 +18,12 @@ fn quick_mode_reports_every_metric() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON list");
+    serde_json::from_slice(&out.stdout).expect("a JSON list")
+}
+
+#[test]
+fn quick_mode_reports_every_metric() {
+    let rows = bench_rows(&["--quick", "--json"]);
     assert_eq!(rows.len(), 24, "{rows:#?}");
     for row in &rows {
         assert!(row["metric"].is_string(), "{row}");
@@ -70,16 +75,7 @@ fn quick_mode_reports_every_metric() {
 /// is SIGKILLed, a prompt is seen and progress dots are not one.
 #[test]
 fn peers_are_measured_beside_procd() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_procd-bench"))
-        .args(["--quick", "--only", "peers", "--json"])
-        .output()
-        .expect("run procd-bench");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("a JSON list");
+    let rows = bench_rows(&["--quick", "--only", "peers", "--json"]);
     for peer in ["Desktop Commander", "pueue", "pm2", "supervisor"] {
         let of_peer: Vec<&Value> = rows.iter().filter(|r| r["baseline_name"] == peer).collect();
         assert!(of_peer.len() >= 5, "{peer}: {rows:#?}");
