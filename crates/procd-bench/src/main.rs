@@ -578,18 +578,21 @@ fn now_epoch() -> f64 {
 // ----- the measurements ------------------------------------------------------------
 
 fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
-    let d = Daemon::start();
+    // The daemon the shared groups measure, started by the first of them
+    // that runs (none of `--only peers`, say).
+    let shared = std::cell::OnceCell::new();
+    let d = || shared.get_or_init(Daemon::start);
     let groups: [(&str, &dyn Fn() -> Vec<Row>); 13] = [
         ("spawn", &|| {
-            let mut rows = vec![spawn_wait(&d, s)];
+            let mut rows = vec![spawn_wait(d(), s)];
             rows.extend(spawn_wait_slow_rc(s));
             rows
         }),
-        ("poll", &|| vec![poll_round_trip(&d, s)]),
-        ("exit", &|| vec![exit_to_wait(&d, s)]),
-        ("ingest", &|| vec![ingest(&d, s)]),
-        ("latency", &|| vec![output_to_read(&d, s)]),
-        ("idle", &|| idle(&d, s)),
+        ("poll", &|| vec![poll_round_trip(d(), s)]),
+        ("exit", &|| vec![exit_to_wait(d(), s)]),
+        ("ingest", &|| vec![ingest(d(), s)]),
+        ("latency", &|| vec![output_to_read(d(), s)]),
+        ("idle", &|| idle(d(), s)),
         ("many", &|| many_sessions(s)),
         ("kill", &|| kill_rows(s)),
         ("flood", &|| flood_rows(s)),
