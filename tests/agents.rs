@@ -125,7 +125,7 @@ fn budgets_keep_head_and_tail_of_multibyte_text() {
 
 #[test]
 fn a_budget_keeps_the_error_lines_it_cuts() {
-    // SPEC §12: truncation never hides the one error line.
+    // docs/agents.md: truncation never hides the one error line.
     let d = Daemon::start();
     let id = d.spawn("for i in $(seq 1 400); do if [ $i = 200 ]; then echo 'src/main.rs:7: error: mismatched types'; else echo \"step $i ok\"; fi; done");
     d.wait_exit(&id);
@@ -156,7 +156,7 @@ fn a_budget_keeps_the_error_lines_it_cuts() {
 
 #[test]
 fn ports_and_resources_of_a_session_tree_are_reported() {
-    // SPEC §12: the port of a server started by a child process, and the
+    // docs/agents.md: the port of a server started by a child process, and the
     // resources of a multi-process tree.
     let d = Daemon::with_config("monitor_interval_s = 0.1");
     let server = "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint('port', s.getsockname()[1], flush=True)\ntime.sleep(300)";

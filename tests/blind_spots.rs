@@ -395,7 +395,7 @@ fn a_stalled_event_subscriber_is_told_how_many_events_it_missed() {
 
 #[test]
 fn without_bash_the_default_shell_falls_back_to_shell_then_bin_sh() {
-    // SPEC §5 (config `shell`): the default `bash` is looked for on PATH,
+    // docs/SECURITY.md (config `shell`): the default `bash` is looked for on PATH,
     // at /usr/bin/bash and /bin/bash, then $SHELL, then `/bin/sh -lc`.
     // Bash is hidden from a real daemon in a private mount namespace.
     let unshare = std::path::Path::new("/usr/bin/unshare");

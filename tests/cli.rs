@@ -1,4 +1,4 @@
-//! The `procd` command line (SPEC §8): round trips, exit codes, on-demand start.
+//! The `procd` command line (docs/operations.md): round trips, exit codes, on-demand start.
 
 use crate::common::*;
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! Interactive sessions (SPEC §3.1, §4.1, §4.4): PTY mode, subscriptions,
+//! Interactive sessions (docs/protocol.md): PTY mode, subscriptions,
 //! close_terminal, watch patterns, and `procd attach` on a real terminal.
 
 use crate::common::*;

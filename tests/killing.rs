@@ -1,4 +1,4 @@
-//! Tree kill (SPEC §5.1) through the daemon: what dies is checked in /proc.
+//! Tree kill (docs/SECURITY.md) through the daemon: what dies is checked in /proc.
 
 use crate::common::*;
 use serde_json::json;
@@ -178,7 +178,7 @@ fn kill_all_honours_task_and_exclusions() {
     assert_eq!(d.ok("kill_all", json!({}))["killed"], 2);
 }
 
-// ----- kill means kill (SPEC §5.1) -------------------------------------------
+// ----- kill means kill (docs/SECURITY.md) -------------------------------------------
 
 #[test]
 fn a_killed_compound_command_runs_no_later_step() {

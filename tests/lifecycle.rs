@@ -1,4 +1,4 @@
-//! Daemon lifecycle (SPEC §6, G1–G25): state file and identity, start /
+//! Daemon lifecycle (docs/operations.md, G1–G25): state file and identity, start /
 //! stop / restart / status, client leases, on-demand auto-stop, systemd
 //! socket activation and readiness. Real daemons, real processes.
 
@@ -137,7 +137,7 @@ fn start_runs_a_background_daemon_in_its_own_session_and_stop_ends_it() {
     let pid = state["pid"].as_i64().unwrap() as i32;
     assert_eq!(state["launch_mode"], "background");
     assert_eq!(state["identity"], identity_of(pid));
-    // Its keeper (SPEC §11) leads a new session, and the daemon runs in it.
+    // Its keeper (docs/survival.md) leads a new session, and the daemon runs in it.
     let keeper = state["keeper_pid"].as_i64().expect("keeper_pid") as i32;
     assert_eq!(state["keeper_identity"], identity_of(keeper));
     assert_eq!(session_of(keeper), keeper, "runs in a new session");
@@ -335,7 +335,7 @@ fn stale_and_zombie_state_is_cleared_by_status() {
 
 #[test]
 fn minimal_and_legacy_state_records_are_read() {
-    // SPEC §6.1: only pid is required; identity may be an integer pgid,
+    // docs/operations.md: only pid is required; identity may be an integer pgid,
     // command an argv.
     let home = Home::new();
     let stand = Stand::sleep();
@@ -617,7 +617,7 @@ fn an_explicit_stop_clears_the_leases() {
 
 #[test]
 fn a_lease_whose_holder_dies_ends_its_sessions() {
-    // SPEC §6.3: owned, non-persistent sessions end with their owner.
+    // docs/operations.md: owned, non-persistent sessions end with their owner.
     let d = Daemon::with_config("monitor_interval_s = 0.1");
     let holder = Stand::sleep();
     let out = d.cli(&["lease", "acquire", "--pid", &holder.pid().to_string()]);
@@ -774,7 +774,7 @@ fn socket_activation_and_readiness_notification() {
     );
 
     // A daemon that dies comes back on systemd's socket with its sessions
-    // (SPEC §11 under systemd too).
+    // (docs/survival.md under systemd too).
     let sleeper = c.call("spawn", json!({"command": "sleep 300"}))["result"]["session_id"]
         .as_str()
         .unwrap()
@@ -803,7 +803,7 @@ fn socket_activation_and_readiness_notification() {
 
 #[test]
 fn sighup_does_not_end_the_daemon() {
-    // SPEC §10: a closing terminal must not take the daemon with it.
+    // docs/SECURITY.md: a closing terminal must not take the daemon with it.
     let d = Daemon::start();
     let id = d.spawn("sleep 300");
     nix::sys::signal::kill(
@@ -821,7 +821,7 @@ fn sighup_does_not_end_the_daemon() {
 
 #[test]
 fn an_on_demand_daemon_that_stops_itself_leaves_no_leftover() {
-    // SPEC §5.1: the auto-stop ends what exited sessions left behind, also
+    // docs/SECURITY.md: the auto-stop ends what exited sessions left behind, also
     // a process that escaped the group and dropped the marker.
     let home = Home::with_config("monitor_interval_s = 0.1\non_demand_idle_s = 0");
     let mut strays = Strays::default();
@@ -852,7 +852,7 @@ fn an_on_demand_daemon_that_stops_itself_leaves_no_leftover() {
 
 #[test]
 fn finished_output_stays_readable_for_a_person_at_the_terminal() {
-    // SPEC §14: an on-demand daemon lingers `on_demand_idle_s` after its
+    // docs/operations.md: an on-demand daemon lingers `on_demand_idle_s` after its
     // last client and session, then stops; after that `procd logs` reads
     // the finished session's output from disk, redacted, and says so.
     let home = Home::with_config("monitor_interval_s = 0.1\non_demand_idle_s = 3");
@@ -935,7 +935,7 @@ fn the_lease_file_is_read_leniently_and_kept_aside_when_corrupt() {
 
 #[test]
 fn a_running_session_keeps_an_on_demand_daemon_up_without_any_lease() {
-    // SPEC §6.3/§14: no client, but a session runs: the daemon stays past
+    // docs/operations.md: no client, but a session runs: the daemon stays past
     // `on_demand_idle_s` (its uptime shows it outlived several idle
     // periods), and stops once the session is gone.
     let home = Home::with_config("monitor_interval_s = 0.1\non_demand_idle_s = 0.2");

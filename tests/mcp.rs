@@ -86,7 +86,7 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
         "{teach}"
     );
 
-    // SPEC §12 through MCP: a server started with `ready` answers when it
+    // docs/agents.md through MCP: a server started with `ready` answers when it
     // serves, with its port in the text; a prompt is said to wait for input
     // and `write` answers it.
     let server = &seen["devserver"];

@@ -1,4 +1,4 @@
-//! The wire protocol (SPEC §3): framing, JSON-RPC errors, batches,
+//! The wire protocol (docs/protocol.md): framing, JSON-RPC errors, batches,
 //! notifications, limits, access — and the daemon keeps serving after each.
 
 use crate::common::*;
@@ -331,7 +331,7 @@ print("answer:" + data.decode())
 
 #[test]
 fn every_numeric_parameter_is_checked_before_anything_happens() {
-    // SPEC §10: negative, non-finite, fractional counts, wrong types and
+    // docs/SECURITY.md: negative, non-finite, fractional counts, wrong types and
     // values past a field's limit are -32602 naming the field, for every
     // numeric parameter of every method, and nothing runs.
     let d = Daemon::start();
@@ -400,7 +400,7 @@ fn every_numeric_parameter_is_checked_before_anything_happens() {
             "max_output_tokens",
             &counts,
         ),
-        // A negative grace is clamped to 0 (SPEC §5.1): only the absurd.
+        // A negative grace is clamped to 0 (docs/SECURITY.md): only the absurd.
         (
             "kill",
             json!({"session_id": live}),
@@ -469,7 +469,7 @@ fn every_numeric_parameter_is_checked_before_anything_happens() {
     assert_still_serving(&d);
 }
 
-// ----- connections that misbehave (SPEC §10) ------------------------------------
+// ----- connections that misbehave (docs/SECURITY.md) ------------------------------------
 
 #[test]
 fn a_client_that_pauses_reading_is_answered_when_it_reads_again() {
@@ -533,7 +533,7 @@ fn a_departed_clients_waits_are_cancelled_and_its_connection_freed() {
 
 #[test]
 fn a_client_that_never_reads_does_not_hold_up_shutdown() {
-    // SPEC §10: SIGTERM ends the daemon within kill_grace_s + 2 s whatever
+    // docs/SECURITY.md: SIGTERM ends the daemon within kill_grace_s + 2 s whatever
     // clients do; here one never reads a subscription that fills its socket.
     let mut d = Daemon::with_config("kill_grace_s = 0.5");
     let busy =

@@ -1,4 +1,4 @@
-//! SPEC §12 against a real daemon: readiness (output, port, http, the
+//! docs/agents.md against a real daemon: readiness (output, port, http, the
 //! timeout), waiting for input (pipe `read`, PTY `input()`, node's epoll;
 //! never a sleeping, computing or other-pipe-reading process), and the
 //! events and early yields that come with them.

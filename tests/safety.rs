@@ -1,4 +1,4 @@
-//! Safe by default (SPEC §5, §7): credentials, redaction, checkpoint and
+//! Safe by default (docs/SECURITY.md, docs/survival.md): credentials, redaction, checkpoint and
 //! crash recovery, hostile input.
 
 use crate::common::*;
@@ -307,7 +307,7 @@ fn the_checkpoint_tracks_running_sessions_with_commands_redacted() {
 
 #[test]
 fn a_crashed_daemons_sessions_are_recovered_and_killable() {
-    // R21 (detached kill), SPEC §7: spawn, kill -9 the daemon, restart.
+    // R21 (detached kill), docs/survival.md: spawn, kill -9 the daemon, restart.
     let mut d = Daemon::start();
     let id = d.spawn("echo before-crash; exec sleep 300");
     d.read_until(&id, "before-crash");
@@ -345,7 +345,7 @@ fn a_crashed_daemons_sessions_are_recovered_and_killable() {
 
 #[test]
 fn recovery_lists_lost_sessions_and_drops_what_is_not_a_session() {
-    // R20, R26, SPEC §7: a dead, recycled or foreign pid is never
+    // R20, R26, docs/survival.md: a dead, recycled or foreign pid is never
     // signalled; its session stays listed (exited, "lost", code unknown)
     // so an id an agent holds keeps answering; non-sessions are dropped.
     let home = short_tempdir();
@@ -718,7 +718,7 @@ fn under_the_unit_sessions_run_in_scopes_and_kill_stops_them() {
         "systemd-run --user --scope --quiet --collect --unit procd-worker-{id} --property MemoryAccounting=yes --property MemoryMax={max} --property OOMPolicy=kill -- "
     );
     assert!(line.starts_with(&expected_prefix), "{line}");
-    // The shell sources the snapshot (SPEC §13), then, on the next line of
+    // The shell sources the snapshot (docs/operations.md), then, on the next line of
     // its script (the log shows it as the next line), runs the command.
     let all = calls(&log);
     let at = all.iter().position(|l| *l == line).expect("the call");
@@ -799,7 +799,7 @@ fn when_systemd_run_does_not_work_sessions_run_unscoped() {
 
 #[test]
 fn a_failed_checkpoint_write_leaks_no_running_slot() {
-    // SPEC §10: counters cannot drift. A spawn whose checkpoint cannot be
+    // docs/SECURITY.md: counters cannot drift. A spawn whose checkpoint cannot be
     // written is refused and its process killed; its slot comes back once.
     let d = Daemon::with_config("max_running = 2");
     d.ok("status", json!({})); // past start-up (its checkpoint is written)
@@ -829,7 +829,7 @@ fn a_failed_checkpoint_write_leaks_no_running_slot() {
     let _ = b;
 }
 
-// ----- directory trust (SPEC §10) ----------------------------------------------
+// ----- directory trust (docs/SECURITY.md) ----------------------------------------------
 
 /// A home whose `run` dir was placed by someone else: `prepare` makes it.
 fn home_with_foreign_run(prepare: impl FnOnce(&std::path::Path)) -> tempfile::TempDir {
@@ -961,7 +961,7 @@ print("received", len(got), flush=True)
     );
 }
 
-// ----- bounded requests (SPEC §10) ------------------------------------------------
+// ----- bounded requests (docs/SECURITY.md) ------------------------------------------------
 
 fn vm_hwm_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -1052,7 +1052,7 @@ fn log_pages_are_capped_and_a_batch_of_them_stays_small() {
     );
 }
 
-// ----- disk faults (SPEC §10) ---------------------------------------------------
+// ----- disk faults (docs/SECURITY.md) ---------------------------------------------------
 
 /// A small tmpfs mounted for a test (a real disk that really fills up);
 /// unmounted on drop. None where mounting is not permitted (not root).
@@ -1163,7 +1163,7 @@ fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
     d.ok("kill", json!({"session_id": ticker}));
 }
 
-// ----- flood fairness (SPEC §10) -------------------------------------------------
+// ----- flood fairness (docs/SECURITY.md) -------------------------------------------------
 
 #[test]
 fn floods_share_the_daemon_and_lose_nothing() {

@@ -1,5 +1,5 @@
 //! Sessions over the socket: spawn, poll, read, log, wait, stdin, list,
-//! notifications and retention (SPEC §3.1, §4).
+//! notifications and retention (docs/protocol.md).
 
 use crate::common::*;
 use serde_json::{json, Value};

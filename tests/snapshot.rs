@@ -1,4 +1,4 @@
-//! SPEC §13 against a real daemon: the shell snapshot. What the login
+//! docs/operations.md against a real daemon: the shell snapshot. What the login
 //! scripts set up (exports, functions, aliases, PATH, options) reaches
 //! commands without the scripts running per spawn; credentials they export
 //! do not; a change is picked up by the next spawn; a capture that fails

@@ -1,4 +1,4 @@
-//! Sessions survive the daemon (SPEC §11): when the daemon is SIGKILLed its
+//! Sessions survive the daemon (docs/survival.md): when the daemon is SIGKILLed its
 //! keeper keeps every session's descriptors and exit status and starts a new
 //! daemon, which has every session back — same id, every byte in order,
 //! stdin, resize and kill working, the exact exit code of what ended in the

@@ -264,7 +264,7 @@ impl Daemon {
     }
 
     /// The daemon that serves: the child of the keeper (`procd daemon`,
-    /// the process this helper started) that runs procd (SPEC §11); 0 when
+    /// the process this helper started) that runs procd (docs/survival.md); 0 when
     /// none runs right now.
     pub fn pid(&self) -> u32 {
         daemon_below(self.keeper_pid()).unwrap_or(0) as u32

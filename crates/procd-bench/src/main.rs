@@ -171,7 +171,7 @@ struct Sizes {
     latency_lines: usize,
     idle: Duration,
     many: usize,
-    /// SIGKILLs of the daemon for the survival rows (SPEC §11).
+    /// SIGKILLs of the daemon for the survival rows (docs/survival.md).
     kills: usize,
     /// Requests counted under callgrind: the difference of two runs.
     counted: (u64, u64),
@@ -392,7 +392,7 @@ impl Daemon {
     }
 
     /// The daemon that serves: the keeper's child running this program
-    /// (SPEC §11); 0 while none does.
+    /// (docs/survival.md); 0 while none does.
     /// The keeper: the process this helper started.
     pub(crate) fn keeper_pid(&self) -> i32 {
         self.child.id() as i32
@@ -625,7 +625,7 @@ fn spawn_wait(d: &Daemon, s: &Sizes) -> Row {
     )
 }
 
-/// SPEC §13: with login scripts that take ~100 ms (`sleep 0.1` in
+/// docs/operations.md: with login scripts that take ~100 ms (`sleep 0.1` in
 /// ~/.bashrc, read through ~/.bash_profile), a spawn must not pay them.
 fn spawn_wait_slow_rc(s: &Sizes) -> Vec<Row> {
     let d = Daemon::start();
@@ -1447,7 +1447,7 @@ fn zombies_after_double_forks(c: &mut Line) -> usize {
 
 /// What the monitor (and a waiting yield) pays per session per look: one
 /// observation of a 50-process tree — a /proc scan, then ports, resources
-/// and input reads of each process (SPEC §12 asks ≤ 1 ms). Measured in
+/// and input reads of each process (docs/agents.md asks ≤ 1 ms). Measured in
 /// process on a tree this program starts (its own process group).
 fn observe_tree(s: &Sizes) -> Row {
     use procd_core::observe::{observe, InputId, Watched};

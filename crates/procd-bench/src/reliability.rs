@@ -1,4 +1,4 @@
-//! The reliability figures (SPEC §10 "Evidence"): a protocol fuzzer, a chaos
+//! The reliability figures (docs/SECURITY.md "Evidence"): a protocol fuzzer, a chaos
 //! run that SIGKILLs the daemon in the middle of traffic, and a load run.
 //! `procd-bench --reliability` prints them as README's Reliability table;
 //! `tests/reliability.rs` runs the same code and asserts every target.
@@ -142,7 +142,7 @@ fn methods() -> Vec<(&'static str, &'static [&'static str])> {
 
 /// The error codes `method` may answer a generated request with: -32602
 /// for any of them (values are mutated), and what the method's work can
-/// meet (SPEC §3).
+/// meet (docs/protocol.md).
 fn errors_of(method: &str) -> &'static [i64] {
     use procd_proto::error::*;
     const SESSION: &[i64] = &[

@@ -1,4 +1,4 @@
-//! The SPEC §11 rows: how long from a daemon's SIGKILL until a client is
+//! The docs/survival.md rows: how long from a daemon's SIGKILL until a client is
 //! answered again (the keeper starts the next daemon, which takes every
 //! session back), and what the kills lost — output bytes of sessions
 //! printing all along, and exit codes of sessions that ended right as their

@@ -1,4 +1,4 @@
-//! SPEC §10's evidence, run by CI: the protocol fuzzer (100 000 inputs),
+//! docs/SECURITY.md's evidence, run by CI: the protocol fuzzer (100 000 inputs),
 //! the chaos run (the daemon SIGKILLed 20+ times amid traffic) and the load
 //! run (64 clients for 30 s), each against real daemons. The same code
 //! prints README's Reliability table (`procd-bench --reliability`); here

@@ -66,7 +66,7 @@ impl TransportReceiverT for LineReceiver {
 
 /// Connects to the daemon listening on `socket` — after checking that its
 /// directory can be trusted and, before sending a byte, that the listener
-/// runs as this user (or root): SPEC §10. A refusal is `PermissionDenied`.
+/// runs as this user (or root): docs/SECURITY.md. A refusal is `PermissionDenied`.
 pub async fn connect(socket: &Path) -> io::Result<Client> {
     if let Some(dir) = socket.parent().filter(|d| d.exists()) {
         procd_gateway::paths::check_trusted_dir(dir)?;
@@ -99,7 +99,7 @@ pub use procd_gateway::lease::Released;
 /// Why no daemon could be reached or started.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The socket is not ours to use (SPEC §10: another user's).
+    /// The socket is not ours to use (docs/SECURITY.md: another user's).
     #[error("{0}")]
     Refused(io::Error),
     #[error("{0}")]
@@ -140,7 +140,7 @@ pub async fn connect_or_start(paths: &Paths, launcher: &Launcher) -> Result<Clie
         })
 }
 
-/// A client lease (SPEC §6.3): while it is held, an on-demand daemon stays
+/// A client lease (docs/operations.md): while it is held, an on-demand daemon stays
 /// up and sessions spawned with `owner = lease.token()` live; when it is
 /// released (or this process dies) the daemon ends those sessions unless
 /// they were spawned with `persist`.
@@ -186,7 +186,7 @@ impl Lease {
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How long a client keeps trying to reach a daemon that went away: its
-/// keeper holds the socket and starts the next one within this (SPEC §11).
+/// keeper holds the socket and starts the next one within this (docs/survival.md).
 pub const RECONNECT_FOR: Duration = Duration::from_secs(10);
 
 /// Whether a call failed because the connection went (the daemon died or
@@ -196,7 +196,7 @@ pub fn is_disconnect(err: &jsonrpsee::core::client::Error) -> bool {
     matches!(err, Error::RestartNeeded(_) | Error::Transport(_))
 }
 
-/// A connection that is made again when the daemon went away (SPEC §11:
+/// A connection that is made again when the daemon went away (docs/survival.md:
 /// clients ride through a daemon's restart). `get` hands out the current
 /// client, connecting anew (for up to `RECONNECT_FOR`) once the old one is
 /// closed; a caller whose call failed with `is_disconnect` calls `get`

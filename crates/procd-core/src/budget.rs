@@ -3,7 +3,7 @@
 //! middle saying how much was cut and how to fetch it. Cuts fall on
 //! character boundaries always, and on line boundaries when one is near.
 //!
-//! Budgets keep the errors (SPEC §12): lines of the cut middle that look
+//! Budgets keep the errors (docs/agents.md): lines of the cut middle that look
 //! like errors (the whole words error, failed, panic, traceback, exception,
 //! fatal, in any case) are kept with their line numbers in a marked section
 //! after the marker, within a quarter of the budget, so that truncation

@@ -1,8 +1,8 @@
-//! `procs.json` (SPEC §7): the running sessions, so that a daemon that died
+//! `procs.json` (docs/survival.md): the running sessions, so that a daemon that died
 //! (crash, SIGKILL, host restart of the daemon alone) can be succeeded by
 //! one that re-adopts them. Beside it, `ended.json`: the sessions that have
 //! ended and are still retained, with their exits, so that the next daemon
-//! lists them as they were (SPEC §11: an id an agent holds keeps its exit
+//! lists them as they were (docs/survival.md: an id an agent holds keeps its exit
 //! code across a restart). Commands are stored redacted. Written
 //! atomically (never fsynced: see `atomic::write_json_unsynced`), one
 //! write at a time, off the event loop; `ended.json` first, so a crash
@@ -53,7 +53,7 @@ pub struct CheckpointEntry {
     pub cgroup_v1: Vec<String>,
     pub log_path: String,
     /// What the next daemon needs to keep the session as it was asked for
-    /// (beyond SPEC §7's fields, ignored by readers that do not know
+    /// (beyond docs/survival.md's fields, ignored by readers that do not know
     /// them): when its timeout fires, its PTY size, its stdin, its ready
     /// condition and when that was met.
     #[serde(default, skip_serializing_if = "Option::is_none")]

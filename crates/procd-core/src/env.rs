@@ -1,4 +1,4 @@
-//! The child environment (SPEC §5.2, R16): credentials are not inherited.
+//! The child environment (docs/SECURITY.md, R16): credentials are not inherited.
 
 use std::collections::BTreeMap;
 

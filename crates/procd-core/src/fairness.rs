@@ -1,4 +1,4 @@
-//! Flood fairness (SPEC §10): sessions that write faster than the daemon
+//! Flood fairness (docs/SECURITY.md): sessions that write faster than the daemon
 //! should store must not take the daemon.
 //!
 //! Output is counted per session in short windows. A session that writes

@@ -1,4 +1,4 @@
-//! Disk and system faults the daemon is living with (SPEC §10): a failed
+//! Disk and system faults the daemon is living with (docs/SECURITY.md): a failed
 //! checkpoint write, a session log that cannot be written. Each is kept
 //! until the thing works again, reported in `status.faults` and logged
 //! once when it starts and once when it clears; the daemon keeps serving

@@ -1,4 +1,4 @@
-//! Process-tree termination (SPEC §5.1).
+//! Process-tree termination (docs/SECURITY.md).
 //!
 //! A `KillPlan` is the set of processes that belong to a session: the
 //! processes of its cgroup where it has one (docs/containment.md);
@@ -421,7 +421,7 @@ async fn finish_in_cgroup(
 /// runs dies, it leaves through its trap at once. Signalled after that
 /// step (children first), it could see the step end, start the next one
 /// and only then take the signal — the race that let `echo AFTER` run
-/// (SPEC §5.1's "descendants first" is kept for everything else: the
+/// (docs/SECURITY.md's "descendants first" is kept for everything else: the
 /// plan's order, and the SIGKILL rounds).
 fn root_first(targets: &[ProcessIdentity], root: &ProcessIdentity) -> Vec<ProcessIdentity> {
     let mut order = Vec::with_capacity(targets.len());

@@ -1,4 +1,4 @@
-//! Drops what the interactive login shell prints about itself (SPEC §3):
+//! Drops what the interactive login shell prints about itself (docs/protocol.md):
 //! the job-control warnings before the command's first real output, `[N]
 //! PID` job notices, the `logout` line printed when the command calls
 //! `exit`, and, at any time, `bash: [PID: LEVEL (FD)] tcsetattr:

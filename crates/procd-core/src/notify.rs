@@ -1,4 +1,4 @@
-//! The notification queue (SPEC §4.4, §3.1 `drain_notifications`).
+//! The notification queue (docs/protocol.md `drain_notifications`).
 //!
 //! Events wait in order until a drain consumes them. An event filed under a
 //! session key is consumed only by a drain for that key (or one that owns

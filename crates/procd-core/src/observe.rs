@@ -1,4 +1,4 @@
-//! What a session's live tree is doing (SPEC §12): the TCP ports it
+//! What a session's live tree is doing (docs/agents.md): the TCP ports it
 //! listens on, the resources it uses, and whether one of its processes is
 //! blocked reading the session's input. Taken by the monitor once a tick
 //! for every running session with one /proc scan (off the event loop), and

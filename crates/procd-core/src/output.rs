@@ -1,4 +1,4 @@
-//! `OutputStore`: everything a session wrote (SPEC §4.3).
+//! `OutputStore`: everything a session wrote (docs/protocol.md).
 //!
 //! Bytes are appended to `logs/<id>.log` and the newest `memory_tail_bytes`
 //! are also kept in memory. A byte cursor counts from the session's first
@@ -134,7 +134,7 @@ pub struct OutputStore {
     tail_cap: usize,
 }
 
-/// A window of stored output, decided by the rules of SPEC §3.1 `read`.
+/// A window of stored output, decided by the rules of docs/protocol.md `read`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Window {
     pub start: u64,
@@ -862,7 +862,7 @@ impl OutputStore {
     }
 
     /// Lines of the kept output: `offset` None gives the last `limit` lines.
-    /// Reads only what it returns (SPEC §10): the first line is found from
+    /// Reads only what it returns (docs/SECURITY.md): the first line is found from
     /// the nearest line-count mark (one every MiB), and at most
     /// `max_bytes` of lines are read; a page cut short by that says so in
     /// `truncated` (continue from `first + lines.len()`).

@@ -1,4 +1,4 @@
-//! Readiness (SPEC §12): when a session counts as ready — an output line
+//! Readiness (docs/agents.md): when a session counts as ready — an output line
 //! matches, its tree listens on a port, a loopback URL answers — checked
 //! for each session that asked (`spawn{ready}`) by one task
 //! (`Registry::watch_readiness`) and reported once. This module holds the
@@ -59,7 +59,7 @@ impl Readiness {
 /// A parsed ready condition.
 #[derive(Debug, Clone)]
 pub struct ReadyCheck {
-    /// As the caller gave it (kept in the checkpoint, SPEC §11).
+    /// As the caller gave it (kept in the checkpoint, docs/survival.md).
     pub spec: ReadySpec,
     pub output: Option<Regex>,
     /// `Some(None)`: any port.

@@ -1,4 +1,4 @@
-//! Secret redaction (SPEC §5.3) for everything procd returns: output,
+//! Secret redaction (docs/SECURITY.md) for everything procd returns: output,
 //! commands, events — and commands in the checkpoint. It runs on the way
 //! out, never on ingestion; the log files keep the raw bytes (mode 0600).
 //!

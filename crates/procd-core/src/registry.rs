@@ -1,6 +1,6 @@
 //! `Registry`: the sessions of one daemon and every operation on them.
 //!
-//! Each public method is one protocol method (SPEC §3.1) minus the framing.
+//! Each public method is one protocol method (docs/protocol.md) minus the framing.
 //! The session table is a std mutex held only for lookups and inserts,
 //! never across an await or a syscall that can block.
 //!
@@ -93,7 +93,7 @@ pub struct RegistryOptions {
     /// (docs/containment.md); takes precedence over `scopes`.
     pub cgroups: Option<Arc<procd_sys::cgroup::CgroupTree>>,
     /// The keeper that holds sessions' descriptors across a daemon's death
-    /// (SPEC §11), when the daemon runs under one.
+    /// (docs/survival.md), when the daemon runs under one.
     pub keeper: Option<Arc<procd_keeper::Link>>,
 }
 
@@ -129,7 +129,7 @@ pub(crate) struct SpawnRequest {
     /// Wait up to this long for the session to exit or go quiet, and
     /// return its output so far (spawn-and-yield).
     pub yield_ms: Option<f64>,
-    /// When the session counts as ready (SPEC §12).
+    /// When the session counts as ready (docs/agents.md).
     pub ready: Option<procd_proto::ReadySpec>,
     /// The character budget of returned output (see `budget`).
     pub budget: Option<usize>,
@@ -173,7 +173,7 @@ pub struct Registry {
     env_policy: EnvPolicy,
     inherited_env: Vec<(String, String)>,
     shell: Vec<String>,
-    /// The login scripts' setup, sourced instead of re-run (SPEC §13).
+    /// The login scripts' setup, sourced instead of re-run (docs/operations.md).
     snapshot: Option<crate::snapshot::ShellSnapshot>,
     reaper: Arc<Reaper>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
@@ -492,7 +492,7 @@ impl Registry {
 
 /// Variables that describe the daemon's own supervision and must not leak
 /// into children (a child would otherwise think it was socket-activated).
-/// The service manager's own variables too (SPEC §15: a session gets
+/// The service manager's own variables too (docs/containment.md: a session gets
 /// what a plain fork+exec from a shell gives it).
 const DAEMON_ONLY_VARS: &[&str] = &[
     "LISTEN_FDS",

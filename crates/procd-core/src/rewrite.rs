@@ -1,4 +1,4 @@
-//! The compound-background rewrite (SPEC §4.1, R19).
+//! The compound-background rewrite (docs/protocol.md, R19).
 //!
 //! bash runs `A && B &` as a forked subshell `(A && B) &`; when B is a
 //! server, that subshell lives as long as B and holds the session's output

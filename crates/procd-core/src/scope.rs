@@ -1,4 +1,4 @@
-//! systemd scope isolation (SPEC §5.5, R30). Under a systemd user manager
+//! systemd scope isolation (docs/containment.md, R30). Under a systemd user manager
 //! each session runs in its own transient scope with a memory limit, so an
 //! out-of-memory worker is killed alone instead of taking procd down.
 //!

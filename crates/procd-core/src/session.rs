@@ -35,7 +35,7 @@ pub struct SessionSpec {
     pub watch_patterns: Vec<String>,
     pub timeout: Option<Duration>,
     pub stdin: StdinMode,
-    /// When it counts as ready (SPEC §12).
+    /// When it counts as ready (docs/agents.md).
     pub ready: Option<crate::readiness::ReadyCheck>,
     /// Limits on its tree, as its cgroup takes them.
     pub limits: procd_sys::cgroup::Limits,
@@ -137,12 +137,12 @@ pub struct Session {
     adopted: watch::Sender<Option<Arc<[ProcessIdentity]>>>,
     /// The `max_running` slot this session holds while it runs.
     slot: Mutex<Option<crate::slot::RunningSlot>>,
-    /// What is known of its tree and its input (SPEC §12), behind one lock.
+    /// What is known of its tree and its input (docs/agents.md), behind one lock.
     seen: Mutex<Seen>,
     /// Its stdin pipe or terminal (None with `stdin: "null"`, or when the
     /// root was gone before it could be looked at).
     pub input: Option<crate::observe::InputId>,
-    /// Where it stands against its ready condition (SPEC §12).
+    /// Where it stands against its ready condition (docs/agents.md).
     readiness: watch::Sender<crate::readiness::Readiness>,
     /// A duplicate of the output pipe's read end (or the PTY master), to
     /// ask how much output the supervisor has not read yet; dropped at the
@@ -151,7 +151,7 @@ pub struct Session {
 }
 
 /// How long a session must be quiet, blocked on its input, before it
-/// counts as waiting for input (SPEC §12).
+/// counts as waiting for input (docs/agents.md).
 pub const INPUT_QUIET: Duration = Duration::from_millis(250);
 
 /// What is known of a session's tree and input, changed together.

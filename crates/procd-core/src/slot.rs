@@ -1,4 +1,4 @@
-//! Running slots: the `max_running` gate (SPEC §4.5, §10).
+//! Running slots: the `max_running` gate (docs/protocol.md, docs/SECURITY.md).
 //!
 //! A spawn takes a slot before it forks; the session it creates owns the
 //! slot while it runs, and the slot is given back when it is dropped — by

@@ -1,4 +1,4 @@
-//! The shell snapshot (SPEC §13): what the user's login and rc scripts set
+//! The shell snapshot (docs/operations.md): what the user's login and rc scripts set
 //! up — exported variables (filtered by the environment policy like the
 //! daemon's own), functions, aliases and shell options — captured once by
 //! running the login shell, written to a 0600 file in the state dir, and
@@ -103,7 +103,7 @@ pub struct LoginShell {
     pub home: PathBuf,
     /// The daemon's environment; credentials are filtered out here.
     pub env: Vec<(String, String)>,
-    /// The environment policy (SPEC §5.2), also applied to what the
+    /// The environment policy (docs/SECURITY.md), also applied to what the
     /// scripts export.
     pub policy: EnvPolicy,
 }
@@ -256,7 +256,7 @@ impl ShellSnapshot {
 /// The snapshot file's text.
 fn render(env: &[u8], defs: &str, policy: &EnvPolicy) -> String {
     let mut out = String::from(
-        "# procd shell snapshot (SPEC §13): what the login scripts set up, sourced by\n\
+        "# procd shell snapshot (docs/operations.md): what the login scripts set up, sourced by\n\
          # every session before its command. Remade when they change; never edit.\n\
          __procd_set() { case \" ${PROCD_KEEP-} \" in *\" $1 \"*) ;; *) export \"$1=$2\" ;; esac; }\n",
     );

@@ -1,4 +1,4 @@
-//! Watch patterns (SPEC §4.4): plain substrings matched against whole
+//! Watch patterns (docs/protocol.md): plain substrings matched against whole
 //! output lines. A line split across reads is joined before matching. Each
 //! pattern is rate-limited (matches inside `min_interval` are suppressed and
 //! counted into the next delivery); after `max_deliveries` the matcher

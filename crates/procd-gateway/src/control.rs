@@ -1,5 +1,4 @@
-//! Starting, stopping and inspecting the daemon from the outside (SPEC
-//! §6.2): what `procd start|stop|restart|status` and on-demand clients do.
+//! Starting, stopping and inspecting the daemon from the outside (docs/operations.md): what `procd start|stop|restart|status` and on-demand clients do.
 //! Blocking code; it never signals a process whose identity it cannot
 //! verify, and it waits for exits through pidfds rather than sleeping.
 
@@ -76,7 +75,7 @@ pub fn stop(paths: &Paths, timeout: Duration) -> Result<Stopped, ControlError> {
 }
 
 /// Stops the recorded daemon: SIGTERM, up to `timeout`, SIGKILL, 2 s more.
-/// A daemon under a keeper is stopped through the keeper (SPEC §11): it
+/// A daemon under a keeper is stopped through the keeper (docs/survival.md): it
 /// tells the daemon to end every session (starting one first if none runs
 /// right now) and then exits instead of starting another; what is waited
 /// for is the keeper's exit.
@@ -220,7 +219,7 @@ pub fn restart(
         return Err(ControlError::Foreground(record.pid));
     }
     let t = Transition::begin(paths)?;
-    // Under a keeper the sessions are handed over, not ended (SPEC §11):
+    // Under a keeper the sessions are handed over, not ended (docs/survival.md):
     // the daemon exits, the keeper starts the program on disk (perhaps a
     // new version) and gives it everything.
     if let Some(keeper) = keeper {

@@ -1,4 +1,4 @@
-//! Client leases (SPEC §6.3): `gateway.clients.json`.
+//! Client leases (docs/operations.md): `gateway.clients.json`.
 //!
 //! A long-lived client (an agent) records itself here by pid and identity
 //! and gets a token it passes as `owner` when spawning. When its lease ends
@@ -33,7 +33,7 @@ pub struct LeaseFile {
     pub stopping: bool,
 }
 
-/// One lease. Read leniently like gateway.json (SPEC §6.1, §10): only the
+/// One lease. Read leniently like gateway.json (docs/operations.md, docs/SECURITY.md): only the
 /// pid is required; the identity may be a string or a legacy integer pgid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientEntry {
@@ -162,7 +162,7 @@ pub fn wait_out_stopping(paths: &Paths, _t: &Transition) -> io::Result<()> {
 
 use crate::state::Liveness;
 
-/// A lease token from the OS's CSPRNG (SPEC §10): holding one lets a
+/// A lease token from the OS's CSPRNG (docs/SECURITY.md): holding one lets a
 /// client spawn sessions in its name and end them by releasing it.
 fn new_token() -> io::Result<String> {
     Ok(format!("lease_{}", procd_sys::random::hex(16)?))

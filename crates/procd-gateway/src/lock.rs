@@ -1,4 +1,4 @@
-//! Advisory flock(2) locks through std's `File::lock` (SPEC §2). Order when
+//! Advisory flock(2) locks through std's `File::lock` (docs/operations.md). Order when
 //! more than one is needed: transition → lifecycle → clients.
 
 use std::fs::{File, OpenOptions};

@@ -1,4 +1,4 @@
-//! Every path of an instance, derived from one root (SPEC §2).
+//! Every path of an instance, derived from one root (docs/operations.md).
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -122,7 +122,7 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
         .create(dir)
 }
 
-/// SPEC §10: a directory procd writes into or connects through must be a
+/// docs/SECURITY.md: a directory procd writes into or connects through must be a
 /// real directory (not a symlink), owned by the current user, and not
 /// writable by group or others. Otherwise another local user could have
 /// placed it (e.g. `/tmp/procd-<uid>` when XDG_RUNTIME_DIR is unset) to

@@ -1,4 +1,4 @@
-//! `gateway.json`: who the running daemon is (SPEC §6.1), and the identity
+//! `gateway.json`: who the running daemon is (docs/operations.md), and the identity
 //! test that tells a live daemon from a stale record or a recycled pid.
 
 use crate::atomic;
@@ -7,7 +7,7 @@ pub use procd_sys::identity::RecordedIdentity;
 use procd_sys::procfs::ProcFs;
 use serde::{Deserialize, Serialize};
 
-/// The record. Read leniently (SPEC §6.1: the seed's records are minimal):
+/// The record. Read leniently (docs/operations.md: the seed's records are minimal):
 /// only `pid` is required, unknown fields are ignored, `identity` may be a
 /// string or an integer (a legacy pgid), `command` a string or an argv.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,7 +29,7 @@ pub struct GatewayState {
     pub command: String,
     #[serde(default)]
     pub log_path: Option<String>,
-    /// The keeper above the daemon (SPEC §11), if it runs under one: it
+    /// The keeper above the daemon (docs/survival.md), if it runs under one: it
     /// outlives a daemon that dies and starts the next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keeper_pid: Option<i32>,

@@ -1,4 +1,4 @@
-//! The keeper process (SPEC §11, docs/survival.md): `procd daemon` runs
+//! The keeper process (docs/survival.md): `procd daemon` runs
 //! this, and the daemon proper as its child. It holds a duplicate of every
 //! descriptor a session lives on (so no session sees SIGPIPE, EOF or SIGHUP
 //! when the daemon dies), is the child subreaper (so session roots whose

@@ -1,4 +1,4 @@
-//! procd's keeper (SPEC §11, docs/survival.md): the small process above the
+//! procd's keeper (docs/survival.md): the small process above the
 //! daemon that keeps sessions alive across the daemon's death. `keeper`
 //! is the process; `link` is the daemon's side of their socket; `wire` is
 //! what goes over it. Depends on procd-sys alone (the exit type it shares

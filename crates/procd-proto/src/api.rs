@@ -163,7 +163,7 @@ pub trait ProcdApi {
 
 /// Each method's parameter names, in the order positional arrays follow
 /// (`spawn`'s are `SpawnParams`, which refuses unknown keys itself). The
-/// daemon refuses any other name before the method runs (SPEC §3):
+/// daemon refuses any other name before the method runs (docs/protocol.md):
 /// jsonrpsee's generated parsing would ignore it. A test sends every name
 /// listed here to a real daemon (tests/protocol.rs).
 pub const METHOD_PARAMS: &[(&str, &[&str])] = &[

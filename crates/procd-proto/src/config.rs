@@ -1,4 +1,4 @@
-//! The daemon's tunables (SPEC §2). Every key has the documented default;
+//! The daemon's tunables (docs/operations.md). Every key has the documented default;
 //! `config/procd.toml` in the repository lists them all. Parsing from TOML
 //! lives in procd-gateway; this type is plain data.
 
@@ -10,7 +10,7 @@ pub struct Config {
     /// The shell and its flags; the command text is appended as one argument.
     pub shell: Vec<String>,
     /// Source a snapshot of the login scripts' setup instead of running
-    /// them for every command (SPEC §13; default `bash -lic` only).
+    /// them for every command (docs/operations.md; default `bash -lic` only).
     pub shell_snapshot: bool,
     /// How long capturing the snapshot may take before the `-lic` launch
     /// is used instead.
@@ -23,7 +23,7 @@ pub struct Config {
     pub memory_tail_bytes: usize,
     pub final_drain_ms: u64,
     pub max_request_bytes: usize,
-    /// The most one answer may carry (SPEC §10); longer ones are cut.
+    /// The most one answer may carry (docs/SECURITY.md); longer ones are cut.
     pub max_response_bytes: usize,
     pub max_wait_s: f64,
     pub redact: bool,
@@ -95,7 +95,7 @@ impl Config {
         ];
         for (key, value) in non_negative {
             // 1e9 s (~31 years): anything longer means a typo, and would
-            // overflow a Duration (SPEC §10: out of range names the key).
+            // overflow a Duration (docs/SECURITY.md: out of range names the key).
             if !value.is_finite() || !(0.0..=1e9).contains(&value) {
                 return Err(format!(
                     "{key} must be a number of seconds from 0 to 1e9, got {value}"

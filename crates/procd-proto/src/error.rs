@@ -1,4 +1,4 @@
-//! JSON-RPC error codes (SPEC §3) and constructors for the procd-specific ones.
+//! JSON-RPC error codes (docs/protocol.md) and constructors for the procd-specific ones.
 
 use jsonrpsee::types::ErrorObjectOwned;
 

@@ -3,7 +3,7 @@
 //!
 //! This crate is shared by the daemon and every Rust client. It holds no
 //! logic: changing a name here changes the protocol, which other-language
-//! clients are written against (see `docs/protocol.md` and `SPEC.md` §3).
+//! clients are written against (see `docs/protocol.md`).
 //! Beside the wire types it holds the one other shape daemon and clients
 //! share, the configuration (`config`: plain data, parsed by the gateway).
 

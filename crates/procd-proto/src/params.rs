@@ -1,11 +1,11 @@
-//! Numeric parameters, validated where they are parsed (SPEC §10).
+//! Numeric parameters, validated where they are parsed (docs/SECURITY.md).
 //!
 //! Every number a method takes has its own type here, named after its field,
 //! so that a bad value is refused while the request is deserialized — before
 //! any handler runs and before anything happens — with a -32602 message that
 //! names the field: negative, non-finite, fractional counts, wrong types and
 //! values past the field's hard limit. Within the limit, a value above the
-//! method's documented maximum is clamped by the method (SPEC §3: `max_bytes`,
+//! method's documented maximum is clamped by the method (docs/protocol.md: `max_bytes`,
 //! `wait_ms`, `timeout_s`), so the hard limit only rules out the absurd (1e20
 //! seconds, a cursor past 2^53) and what would overflow a `Duration`.
 //!
@@ -166,7 +166,7 @@ duration_param!(
 );
 duration_param!(
     /// `grace_s` of kill, in seconds. A negative grace is clamped to 0
-    /// (SPEC §5.1, seed R27), so down to -1e9 is accepted.
+    /// (docs/SECURITY.md, seed R27), so down to -1e9 is accepted.
     GraceS, "grace_s", "seconds", 1.0, min = -1e9
 );
 duration_param!(

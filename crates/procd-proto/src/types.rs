@@ -1,5 +1,5 @@
 //! Result and parameter types of the wire protocol. Field names are the
-//! protocol's: they are serialized exactly as SPEC §3.1 spells them.
+//! protocol's: they are serialized exactly as docs/protocol.md spells them.
 
 use serde::{Deserialize, Serialize};
 
@@ -52,12 +52,12 @@ pub enum ListFilter {
     All,
 }
 
-/// `spawn`'s parameters (SPEC §3.1, §12), spelled out once: the daemon
+/// `spawn`'s parameters (docs/protocol.md, docs/agents.md), spelled out once: the daemon
 /// parses a request's params into it (by name, or positionally in this
 /// order), Rust clients build it with `..Default::default()`. Numbers are
 /// the validating types of `params.rs`, so a bad value is -32602 naming
 /// its field before anything runs. An unknown key is refused by name
-/// (SPEC §3): a client never mistakes an older daemon for one with a
+/// (docs/protocol.md): a client never mistakes an older daemon for one with a
 /// feature it lacks.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -144,13 +144,13 @@ pub struct SpawnResult {
     /// Set when `output` was cut to the budget: its full length in chars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
-    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    /// Error-looking lines kept from the part a budget cut (docs/agents.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_error_lines: Option<u64>,
     /// With a ready condition: whether it was met when the yield ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
-    /// With `yield_ms`: the session is waiting for input (SPEC §12).
+    /// With `yield_ms`: the session is waiting for input (docs/agents.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for_input: Option<bool>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
@@ -177,7 +177,7 @@ pub struct PollResult {
     pub started_at: String,
     pub uptime_seconds: f64,
     pub output_preview: String,
-    /// Ports, resources, readiness, waiting for input (SPEC §12).
+    /// Ports, resources, readiness, waiting for input (docs/agents.md).
     #[serde(flatten)]
     pub activity: Activity,
     /// Set for a session recovered after a daemon restart.
@@ -186,7 +186,7 @@ pub struct PollResult {
     /// Set when the output was cut to the budget: its full length in chars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
-    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    /// Error-looking lines kept from the part a budget cut (docs/agents.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_error_lines: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
@@ -204,7 +204,7 @@ pub struct ReadResult {
     pub dropped: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
-    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    /// Error-looking lines kept from the part a budget cut (docs/agents.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_error_lines: Option<u64>,
 }
@@ -219,7 +219,7 @@ pub struct LogResult {
     pub showing: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
-    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    /// Error-looking lines kept from the part a budget cut (docs/agents.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_error_lines: Option<u64>,
     /// The page was cut at a line to stay within `max_response_bytes`;
@@ -253,7 +253,7 @@ pub struct WaitResult {
     pub process_running: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
-    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    /// Error-looking lines kept from the part a budget cut (docs/agents.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_error_lines: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
@@ -317,7 +317,7 @@ pub struct StdinResult {
     pub cursor: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_chars: Option<u64>,
-    /// Error-looking lines kept from the part a budget cut (SPEC §12).
+    /// Error-looking lines kept from the part a budget cut (docs/agents.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_error_lines: Option<u64>,
     /// With `yield_ms`: whether the session is still running.
@@ -355,7 +355,7 @@ pub struct ProcessEntry {
     pub note: Option<String>,
 }
 
-/// `spawn{ready}`: when a session counts as ready (SPEC §12). Every key
+/// `spawn{ready}`: when a session counts as ready (docs/agents.md). Every key
 /// given must hold; a condition, once met, stays met.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(
@@ -394,7 +394,7 @@ pub enum AnyPort {
     Any,
 }
 
-/// What a session's live tree is doing (SPEC §12), as `poll` and `list`
+/// What a session's live tree is doing (docs/agents.md), as `poll` and `list`
 /// report it (flattened into both).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Activity {
@@ -448,7 +448,7 @@ pub struct KilledCount {
     pub killed: u32,
 }
 
-/// Whose a queued event is, and what it says (SPEC §4.4): every queued
+/// Whose a queued event is, and what it says (docs/protocol.md): every queued
 /// event carries these, flattened beside its own fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct About {
@@ -495,7 +495,7 @@ pub enum Event {
         about: About,
         deliveries: u32,
     },
-    /// The ready condition was met (SPEC §12).
+    /// The ready condition was met (docs/agents.md).
     Ready {
         #[serde(flatten)]
         about: About,
@@ -606,7 +606,7 @@ pub struct StatusResult {
     pub socket: String,
     pub state_dir: String,
     /// Faults the daemon is living with (disk full, read-only, I/O
-    /// errors); empty when all is well (SPEC §10).
+    /// errors); empty when all is well (docs/SECURITY.md).
     #[serde(default)]
     pub faults: Vec<Fault>,
     /// What holds each session's tree: "cgroup", "scope" or "group".

@@ -448,7 +448,7 @@ async fn handle_line(
     handle_single(text, methods).await
 }
 
-/// A batch's answer counts as one result (SPEC §10): entries are run in
+/// A batch's answer counts as one result (docs/SECURITY.md): entries are run in
 /// order, and once the answer would pass `max_response_bytes` the rest are
 /// refused with -32004 instead of run.
 async fn handle_batch(text: &str, methods: &Methods, max_response_bytes: usize) -> Option<String> {
@@ -499,7 +499,7 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValu
 }
 
 /// One request; a handler that panics (none should) answers -32603 and
-/// leaves the connection and the daemon serving (SPEC §10).
+/// leaves the connection and the daemon serving (docs/SECURITY.md).
 async fn handle_single(text: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
     match std::panic::AssertUnwindSafe(handle_request(text, methods))
         .catch_unwind()
@@ -573,7 +573,7 @@ async fn run_notification(text: &str, methods: &Methods) {
 }
 
 /// A request naming a param its method does not take, or more positional
-/// params than it takes, is refused before it runs (SPEC §3): -32602
+/// params than it takes, is refused before it runs (docs/protocol.md): -32602
 /// naming it (None inside for a notification, which gets no answer).
 /// jsonrpsee's generated parsing would ignore it.
 fn refuse_unknown_params(text: &str) -> Option<Option<String>> {

@@ -38,7 +38,7 @@ pub struct DaemonOptions {
 
 /// Runs the daemon to completion and returns its exit status.
 ///
-/// `procd daemon` is the keeper (SPEC §11, `procd_keeper`): it runs this
+/// `procd daemon` is the keeper (docs/survival.md, `procd_keeper`): it runs this
 /// same program again as its child, the daemon proper, which finds
 /// `PROCD_KEEPER_FD` and takes what the keeper hands it (the listening
 /// socket — systemd's, under socket activation — and the sessions of a
@@ -501,7 +501,7 @@ fn listen_to_keeper(
 /// arriving during start-up is held until the daemon can act on it (the
 /// default action would kill it without releasing its state). SIGHUP is
 /// caught too, and only logged: a daemon outlives the terminal it was
-/// started from, and a closing terminal must not end it (SPEC §10).
+/// started from, and a closing terminal must not end it (docs/SECURITY.md).
 /// (SIGPIPE is ignored by the Rust runtime before `main`.)
 struct StopSignals {
     term: tokio::signal::unix::Signal,

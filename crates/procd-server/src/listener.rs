@@ -4,7 +4,7 @@
 //!
 //! At the cap a new client is not made to wait behind idle ones: the
 //! connection idle the longest (one with no request in flight and no
-//! subscription, if there is such) is closed to make room (SPEC §10).
+//! subscription, if there is such) is closed to make room (docs/SECURITY.md).
 
 use crate::connection::ConnectionHandle;
 use std::collections::HashMap;

@@ -19,7 +19,7 @@ fn rpc_err(e: Error) -> ErrorObjectOwned {
 }
 
 impl Api {
-    /// `spawn` (SPEC §3.1): registered beside the generated table, since
+    /// `spawn` (docs/protocol.md): registered beside the generated table, since
     /// its params are one `SpawnParams` (see `methods`).
     pub async fn spawn(&self, params: SpawnParams) -> RpcResult<SpawnResult> {
         if let Some(token) = &params.owner {

@@ -113,7 +113,7 @@ pub fn sweep_temps(dir: &Path) {
 }
 
 /// Renames a corrupt file to `<name>.corrupt-<unix time>` beside it, so
-/// that it is kept for a human, never overwritten (SPEC §6.1, §7).
+/// that it is kept for a human, never overwritten (docs/operations.md, docs/survival.md).
 pub fn move_aside(path: &Path) -> io::Result<std::path::PathBuf> {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

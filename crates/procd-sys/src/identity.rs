@@ -44,7 +44,7 @@ impl ProcessIdentity {
     }
 }
 
-/// A process's identity as files record it (SPEC §6.1): `"<pgid>:<start
+/// A process's identity as files record it (docs/operations.md): `"<pgid>:<start
 /// time>"`, or a legacy `"<pgid>"` (a string or a bare number) that only
 /// names the group. Written as the string; read from either form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

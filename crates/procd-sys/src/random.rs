@@ -1,6 +1,6 @@
 //! Unpredictable names from the OS's CSPRNG (getrandom(2)): session ids,
 //! lease tokens and temp file names must not be guessable by another
-//! process (SPEC §10).
+//! process (docs/SECURITY.md).
 
 /// `bytes` random bytes as lowercase hex (2 × `bytes` characters). Fails
 /// only if the OS generator does (then no guessable name is made instead).

@@ -27,7 +27,7 @@
 //!    signal mask;
 //! 6. `execve`.
 //!
-//! Nothing else: no subreaper bit, no procd-only attribute (SPEC §15; see
+//! Nothing else: no subreaper bit, no procd-only attribute (docs/containment.md; see
 //! docs/containment.md). A step that fails is reported to the parent
 //! through memory they share, and the child `_exit`s; `spawn` then returns
 //! that step's OS error.
@@ -450,7 +450,7 @@ mod tests {
 
     #[test]
     fn a_child_is_born_in_its_cgroup_without_writing_to_it() {
-        // SPEC §15: the child is in the session's cgroup before it execs.
+        // docs/containment.md: the child is in the session's cgroup before it execs.
         // `procs` is /dev/null here, so a child that wrote to join would
         // land nowhere: it is in the cgroup only if clone3 made it there.
         if std::env::var_os("PROCD_TEST_NO_CGROUP").is_some() {

@@ -84,7 +84,7 @@ pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, C
     // Where the output seen so far ends, to go on from after a restart.
     let mut cursor = start;
     let code = loop {
-        // A connection made again after the daemon restarted (SPEC §11).
+        // A connection made again after the daemon restarted (docs/survival.md).
         let client = conn.last().await;
         tokio::select! {
             item = output.next() => match item {

@@ -1,4 +1,4 @@
-//! Subcommands and their exit codes (SPEC §8): 0 ok, 1 failed, 2 usage,
+//! Subcommands and their exit codes (docs/operations.md): 0 ok, 1 failed, 2 usage,
 //! 3 not running (`status`); `procd wait` exits with the session's code.
 
 use crate::base::*;
@@ -194,7 +194,7 @@ pub fn run(cli: Cli) -> i32 {
         json: cli.json,
     };
     // Nothing is read from, written to or connected through a runtime dir
-    // another user could have placed (SPEC §10); the daemon checks both of
+    // another user could have placed (docs/SECURITY.md); the daemon checks both of
     // its directories when it claims them.
     let offline = matches!(cli.command, Command::Completions { .. } | Command::Man);
     if !offline {
@@ -296,7 +296,7 @@ async fn client_run(target: &Target, config: Option<PathBuf>, command: Command) 
             }
         },
         Ok(None) => match command {
-            // A finished session's output is still on disk (SPEC §14).
+            // A finished session's output is still on disk (docs/operations.md).
             Command::Logs {
                 id,
                 follow: false,
@@ -513,7 +513,7 @@ impl SpawnArgs {
 }
 
 /// Runs a client command. Those that follow a session (`logs -f`, `wait`,
-/// `attach`) ride through a daemon restart on `conn` (SPEC §11); the
+/// `attach`) ride through a daemon restart on `conn` (docs/survival.md); the
 /// others make one call on its client.
 async fn client_command(
     target: &Target,

@@ -1,5 +1,5 @@
 //! `procd start|stop|restart|status|lease`: the daemon's lifecycle from
-//! the outside (SPEC §6.2, §6.3). The work is procd-gateway's; this file
+//! the outside (docs/operations.md). The work is procd-gateway's; this file
 //! words the outcomes and picks the exit codes.
 
 use crate::base::{EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_OK};

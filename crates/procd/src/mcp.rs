@@ -183,7 +183,7 @@ pub struct NotificationsParams {}
 
 #[derive(Clone)]
 pub struct ProcdMcp {
-    /// Made again when the daemon restarts (SPEC §11); the lease is on
+    /// Made again when the daemon restarts (docs/survival.md); the lease is on
     /// disk and outlives any one connection.
     client: Arc<procd_client::Reconnecting>,
     /// The lease token every started process is owned by.

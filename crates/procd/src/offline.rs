@@ -1,4 +1,4 @@
-//! `procd logs ID` when no daemon runs (SPEC §14): a finished session's
+//! `procd logs ID` when no daemon runs (docs/operations.md): a finished session's
 //! output is read from its log file, redacted as the daemon redacts it, and
 //! the reader is told that the daemon is not running. Read-only: it starts
 //! nothing and writes nothing.

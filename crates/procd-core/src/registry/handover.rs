@@ -1,4 +1,4 @@
-//! Sessions that survive the daemon (SPEC §11): what the keeper is told as
+//! Sessions that survive the daemon (docs/survival.md): what the keeper is told as
 //! sessions come and go, handing every session to the next daemon
 //! (`hand_over`), and taking back the ones a previous daemon started
 //! (`adopt_handed`). docs/survival.md has the design.

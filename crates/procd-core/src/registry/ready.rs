@@ -1,4 +1,4 @@
-//! What a session signals an agent can act on (SPEC §12): the readiness
+//! What a session signals an agent can act on (docs/agents.md): the readiness
 //! task of a session spawned with `ready`, the probe of one session's tree
 //! a waiting yield or that task takes, and the events `ready`,
 //! `ready_timeout` and `input_wanted`.
@@ -200,7 +200,7 @@ impl Registry {
         last_chars(line, 200).to_string()
     }
 
-    /// `About` for a §12 event: `what` completes "Background process ID …".
+    /// `About` for an agent event (docs/agents.md): `what` completes "Background process ID …".
     fn about_event(&self, s: &Session, what: &str) -> About {
         let command = s.shown_command(&self.redactor).to_string();
         let text = format!(

@@ -118,7 +118,7 @@ impl Registry {
 
     /// Re-adopts the sessions of a previous daemon from the checkpoint:
     /// one the keeper kept (`handed`) comes back fully live, with its exit
-    /// from the keeper even if it ended meanwhile (SPEC §11); else a pid
+    /// from the keeper even if it ended meanwhile (docs/survival.md); else a pid
     /// still alive with the recorded start time (and, where readable,
     /// this session's marker) becomes a detached session; a session whose
     /// process is gone (dead, or its pid recycled) stays listed as exited

@@ -177,7 +177,7 @@ impl Registry {
         argv
     }
 
-    /// `proc_` + 12 hex digits from the OS's CSPRNG (SPEC §10), unused.
+    /// `proc_` + 12 hex digits from the OS's CSPRNG (docs/SECURITY.md), unused.
     pub(super) fn new_session_id(&self) -> std::io::Result<String> {
         loop {
             let id = format!("proc_{}", crate::random::hex(6)?);
