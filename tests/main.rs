@@ -4,6 +4,10 @@
 //! PROCD_HOME through the socket or the CLI; nextest runs each test in a
 //! process of its own.
 
+// Each area takes the whole fixture, `common`, as its prelude; production
+// code names every import (the workspace denies glob imports elsewhere).
+#![allow(clippy::wildcard_imports)]
+
 mod common;
 
 mod agents;

@@ -144,7 +144,10 @@ fn methods() -> Vec<(&'static str, &'static [&'static str])> {
 /// for any of them (values are mutated), and what the method's work can
 /// meet (docs/protocol.md).
 fn errors_of(method: &str) -> &'static [i64] {
-    use procd_proto::error::*;
+    use procd_proto::error::{
+        INVALID_PARAMS, LIMIT_REACHED, METHOD_NOT_FOUND, SESSION_NOT_FOUND, SPAWN_FAILED,
+        WRONG_STATE,
+    };
     const SESSION: &[i64] = &[
         INVALID_PARAMS as i64,
         SESSION_NOT_FOUND as i64,
@@ -166,7 +169,11 @@ fn errors_of(method: &str) -> &'static [i64] {
 
 /// Whether `result` has the shape procd-proto gives `method`'s result.
 fn fits(method: &str, result: &Value) -> Result<(), String> {
-    use procd_proto::*;
+    use procd_proto::{
+        CloseTerminalResult, DrainResult, HasActiveResult, KillResult, KilledCount, ListResult,
+        LogResult, PollResult, ReadResult, ResizeResult, SignalResult, SnapshotResult, SpawnResult,
+        StatusResult, StdinResult, WaitResult,
+    };
     fn shape<T: serde::de::DeserializeOwned>(v: &Value) -> Result<(), String> {
         T::deserialize(v).map(drop).map_err(|e| e.to_string())
     }
@@ -271,7 +278,7 @@ fn input(
     methods: &[(&'static str, &'static [&'static str])],
     sessions: &[String],
 ) -> (Vec<u8>, Expect) {
-    use procd_proto::error::*;
+    use procd_proto::error::{INVALID_PARAMS, INVALID_REQUEST};
     let request = |rng: &mut fastrand::Rng, id: Value| -> (Value, Judge) {
         let (method, params) = *rng.choice(methods.iter()).expect("something to pick");
         let mut p = serde_json::Map::new();
@@ -337,7 +344,7 @@ fn input(
 /// A request in a wrong envelope, and its error. Where the id cannot be
 /// trusted, the answer's is null.
 fn wrong_envelope(rng: &mut fastrand::Rng, id: u64) -> (Vec<u8>, Expect) {
-    use procd_proto::error::*;
+    use procd_proto::error::{INVALID_PARAMS, INVALID_REQUEST};
     let (v, answer_id, code) = match rng.u64(..6) {
         0 => (
             json!({"id": id, "method": "status"}),
@@ -378,7 +385,7 @@ fn wrong_envelope(rng: &mut fastrand::Rng, id: u64) -> (Vec<u8>, Expect) {
 
 /// A line that is no request: random bytes, or deep nesting.
 fn junk(rng: &mut fastrand::Rng) -> (Vec<u8>, Expect) {
-    use procd_proto::error::*;
+    use procd_proto::error::{INVALID_REQUEST, PARSE_ERROR};
     let error = |code: i32| Judge::Error(i64::from(code));
     if rng.u64(..12) < 8 {
         // Random bytes, invalid UTF-8 included, never a newline, after a

@@ -624,7 +624,7 @@ mod tests {
 
     #[test]
     fn signal_names_parse() {
-        use procd_proto::SignalSpec::*;
+        use procd_proto::SignalSpec::{Name, Number};
         assert_eq!(parse_signal(&Name("SIGINT".into())), Some(2));
         assert_eq!(parse_signal(&Name("int".into())), Some(2));
         assert_eq!(parse_signal(&Number(15)), Some(15));

@@ -11,32 +11,26 @@
 //! `present` (building results and events).
 
 use crate::checkpoint::{Checkpoint, CheckpointEntry};
-use crate::clock::rfc3339;
 use crate::env::EnvPolicy;
 use crate::error::Error;
-use crate::identity::ProcessIdentity;
-use crate::ingest::OutputSource;
-use crate::kill::{self, parse_signal, signal_name};
-use crate::noise::NoiseFilter;
 use crate::notify::NotificationQueue;
 use crate::output::OutputStore;
 use crate::procfs::ProcFs;
-use crate::readiness::Readiness;
 use crate::reaper::Reaper;
-use crate::redact::{is_env_dump, Redactor};
-use crate::rewrite::rewrite_compound_background;
-use crate::scope::{unit_name, Scopes};
-use crate::session::{self, ExitRecord, Session, SessionSpec, StdinOp, StdinSink};
-use crate::text::{first_chars, last_chars, strip_ansi};
-use crate::watch::{WatchMatcher, WatchOutcome};
+use crate::redact::Redactor;
+use crate::scope::Scopes;
+use crate::session::Session;
 use crate::Config;
-use procd_proto::*;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use procd_proto::{
+    CloseTerminalResult, Cols, DrainResult, Event, HasActiveResult, Limits, ListFilter, ListResult,
+    MaxOutputChars, MaxOutputTokens, Rows, SnapshotResult, SpawnParams, StdinMode, TimeoutS,
+    YieldMs,
+};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
 
 mod handover;
 mod present;
@@ -48,10 +42,8 @@ mod stdin;
 mod termination;
 mod yields;
 
-use present::*;
-use reading::*;
+use present::process_entry;
 pub use spawn::launch_script;
-use yields::*;
 
 /// Largest command text accepted (bytes).
 pub const MAX_COMMAND_BYTES: usize = 65_536;

@@ -5,8 +5,15 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use crate::params::*;
-use crate::types::*;
+use crate::params::{
+    Cols, Cursor, GraceS, Limit, MaxActiveAgeS, MaxBytes, MaxOutputChars, MaxOutputTokens, Offset,
+    Rows, TimeoutS, WaitMs, YieldMs,
+};
+use crate::types::{
+    CloseTerminalResult, DrainResult, Event, HasActiveResult, KillResult, KilledCount, ListFilter,
+    ListResult, LogResult, OutputItem, PollResult, ReadResult, ResizeResult, ShutdownResult,
+    SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult, WaitResult,
+};
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::proc_macros::rpc;
 

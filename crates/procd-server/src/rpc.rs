@@ -7,7 +7,13 @@ use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{PendingSubscriptionSink, SubscriptionSink};
 use procd_core::budget::chars_budget;
 use procd_core::Error;
-use procd_proto::*;
+use procd_proto::{
+    CloseTerminalResult, Cols, Cursor, DrainResult, Event, GraceS, HasActiveResult, KillResult,
+    KilledCount, Limit, ListFilter, ListResult, LogResult, MaxActiveAgeS, MaxBytes, MaxOutputChars,
+    MaxOutputTokens, Offset, OutputItem, PollResult, ProcdApiServer, ReadResult, ResizeResult,
+    Rows, ShutdownResult, SignalResult, SignalSpec, SnapshotResult, SpawnParams, SpawnResult,
+    StatusResult, StdinResult, TimeoutS, WaitMs, WaitResult, YieldMs,
+};
 use std::sync::Arc;
 
 pub struct Api {

@@ -1,7 +1,7 @@
 //! Subcommands and their exit codes (docs/operations.md): 0 ok, 1 failed, 2 usage,
 //! 3 not running (`status`); `procd wait` exits with the session's code.
 
-use crate::base::*;
+use crate::base::{block_on, cwd_from_here, EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WAIT_TIMEOUT};
 use crate::lifecycle;
 use crate::lifecycle::LeaseCommand;
 use crate::render;

@@ -1,6 +1,9 @@
 //! Human-readable renderings of results (the `--json` form is the result).
 
-use procd_proto::*;
+use procd_proto::{
+    CompletionReason, Event, ExitInfo, KillResult, KillStatus, ListResult, PollResult,
+    SessionStatus, SpawnResult, StatusResult, WaitResult, WaitStatus,
+};
 
 fn exit_summary(exit: &Option<ExitInfo>) -> String {
     match exit {

@@ -4,9 +4,21 @@
 //! (`adopt_handed`). docs/survival.md has the design.
 
 use super::recovery::recovered_spec;
-use super::*;
+use super::{spawn, Registry};
+use crate::checkpoint::CheckpointEntry;
+use crate::identity::ProcessIdentity;
+use crate::ingest::OutputSource;
+use crate::output::OutputStore;
+use crate::readiness::Readiness;
+use crate::session::{self, Session, StdinSink};
 use procd_keeper::HandedSession;
+use procd_proto::StdinMode;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// Counts a supervisor task while it lives (`Registry::hand_over` waits
 /// until none is left).

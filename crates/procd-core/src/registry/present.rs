@@ -1,6 +1,15 @@
 //! Building the wire results and events from sessions (redacted).
 
-use super::*;
+use super::{LIST_PREVIEW_CHARS, PREVIEW_CHARS, WAIT_OUTPUT_CHARS};
+use crate::clock::rfc3339;
+use crate::kill::signal_name;
+use crate::redact::{is_env_dump, Redactor};
+use crate::session::{self, ExitRecord, Session};
+use crate::text::{first_chars, last_chars};
+use procd_proto::{
+    About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, SessionStatus,
+};
+use std::time::Instant;
 
 pub(super) fn status_of(state: &session::SessionState) -> SessionStatus {
     match state {

@@ -1,6 +1,16 @@
 //! Reading a session: poll, read (windows and long-polls), log, wait.
 
-use super::*;
+use super::{
+    duration_param,
+    present::{poll_result, redacted_tail, status_of},
+    Registry, DEFAULT_READ_BYTES, MAX_READ_BYTES, MAX_READ_WAIT_MS, WAIT_OUTPUT_CHARS,
+};
+use crate::error::Error;
+use crate::redact::is_env_dump;
+use crate::session::{self};
+use crate::text::strip_ansi;
+use procd_proto::{LogResult, PollResult, ReadResult, WaitResult, WaitStatus};
+use std::time::Duration;
 
 impl Registry {
     pub fn poll(&self, id: &str, budget: Option<usize>) -> Result<PollResult, Error> {

@@ -3,9 +3,15 @@
 //! a waiting yield or that task takes, and the events `ready`,
 //! `ready_timeout` and `input_wanted`.
 
-use super::*;
+use super::{present::redacted_tail, reading::next_change, Registry};
+use crate::kill::{self};
 use crate::observe::{Observation, Watched};
 use crate::readiness::{LineMatcher, Readiness, ReadyCheck};
+use crate::session::Session;
+use crate::text::{first_chars, last_chars, strip_ansi};
+use procd_proto::{About, Event};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// How often port and HTTP conditions are probed: often while a server
 /// is likely to come up, then less (there is no event for "now listening").

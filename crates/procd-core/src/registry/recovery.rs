@@ -1,6 +1,20 @@
 //! The checkpoint (`procs.json`) and re-adopting a previous daemon's sessions.
 
-use super::*;
+use super::{Registry, INSTANCE_VAR};
+use crate::checkpoint::{Checkpoint, CheckpointEntry};
+use crate::clock::rfc3339;
+use crate::identity::ProcessIdentity;
+use crate::kill::{self};
+use crate::output::OutputStore;
+use crate::readiness::Readiness;
+use crate::scope::Scopes;
+use crate::session::{self, ExitRecord, Session, SessionSpec};
+use procd_proto::{CompletionReason, StdinMode};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 impl Registry {
     /// Records an exit (or a session now ready) in the checkpoint, called

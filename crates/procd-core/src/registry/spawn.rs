@@ -1,7 +1,36 @@
 //! Spawning: validation, the fork (pipes or PTY, optionally in a systemd scope), the supervisor and writer tasks, spawn-and-yield, and what happens at exit.
 
-use super::*;
+use super::{
+    present::completion_event, yields::yield_duration, Registry, SpawnRequest, INSTANCE_VAR,
+    MAX_COMMAND_BYTES, MAX_ENV_BYTES, MAX_ENV_VARS, MAX_TIMEOUT_S, MAX_WATCH_PATTERNS,
+    MAX_WATCH_PATTERN_BYTES,
+};
+use crate::clock::rfc3339;
+use crate::error::Error;
+use crate::identity::ProcessIdentity;
+use crate::ingest::OutputSource;
+use crate::kill::{self, signal_name};
+use crate::noise::NoiseFilter;
+use crate::output::OutputStore;
+use crate::procfs::ProcFs;
+use crate::readiness::Readiness;
+use crate::redact::is_env_dump;
+use crate::rewrite::rewrite_compound_background;
+use crate::scope::unit_name;
+use crate::session::{self, ExitRecord, Session, SessionSpec, StdinSink};
+use crate::text::first_chars;
+use crate::watch::{WatchMatcher, WatchOutcome};
+use procd_proto::{
+    About, CompletionReason, Event, Limits, MemoryBytes, Pids, SessionStatus, SpawnParams,
+    SpawnResult, StdinMode,
+};
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::CString;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 
 impl Registry {
     pub async fn spawn(&self, params: SpawnParams) -> Result<SpawnResult, Error> {

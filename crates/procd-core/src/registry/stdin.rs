@@ -1,6 +1,10 @@
 //! Writing to a session: stdin writes (with yield), EOF, resize.
 
-use super::*;
+use super::{yields::yield_duration, Registry};
+use crate::error::Error;
+use crate::session::{Session, StdinOp};
+use procd_proto::{StdinMode, StdinResult, StdinStatus};
+use tokio::sync::{mpsc, oneshot};
 
 impl Registry {
     pub async fn write_stdin(

@@ -1,6 +1,14 @@
 //! Ending sessions: the one termination path every kill takes, signals, the bulk kills.
 
-use super::*;
+use super::{present::exit_info, Registry, MAX_GRACE_S};
+use crate::error::Error;
+use crate::identity::ProcessIdentity;
+use crate::kill::{self, parse_signal, signal_name};
+use crate::session::Session;
+use procd_proto::{CompletionReason, KillResult, KillStatus, SignalResult, SignalSpec};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 impl Registry {
     /// Ends one session's tree; the single path every kill takes.

@@ -2,7 +2,16 @@
 //! the moment an agent should look (the session exited, went quiet, asks
 //! for input, or became ready), then returning its output from a cursor.
 
-use super::*;
+use super::{
+    duration_param,
+    present::{exit_info, status_of},
+    reading::next_change,
+    Registry, MAX_READ_BYTES,
+};
+use crate::error::Error;
+use crate::session::{self, Session};
+use procd_proto::{ExitInfo, SessionStatus};
+use std::time::Duration;
 
 impl Registry {
     /// Waits until the session exits, goes quiet after some output, starts
