@@ -63,6 +63,28 @@ enum Command {
     /// Client leases, for agents written in other languages.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// Show whether the daemon runs (exit 3 when not).
+    Status,
+    /// The commands that talk to a daemon.
+    #[command(flatten)]
+    Client(ClientCommand),
+    /// Serve the Model Context Protocol on stdin/stdout for a coding agent.
+    Mcp,
+    /// Print a shell completion script (see docs/operations.md).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `procd man | man -l -`.
+    Man,
+}
+
+/// The commands that need a daemon (`client_run`); the others are
+/// `local_command`'s.
+// Parsed once per process and matched at once, as `Command` is.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand, Debug)]
+enum ClientCommand {
     /// Start a command as a background session.
     Spawn(SpawnArgs),
     /// List sessions.
@@ -105,8 +127,6 @@ enum Command {
     },
     /// Type a line into a session's stdin (Enter appended).
     Send { id: String, text: String },
-    /// Show whether the daemon runs (exit 3 when not).
-    Status,
     /// Print events (completions, watch matches, starts and exits) as they happen.
     Events,
     /// Connect this terminal to a session; Ctrl-] detaches and leaves it running.
@@ -119,15 +139,6 @@ enum Command {
         /// The params: a JSON object (default none).
         params: Option<String>,
     },
-    /// Serve the Model Context Protocol on stdin/stdout for a coding agent.
-    Mcp,
-    /// Print a shell completion script (see docs/operations.md).
-    Completions {
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
-    /// Print the manual page (roff), e.g. `procd man | man -l -`.
-    Man,
 }
 
 /// What a client command needs to reach the daemon.
@@ -217,7 +228,7 @@ fn local_command(
     target: &Target,
     config: &Option<PathBuf>,
     command: Command,
-) -> Result<i32, Box<Command>> {
+) -> Result<i32, Box<ClientCommand>> {
     Ok(match command {
         Command::Daemon { background, set } => {
             run_daemon(target.paths.clone(), config.clone(), background, &set)
@@ -257,16 +268,19 @@ fn local_command(
                 }
             }
         }),
-        client => return Err(Box::new(client)),
+        Command::Client(client) => return Err(Box::new(client)),
     })
 }
 
 /// Runs a command against the daemon, starting one first for the
 /// commands that may (under a client lease meanwhile).
-async fn client_run(target: &Target, config: Option<PathBuf>, command: Command) -> i32 {
+async fn client_run(target: &Target, config: Option<PathBuf>, command: ClientCommand) -> i32 {
     let starts_daemon = matches!(
         command,
-        Command::Spawn(_) | Command::Send { .. } | Command::Attach { .. } | Command::Rpc { .. }
+        ClientCommand::Spawn(_)
+            | ClientCommand::Send { .. }
+            | ClientCommand::Attach { .. }
+            | ClientCommand::Rpc { .. }
     );
     // A command that may start the daemon holds a lease meanwhile, so an
     // on-demand daemon cannot stop between our start and request.
@@ -297,7 +311,7 @@ async fn client_run(target: &Target, config: Option<PathBuf>, command: Command) 
         },
         Ok(None) => match command {
             // A finished session's output is still on disk (docs/operations.md).
-            Command::Logs {
+            ClientCommand::Logs {
                 id,
                 follow: false,
                 limit,
@@ -518,21 +532,12 @@ impl SpawnArgs {
 async fn client_command(
     target: &Target,
     conn: &procd_client::Reconnecting,
-    command: Command,
+    command: ClientCommand,
 ) -> Result<i32, ClientError> {
     let current = conn.last().await;
     let client: &Client = &current;
     match command {
-        Command::Daemon { .. }
-        | Command::Start
-        | Command::Stop { .. }
-        | Command::Restart { .. }
-        | Command::Lease(_)
-        | Command::Completions { .. }
-        | Command::Man
-        | Command::Mcp
-        | Command::Status => Ok(EXIT_USAGE),
-        Command::Spawn(args) => {
+        ClientCommand::Spawn(args) => {
             let params = match args.params() {
                 Ok(params) => params,
                 Err(e) => {
@@ -544,18 +549,18 @@ async fn client_command(
             target.print(&r, render::spawned);
             Ok(EXIT_OK)
         }
-        Command::Ps { task, running } => {
+        ClientCommand::Ps { task, running } => {
             let filter = running.then_some(procd_proto::ListFilter::Running);
             let r = client.list(task, None, filter).await?;
             target.print(&r, render::table);
             Ok(EXIT_OK)
         }
-        Command::Poll { id } => {
+        ClientCommand::Poll { id } => {
             let r = client.poll(id, None, None).await?;
             target.print(&r, render::poll);
             Ok(EXIT_OK)
         }
-        Command::Logs { id, follow, limit } => {
+        ClientCommand::Logs { id, follow, limit } => {
             if follow {
                 return follow_output(target, conn, id).await;
             }
@@ -565,7 +570,7 @@ async fn client_command(
             target.print(&r, |r| r.output.clone());
             Ok(EXIT_OK)
         }
-        Command::Wait { id, timeout } => {
+        ClientCommand::Wait { id, timeout } => {
             let timeout = timeout.map(procd_proto::TimeoutS::new);
             let r = conn
                 .call(|c| {
@@ -579,7 +584,7 @@ async fn client_command(
                 _ => EXIT_WAIT_TIMEOUT,
             })
         }
-        Command::Kill { id, signal, grace } => {
+        ClientCommand::Kill { id, signal, grace } => {
             let r = client
                 .kill(
                     id,
@@ -593,7 +598,7 @@ async fn client_command(
                 _ => EXIT_OK,
             })
         }
-        Command::Send { id, text } => {
+        ClientCommand::Send { id, text } => {
             let r = client.submit_stdin(id, text, None, None, None).await?;
             target.print(&r, |r| match r.status {
                 procd_proto::StdinStatus::Ok => format!("sent {} bytes", r.bytes_written),
@@ -604,7 +609,7 @@ async fn client_command(
                 procd_proto::StdinStatus::AlreadyExited => EXIT_FAILED,
             })
         }
-        Command::Events => {
+        ClientCommand::Events => {
             let mut events = client.subscribe_events().await?;
             while let Some(event) = events.next().await {
                 let Ok(event) = event else { continue };
@@ -612,8 +617,8 @@ async fn client_command(
             }
             Ok(EXIT_OK)
         }
-        Command::Attach { id } => crate::attach::run(conn, id).await,
-        Command::Rpc { method, params } => rpc(client, &method, params).await,
+        ClientCommand::Attach { id } => crate::attach::run(conn, id).await,
+        ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
     }
 }
 
