@@ -1462,35 +1462,7 @@ fn observe_tree(s: &Sizes) -> Row {
         .as_ref()
         .and_then(|t| t.create("tree", &Default::default()).ok())
         .map(std::sync::Arc::new);
-    let mut cmd = Command::new("bash");
-    cmd.args(["-c", &script])
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    let entry = cgroup
-        .as_ref()
-        .map(|c| c.entry().expect("the tree's cgroup.procs"));
-    if let Some(join) = entry.as_ref().map(|e| e.join()) {
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&join.procs);
-        // SAFETY: write(2) is async-signal-safe; `entry` outlives the spawn.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                if nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    let mut child = cmd.spawn().expect("start a 50-process tree");
-    drop(entry);
-    let mut first = [0u8; 2];
-    child
-        .stdout
-        .as_mut()
-        .expect("stdout")
-        .read_exact(&mut first)
-        .expect("the server's line");
+    let mut child = start_tree(&script, cgroup.as_deref());
     let procfs = procd_core::procfs::ProcFs::default();
     let root = child.id() as i32; // the leader of its own group
 
@@ -1561,6 +1533,42 @@ fn observe_tree(s: &Sizes) -> Row {
             percentile(&lat, 0.99)
         ),
     )
+}
+
+/// Starts `script` in a process group of its own, in `cgroup` if given,
+/// and waits for its first output (the tree is then being built).
+fn start_tree(
+    script: &str,
+    cgroup: Option<&procd_sys::cgroup::SessionCgroup>,
+) -> std::process::Child {
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", script])
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let entry = cgroup.map(|c| c.entry().expect("the tree's cgroup.procs"));
+    if let Some(join) = entry.as_ref().map(|e| e.join()) {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&join.procs);
+        // SAFETY: write(2) is async-signal-safe; `entry` outlives the spawn.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                if nix::libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn().expect("start a 50-process tree");
+    drop(entry);
+    let mut first = [0u8; 2];
+    child
+        .stdout
+        .as_mut()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("the server's line");
+    child
 }
 
 fn print_table(rows: &[Row], quick: bool) {

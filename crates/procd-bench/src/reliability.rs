@@ -1117,6 +1117,63 @@ fn zombies_of(pid: i32) -> usize {
         .count()
 }
 
+/// One load client: the mixed calls in a loop until `deadline`; how many
+/// it made, and what each unexpected error said.
+fn load_client(socket: &Path, n: usize, deadline: Instant) -> (u64, Vec<String>) {
+    let mut c = Line::open(socket);
+    let (mut ops, mut errors) = (0u64, Vec::new());
+    let task = format!("load-{n}");
+    let mut check = |r: Result<Value, Value>, what: &str| {
+        ops += 1;
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                errors.push(format!("{what}: {e}"));
+                None
+            }
+        }
+    };
+    while Instant::now() < deadline {
+        let spawned = check(
+            c.result(
+                "spawn",
+                json!({"command": "echo hello; sleep 0.02", "task_id": task}),
+            ),
+            "spawn",
+        );
+        let Some(id) = spawned.and_then(|r| r["session_id"].as_str().map(String::from)) else {
+            continue;
+        };
+        check(c.result("poll", json!({"session_id": id})), "poll");
+        check(
+            c.result("read", json!({"session_id": id, "wait_ms": 50})),
+            "read",
+        );
+        check(c.result("list", json!({"task_id": task})), "list");
+        check(
+            c.result("wait", json!({"session_id": id, "timeout_s": 10})),
+            "wait",
+        );
+        check(
+            c.result("log", json!({"session_id": id, "limit": 5})),
+            "log",
+        );
+        check(c.result("status", json!({})), "status");
+        if n.is_multiple_of(8) {
+            if let Some(r) = check(
+                c.result("spawn", json!({"command": "sleep 30", "task_id": task})),
+                "spawn",
+            ) {
+                check(
+                    c.result("kill", json!({"session_id": r["session_id"]})),
+                    "kill",
+                );
+            }
+        }
+    }
+    (ops, errors)
+}
+
 fn load(clients: usize, length: Duration) -> Vec<Figure> {
     // Finished sessions are pruned 3 s after their exit, so that what they
     // hold (their log descriptors) is back by the end.
@@ -1142,61 +1199,7 @@ fn load(clients: usize, length: Duration) -> Vec<Figure> {
     let workers: Vec<_> = (0..clients)
         .map(|n| {
             let socket = d.socket();
-            std::thread::spawn(move || {
-                let mut c = Line::open(&socket);
-                let (mut ops, mut errors) = (0u64, Vec::new());
-                let task = format!("load-{n}");
-                let mut check = |r: Result<Value, Value>, what: &str| {
-                    ops += 1;
-                    match r {
-                        Ok(v) => Some(v),
-                        Err(e) => {
-                            errors.push(format!("{what}: {e}"));
-                            None
-                        }
-                    }
-                };
-                while Instant::now() < deadline {
-                    let spawned = check(
-                        c.result(
-                            "spawn",
-                            json!({"command": "echo hello; sleep 0.02", "task_id": task}),
-                        ),
-                        "spawn",
-                    );
-                    let Some(id) = spawned.and_then(|r| r["session_id"].as_str().map(String::from))
-                    else {
-                        continue;
-                    };
-                    check(c.result("poll", json!({"session_id": id})), "poll");
-                    check(
-                        c.result("read", json!({"session_id": id, "wait_ms": 50})),
-                        "read",
-                    );
-                    check(c.result("list", json!({"task_id": task})), "list");
-                    check(
-                        c.result("wait", json!({"session_id": id, "timeout_s": 10})),
-                        "wait",
-                    );
-                    check(
-                        c.result("log", json!({"session_id": id, "limit": 5})),
-                        "log",
-                    );
-                    check(c.result("status", json!({})), "status");
-                    if n % 8 == 0 {
-                        if let Some(r) = check(
-                            c.result("spawn", json!({"command": "sleep 30", "task_id": task})),
-                            "spawn",
-                        ) {
-                            check(
-                                c.result("kill", json!({"session_id": r["session_id"]})),
-                                "kill",
-                            );
-                        }
-                    }
-                }
-                (ops, errors)
-            })
+            std::thread::spawn(move || load_client(&socket, n, deadline))
         })
         .collect();
     let (mut ops, mut errors) = (0u64, Vec::new());

@@ -22,42 +22,7 @@ pub(super) fn survival_rows(kills: usize) -> Vec<Row> {
         .expect("temp dir");
     let stop = dir.path().join("stop");
     let mut c = d.connect();
-    let printers: Vec<String> = (0..PRINTERS + FAST.len())
-        .map(|n| {
-            let (command, pty) = match FAST.get(n.wrapping_sub(PRINTERS)) {
-                // As fast as the pipe takes it, in bursts of 200 lines (a
-                // pause between bursts keeps the log under its cap).
-                Some(pty) => (
-                    format!(
-                        "python3 -c \"
-import os, time
-i = 0
-while not os.path.exists('{}'):
-    os.write(1, ''.join('line %d\\n' % n for n in range(i, i + 200)).encode())
-    i += 200
-    time.sleep(0.002)
-os.write(1, ('end %d\\n' % i).encode())
-\"; exit {}",
-                        stop.display(),
-                        n + 3
-                    ),
-                    *pty,
-                ),
-                None => (
-                    format!(
-                        "i=0; while [ ! -e '{}' ]; do echo \"line $i\"; i=$((i+1)); sleep 0.005; done; echo \"end $i\"; exit {}",
-                        stop.display(),
-                        n + 3
-                    ),
-                    false,
-                ),
-            };
-            c.call("spawn", json!({ "command": command, "pty": pty }))["session_id"]
-                .as_str()
-                .expect("session_id")
-                .to_string()
-        })
-        .collect();
+    let printers = spawn_printers(&mut c, &stop);
     let mut restart_ms = Vec::new();
     // (session, the exit code it must report)
     let mut enders: Vec<(String, i64)> = Vec::new();
@@ -75,33 +40,9 @@ os.write(1, ('end %d\\n' % i).encode())
             json!({ "command": format!("tail --pid={daemon} -f /dev/null; exit {code}") }),
         );
         enders.push((ender["session_id"].as_str().expect("id").to_string(), code));
-        let killed = Instant::now();
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(daemon),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        // The keeper holds the socket: a connection made now is answered
-        // by the next daemon once it serves.
-        let deadline = killed + Duration::from_secs(20);
-        c = loop {
-            assert!(
-                Instant::now() < deadline,
-                "no daemon came back: {}",
-                d.stderr()
-            );
-            if let Ok(mut line) = super::Line::try_open(&d.socket()) {
-                if let Ok(status) = line.try_call("status", json!({})) {
-                    if status["pid"]
-                        .as_i64()
-                        .is_some_and(|p| p != i64::from(daemon))
-                    {
-                        break line;
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        restart_ms.push(killed.elapsed().as_secs_f64() * 1000.0);
+        let (line, ms) = kill_and_reach_the_next(&d, daemon);
+        c = line;
+        restart_ms.push(ms);
     }
     std::fs::write(&stop, b"").expect("stop file");
     let (mut lost, mut total) = (0u64, 0u64);
@@ -161,6 +102,80 @@ os.write(1, ('end %d\\n' % i).encode())
             ),
         ),
     ]
+}
+
+/// Starts the printing sessions: PRINTERS at a line every 5 ms, then the
+/// FAST ones, each ending with its own exit code (its index + 3) once
+/// `stop` exists.
+fn spawn_printers(c: &mut super::Line, stop: &std::path::Path) -> Vec<String> {
+    (0..PRINTERS + FAST.len())
+        .map(|n| {
+            let (command, pty) = match FAST.get(n.wrapping_sub(PRINTERS)) {
+                // As fast as the pipe takes it, in bursts of 200 lines (a
+                // pause between bursts keeps the log under its cap).
+                Some(pty) => (
+                    format!(
+                        "python3 -c \"
+import os, time
+i = 0
+while not os.path.exists('{}'):
+    os.write(1, ''.join('line %d\\n' % n for n in range(i, i + 200)).encode())
+    i += 200
+    time.sleep(0.002)
+os.write(1, ('end %d\\n' % i).encode())
+\"; exit {}",
+                        stop.display(),
+                        n + 3
+                    ),
+                    *pty,
+                ),
+                None => (
+                    format!(
+                        "i=0; while [ ! -e '{}' ]; do echo \"line $i\"; i=$((i+1)); sleep 0.005; done; echo \"end $i\"; exit {}",
+                        stop.display(),
+                        n + 3
+                    ),
+                    false,
+                ),
+            };
+            c.call("spawn", json!({ "command": command, "pty": pty }))["session_id"]
+                .as_str()
+                .expect("session_id")
+                .to_string()
+        })
+        .collect()
+}
+
+/// SIGKILLs the daemon and waits for the next one to answer on the
+/// socket: the connection to it, and how long that took (ms).
+fn kill_and_reach_the_next(d: &Daemon, daemon: i32) -> (super::Line, f64) {
+    let killed = Instant::now();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    // The keeper holds the socket: a connection made now is answered
+    // by the next daemon once it serves.
+    let deadline = killed + Duration::from_secs(20);
+    let line = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no daemon came back: {}",
+            d.stderr()
+        );
+        if let Ok(mut line) = super::Line::try_open(&d.socket()) {
+            if let Ok(status) = line.try_call("status", json!({})) {
+                if status["pid"]
+                    .as_i64()
+                    .is_some_and(|p| p != i64::from(daemon))
+                {
+                    break line;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    (line, killed.elapsed().as_secs_f64() * 1000.0)
 }
 
 /// Everything a session printed, read by cursor to its end.
