@@ -75,6 +75,33 @@ fn bad_params_name_the_field() {
     assert_still_serving(&d);
 }
 
+/// A number is judged once, by its type, with one rule for every method
+/// that takes it: a zero timeout is refused by spawn and wait alike, with
+/// the same message, before anything runs; out-of-range terminal sizes
+/// likewise.
+#[test]
+fn numbers_have_one_rule_for_every_method() {
+    let d = Daemon::start();
+    let rule = "Invalid params: timeout_s: must be a number of seconds greater than 0 and up to 1000000000, got 0";
+    let (code, msg) = d.err("spawn", json!({"command": "sleep 300", "timeout_s": 0}));
+    assert_eq!((code, msg.as_str()), (-32602, rule));
+    let list = d.ok("list", json!({}));
+    assert_eq!(list["processes"], json!([]), "a refused spawn ran: {list}");
+    let id = d.spawn_with(json!({"command": "sleep 300", "pty": true}));
+    let (code, msg) = d.err("wait", json!({"session_id": id, "timeout_s": 0}));
+    assert_eq!((code, msg.as_str()), (-32602, rule));
+    for (method, params) in [
+        ("spawn", json!({"command": "true", "pty": true, "rows": 0})),
+        ("resize", json!({"session_id": id, "rows": 0, "cols": 80})),
+    ] {
+        let (code, msg) = d.err(method, params);
+        let rows = "Invalid params: rows: must be a whole number from 1 to 4096, got 0";
+        assert_eq!((code, msg.as_str()), (-32602, rows), "{method}");
+    }
+    d.ok("kill", json!({"session_id": id}));
+    assert_still_serving(&d);
+}
+
 #[test]
 fn a_notification_gets_no_response_but_runs() {
     let d = Daemon::start();

@@ -22,11 +22,10 @@ use crate::scope::Scopes;
 use crate::session::Session;
 use crate::Config;
 use procd_proto::{
-    CloseTerminalResult, Cols, DrainResult, Event, HasActiveResult, Limits, ListFilter, ListResult,
-    MaxOutputChars, MaxOutputTokens, Rows, SnapshotResult, SpawnParams, StdinMode, TimeoutS,
-    YieldMs,
+    CloseTerminalResult, DrainResult, Event, HasActiveResult, ListFilter, ListResult,
+    MaxActiveAgeS, SnapshotResult,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -57,9 +56,11 @@ const MAX_READ_BYTES: u64 = 1 << 20;
 /// a new daemon can find what a crashed one started but never recorded.
 const INSTANCE_VAR: &str = "PROCD_INSTANCE";
 const DEFAULT_READ_BYTES: u64 = 65_536;
-const MAX_READ_WAIT_MS: f64 = 300_000.0;
-const MAX_TIMEOUT_S: f64 = 30.0 * 24.0 * 3600.0;
-const MAX_GRACE_S: f64 = 300.0;
+/// The longest a `read` waits for output, a session's `timeout_s` and a
+/// kill's grace: larger values are clamped, not refused (docs/protocol.md).
+const MAX_READ_WAIT: Duration = Duration::from_secs(300);
+const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
+const MAX_GRACE: Duration = Duration::from_secs(300);
 const PREVIEW_CHARS: usize = 1000;
 const LIST_PREVIEW_CHARS: usize = 200;
 const WAIT_OUTPUT_CHARS: usize = 2000;
@@ -99,62 +100,6 @@ pub struct InjectedFailures {
     pub after_spawn: bool,
     /// Fail every PTY spawn right after the child exists.
     pub pty_after_spawn: bool,
-}
-
-/// `SpawnParams` with the defaults applied (what validation works on).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SpawnRequest {
-    pub command: String,
-    pub cwd: Option<String>,
-    pub env: BTreeMap<String, String>,
-    pub pty: bool,
-    pub rows: Option<u16>,
-    pub cols: Option<u16>,
-    pub task_id: Option<String>,
-    pub session_key: Option<String>,
-    pub owner: Option<String>,
-    pub persist: bool,
-    pub notify_on_complete: bool,
-    pub watch_patterns: Vec<String>,
-    pub timeout_s: Option<f64>,
-    pub stdin: StdinMode,
-    /// Wait up to this long for the session to exit or go quiet, and
-    /// return its output so far (spawn-and-yield).
-    pub yield_ms: Option<f64>,
-    /// When the session counts as ready (docs/agents.md).
-    pub ready: Option<procd_proto::ReadySpec>,
-    /// The character budget of returned output (see `budget`).
-    pub budget: Option<usize>,
-    /// Limits on its tree, the config's defaults filled in.
-    pub limits: Limits,
-}
-
-impl From<SpawnParams> for SpawnRequest {
-    fn from(p: SpawnParams) -> SpawnRequest {
-        SpawnRequest {
-            command: p.command,
-            cwd: p.cwd,
-            env: p.env.unwrap_or_default(),
-            pty: p.pty.unwrap_or(false),
-            rows: p.rows.map(Rows::get),
-            cols: p.cols.map(Cols::get),
-            task_id: p.task_id,
-            session_key: p.session_key,
-            owner: p.owner,
-            persist: p.persist.unwrap_or(false),
-            notify_on_complete: p.notify_on_complete.unwrap_or(false),
-            watch_patterns: p.watch_patterns.unwrap_or_default(),
-            timeout_s: p.timeout_s.map(TimeoutS::get),
-            stdin: p.stdin.unwrap_or_default(),
-            yield_ms: p.yield_ms.map(YieldMs::get),
-            ready: p.ready,
-            limits: p.limits.unwrap_or_default(),
-            budget: crate::budget::chars_budget(
-                p.max_output_chars.map(MaxOutputChars::get),
-                p.max_output_tokens.map(MaxOutputTokens::get),
-            ),
-        }
-    }
 }
 
 pub struct Registry {
@@ -375,11 +320,9 @@ impl Registry {
         &self,
         task_id: Option<&str>,
         session_key: Option<&str>,
-        max_active_age_s: Option<f64>,
+        max_active_age: Option<MaxActiveAgeS>,
     ) -> HasActiveResult {
-        let max_age = max_active_age_s
-            .filter(|a| a.is_finite() && *a >= 0.0)
-            .map(Duration::from_secs_f64);
+        let max_age = max_active_age.map(MaxActiveAgeS::duration);
         let count = self
             .all_sessions()
             .into_iter()
@@ -498,15 +441,6 @@ const DAEMON_ONLY_VARS: &[&str] = &[
     "WATCHDOG_PID",
     "WATCHDOG_USEC",
 ];
-
-fn duration_param(name: &str, secs: f64, max: f64) -> Result<Duration, Error> {
-    if secs.is_nan() || secs < 0.0 {
-        return Err(Error::InvalidParams(format!(
-            "{name}: must not be negative"
-        )));
-    }
-    Ok(Duration::from_secs_f64(secs.min(max)))
-}
 
 /// Creates `dir` (and parents), mode 0700 for what it creates.
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {

@@ -210,7 +210,10 @@ async fn a_failed_pty_spawn_stops_its_scope_and_falls_back_to_pipes() {
         .unwrap();
     assert!(!r.pty, "fell back to pipes");
     let id = r.session_id;
-    registry.wait(&id, Some(20.0), None).await.unwrap();
+    registry
+        .wait(&id, Some(procd_proto::TimeoutS::new(20.0)), None)
+        .await
+        .unwrap();
     let c = calls(&log);
     let unit = format!("procd-worker-{id}");
     // (The PTY attempt itself may not get to record its call: the injected
@@ -315,7 +318,11 @@ async fn killing_a_recovered_exited_session_still_stops_its_scope() {
     .unwrap();
     exited.await.unwrap();
     let w = registry
-        .wait("proc_aaaa00000000", Some(20.0), None)
+        .wait(
+            "proc_aaaa00000000",
+            Some(procd_proto::TimeoutS::new(20.0)),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(w.status, procd_proto::WaitStatus::Exited);

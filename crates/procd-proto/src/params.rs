@@ -68,16 +68,22 @@ impl Visitor<'_> for CountVisitor {
 
 macro_rules! duration_param {
     ($(#[$doc:meta])* $name:ident, $field:literal, $unit:literal, $per_second:expr) => {
-        duration_param!($(#[$doc])* $name, $field, $unit, $per_second, min = 0.0);
+        duration_param!($(#[$doc])* $name, $field, $unit, $per_second, min = 0.0, "from 0");
+    };
+    ($(#[$doc:meta])* $name:ident, $field:literal, $unit:literal, $per_second:expr, above_zero) => {
+        duration_param!($(#[$doc])* $name, $field, $unit, $per_second, min = f64::MIN_POSITIVE, "greater than 0 and up");
     };
     ($(#[$doc:meta])* $name:ident, $field:literal, $unit:literal, $per_second:expr, min = $min:expr) => {
+        duration_param!($(#[$doc])* $name, $field, $unit, $per_second, min = $min, concat!("from ", $min));
+    };
+    ($(#[$doc:meta])* $name:ident, $field:literal, $unit:literal, $per_second:expr, min = $min:expr, $from:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
         pub struct $name(f64);
 
         impl $name {
             const RULE: &'static str = concat!(
-                $field, ": must be a number of ", $unit, " from ", $min, " to ",
+                $field, ": must be a number of ", $unit, " ", $from, " to ",
             );
 
             /// For clients; the daemon validates what it receives.
@@ -161,8 +167,9 @@ macro_rules! count_param {
 }
 
 duration_param!(
-    /// `timeout_s` of spawn, wait and shutdown, in seconds.
-    TimeoutS, "timeout_s", "seconds", 1.0
+    /// `timeout_s` of spawn, wait and shutdown, in seconds: more than 0
+    /// (a timeout of nothing would end, or answer, at once).
+    TimeoutS, "timeout_s", "seconds", 1.0, above_zero
 );
 duration_param!(
     /// `grace_s` of kill, in seconds. A negative grace is clamped to 0
@@ -278,6 +285,14 @@ mod tests {
             Duration::from_secs(2)
         );
         assert_eq!(parse::<TimeoutS>("0.5").unwrap().get(), 0.5);
+        for zero in ["0", "-0.0", "-1"] {
+            let e = parse::<TimeoutS>(zero).unwrap_err();
+            assert!(
+                e.starts_with("timeout_s: must be a number of seconds greater than 0 and up to 1000000000, got"),
+                "{zero}: {e}"
+            );
+        }
+        assert!(parse::<YieldMs>("0").is_ok(), "0 ms is no yield");
         for bad in ["-1", "1e20", "\"5\"", "null", "[1]", "{}", "true"] {
             let e = parse::<YieldMs>(bad).unwrap_err();
             assert!(e.contains("yield_ms: "), "{bad}: {e}");

@@ -92,7 +92,7 @@ impl ProcdApiServer for Api {
                 &session_id,
                 cursor.map(Cursor::get),
                 max_bytes.map(MaxBytes::get),
-                wait_ms.map(WaitMs::get),
+                wait_ms,
                 budget,
             )
             .await
@@ -136,7 +136,7 @@ impl ProcdApiServer for Api {
         );
         self.daemon
             .registry
-            .wait(&session_id, timeout_s.map(TimeoutS::get), budget)
+            .wait(&session_id, timeout_s, budget)
             .await
             .map_err(rpc_err)
     }
@@ -149,7 +149,7 @@ impl ProcdApiServer for Api {
     ) -> RpcResult<KillResult> {
         self.daemon
             .registry
-            .kill(&session_id, signal, grace_s.map(GraceS::get))
+            .kill(&session_id, signal, grace_s)
             .await
             .map_err(rpc_err)
     }
@@ -176,13 +176,7 @@ impl ProcdApiServer for Api {
         );
         self.daemon
             .registry
-            .write_stdin(
-                &session_id,
-                &data,
-                false,
-                yield_ms.map(YieldMs::get),
-                budget,
-            )
+            .write_stdin(&session_id, &data, false, yield_ms, budget)
             .await
             .map_err(rpc_err)
     }
@@ -201,7 +195,7 @@ impl ProcdApiServer for Api {
         );
         self.daemon
             .registry
-            .write_stdin(&session_id, &data, true, yield_ms.map(YieldMs::get), budget)
+            .write_stdin(&session_id, &data, true, yield_ms, budget)
             .await
             .map_err(rpc_err)
     }
@@ -217,7 +211,7 @@ impl ProcdApiServer for Api {
     async fn resize(&self, session_id: String, rows: Rows, cols: Cols) -> RpcResult<ResizeResult> {
         self.daemon
             .registry
-            .resize(&session_id, rows.get(), cols.get())
+            .resize(&session_id, rows, cols)
             .await
             .map_err(rpc_err)?;
         Ok(ResizeResult {
@@ -254,7 +248,7 @@ impl ProcdApiServer for Api {
             // The same window rules as `read`; a slow subscriber only falls
             // behind by cursor, it never holds up ingestion.
             let read = tokio::select! {
-                r = registry.read(&session.id, Some(cursor), None, Some(LONG_POLL_MS), None) => r,
+                r = registry.read(&session.id, Some(cursor), None, Some(WaitMs::new(LONG_POLL_MS)), None) => r,
                 _ = sink.closed() => return Ok(()),
             };
             let Ok(r) = read else { return Ok(()) };
@@ -323,7 +317,7 @@ impl ProcdApiServer for Api {
         Ok(self.daemon.registry.has_active(
             task_id.as_deref(),
             session_key.as_deref(),
-            max_active_age_s.map(MaxActiveAgeS::get),
+            max_active_age_s,
         ))
     }
 

@@ -1,15 +1,14 @@
 //! Reading a session: poll, read (windows and long-polls), log, wait.
 
 use super::{
-    duration_param,
     present::{poll_result, redacted_tail, status_of},
-    Registry, DEFAULT_READ_BYTES, MAX_READ_BYTES, MAX_READ_WAIT_MS, WAIT_OUTPUT_CHARS,
+    Registry, DEFAULT_READ_BYTES, MAX_READ_BYTES, MAX_READ_WAIT, WAIT_OUTPUT_CHARS,
 };
 use crate::error::Error;
 use crate::redact::is_env_dump;
 use crate::session::{self};
 use crate::text::strip_ansi;
-use procd_proto::{LogResult, PollResult, ReadResult, WaitResult, WaitStatus};
+use procd_proto::{LogResult, PollResult, ReadResult, TimeoutS, WaitMs, WaitResult, WaitStatus};
 use std::time::Duration;
 
 impl Registry {
@@ -32,7 +31,7 @@ impl Registry {
         id: &str,
         cursor: Option<u64>,
         max_bytes: Option<u64>,
-        wait_ms: Option<f64>,
+        wait_ms: Option<WaitMs>,
         budget: Option<usize>,
     ) -> Result<ReadResult, Error> {
         let s = self.find(id)?;
@@ -40,11 +39,7 @@ impl Registry {
         let max_bytes = max_bytes
             .unwrap_or(DEFAULT_READ_BYTES)
             .clamp(1, MAX_READ_BYTES.min(self.config.max_response_bytes as u64));
-        let wait = duration_param(
-            "wait_ms",
-            wait_ms.unwrap_or(0.0) / 1000.0,
-            MAX_READ_WAIT_MS / 1000.0,
-        )?;
+        let wait = wait_ms.map_or(Duration::ZERO, |w| w.duration().min(MAX_READ_WAIT));
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Subscribe before looking, so no change between the two is lost.
@@ -151,21 +146,12 @@ impl Registry {
     pub async fn wait(
         &self,
         id: &str,
-        timeout_s: Option<f64>,
+        timeout_s: Option<TimeoutS>,
         budget: Option<usize>,
     ) -> Result<WaitResult, Error> {
         let s = self.find(id)?;
-        let timeout = match timeout_s {
-            None => Duration::from_secs_f64(self.config.max_wait_s),
-            Some(t) if t.is_finite() && t > 0.0 => {
-                Duration::from_secs_f64(t.min(self.config.max_wait_s))
-            }
-            Some(t) => {
-                return Err(Error::InvalidParams(format!(
-                    "timeout_s: must be greater than 0, got {t}"
-                )))
-            }
-        };
+        let longest = Duration::from_secs_f64(self.config.max_wait_s);
+        let timeout = timeout_s.map_or(longest, |t| t.duration().min(longest));
         let exited = s.wait_exited(timeout).await;
         let poll = poll_result(&self.redactor, &s);
         let output = redacted_tail(

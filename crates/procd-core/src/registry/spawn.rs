@@ -1,9 +1,8 @@
 //! Spawning: validation, the fork (pipes or PTY, optionally in a systemd scope), the supervisor and writer tasks, spawn-and-yield, and what happens at exit.
 
 use super::{
-    present::completion_event, yields::yield_duration, Registry, SpawnRequest, INSTANCE_VAR,
-    MAX_COMMAND_BYTES, MAX_ENV_BYTES, MAX_ENV_VARS, MAX_TIMEOUT_S, MAX_WATCH_PATTERNS,
-    MAX_WATCH_PATTERN_BYTES,
+    present::completion_event, yields::yield_duration, Registry, INSTANCE_VAR, MAX_COMMAND_BYTES,
+    MAX_ENV_BYTES, MAX_ENV_VARS, MAX_TIMEOUT, MAX_WATCH_PATTERNS, MAX_WATCH_PATTERN_BYTES,
 };
 use crate::clock::rfc3339;
 use crate::error::Error;
@@ -21,8 +20,8 @@ use crate::session::{self, ExitRecord, Session, SessionSpec, StdinSink};
 use crate::text::first_chars;
 use crate::watch::{WatchMatcher, WatchOutcome};
 use procd_proto::{
-    About, CompletionReason, Event, Limits, MemoryBytes, Pids, SessionStatus, SpawnParams,
-    SpawnResult, StdinMode,
+    About, Cols, CompletionReason, Event, Limits, MaxOutputChars, MaxOutputTokens, MemoryBytes,
+    Pids, Rows, SessionStatus, SpawnParams, SpawnResult, StdinMode,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::CString;
@@ -34,12 +33,16 @@ use tokio::sync::{mpsc, oneshot};
 
 impl Registry {
     pub async fn spawn(&self, params: SpawnParams) -> Result<SpawnResult, Error> {
-        let req = SpawnRequest::from(params);
         if self.closing.load(Ordering::SeqCst) {
             return Err(Error::WrongState("procd is shutting down".into()));
         }
-        let spec = self.validate(&req)?;
-        let wait = yield_duration(req.yield_ms)?;
+        let spec = self.validate(&params)?;
+        let wait = yield_duration(params.yield_ms);
+        let budget = crate::budget::chars_budget(
+            params.max_output_chars.map(MaxOutputChars::get),
+            params.max_output_tokens.map(MaxOutputTokens::get),
+        );
+        let env = params.env.unwrap_or_default();
         // Take a running slot first so concurrent spawns cannot overshoot;
         // the session owns it from then on (or an error path drops it).
         let max = self.config.max_running;
@@ -48,9 +51,9 @@ impl Registry {
                 "max_running ({max}) sessions are running; kill one first"
             )));
         };
-        let (mut result, session) = self.spawn_reserved(spec, &req.env, slot).await?;
+        let (mut result, session) = self.spawn_reserved(spec, &env, slot).await?;
         if !wait.is_zero() {
-            let y = self.yield_output(&session, 0, wait, req.budget).await?;
+            let y = self.yield_output(&session, 0, wait, budget).await?;
             result.status = y.status;
             result.output = Some(y.output);
             result.cursor = Some(y.cursor);
@@ -63,7 +66,10 @@ impl Registry {
         Ok(result)
     }
 
-    pub(super) fn validate(&self, req: &SpawnRequest) -> Result<SessionSpec, Error> {
+    /// What `spawn` was asked, checked and with the defaults applied: the
+    /// session's spec. Numbers come already checked by their procd-proto
+    /// types; what is left is what only the daemon can judge.
+    pub(super) fn validate(&self, req: &SpawnParams) -> Result<SessionSpec, Error> {
         let n = req.command.len();
         if n == 0 || n > MAX_COMMAND_BYTES {
             return Err(Error::InvalidParams(format!(
@@ -86,29 +92,19 @@ impl Registry {
                 cwd.display()
             )));
         }
-        check_env(&req.env)?;
-        let timeout = match req.timeout_s {
-            None => None,
-            Some(t) if t.is_finite() && t > 0.0 => {
-                Some(Duration::from_secs_f64(t.min(MAX_TIMEOUT_S)))
-            }
-            Some(t) => {
-                return Err(Error::InvalidParams(format!(
-                    "timeout_s: must be a positive number of seconds, got {t}"
-                )))
-            }
-        };
-        // `owner` is checked against the leases by the daemon (procd-server).
-        check_watch_patterns(&req.watch_patterns)?;
-        let (rows, cols) = (req.rows.unwrap_or(30), req.cols.unwrap_or(120));
-        for (name, v) in [("rows", rows), ("cols", cols)] {
-            if !(1..=4096).contains(&v) {
-                return Err(Error::InvalidParams(format!(
-                    "{name}: must be 1 to 4096, got {v}"
-                )));
-            }
+        if let Some(env) = &req.env {
+            check_env(env)?;
         }
-        if req.pty && req.stdin == StdinMode::Null {
+        let timeout = req.timeout_s.map(|t| t.duration().min(MAX_TIMEOUT));
+        // `owner` is checked against the leases by the daemon (procd-server).
+        let watch_patterns = req.watch_patterns.clone().unwrap_or_default();
+        check_watch_patterns(&watch_patterns)?;
+        let (rows, cols) = (
+            req.rows.map_or(30, Rows::get),
+            req.cols.map_or(120, Cols::get),
+        );
+        let (pty, stdin) = (req.pty.unwrap_or(false), req.stdin.unwrap_or_default());
+        if pty && stdin == StdinMode::Null {
             return Err(Error::InvalidParams(
                 "stdin: \"null\" is only for pipe sessions".into(),
             ));
@@ -119,21 +115,25 @@ impl Registry {
             .map(crate::readiness::ReadyCheck::parse)
             .transpose()
             .map_err(Error::InvalidParams)?;
-        let limits = self.kernel_limits(req.limits.or(self.config.default_limits))?;
+        let limits = self.kernel_limits(
+            req.limits
+                .unwrap_or_default()
+                .or(self.config.default_limits),
+        )?;
         Ok(SessionSpec {
             command: req.command.clone(),
             cwd,
             task_id: req.task_id.clone(),
             session_key: req.session_key.clone(),
             owner: req.owner.clone(),
-            persist: req.persist,
-            pty: req.pty,
+            persist: req.persist.unwrap_or(false),
+            pty,
             rows,
             cols,
-            notify_on_complete: req.notify_on_complete,
-            watch_patterns: req.watch_patterns.clone(),
+            notify_on_complete: req.notify_on_complete.unwrap_or(false),
+            watch_patterns,
             timeout,
-            stdin: req.stdin,
+            stdin,
             ready,
             limits,
         })

@@ -3,7 +3,7 @@
 use super::{yields::yield_duration, Registry};
 use crate::error::Error;
 use crate::session::{Session, StdinOp};
-use procd_proto::{StdinMode, StdinResult, StdinStatus};
+use procd_proto::{Cols, Rows, StdinMode, StdinResult, StdinStatus, YieldMs};
 use tokio::sync::{mpsc, oneshot};
 
 impl Registry {
@@ -12,10 +12,10 @@ impl Registry {
         id: &str,
         data: &str,
         submit: bool,
-        yield_ms: Option<f64>,
+        yield_ms: Option<YieldMs>,
         budget: Option<usize>,
     ) -> Result<StdinResult, Error> {
-        let wait = yield_duration(yield_ms)?;
+        let wait = yield_duration(yield_ms);
         let s = self.find(id)?;
         let from = s.output.end();
         let mut result = self.write_stdin_now(&s, data, submit).await?;
@@ -125,20 +125,14 @@ impl Registry {
         }
     }
 
-    pub async fn resize(&self, id: &str, rows: u16, cols: u16) -> Result<(), Error> {
+    pub async fn resize(&self, id: &str, rows: Rows, cols: Cols) -> Result<(), Error> {
+        let (rows, cols) = (rows.get(), cols.get());
         let s = self.find(id)?;
         if !s.spec.pty {
             return Err(Error::WrongState(format!(
                 "session {} is not a PTY session",
                 s.id
             )));
-        }
-        for (name, v) in [("rows", rows), ("cols", cols)] {
-            if !(1..=4096).contains(&v) {
-                return Err(Error::InvalidParams(format!(
-                    "{name}: must be 1 to 4096, got {v}"
-                )));
-            }
         }
         let Some(tx) = s.stdin_sender().filter(|_| s.is_running()) else {
             return Err(Error::WrongState(format!("session {} has exited", s.id)));

@@ -1,11 +1,11 @@
 //! Ending sessions: the one termination path every kill takes, signals, the bulk kills.
 
-use super::{present::exit_info, Registry, MAX_GRACE_S};
+use super::{present::exit_info, Registry, MAX_GRACE};
 use crate::error::Error;
 use crate::identity::ProcessIdentity;
 use crate::kill::{self, parse_signal, signal_name};
 use crate::session::Session;
-use procd_proto::{CompletionReason, KillResult, KillStatus, SignalResult, SignalSpec};
+use procd_proto::{CompletionReason, GraceS, KillResult, KillStatus, SignalResult, SignalSpec};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,21 +77,20 @@ impl Registry {
         }
     }
 
-    pub(super) fn grace(&self, grace_s: Option<f64>) -> Duration {
-        let g = grace_s.unwrap_or(self.config.kill_grace_s);
-        let g = if g.is_finite() {
-            g.clamp(0.0, MAX_GRACE_S)
-        } else {
-            0.0
-        };
-        Duration::from_secs_f64(g)
+    /// A kill's grace: as asked (a negative one is 0), else the
+    /// configured one; at most `MAX_GRACE`.
+    pub(super) fn grace(&self, grace_s: Option<GraceS>) -> Duration {
+        let configured = || Duration::from_secs_f64(self.config.kill_grace_s);
+        grace_s
+            .map_or_else(configured, GraceS::duration)
+            .min(MAX_GRACE)
     }
 
     pub async fn kill(
         &self,
         id: &str,
         signal: Option<SignalSpec>,
-        grace_s: Option<f64>,
+        grace_s: Option<GraceS>,
     ) -> Result<KillResult, Error> {
         let s = self.find(id)?;
         let signal = match signal {

@@ -3,14 +3,13 @@
 //! for input, or became ready), then returning its output from a cursor.
 
 use super::{
-    duration_param,
     present::{exit_info, status_of},
     reading::next_change,
     Registry, MAX_READ_BYTES,
 };
 use crate::error::Error;
 use crate::session::{self, Session};
-use procd_proto::{ExitInfo, SessionStatus};
+use procd_proto::{ExitInfo, SessionStatus, YieldMs};
 use std::time::Duration;
 
 impl Registry {
@@ -101,7 +100,7 @@ impl Registry {
 /// How long output must pause before a yield returns ("it went quiet").
 pub(super) const YIELD_QUIET: Duration = Duration::from_millis(300);
 /// The longest a spawn or write may yield.
-pub(super) const MAX_YIELD_MS: f64 = 300_000.0;
+pub(super) const MAX_YIELD: Duration = Duration::from_secs(300);
 
 /// What a spawn or write that yields returns.
 pub(super) struct Yielded {
@@ -115,10 +114,7 @@ pub(super) struct Yielded {
     pub(super) waiting_for_input: bool,
 }
 
-pub(super) fn yield_duration(yield_ms: Option<f64>) -> Result<Duration, Error> {
-    duration_param(
-        "yield_ms",
-        yield_ms.unwrap_or(0.0) / 1000.0,
-        MAX_YIELD_MS / 1000.0,
-    )
+/// How long a call yields: none unless asked, at most `MAX_YIELD`.
+pub(super) fn yield_duration(yield_ms: Option<YieldMs>) -> Duration {
+    yield_ms.map_or(Duration::ZERO, |y| y.duration().min(MAX_YIELD))
 }
