@@ -5,10 +5,11 @@
 //! never across an await or a syscall that can block.
 //!
 //! This file holds the table, lookups, listing and retention; the other
-//! operations are `impl Registry` blocks by concern: `spawn` (fork,
-//! supervisor, yield, exit bookkeeping), `reading` (poll/read/log/wait),
-//! `stdin`, `termination` (every kill), `recovery` (checkpoint), and
-//! `present` (building results and events).
+//! operations are `impl Registry` blocks by concern: `spawn` (validation,
+//! the start, the supervisor), `exit` (a session's end), `yields`,
+//! `reading` (poll/read/log/wait), `stdin`, `termination` (every kill),
+//! `recovery` (checkpoint), `handover` (the keeper), `ready`, and
+//! `present` (building results and event text).
 
 use crate::checkpoint::{Checkpoint, CheckpointEntry};
 use crate::env::EnvPolicy;
@@ -31,6 +32,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+mod exit;
 mod handover;
 mod present;
 mod reading;

@@ -1,11 +1,12 @@
 //! Building the wire results and events from sessions (redacted).
 
-use super::{LIST_PREVIEW_CHARS, PREVIEW_CHARS, WAIT_OUTPUT_CHARS};
+use super::{Registry, LIST_PREVIEW_CHARS, PREVIEW_CHARS, WAIT_OUTPUT_CHARS};
 use crate::clock::rfc3339;
 use crate::kill::signal_name;
 use crate::redact::{is_env_dump, Redactor};
 use crate::session::{self, ExitRecord, Session};
 use crate::text::{first_chars, last_chars};
+use crate::watch::WatchOutcome;
 use procd_proto::{
     About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, SessionStatus,
 };
@@ -138,5 +139,64 @@ pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Eve
         output,
         started_at: rfc3339(s.started_at),
         exited_at: rfc3339(e.exited_at),
+    }
+}
+
+/// Event text: what an agent reads about a session.
+impl Registry {
+    /// Queues a watch event; when the delivery cap is reached, watching
+    /// stops and the session is switched to notify on completion instead.
+    pub(super) fn deliver_watch(&self, s: &Session, outcome: WatchOutcome) {
+        let event = match outcome {
+            WatchOutcome::Match {
+                pattern,
+                output,
+                suppressed,
+            } => {
+                let output = self
+                    .redactor
+                    .output(&output, is_env_dump(&s.spec.command))
+                    .into_owned();
+                let text = format!(
+                    "Background process {} printed a line matching {pattern:?}{}: {}",
+                    s.id,
+                    if suppressed > 0 {
+                        format!(" ({suppressed} more matches suppressed)")
+                    } else {
+                        String::new()
+                    },
+                    first_chars(&output, 300)
+                );
+                Event::WatchMatch {
+                    about: self.about(s, text),
+                    pattern,
+                    output,
+                    suppressed,
+                }
+            }
+            WatchOutcome::Disabled { deliveries } => {
+                s.enable_notify_on_complete();
+                let text = format!(
+                    "Background process {}: watch patterns matched {deliveries} times, so watching stopped; you will be notified when it completes.",
+                    s.id
+                );
+                Event::WatchDisabled {
+                    about: self.about(s, text),
+                    deliveries,
+                }
+            }
+        };
+        self.notifications.push(event);
+    }
+
+    /// Whose an event is, with its summary (`text` as an agent reads it).
+    pub(super) fn about(&self, s: &Session, text: String) -> About {
+        About {
+            session_id: s.id.clone(),
+            session_key: s.spec.session_key.clone(),
+            task_id: s.spec.task_id.clone(),
+            command: s.shown_command(&self.redactor).to_string(),
+            text,
+        }
     }
 }

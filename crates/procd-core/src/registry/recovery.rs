@@ -295,14 +295,17 @@ impl Registry {
         let exited_at =
             crate::clock::parse_rfc3339(&exit.exited_at).unwrap_or_else(std::time::SystemTime::now);
         let exited_instant = crate::clock::instant_at(exited_at);
-        session.mark_exited(Arc::new(ExitRecord {
-            exit_code: exit.exit_code,
-            signal: exit.signal,
-            reason: exit.completion_reason,
-            source: exit.termination_source.clone(),
-            exited_at,
-            exited_instant,
-        }));
+        Registry::record_listed_end(
+            &session,
+            ExitRecord {
+                exit_code: exit.exit_code,
+                signal: exit.signal,
+                reason: exit.completion_reason,
+                source: exit.termination_source.clone(),
+                exited_at,
+                exited_instant,
+            },
+        );
     }
 
     /// Lists a session whose process ended while no daemon watched it:

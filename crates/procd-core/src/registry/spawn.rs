@@ -1,33 +1,33 @@
-//! Spawning: validation, the fork (pipes or PTY, optionally in a systemd scope), the supervisor and writer tasks, spawn-and-yield, and what happens at exit.
+//! Spawning: validation, the start (pipes or PTY, in the session's cgroup
+//! or scope), the supervisor and writer tasks, and spawn-and-yield. What
+//! happens at exit is `exit.rs`.
 
 use super::{
-    present::completion_event, yields::yield_duration, Registry, INSTANCE_VAR, MAX_COMMAND_BYTES,
-    MAX_ENV_BYTES, MAX_ENV_VARS, MAX_TIMEOUT, MAX_WATCH_PATTERNS, MAX_WATCH_PATTERN_BYTES,
+    yields::yield_duration, Registry, INSTANCE_VAR, MAX_COMMAND_BYTES, MAX_ENV_BYTES, MAX_ENV_VARS,
+    MAX_TIMEOUT, MAX_WATCH_PATTERNS, MAX_WATCH_PATTERN_BYTES,
 };
 use crate::clock::rfc3339;
 use crate::error::Error;
 use crate::identity::ProcessIdentity;
 use crate::ingest::OutputSource;
-use crate::kill::{self, signal_name};
+use crate::kill::{self};
 use crate::noise::NoiseFilter;
 use crate::output::OutputStore;
 use crate::procfs::ProcFs;
 use crate::readiness::Readiness;
-use crate::redact::is_env_dump;
 use crate::rewrite::rewrite_compound_background;
 use crate::scope::unit_name;
-use crate::session::{self, ExitRecord, Session, SessionSpec, StdinSink};
-use crate::text::first_chars;
+use crate::session::{self, Session, SessionSpec, StdinSink};
 use crate::watch::{WatchMatcher, WatchOutcome};
 use procd_proto::{
-    About, Cols, CompletionReason, Event, Limits, MaxOutputChars, MaxOutputTokens, MemoryBytes,
-    Pids, Rows, SessionStatus, SpawnParams, SpawnResult, StdinMode,
+    Cols, CompletionReason, Event, Limits, MaxOutputChars, MaxOutputTokens, MemoryBytes, Pids,
+    Rows, SessionStatus, SpawnParams, SpawnResult, StdinMode,
 };
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -623,247 +623,6 @@ impl Registry {
             cgroup: cgroup.cloned(),
         })
     }
-
-    /// Queues a watch event; when the delivery cap is reached, watching
-    /// stops and the session is switched to notify on completion instead.
-    pub(super) fn deliver_watch(&self, s: &Session, outcome: WatchOutcome) {
-        let event = match outcome {
-            WatchOutcome::Match {
-                pattern,
-                output,
-                suppressed,
-            } => {
-                let output = self
-                    .redactor
-                    .output(&output, is_env_dump(&s.spec.command))
-                    .into_owned();
-                let text = format!(
-                    "Background process {} printed a line matching {pattern:?}{}: {}",
-                    s.id,
-                    if suppressed > 0 {
-                        format!(" ({suppressed} more matches suppressed)")
-                    } else {
-                        String::new()
-                    },
-                    first_chars(&output, 300)
-                );
-                Event::WatchMatch {
-                    about: self.about(s, text),
-                    pattern,
-                    output,
-                    suppressed,
-                }
-            }
-            WatchOutcome::Disabled { deliveries } => {
-                s.enable_notify_on_complete();
-                let text = format!(
-                    "Background process {}: watch patterns matched {deliveries} times, so watching stopped; you will be notified when it completes.",
-                    s.id
-                );
-                Event::WatchDisabled {
-                    about: self.about(s, text),
-                    deliveries,
-                }
-            }
-        };
-        self.notifications.push(event);
-    }
-
-    /// Whose an event is, with its summary (`text` as an agent reads it).
-    pub(super) fn about(&self, s: &Session, text: String) -> About {
-        About {
-            session_id: s.id.clone(),
-            session_key: s.spec.session_key.clone(),
-            task_id: s.spec.task_id.clone(),
-            command: s.shown_command(&self.redactor).to_string(),
-            text,
-        }
-    }
-
-    /// Ends a supervised session: its events (while the registry still
-    /// exists), then the exit itself, then the checkpoint. An exit after
-    /// an OOM kill in its cgroup is reported as `oom`.
-    pub(super) fn record_end(me: &Weak<Registry>, session: &Session, record: Arc<ExitRecord>) {
-        let reg = me.upgrade();
-        if let Some(reg) = &reg {
-            // A kill the watcher has not reported yet comes before the end.
-            reg.report_oom(session);
-        }
-        let record = if record.reason == CompletionReason::Exited
-            && session.oom_reported.load(Ordering::SeqCst) > 0
-        {
-            Arc::new(ExitRecord {
-                reason: CompletionReason::Oom,
-                ..(*record).clone()
-            })
-        } else {
-            record
-        };
-        if let Some(reg) = &reg {
-            reg.on_exit(session, &record);
-        }
-        session.mark_exited(record);
-        if let Some(reg) = reg {
-            reg.release_from_keeper(&session.id);
-            reg.checkpoint_soon();
-            match &session.cgroup {
-                // Its cgroup holds whatever the root left running (and is
-                // removed only once that has ended).
-                Some(cgroup) => {
-                    session.set_adopted(Vec::new());
-                    cgroup.remove();
-                }
-                None => reg.adopt_orphans(session),
-            }
-        }
-    }
-
-    /// Queues an `oom` event if its cgroup counts OOM kills not reported
-    /// yet; true if it did.
-    fn report_oom(&self, session: &Session) -> bool {
-        let Some(cgroup) = &session.cgroup else {
-            return false;
-        };
-        let kills = cgroup.oom_kills();
-        let before = session.oom_reported.fetch_max(kills, Ordering::SeqCst);
-        if kills <= before {
-            return false;
-        }
-        let text = format!(
-            "Background process {}: the kernel killed a process of it for exceeding its memory limit ({kills} so far).",
-            session.id
-        );
-        self.notifications.push_once(
-            Some(format!("oom {} {kills}", session.id)),
-            Event::Oom {
-                about: self.about(session, text),
-                pid: None,
-                oom_kills: kills,
-            },
-        );
-        true
-    }
-
-    /// Reports every OOM kill in a session's cgroup as it happens (an
-    /// `oom` event), until the session exits: where memory is accounted
-    /// (a v1 memory cgroup, made for a memory limit; `memory.events` on
-    /// v2). Also for a session taken over from a previous daemon, whose
-    /// limits are only in its cgroup.
-    pub(super) fn watch_oom(&self, session: &Arc<Session>) {
-        let Some(cgroup) = &session.cgroup else {
-            return;
-        };
-        let watch = match cgroup.oom_watch() {
-            Ok(Some(fd)) => procd_sys::cgroup::watch_async(fd),
-            Ok(None) => return,
-            Err(e) => Err(e),
-        };
-        let watch = match watch {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!(session = %session.id, %e, "cannot watch for OOM kills");
-                return;
-            }
-        };
-        // A kill before the watch existed is counted now.
-        self.report_oom(session);
-        let me = self.me.clone();
-        let session = session.clone();
-        tokio::spawn(async move {
-            let mut state = session.subscribe_state();
-            loop {
-                tokio::select! {
-                    ready = watch.readable() => match ready {
-                        Ok(mut ready) => {
-                            procd_sys::cgroup::drain(std::os::fd::AsFd::as_fd(ready.get_inner()));
-                            ready.clear_ready();
-                        }
-                        Err(_) => return,
-                    },
-                    _ = state.wait_for(|s| s.exit().is_some()) => return,
-                }
-                // v1 signals when the OOM begins and counts the kill a
-                // moment later, with no second signal: look a few times.
-                for _ in 0..OOM_SETTLE_LOOKS {
-                    let Some(reg) = me.upgrade() else { return };
-                    if reg.report_oom(&session) {
-                        break;
-                    }
-                    drop(reg);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
-        });
-    }
-
-    /// The daemon's children that no one waits for and that are not in
-    /// `claimed` (a /proc scan, off the event loop).
-    pub(super) fn unclaimed_children(
-        &self,
-        claimed: HashSet<i32>,
-    ) -> impl std::future::Future<Output = Vec<ProcessIdentity>> + Send + 'static {
-        let procfs = self.procfs.clone();
-        let reaper = self.reaper.clone();
-        async move {
-            kill::scan_blocking(move || {
-                kill::unclaimed_children(&procfs, |pid| reaper.is_waited(pid), &claimed)
-            })
-            .await
-            .unwrap_or_default()
-        }
-    }
-
-    /// Records which processes the session's root left to the daemon when
-    /// it exited (it was their subreaper): the daemon's children that no
-    /// one waits for and no other session has claimed. Off the event loop,
-    /// after the exit is visible (a /proc scan must not delay `wait`); a
-    /// kill of the exited session waits for it (`Session::adoption_known`).
-    /// Two roots that exit within one scan may have their orphans recorded
-    /// under the first; a stopping daemon ends them all regardless.
-    fn adopt_orphans(&self, session: &Session) {
-        let Some(session) = self.table().get(&session.id).cloned() else {
-            return;
-        };
-        let claimed: HashSet<i32> = self
-            .all_sessions()
-            .iter()
-            .flat_map(|s| s.tree().adopted)
-            .map(|p| p.pid)
-            .collect();
-        let scan = self.unclaimed_children(claimed);
-        tokio::spawn(async move {
-            let orphans = scan.await;
-            if !orphans.is_empty() {
-                tracing::info!(session = %session.id, ?orphans, "adopted the orphans its root left");
-            }
-            session.set_adopted(orphans);
-        });
-    }
-
-    /// Bookkeeping when a session ends, before its state flips to exited
-    /// (so a `wait` that returns sees the completion event already queued).
-    fn on_exit(&self, session: &Session, record: &ExitRecord) {
-        session.release_slot();
-        if session.notify_on_complete() {
-            // Once: a daemon that records this exit again after a crash
-            // (the keeper still had it) queues no second completion.
-            self.notifications.push_once(
-                Some(format!("completion {}", session.id)),
-                completion_event(&self.redactor, session, record),
-            );
-        }
-        self.notifications.publish(Event::Exited {
-            session_id: session.id.clone(),
-            command: session.shown_command(&self.redactor).to_string(),
-            task_id: session.spec.task_id.clone(),
-            session_key: session.spec.session_key.clone(),
-            exit_code: record.exit_code,
-            signal: record.signal.map(signal_name),
-            completion_reason: record.reason,
-            termination_source: record.source.clone(),
-            exited_at: rfc3339(record.exited_at),
-        });
-    }
 }
 
 /// What `procd_sys::spawn` needs, as C strings, made before the start.
@@ -989,10 +748,6 @@ pub fn launch_script(command: &str) -> String {
         rewrite_compound_background(command)
     )
 }
-
-/// How many times (10 ms apart) an OOM wake-up looks for the kill count to
-/// move before it waits for the next one.
-const OOM_SETTLE_LOOKS: usize = 30;
 
 /// The fault `status.faults` shows while no shell snapshot can be made.
 const SNAPSHOT_FAULT: &str = "shell snapshot";
