@@ -107,6 +107,72 @@ fn the_login_scripts_setup_reaches_commands_without_running_per_spawn() {
         !text.contains("sk-from-rc") && !text.contains("ghp_fromrc"),
         "{text}"
     );
+    // The variables, for a person to read: 0600, no credentials either.
+    let listed = d.state_dir().join("shell-snapshot.env");
+    let meta = std::fs::metadata(&listed).expect("the snapshot's variables");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
+    let vars = String::from_utf8_lossy(&std::fs::read(&listed).unwrap()).into_owned();
+    assert!(
+        vars.split('\0').any(|v| v == "PLAIN=plain-value"),
+        "{vars:?}"
+    );
+    assert!(
+        !vars.contains("sk-from-rc") && !vars.contains("ghp_fromrc"),
+        "{vars:?}"
+    );
+}
+
+/// The root's command line (its argv, NUL-separated).
+fn cmdline(pid: &serde_json::Value) -> String {
+    let pid = pid.as_i64().expect("pid");
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline"))
+        .into_owned()
+}
+
+/// A session's shell spends nothing on what it need not run: scripts that
+/// only export variables give them at exec, and the snapshot is not
+/// sourced; one alias makes it sourced. A variable bash reads as it starts
+/// (BASH_ENV) is still exported after the start, as the scripts did.
+#[test]
+fn a_snapshot_with_nothing_to_run_is_not_sourced() {
+    let home = home_with_rc("export PLAIN=plain-value");
+    std::fs::write(home.path().join("benv"), "echo benv-ran\n").unwrap();
+    let d = Daemon::in_home(home, "");
+    let output = |r: &serde_json::Value| {
+        let id = r["session_id"].clone();
+        wait_until("the output", || {
+            d.ok("poll", json!({"session_id": id}))["output_preview"]
+                .as_str()
+                .is_some_and(|o| o.contains("end"))
+        });
+        let out = d.ok("poll", json!({"session_id": id}))["output_preview"].clone();
+        d.ok("kill", json!({"session_id": id}));
+        out
+    };
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo \"plain=$PLAIN\"; echo end; sleep 30"}),
+    );
+    let argv = cmdline(&r["pid"]);
+    assert!(!argv.contains("shell-snapshot"), "sourced: {argv:?}");
+    assert_eq!(output(&r), "plain=plain-value\nend\n");
+
+    write_rc(d.home.path(), "export BASH_ENV=~/benv");
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo \"${BASH_ENV##*/}\"; echo end; sleep 30"}),
+    );
+    assert!(cmdline(&r["pid"]).contains("shell-snapshot.sh"));
+    assert_eq!(output(&r), "benv\nend\n", "BASH_ENV ran at the start");
+
+    write_rc(d.home.path(), "alias greet='echo hello-from-alias'");
+    let r = d.ok("spawn", json!({"command": "greet; echo end; sleep 30"}));
+    let argv = cmdline(&r["pid"]);
+    assert!(argv.contains("shell-snapshot.sh"), "not sourced: {argv:?}");
+    assert_eq!(output(&r), "hello-from-alias\nend\n");
 }
 
 #[test]

@@ -6,6 +6,12 @@
 //! A spawn then costs a `bash -c`, not a login: the scripts run once, and
 //! again only when one of them (or HOME, or the shell) changes.
 //!
+//! What a session's shell would spend time on is left out of what it
+//! sources: the exported variables go into its environment at exec (the
+//! daemon keeps them in memory), and only the shell options that differ
+//! from a plain `bash -c`'s are set. A snapshot with no functions, aliases
+//! or such options is not sourced at all.
+//!
 //! Capturing runs the shell through the reaper (the daemon reaps every
 //! child; `Command::output` would race it), off the event loop, with a
 //! timeout; it writes what it captured into files the daemon created and
@@ -24,14 +30,35 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The snapshot file's name in the state dir.
+/// The snapshot file's name in the state dir: what a session sources.
 pub const FILE_NAME: &str = "shell-snapshot.sh";
+/// Beside it, the variables the scripts exported (NUL-separated
+/// `NAME=value`, as /proc/<pid>/environ), for a person to read: sessions
+/// get them from the daemon, not from this file.
+pub const ENV_FILE_NAME: &str = "shell-snapshot.env";
 /// Set in the capturing shell's environment (scripts may test for it).
 pub const CAPTURE_VAR: &str = "PROCD_SHELL_SNAPSHOT";
-/// Set in a session's environment while the snapshot is sourced: the
-/// variables it names keep the session's values (the caller's `env`, the
-/// marker, …) instead of the ones the scripts exported.
+/// Set in a session's environment while the snapshot is sourced, when it
+/// sets variables itself (`SHELL_VARS`): the variables it names keep the
+/// session's values (the caller's `env`, the marker, …) instead of the
+/// ones the scripts exported.
 pub const KEEP_VAR: &str = "PROCD_KEEP";
+
+/// Variables bash reads as it starts (BASH_ENV is sourced, SHELLOPTS sets
+/// options, …): given at exec they would act before the command, which an
+/// export from the scripts never did. The snapshot exports these itself.
+fn is_shell_var(name: &str) -> bool {
+    name.starts_with("BASH")
+        || [
+            "ENV",
+            "SHELLOPTS",
+            "IFS",
+            "POSIXLY_CORRECT",
+            "GLOBIGNORE",
+            "PS4",
+        ]
+        .contains(&name)
+}
 
 /// The scripts a bash login shell reads (the first three: only the first
 /// that exists), relative to HOME unless absolute.
@@ -58,8 +85,10 @@ const NOT_CAPTURED: &[&str] = &[
 ];
 
 /// What the capture runs: `$1` gets the environment (NUL-separated),
-/// `$2` the functions, aliases and shell options.
-const CAPTURE: &str = r#"env -0 > "$1" && { declare -f; alias -p; shopt -p; } > "$2""#;
+/// `$2` the functions, aliases and shell options, `$3` the options a plain
+/// `bash -c` of the same shell starts with (what a session's shell has
+/// before it sources anything).
+const CAPTURE: &str = r#"env -0 > "$1" && { declare -f; alias -p; shopt -p; } > "$2" && env -i "$BASH" -c 'shopt -p' > "$3""#;
 
 /// A file as it was: modified (s, ns), size, inode; None when absent.
 type Stamp = Option<(i64, i64, u64, u64)>;
@@ -89,9 +118,22 @@ impl Fingerprint {
     }
 }
 
+/// A snapshot as sessions use it.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// The variables the scripts exported (filtered), for the session's
+    /// environment at exec.
+    pub vars: Vec<(String, String)>,
+    /// The file to source first, when there is something to run in it.
+    pub script: Option<PathBuf>,
+    /// Whether it sets variables itself (`is_shell_var`), so that the
+    /// session's `KEEP_VAR` must name what it keeps.
+    pub sets_vars: bool,
+}
+
 enum State {
     Unknown,
-    Ready(Fingerprint),
+    Ready(Fingerprint, Arc<Snapshot>),
     /// Failed for these sources: not retried until they change.
     Failed(Fingerprint, String),
 }
@@ -154,9 +196,9 @@ impl ShellSnapshot {
         &self.path
     }
 
-    /// The snapshot to source, made or remade first when its sources
-    /// changed. Concurrent callers wait for one capture.
-    pub async fn current(&self) -> Result<&Path, String> {
+    /// The snapshot, made or remade first when its sources changed.
+    /// Concurrent callers wait for one capture.
+    pub async fn current(&self) -> Result<Arc<Snapshot>, String> {
         let mut state = self.state.lock().await;
         let (home, shell) = (self.home.clone(), self.shell.clone());
         let path = self.path.clone();
@@ -165,14 +207,15 @@ impl ShellSnapshot {
                 .await
                 .map_err(|e| e.to_string())?;
         match &*state {
-            State::Ready(f) if *f == now && present => return Ok(&self.path),
+            State::Ready(f, snapshot) if *f == now && present => return Ok(snapshot.clone()),
             State::Failed(f, e) if *f == now => return Err(e.clone()),
             _ => {}
         }
         match self.capture().await {
-            Ok(()) => {
-                *state = State::Ready(now);
-                Ok(&self.path)
+            Ok(snapshot) => {
+                let snapshot = Arc::new(snapshot);
+                *state = State::Ready(now, snapshot.clone());
+                Ok(snapshot)
             }
             Err(e) => {
                 *state = State::Failed(now, e.clone());
@@ -181,16 +224,19 @@ impl ShellSnapshot {
         }
     }
 
-    async fn capture(&self) -> Result<(), String> {
+    async fn capture(&self) -> Result<Snapshot, String> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         let env_file = Scratch::create(dir, "env")
             .map_err(|e| format!("cannot create a scratch file: {e}"))?;
         let defs_file = Scratch::create(dir, "defs")
             .map_err(|e| format!("cannot create a scratch file: {e}"))?;
+        let defaults_file = Scratch::create(dir, "defaults")
+            .map_err(|e| format!("cannot create a scratch file: {e}"))?;
         let mut cmd = Command::new(&self.shell);
         cmd.args(["-lic", CAPTURE, "procd-snapshot"])
             .arg(&env_file.0)
             .arg(&defs_file.0)
+            .arg(&defaults_file.0)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(CAPTURE_VAR, "1")
@@ -238,28 +284,57 @@ impl ShellSnapshot {
                 self.shell.display()
             ));
         }
-        let (env_path, defs_path, path) =
-            (env_file.0.clone(), defs_file.0.clone(), self.path.clone());
+        let (env_path, defs_path, defaults_path, path) = (
+            env_file.0.clone(),
+            defs_file.0.clone(),
+            defaults_file.0.clone(),
+            self.path.clone(),
+        );
         let policy = self.policy.clone();
         tokio::task::spawn_blocking(move || {
-            let vars = crate::atomic::read_private(&env_path)?;
+            let env = crate::atomic::read_private(&env_path)?;
             let defs = crate::atomic::read_private(&defs_path)?;
-            let text = render(&vars, &String::from_utf8_lossy(&defs), &policy);
-            crate::atomic::write_bytes(&path, text.as_bytes())
+            let defaults = crate::atomic::read_private(&defaults_path)?;
+            let rendered = render(
+                &env,
+                &String::from_utf8_lossy(&defs),
+                &String::from_utf8_lossy(&defaults),
+                &policy,
+            );
+            let mut listed = Vec::new();
+            for (name, value) in &rendered.vars {
+                listed.extend_from_slice(format!("{name}={value}\0").as_bytes());
+            }
+            crate::atomic::write_bytes(&path.with_file_name(ENV_FILE_NAME), &listed)?;
+            crate::atomic::write_bytes(&path, rendered.text.as_bytes())?;
+            Ok(Snapshot {
+                vars: rendered.vars,
+                script: rendered.runs.then_some(path),
+                sets_vars: rendered.sets_vars,
+            })
         })
         .await
         .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot write {}: {e}", self.path.display()))
+        .map_err(|e: std::io::Error| format!("cannot write {}: {e}", self.path.display()))
     }
 }
 
-/// The snapshot file's text.
-fn render(env: &[u8], defs: &str, policy: &EnvPolicy) -> String {
-    let mut out = String::from(
-        "# procd shell snapshot (docs/operations.md): what the login scripts set up, sourced by\n\
-         # every session before its command. Remade when they change; never edit.\n\
-         __procd_set() { case \" ${PROCD_KEEP-} \" in *\" $1 \"*) ;; *) export \"$1=$2\" ;; esac; }\n",
-    );
+/// What a capture gives: the variables for the environment, and the text
+/// of the file sessions source.
+struct Rendered {
+    vars: Vec<(String, String)>,
+    text: String,
+    /// Whether the text does anything (else it is not sourced).
+    runs: bool,
+    sets_vars: bool,
+}
+
+/// The capture's output made into a snapshot: `env` as `env -0` wrote it,
+/// `defs` the functions, aliases and `shopt -p` of the login shell,
+/// `defaults` the `shopt -p` of a plain `bash -c`.
+fn render(env: &[u8], defs: &str, defaults: &str, policy: &EnvPolicy) -> Rendered {
+    let mut vars = Vec::new();
+    let mut shell_vars = String::new();
     let mut seen = BTreeSet::new();
     for entry in env.split(|b| *b == 0) {
         let entry = String::from_utf8_lossy(entry);
@@ -278,14 +353,25 @@ fn render(env: &[u8], defs: &str, policy: &EnvPolicy) -> String {
         {
             continue;
         }
-        out.push_str(&format!("__procd_set {name} {}\n", quote(value)));
+        if is_shell_var(name) {
+            shell_vars.push_str(&format!("__procd_set {name} {}\n", quote(value)));
+        } else {
+            vars.push((name.to_string(), value.to_string()));
+        }
     }
-    out.push_str("unset -f __procd_set; unset PROCD_KEEP\nunalias -a\n");
-    // `shopt -p` lines, a run of them as one `shopt -s` and one `shopt -u`
-    // made quiet: some options cannot be set in a non-interactive shell
-    // (login_shell), which is not an error, and shopt goes on past one.
-    // One redirection per run, not per option: each costs the session's
-    // shell five syscalls, ~60 of them on every spawn.
+    let mut body = String::new();
+    let sets_vars = !shell_vars.is_empty();
+    if sets_vars {
+        body.push_str("__procd_set() { case \" ${PROCD_KEEP-} \" in *\" $1 \"*) ;; *) export \"$1=$2\" ;; esac; }\n");
+        body.push_str(&shell_vars);
+        body.push_str("unset -f __procd_set; unset PROCD_KEEP\n");
+    }
+    let defaults: BTreeSet<&str> = defaults.lines().collect();
+    // `shopt -p` lines that differ from a plain `bash -c`, a run of them as
+    // one `shopt -s` and one `shopt -u` made quiet: some options cannot be
+    // set in a non-interactive shell (login_shell), which is not an error,
+    // and shopt goes on past one. One redirection per run, not per option:
+    // each costs the session's shell five syscalls.
     let mut options: [Vec<&str>; 2] = [Vec::new(), Vec::new()];
     let flush = |out: &mut String, options: &mut [Vec<&str>; 2]| {
         for (flag, names) in ["-s", "-u"].iter().zip(options.iter_mut()) {
@@ -295,6 +381,7 @@ fn render(env: &[u8], defs: &str, policy: &EnvPolicy) -> String {
             }
         }
     };
+    let (mut aliases, mut expand_aliases) = (false, false);
     for line in defs.lines() {
         let option = match line.split_once(' ') {
             Some(("shopt", rest)) => rest
@@ -303,18 +390,41 @@ fn render(env: &[u8], defs: &str, policy: &EnvPolicy) -> String {
             _ => None,
         };
         match option {
+            // Set only where there are aliases to expand (below); and a
+            // login shell's mark, which no shell can set.
+            Some((flag, "expand_aliases")) => expand_aliases = flag == "-s",
+            Some((_, "login_shell")) => {}
+            Some(_) if defaults.contains(line) => {}
             Some((flag, name)) => options[usize::from(flag == "-u")].push(name),
             None => {
-                flush(&mut out, &mut options);
-                out.push_str(line);
-                out.push('\n');
+                aliases |= line.starts_with("alias ");
+                flush(&mut body, &mut options);
+                body.push_str(line);
+                body.push('\n');
             }
         }
     }
-    flush(&mut out, &mut options);
-    // Aliases are expanded in the command (sourced on its own line first).
-    out.push_str("shopt -s expand_aliases\n");
-    out
+    flush(&mut body, &mut options);
+    if aliases && expand_aliases {
+        // Aliases are expanded in the command (sourced on its own line first).
+        body.push_str("shopt -s expand_aliases\n");
+    }
+    let runs = !body.is_empty();
+    let mut text = String::from(
+        "# procd shell snapshot (docs/operations.md): what the login scripts set up, sourced by\n\
+         # every session before its command (their exported variables are in\n\
+         # shell-snapshot.env and reach sessions at exec). Remade when they change; never edit.\n",
+    );
+    if !runs {
+        text.push_str("# Nothing to run: sessions do not source it.\n");
+    }
+    text.push_str(&body);
+    Rendered {
+        vars,
+        text,
+        runs,
+        sets_vars,
+    }
 }
 
 /// `value` as one single-quoted shell word.
@@ -349,33 +459,77 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_snapshot_filters_credentials_and_keeps_the_rest_quoted() {
+    fn the_snapshot_filters_credentials_and_keeps_the_rest() {
         let policy = EnvPolicy::new(&["GITHUB_TOKEN".to_string()]);
-        let env = b"PATH=/opt/bin:/usr/bin\0OPENAI_API_KEY=sk-secret\0GITHUB_TOKEN=ghp_x\0PWD=/x\0QUOTE=it's\0MULTI=a\nb\0BASH_FUNC_f%%=() { :; }\0";
-        let text = render(
+        let env = b"PATH=/opt/bin:/usr/bin\0OPENAI_API_KEY=sk-secret\0GITHUB_TOKEN=ghp_x\0PWD=/x\0QUOTE=it's\0MULTI=a\nb\0BASH_FUNC_f%%=() { :; }\0BASH_ENV=/x/env.sh\0";
+        let defaults = "shopt -u extglob\nshopt -u nullglob\nshopt -s globstar\nshopt -s cmdhist\n";
+        let r = render(
             env,
-            "f () \n{ \n    :\n}\nalias ll='ls -l'\nshopt -u extglob\nshopt -s nullglob\nshopt -u globstar\n",
+            "f () \n{ \n    :\n}\nalias ll='ls -l'\nshopt -u extglob\nshopt -s expand_aliases\nshopt -s login_shell\nshopt -s nullglob\nshopt -u globstar\nshopt -s cmdhist\n",
+            defaults,
             &policy,
         );
-        assert!(
-            text.contains("__procd_set PATH '/opt/bin:/usr/bin'\n"),
-            "{text}"
-        );
-        assert!(text.contains(r"__procd_set QUOTE 'it'\''s'"), "{text}");
-        assert!(text.contains("__procd_set MULTI 'a\nb'"), "{text}");
+        let var = |name: &str| {
+            r.vars
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(var("PATH"), Some("/opt/bin:/usr/bin"));
+        assert_eq!(var("QUOTE"), Some("it's"));
+        assert_eq!(var("MULTI"), Some("a\nb"));
+        for gone in [
+            "OPENAI_API_KEY",
+            "GITHUB_TOKEN",
+            "PWD",
+            "BASH_FUNC_f%%",
+            "BASH_ENV",
+        ] {
+            assert_eq!(var(gone), None, "{gone}: {:?}", r.vars);
+        }
+        let text = &r.text;
         assert!(
             !text.contains("sk-secret") && !text.contains("ghp_x"),
             "{text}"
         );
         assert!(
-            !text.contains("PWD") && !text.contains("BASH_FUNC"),
+            !text.contains("PATH") && !text.contains("BASH_FUNC"),
             "{text}"
         );
-        assert!(text.contains("alias ll='ls -l'\n"));
+        // A variable bash reads at start is exported by the file, after.
         assert!(
-            text.contains("shopt -s nullglob 2>/dev/null\nshopt -u extglob globstar 2>/dev/null\n"),
-            "one shopt per flag: {text}"
+            text.contains("__procd_set BASH_ENV '/x/env.sh'\n"),
+            "{text}"
+        );
+        assert!(r.sets_vars && r.runs);
+        assert!(text.contains("alias ll='ls -l'\n"));
+        // Only what differs from a plain `bash -c`, one shopt per flag.
+        assert!(
+            text.contains("shopt -s nullglob 2>/dev/null\nshopt -u globstar 2>/dev/null\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("extglob") && !text.contains("cmdhist"),
+            "{text}"
         );
         assert!(text.ends_with("shopt -s expand_aliases\n"));
+    }
+
+    #[test]
+    fn a_snapshot_of_only_variables_and_default_options_is_not_sourced() {
+        let policy = EnvPolicy::new(&[]);
+        let r = render(
+            b"PLAIN=1\0",
+            "shopt -u extglob\nshopt -s cmdhist\nshopt -s expand_aliases\nshopt -s login_shell\n",
+            "shopt -u extglob\nshopt -s cmdhist\nshopt -u expand_aliases\nshopt -u login_shell\n",
+            &policy,
+        );
+        assert_eq!(r.vars, vec![("PLAIN".to_string(), "1".to_string())]);
+        assert!(!r.runs && !r.sets_vars, "{}", r.text);
+        assert!(
+            !r.text.contains("shopt") && !r.text.contains("PLAIN"),
+            "{}",
+            r.text
+        );
     }
 }

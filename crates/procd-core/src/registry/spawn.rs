@@ -165,11 +165,12 @@ impl Registry {
         })
     }
 
-    /// The argv that runs `script`: a non-interactive `bash -c` that
-    /// sources the shell snapshot first (on its own line, so that aliases
-    /// apply to the command), or, without a snapshot or when it cannot be
-    /// made, the configured shell (`bash -lic`). The variables the session
-    /// sets itself are named in `PROCD_KEEP`, so the snapshot leaves them.
+    /// The argv that runs `script`: a non-interactive `bash -c` with the
+    /// shell snapshot's variables in its environment, which sources the
+    /// snapshot first when it has something to run (on its own line, so
+    /// that aliases apply to the command); or, without a snapshot or when
+    /// it cannot be made, the configured shell (`bash -lic`). The caller's
+    /// variables and those procd sets per session win over the scripts'.
     pub(super) async fn launch_argv(
         &self,
         script: &str,
@@ -178,14 +179,24 @@ impl Registry {
     ) -> Vec<String> {
         if let Some(snapshot) = &self.snapshot {
             match snapshot.current().await {
-                Ok(path) => {
+                Ok(snapshot) => {
                     self.faults.clear(SNAPSHOT_FAULT);
                     let mut keep: Vec<&str> = caller_env
                         .keys()
                         .map(|k| k.strip_prefix(crate::env::FORCE_PREFIX).unwrap_or(k))
                         .collect();
                     keep.extend(SESSION_VARS);
-                    env.insert(crate::snapshot::KEEP_VAR.into(), keep.join(" "));
+                    for (name, value) in &snapshot.vars {
+                        if !keep.contains(&name.as_str()) {
+                            env.insert(name.clone(), value.clone());
+                        }
+                    }
+                    let Some(path) = &snapshot.script else {
+                        return vec![self.shell[0].clone(), "-c".into(), script.to_string()];
+                    };
+                    if snapshot.sets_vars {
+                        env.insert(crate::snapshot::KEEP_VAR.into(), keep.join(" "));
+                    }
                     let source = crate::snapshot::quote(&path.display().to_string());
                     return vec![
                         self.shell[0].clone(),
@@ -204,6 +215,14 @@ impl Registry {
         let mut argv = self.shell.clone();
         argv.push(script.to_string());
         argv
+    }
+
+    /// The daemon's own PATH, where the programs procd runs are found.
+    fn daemon_path(&self) -> Option<&str> {
+        self.inherited_env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str())
     }
 
     /// `proc_` + 12 hex digits from the OS's CSPRNG (docs/SECURITY.md), unused.
@@ -540,7 +559,12 @@ impl Registry {
         if let (Some(unit), Some(scopes)) = (unit, &self.scopes) {
             argv = scopes.wrap(unit, &argv);
         }
-        let prepared = Prepared::new(&argv, &terminal_env(spec, env), &spec.cwd)?;
+        let prepared = Prepared::new(
+            &argv,
+            &terminal_env(spec, env),
+            &spec.cwd,
+            self.daemon_path(),
+        )?;
         let entry = cgroup.map(|c| c.entry()).transpose()?;
         let join = entry.as_ref().map(|e| e.join());
         let procfs = &self.procfs;
@@ -639,6 +663,7 @@ impl Prepared {
         argv: &[String],
         env: &BTreeMap<String, String>,
         cwd: &Path,
+        search_path: Option<&str>,
     ) -> std::io::Result<Prepared> {
         use std::os::unix::ffi::OsStrExt;
         let c = |s: &[u8]| {
@@ -648,13 +673,14 @@ impl Prepared {
         let name = argv
             .first()
             .ok_or_else(|| std::io::Error::other("no program"))?;
-        let program = procd_sys::spawn::resolve(name, env.get("PATH").map(String::as_str))
-            .ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    format!("{name}: not found in PATH"),
-                )
-            })?;
+        // The program is procd's (the shell, or systemd-run around it),
+        // found on the daemon's PATH: the session's may be the scripts'.
+        let program = procd_sys::spawn::resolve(name, search_path).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{name}: not found in PATH"),
+            )
+        })?;
         Ok(Prepared {
             program: c(program.as_os_str().as_bytes())?,
             argv: argv
