@@ -439,6 +439,50 @@ fn a_corrupt_checkpoint_is_moved_aside_never_overwritten() {
     assert_eq!(checkpoint(&d), json!([]), "a fresh checkpoint");
 }
 
+/// A session that ended just before a crash, before `ended.json` held it,
+/// is still in `procs.json` with its exit: the next daemon lists it with
+/// that exact exit, not as lost, and its process (a recycled pid here) is
+/// not signalled.
+#[test]
+fn an_exit_recorded_only_in_procs_json_is_listed_as_it_was() {
+    let home = short_tempdir();
+    let state = home.path().join("state");
+    std::fs::create_dir_all(state.join("logs")).unwrap();
+    let log = state.join("logs/proc_ffffffffffff.log");
+    std::fs::write(&log, "done\n").unwrap();
+    let stand = Stand::sleep();
+    let (_, start) = identity_of(stand.pid());
+    let mut ended = entry("proc_ffffffffffff", stand.pid(), start, &log);
+    // Ended just now (an older end would be past retention already).
+    let now = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .expect("date");
+    let now = String::from_utf8_lossy(&now.stdout).trim().to_string();
+    ended["exit"] = json!({
+        "exit_code": 7, "signal": null, "completion_reason": "exited",
+        "termination_source": null, "exited_at": now,
+    });
+    std::fs::write(state.join("procs.json"), json!([ended]).to_string()).unwrap();
+    let d = Daemon::in_home(home, "");
+    let p = d.ok("poll", json!({"session_id": "proc_ffffffffffff"}));
+    assert_eq!(
+        (
+            p["status"].clone(),
+            p["exit_code"].clone(),
+            p["completion_reason"].clone()
+        ),
+        (json!("exited"), json!(7), json!("exited")),
+        "{p}"
+    );
+    assert!(alive(stand.pid()), "its pid was signalled");
+    assert_eq!(
+        checkpoint(&d),
+        json!([]),
+        "procs.json holds running sessions"
+    );
+}
+
 #[test]
 fn a_recovered_session_whose_process_ends_is_marked_exited() {
     // R26 (a detached session's pid ends: exited, reason lost, code null)

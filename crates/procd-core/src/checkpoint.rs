@@ -4,12 +4,15 @@
 //! ended and are still retained, with their exits, so that the next daemon
 //! lists them as they were (docs/survival.md: an id an agent holds keeps its exit
 //! code across a restart). Commands are stored redacted. Written
-//! atomically (never fsynced: see `atomic::write_json_unsynced`), one
-//! write at a time, off the event loop; `ended.json` first, so a crash
-//! between the two leaves a just-ended session in both, and the exact exit
-//! wins.
+//! atomically (never fsynced: see `atomic::write_json_unsynced`), off the
+//! event loop, one write of each file at a time. The two files have
+//! writers of their own, so that a spawn's `procs.json` never waits behind
+//! an exit's (larger) `ended.json`; an ended session stays in `procs.json`
+//! (with its exit) until `ended.json` holds it, so it is always in one of
+//! them, and where it is in both the exact exit wins.
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use tokio::sync::Mutex;
 
@@ -68,7 +71,8 @@ pub struct CheckpointEntry {
     pub ready: Option<procd_proto::ReadySpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_after_ms: Option<u64>,
-    /// How it ended (`ended.json` only).
+    /// How it ended (`ended.json`; in `procs.json` only until
+    /// `ended.json` holds it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<EndedExit>,
 }
@@ -119,20 +123,28 @@ pub struct EndedExit {
     pub exited_at: String,
 }
 
-/// Writes the checkpoint, one write at a time, latest state last.
+/// Writes the checkpoint, one write of each file at a time, latest state
+/// last.
 pub struct Checkpoint {
     path: PathBuf,
-    /// Held for a write; holds the ids last written to `ended.json` (an
+    /// Held for an `ended.json` write; holds the ids last written to it (an
     /// ended session's record never changes, so the same ids mean the same
-    /// file, and a spawn does not rewrite it).
-    writing: Mutex<Option<Vec<String>>>,
+    /// file).
+    writing_ended: Mutex<Option<Vec<String>>>,
+    /// Held for a `procs.json` write.
+    writing_running: Mutex<()>,
+    /// The ids `ended.json` holds now. A std mutex, never held across an
+    /// await: `procs.json` keeps every ended session not in it.
+    landed: std::sync::Mutex<HashSet<String>>,
 }
 
 impl Checkpoint {
     pub fn new(path: PathBuf) -> Checkpoint {
         Checkpoint {
             path,
-            writing: Mutex::new(None),
+            writing_ended: Mutex::new(None),
+            writing_running: Mutex::new(()),
+            landed: std::sync::Mutex::new(HashSet::new()),
         }
     }
 
@@ -145,32 +157,61 @@ impl Checkpoint {
         path.with_file_name("ended.json")
     }
 
-    /// Writes what `entries` returns: running sessions to `procs.json`,
-    /// ended ones (with `exit`) to `ended.json`. The snapshot is taken
-    /// after the previous write finished, so the files always end at the
-    /// newest state.
-    pub async fn write(
+    /// Writes what `entries` returns: ended sessions (with `exit`) to
+    /// `ended.json` when they changed, then the running ones to
+    /// `procs.json` (`write_running`). Each snapshot is taken once the
+    /// previous write of its file finished, so the files end at the newest
+    /// state.
+    pub async fn write(&self, entries: impl Fn() -> Vec<CheckpointEntry>) -> std::io::Result<()> {
+        self.write_ended(&entries).await?;
+        self.write_running(entries).await
+    }
+
+    async fn write_ended(
         &self,
-        entries: impl FnOnce() -> Vec<CheckpointEntry>,
+        entries: &impl Fn() -> Vec<CheckpointEntry>,
     ) -> std::io::Result<()> {
-        let mut last_ended = self.writing.lock().await;
-        let (ended, running): (Vec<_>, Vec<_>) =
-            entries().into_iter().partition(|e| e.exit.is_some());
+        let mut last_ended = self.writing_ended.lock().await;
+        let ended: Vec<CheckpointEntry> =
+            entries().into_iter().filter(|e| e.exit.is_some()).collect();
         let mut ids: Vec<String> = ended.iter().map(|e| e.session_id.clone()).collect();
         ids.sort_unstable();
-        let ended = (last_ended.as_ref() != Some(&ids)).then_some(ended);
-        let path = self.path.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            if let Some(ended) = &ended {
-                crate::atomic::write_json_unsynced(&Self::ended_path(&path), ended)?;
-            }
-            crate::atomic::write_json_unsynced(&path, &running)
-        })
-        .await
-        .map_err(std::io::Error::other)?;
-        // After a failure the next write writes both again.
-        *last_ended = written.is_ok().then_some(ids);
+        if last_ended.as_ref() == Some(&ids) {
+            return Ok(());
+        }
+        let path = Self::ended_path(&self.path);
+        let written =
+            tokio::task::spawn_blocking(move || crate::atomic::write_json_unsynced(&path, &ended))
+                .await
+                .map_err(std::io::Error::other)?;
+        // After a failure the next write writes it again.
+        *last_ended = written.is_ok().then(|| ids.clone());
+        if written.is_ok() {
+            *self.landed.lock().unwrap_or_else(|e| e.into_inner()) = ids.into_iter().collect();
+        }
         written
+    }
+
+    /// Writes the running sessions to `procs.json`, and the ended ones
+    /// `ended.json` does not hold yet: what a spawn must have on disk
+    /// before it answers, without waiting for `ended.json`.
+    pub async fn write_running(
+        &self,
+        entries: impl Fn() -> Vec<CheckpointEntry>,
+    ) -> std::io::Result<()> {
+        let _writing = self.writing_running.lock().await;
+        let running: Vec<CheckpointEntry> = {
+            let entries = entries();
+            let landed = self.landed.lock().unwrap_or_else(|e| e.into_inner());
+            entries
+                .into_iter()
+                .filter(|e| e.exit.is_none() || !landed.contains(&e.session_id))
+                .collect()
+        };
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || crate::atomic::write_json_unsynced(&path, &running))
+            .await
+            .map_err(std::io::Error::other)?
     }
 
     /// The recorded entries; a missing or corrupt file is empty, and
@@ -198,5 +239,65 @@ impl Checkpoint {
             .collect();
         let skipped = total - entries.len();
         (entries, skipped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, exit_code: Option<i32>) -> CheckpointEntry {
+        let mut v = serde_json::json!({
+            "session_id": id, "command": "true", "pid": 1, "start_time": 1, "pgid": 1,
+            "cwd": "/", "started_at": "2026-01-01T00:00:00Z", "log_path": "/x.log",
+        });
+        if let Some(code) = exit_code {
+            v["exit"] = serde_json::json!({
+                "exit_code": code, "signal": null, "completion_reason": "exited",
+                "exited_at": "2026-01-01T00:00:01Z",
+            });
+        }
+        serde_json::from_value(v).expect("an entry")
+    }
+
+    fn ids(path: &Path) -> Vec<String> {
+        let (entries, _) = Checkpoint::read(path);
+        entries.into_iter().map(|e| e.session_id).collect()
+    }
+
+    /// An ended session is on disk at every moment: in procs.json (with
+    /// its exit) until ended.json holds it, also when ended.json cannot be
+    /// written, and a spawn's procs.json write never writes ended.json.
+    #[tokio::test]
+    async fn an_ended_session_stays_in_procs_json_until_ended_json_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint = Checkpoint::new(dir.path().join("procs.json"));
+        let ended_path = Checkpoint::ended_path(checkpoint.path());
+        let now = || vec![entry("proc_run", None), entry("proc_end", Some(7))];
+        checkpoint.write_running(now).await.unwrap();
+        assert_eq!(ids(checkpoint.path()), ["proc_run", "proc_end"]);
+        assert!(!ended_path.exists(), "write_running wrote ended.json");
+        let (in_procs, _) = Checkpoint::read(checkpoint.path());
+        assert_eq!(in_procs[1].exit.as_ref().and_then(|e| e.exit_code), Some(7));
+
+        checkpoint.write(now).await.unwrap();
+        assert_eq!(ids(&ended_path), ["proc_end"]);
+        assert_eq!(ids(checkpoint.path()), ["proc_run"]);
+
+        // ended.json cannot be written: the next ended session stays in
+        // procs.json, the one ended.json already holds does not come back.
+        let later = || {
+            vec![
+                entry("proc_run", None),
+                entry("proc_end", Some(7)),
+                entry("proc_end2", Some(3)),
+            ]
+        };
+        std::fs::remove_file(&ended_path).unwrap();
+        std::fs::create_dir(&ended_path).unwrap();
+        std::fs::write(ended_path.join("x"), b"").unwrap();
+        assert!(checkpoint.write(later).await.is_err());
+        checkpoint.write_running(later).await.unwrap();
+        assert_eq!(ids(checkpoint.path()), ["proc_run", "proc_end2"]);
     }
 }

@@ -46,8 +46,25 @@ impl Registry {
             return Ok(());
         };
         let written = checkpoint.write(|| self.checkpoint_entries()).await;
+        self.checkpoint_written(written, true)
+    }
+
+    /// Writes `procs.json` alone (a spawn's record; an exit's `ended.json`
+    /// is not waited for).
+    pub(super) async fn write_running_checkpoint(&self) -> std::io::Result<()> {
+        let Some(checkpoint) = &self.checkpoint else {
+            return Ok(());
+        };
+        let written = checkpoint.write_running(|| self.checkpoint_entries()).await;
+        self.checkpoint_written(written, false)
+    }
+
+    /// Reports a failed write as a fault; a whole write (`whole`: both
+    /// files) that succeeded clears it.
+    fn checkpoint_written(&self, written: std::io::Result<()>, whole: bool) -> std::io::Result<()> {
         match &written {
-            Ok(()) => self.faults.clear("checkpoint"),
+            Ok(()) if whole => self.faults.clear("checkpoint"),
+            Ok(()) => {}
             Err(err) => self.faults.set("checkpoint", &err.to_string()),
         }
         written
@@ -165,9 +182,15 @@ impl Registry {
         .await
         .map_err(std::io::Error::other)?;
         // Ended first: a session that ended just before a crash may still
-        // be in procs.json too; its recorded exit wins.
-        for entry in ended {
-            self.list_ended(&entry).await;
+        // be in procs.json too; its recorded exit wins. One that ended
+        // before ended.json held it is in procs.json with its exit.
+        for entry in ended
+            .iter()
+            .chain(entries.iter().filter(|e| e.exit.is_some()))
+        {
+            if !self.table().contains_key(&entry.session_id) {
+                self.list_ended(entry).await;
+            }
         }
         let mut recovered = 0;
         let mut dropped = skipped;

@@ -297,7 +297,7 @@ impl Registry {
             started_at: rfc3339(session.started_at),
         });
 
-        let checkpointed = self.write_checkpoint().await;
+        let checkpointed = self.write_running_checkpoint().await;
         self.supervise_in_background(session.clone(), reader, exit_rx);
         self.watch_oom(&session);
 
