@@ -177,14 +177,16 @@ impl OutputStore {
     /// Creates (or truncates) the log file, mode 0600. Writes are
     /// positional (splice refuses O_APPEND files), always at `file_end`.
     pub fn create(path: &Path, max_log_bytes: u64, tail_cap: usize) -> io::Result<OutputStore> {
+        // O_TRUNC in the open, not a truncate after it: a new log (the
+        // common case) costs one system call.
         let file = OpenOptions::new()
             .create(true)
             .write(true)
             .read(true)
+            .truncate(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)?;
-        file.set_len(0)?;
         Ok(Self::with_file(
             path,
             Some(file),

@@ -2,9 +2,17 @@
 //! start time) and `environ` (the session marker). The root is a parameter
 //! so the "cannot read /proc" fallback can be tested.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A short /proc record as text.
+fn text_of(bytes: &[u8]) -> io::Result<String> {
+    String::from_utf8(bytes.to_vec()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
 
 /// The fields of /proc/<pid>/stat that procd uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,19 +81,52 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 #[derive(Debug, Clone)]
 pub struct ProcFs {
     root: PathBuf,
+    /// `statm` files of processes looked at lately, kept open and read
+    /// again from offset 0 (a /proc file is made anew by each read at 0):
+    /// one system call a look instead of open, read and close. Shared by
+    /// clones; at most `HELD_MAX` files.
+    held: Arc<Mutex<Held>>,
+}
+
+/// At most this many `statm` files are kept open.
+const HELD_MAX: usize = 512;
+/// A file not read for this long is closed.
+const HELD_IDLE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Default)]
+struct Held {
+    files: HashMap<i32, (fs::File, Instant)>,
+    swept: Option<Instant>,
+}
+
+impl Held {
+    /// Closes what was not read lately (a process that ended holds its
+    /// file until then: an fd for a pid that is gone reads nothing, and a
+    /// recycled pid is another process, found by opening again).
+    fn sweep(&mut self, now: Instant) {
+        if self
+            .swept
+            .is_none_or(|t| now.duration_since(t) >= HELD_IDLE)
+        {
+            self.files
+                .retain(|_, (_, used)| now.duration_since(*used) < HELD_IDLE);
+            self.swept = Some(now);
+        }
+    }
 }
 
 impl Default for ProcFs {
     fn default() -> Self {
-        ProcFs {
-            root: PathBuf::from("/proc"),
-        }
+        ProcFs::at("/proc")
     }
 }
 
 impl ProcFs {
     pub fn at(root: impl Into<PathBuf>) -> Self {
-        ProcFs { root: root.into() }
+        ProcFs {
+            root: root.into(),
+            held: Arc::default(),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -107,7 +148,7 @@ impl ProcFs {
     /// callers that take CPU time and membership from a cgroup. None for a
     /// zombie or a kernel thread (no memory map: all fields 0).
     pub fn resident_pages(&self, pid: i32) -> io::Result<Option<u64>> {
-        let text = read_record(&self.root.join(pid.to_string()).join("statm"))?;
+        let text = self.read_statm(pid)?;
         let mut fields = text.split_ascii_whitespace();
         let (Some(size), Some(resident)) = (fields.next(), fields.next()) else {
             return Err(io::Error::new(
@@ -124,6 +165,29 @@ impl ProcFs {
             })
         };
         Ok((parse(size)? > 0).then_some(parse(resident)?))
+    }
+
+    /// The text of the process's `statm`, through the file kept open for
+    /// it if it still reads, else a file opened now (and kept).
+    fn read_statm(&self, pid: i32) -> io::Result<String> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 256];
+        let now = Instant::now();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.sweep(now);
+        if let Some((file, used)) = held.files.get_mut(&pid) {
+            if let Ok(n @ 1..) = file.read_at(&mut buf, 0) {
+                *used = now;
+                return text_of(&buf[..n]);
+            }
+            held.files.remove(&pid);
+        }
+        let file = fs::File::open(self.root.join(pid.to_string()).join("statm"))?;
+        let n = file.read_at(&mut buf, 0)?;
+        if held.files.len() < HELD_MAX {
+            held.files.insert(pid, (file, now));
+        }
+        text_of(&buf[..n])
     }
 
     /// Every process's stat. Processes that vanish while listing are skipped;
@@ -210,6 +274,31 @@ pub fn read_small(path: &std::path::Path) -> io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `statm` kept open answers for its process only: once the process
+    /// is gone (reaped), the kept file reads nothing and the pid is looked
+    /// up again, so no stale figure comes back.
+    #[test]
+    fn a_kept_statm_never_outlives_its_process() {
+        let procfs = ProcFs::default();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let first = procfs.resident_pages(pid).unwrap();
+        assert!(first.is_some_and(|p| p > 0), "{first:?}");
+        assert!(procfs.held.lock().unwrap().files.contains_key(&pid));
+        // Read again through the kept file, and by a clone (shared).
+        assert!(procfs.clone().resident_pages(pid).unwrap().is_some());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            procfs.resident_pages(pid).is_err(),
+            "a figure for a reaped pid"
+        );
+        assert!(!procfs.held.lock().unwrap().files.contains_key(&pid));
+    }
 
     #[test]
     fn a_record_is_read_whole_short_or_long() {
