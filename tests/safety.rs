@@ -1183,11 +1183,21 @@ fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
     d.read_until(&ticker, "tick-5");
     let filler = disk.fill();
     // Writes now fail: the log and the checkpoint are faults, and the
-    // daemon keeps serving from memory.
-    let short = d.call("spawn", json!({"command": "true"}));
+    // daemon keeps serving from memory. (The checkpoint is rewritten in
+    // the pages its spare already has, so a session whose record needs
+    // more of them is the one that cannot be recorded.)
+    let long = format!("true # {}", "x".repeat(20_000));
+    let short = d.call("spawn", json!({"command": long}));
     assert_eq!(
         short["error"]["code"], -32003,
         "no checkpoint, no new session: {short}"
+    );
+    assert_eq!(
+        d.ok("list", json!({}))["processes"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "only the ticker is listed"
     );
     wait_until("the log and the checkpoint are reported", || {
         let f = faults(&d);

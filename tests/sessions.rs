@@ -470,10 +470,45 @@ fn a_failed_spawn_leaves_nothing() {
         "the OS error is carried: {msg}"
     );
     assert_eq!(d.ok("list", json!({}))["processes"], json!([]));
+    // The spare the next session's log is made from is a dot file.
     let logs: Vec<_> = std::fs::read_dir(d.state_dir().join("logs"))
         .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != ".spare.log")
         .collect();
-    assert!(logs.is_empty(), "no log file is left behind");
+    assert!(logs.is_empty(), "a log file is left behind: {logs:?}");
+}
+
+/// A session's log is the spare made ahead of time (renamed: no file is
+/// made on the spawn's path), another spare follows, and a spare a dead
+/// daemon left is removed by the next one.
+#[test]
+fn a_session_log_is_the_spare_made_before_it() {
+    use std::os::unix::fs::MetadataExt;
+    let d = Daemon::start();
+    let logs = d.state_dir().join("logs");
+    let spare = logs.join(".spare.log");
+    d.spawn("true");
+    wait_until("a spare log is made", || spare.exists());
+    let inode = std::fs::metadata(&spare).unwrap().ino();
+    let id = d.spawn("echo into-the-spare");
+    d.wait_exit(&id);
+    let log = logs.join(format!("{id}.log"));
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().ino(),
+        inode,
+        "not the spare"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "into-the-spare\n");
+    wait_until("the next spare is made", || {
+        std::fs::metadata(&spare).is_ok_and(|m| m.ino() != inode)
+    });
+    assert!(spare.exists());
+    d.kill_daemon();
+    // The next daemon removed it as it started; its own comes with a spawn.
+    assert!(!spare.exists(), "a dead daemon's spare is left");
+    d.spawn("true");
+    wait_until("the new daemon's spare is made", || spare.exists());
 }
 
 #[test]

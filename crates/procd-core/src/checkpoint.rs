@@ -127,6 +127,9 @@ pub struct EndedExit {
 /// last.
 pub struct Checkpoint {
     path: PathBuf,
+    /// The two files, each rewritten in place of a spare of its own.
+    running_file: crate::atomic::SwapFile,
+    ended_file: crate::atomic::SwapFile,
     /// Held for an `ended.json` write; holds the ids last written to it (an
     /// ended session's record never changes, so the same ids mean the same
     /// file).
@@ -139,13 +142,15 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    pub fn new(path: PathBuf) -> Checkpoint {
-        Checkpoint {
+    pub fn new(path: PathBuf) -> std::io::Result<Checkpoint> {
+        Ok(Checkpoint {
+            running_file: crate::atomic::SwapFile::new(&path)?,
+            ended_file: crate::atomic::SwapFile::new(&Self::ended_path(&path))?,
             path,
             writing_ended: Mutex::new(None),
             writing_running: Mutex::new(()),
             landed: std::sync::Mutex::new(HashSet::new()),
-        }
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -179,11 +184,10 @@ impl Checkpoint {
         if last_ended.as_ref() == Some(&ids) {
             return Ok(());
         }
-        let path = Self::ended_path(&self.path);
-        let written =
-            tokio::task::spawn_blocking(move || crate::atomic::write_json_unsynced(&path, &ended))
-                .await
-                .map_err(std::io::Error::other)?;
+        let file = self.ended_file.clone();
+        let written = tokio::task::spawn_blocking(move || file.write_json(&ended))
+            .await
+            .map_err(std::io::Error::other)?;
         // After a failure the next write writes it again.
         *last_ended = written.is_ok().then(|| ids.clone());
         if written.is_ok() {
@@ -208,8 +212,8 @@ impl Checkpoint {
                 .filter(|e| e.exit.is_none() || !landed.contains(&e.session_id))
                 .collect()
         };
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || crate::atomic::write_json_unsynced(&path, &running))
+        let file = self.running_file.clone();
+        tokio::task::spawn_blocking(move || file.write_json(&running))
             .await
             .map_err(std::io::Error::other)?
     }
@@ -271,7 +275,7 @@ mod tests {
     #[tokio::test]
     async fn an_ended_session_stays_in_procs_json_until_ended_json_holds_it() {
         let dir = tempfile::tempdir().unwrap();
-        let checkpoint = Checkpoint::new(dir.path().join("procs.json"));
+        let checkpoint = Checkpoint::new(dir.path().join("procs.json")).unwrap();
         let ended_path = Checkpoint::ended_path(checkpoint.path());
         let now = || vec![entry("proc_run", None), entry("proc_end", Some(7))];
         checkpoint.write_running(now).await.unwrap();

@@ -197,6 +197,16 @@ impl OutputStore {
         ))
     }
 
+    /// A store on a log file made just now (empty), already at `path`.
+    pub fn on_new_file(
+        path: &Path,
+        file: File,
+        max_log_bytes: u64,
+        tail_cap: usize,
+    ) -> OutputStore {
+        Self::with_file(path, Some(file), 0, 0, max_log_bytes, tail_cap)
+    }
+
     /// Opens the log of a session recovered after a daemon restart: what
     /// it holds is readable; cursors count from its first kept byte.
     pub fn open_existing(

@@ -129,6 +129,9 @@ pub struct Registry {
     /// Entries kept in the checkpoint though not tracked: dead sessions
     /// whose systemd scope could not be stopped (retried next start).
     retained: Mutex<Vec<CheckpointEntry>>,
+    /// The next session's log file, made ahead of time under
+    /// `spawn::SPARE_LOG` (`Registry::new_log`).
+    spare_log: Mutex<Option<std::fs::File>>,
     /// Set when the daemon is shutting down: spawns are refused.
     closing: std::sync::atomic::AtomicBool,
     /// A checkpoint write is scheduled and has not begun (`checkpoint_soon`).
@@ -169,16 +172,18 @@ impl Registry {
                 options.procfs.clone(),
             )
         });
+        let checkpoint = options.checkpoint.map(Checkpoint::new).transpose()?;
         Ok(Arc::new_cyclic(|me| Registry {
             env_policy: EnvPolicy::new(&options.config.env_blocklist),
             redactor: Redactor {
                 enabled: options.config.redact,
             },
-            checkpoint: options.checkpoint.map(Checkpoint::new),
+            checkpoint,
             faults: crate::faults::Faults::default(),
             scopes: options.scopes,
             cgroups: options.cgroups,
             retained: Mutex::new(Vec::new()),
+            spare_log: Mutex::new(None),
             config: options.config,
             logs_dir: options.logs_dir,
             default_cwd: options.default_cwd,

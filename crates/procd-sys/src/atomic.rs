@@ -88,6 +88,76 @@ fn replace(tmp: &Path, path: &Path) -> io::Result<()> {
     }
 }
 
+/// A file rewritten often (the checkpoint), atomically and unsynced like
+/// `write_json_unsynced`, but with no file made or removed per write: the
+/// content is written under a spare name of its own and swapped into
+/// place, and the old content, now under the spare name, is overwritten
+/// by the next write. Making and removing a file are journaled metadata
+/// changes, 0.05 to 0.2 ms each on ext4 here, on every spawn's path. One
+/// writer per file (the caller serializes); the spare is a temp name that
+/// `sweep_temps` removes after a crash. A spare that is not a regular file
+/// is left alone and the write made the plain way.
+#[derive(Debug, Clone)]
+pub struct SwapFile {
+    path: std::path::PathBuf,
+    spare: std::path::PathBuf,
+}
+
+impl SwapFile {
+    pub fn new(path: &Path) -> io::Result<SwapFile> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
+        Ok(SwapFile {
+            path: path.to_path_buf(),
+            spare: dir.join(format!(".{name}.{}.tmp", crate::random::hex(8)?)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `value` as one line of JSON.
+    pub fn write_json<T: Serialize>(&self, value: &T) -> io::Result<()> {
+        let mut bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        self.write(&bytes)
+    }
+
+    fn write(&self, bytes: &[u8]) -> io::Result<()> {
+        use rustix::fs::{renameat_with, RenameFlags, CWD};
+        use std::os::unix::fs::FileExt;
+        let opened = OpenOptions::new()
+            .write(true)
+            // No symlink is followed, and a FIFO does not block the open.
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(&self.spare);
+        let file = match opened {
+            Ok(f) if f.metadata()?.file_type().is_file() => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&self.spare)?,
+            _ => return write_file(&self.path, bytes, false),
+        };
+        file.write_all_at(bytes, 0)?;
+        file.set_len(bytes.len() as u64)?;
+        drop(file);
+        if !std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_file()) {
+            return std::fs::rename(&self.spare, &self.path);
+        }
+        match renameat_with(CWD, &self.spare, CWD, &self.path, RenameFlags::EXCHANGE) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                std::fs::rename(&self.spare, &self.path)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 /// Removes the temp files `write_json*` and `write_bytes` leave in `dir`
 /// when a process dies mid-write (`.<name>.<16 hex>.tmp`). Only for a
 /// directory whose writer is the caller (the state dir, under its lock).
@@ -175,6 +245,51 @@ pub fn read_private(path: &Path) -> io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A swap file makes no file per write: after the first swap the
+    /// directory holds the file and one spare, always; each write leaves
+    /// the newest content under the name; a spare that is a directory is
+    /// left alone; the spare is a temp `sweep_temps` removes.
+    #[test]
+    fn a_swap_file_rewrites_in_place_of_its_spare() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("procs.json");
+        let file = SwapFile::new(&path).unwrap();
+        let names = || {
+            let mut n: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            n.sort();
+            n
+        };
+        file.write_json(&vec!["a"; 50]).unwrap();
+        assert_eq!(names(), ["procs.json"]);
+        let inodes = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        file.write_json(&["b"]).unwrap();
+        let after_two = names();
+        assert_eq!(after_two.len(), 2, "{after_two:?}");
+        let spare = dir.path().join(&after_two[0]);
+        let spare_inode = inodes(&spare);
+        for n in 0..5 {
+            file.write_json(&[n]).unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("[{n}]\n"));
+            assert_eq!(names(), after_two, "a file was made or left");
+        }
+        // The two inodes trade places; no third one appears.
+        assert!([inodes(&path), inodes(&spare)].contains(&spare_inode));
+        std::fs::remove_file(&spare).unwrap();
+        std::fs::create_dir(&spare).unwrap();
+        file.write_json(&["c"]).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[\"c\"]\n");
+        assert!(spare.is_dir(), "a planted spare was replaced");
+        std::fs::remove_dir(&spare).unwrap();
+        file.write_json(&["d"]).unwrap();
+        file.write_json(&["e"]).unwrap();
+        sweep_temps(dir.path());
+        assert_eq!(names(), ["procs.json"]);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[\"e\"]\n");
+    }
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

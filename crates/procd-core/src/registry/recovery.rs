@@ -169,11 +169,14 @@ impl Registry {
             return Ok((0, 0));
         };
         let path = checkpoint.path().to_path_buf();
+        let spare_log = self.logs_dir.join(super::spawn::SPARE_LOG);
         let ((entries, skipped), (ended, _)) = tokio::task::spawn_blocking(move || {
-            // A write a crash cut short left its temp file (never read).
+            // A write a crash cut short left its temp file (never read),
+            // and a daemon its spare log (no session's).
             if let Some(dir) = path.parent() {
                 crate::atomic::sweep_temps(dir);
             }
+            let _ = std::fs::remove_file(&spare_log);
             (
                 Checkpoint::read(&path),
                 Checkpoint::read(&Checkpoint::ended_path(&path)),

@@ -217,6 +217,50 @@ impl Registry {
         argv
     }
 
+    /// The session's log: the spare made ahead of time, renamed to its
+    /// name (a rename is a fifth of a file's creation on ext4 here), else
+    /// a file made now. Another spare is made off the spawn's path.
+    fn new_log(&self, id: &str) -> std::io::Result<OutputStore> {
+        let path = self.logs_dir.join(format!("{id}.log"));
+        let (max, tail) = (self.config.max_log_bytes, self.config.memory_tail_bytes);
+        let spare = {
+            let mut spare = self.spare_log.lock().unwrap_or_else(|e| e.into_inner());
+            // Taken and renamed under the lock: the file and the name it
+            // is under stay one (see `make_spare_log`).
+            spare
+                .take()
+                .filter(|_| std::fs::rename(self.logs_dir.join(SPARE_LOG), &path).is_ok())
+        };
+        self.make_spare_log();
+        match spare {
+            Some(file) => Ok(OutputStore::on_new_file(&path, file, max, tail)),
+            None => OutputStore::create(&path, max, tail),
+        }
+    }
+
+    /// Makes the next spare log, off the event loop: a new file under
+    /// `SPARE_LOG`, made only if none is there (O_EXCL), so the spare
+    /// held is always the file under that name. One left by a crash is
+    /// removed at recovery.
+    pub(super) fn make_spare_log(&self) {
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::OpenOptionsExt;
+            let made = std::fs::OpenOptions::new()
+                .create_new(true)
+                .read(true)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(me.logs_dir.join(SPARE_LOG));
+            if let Ok(file) = made {
+                *me.spare_log.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+            }
+        });
+    }
+
     /// The daemon's own PATH, where the programs procd runs are found.
     fn daemon_path(&self) -> Option<&str> {
         self.inherited_env
@@ -250,12 +294,8 @@ impl Registry {
             .new_session_id()
             .map_err(|e| spawn_err("cannot make a session id", e))?;
         let output = Arc::new(
-            OutputStore::create(
-                &self.logs_dir.join(format!("{id}.log")),
-                self.config.max_log_bytes,
-                self.config.memory_tail_bytes,
-            )
-            .map_err(|e| spawn_err("cannot create the session log", e))?,
+            self.new_log(&id)
+                .map_err(|e| spawn_err("cannot create the session log", e))?,
         );
         let mut env = self
             .env_policy
@@ -774,6 +814,9 @@ pub fn launch_script(command: &str) -> String {
         rewrite_compound_background(command)
     )
 }
+
+/// The spare log's name in the logs dir (a dot file: no session's id).
+pub(super) const SPARE_LOG: &str = ".spare.log";
 
 /// The fault `status.faults` shows while no shell snapshot can be made.
 const SNAPSHOT_FAULT: &str = "shell snapshot";
