@@ -211,6 +211,38 @@ fn a_changed_script_is_picked_up_by_the_next_spawn() {
     assert_eq!(rc_runs(d.home.path()), 3);
 }
 
+/// A ~/.bashrc kept elsewhere (a symlink, as dotfile managers make) is
+/// followed: editing its target is picked up by the next spawn, and so is
+/// pointing the link at another file and editing that one.
+#[test]
+fn a_symlinked_script_is_followed_to_its_target() {
+    let home = home_with_rc("");
+    let dotfiles = home.path().join("dotfiles");
+    std::fs::create_dir(&dotfiles).unwrap();
+    std::fs::write(dotfiles.join("one"), "export STAGE=one\n").unwrap();
+    std::fs::remove_file(home.path().join(".bashrc")).unwrap();
+    std::os::unix::fs::symlink(dotfiles.join("one"), home.path().join(".bashrc")).unwrap();
+    let d = Daemon::in_home(home, "");
+    // Twice each time: the second spawn finds nothing changed (a capture's
+    // own write looks like a change once), so the edit after it is the
+    // only change the next spawn can notice.
+    let stage = || {
+        let first = output_of(&d, "echo $STAGE", json!({}));
+        assert_eq!(output_of(&d, "echo $STAGE", json!({})), first);
+        first
+    };
+    assert_eq!(stage(), "one\n");
+    std::fs::write(dotfiles.join("one"), "export STAGE=edited\n").unwrap();
+    assert_eq!(stage(), "edited\n");
+    std::fs::write(dotfiles.join("two"), "export STAGE=two\n").unwrap();
+    let link = d.home.path().join(".bashrc");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(dotfiles.join("two"), &link).unwrap();
+    assert_eq!(stage(), "two\n");
+    std::fs::write(dotfiles.join("two"), "export STAGE=two-edited\n").unwrap();
+    assert_eq!(stage(), "two-edited\n");
+}
+
 #[test]
 fn exit_codes_and_the_compound_rewrite_still_behave() {
     let home = home_with_rc("alias greet='echo hi'");

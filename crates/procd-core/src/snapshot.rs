@@ -161,6 +161,110 @@ pub struct ShellSnapshot {
     reaper: Arc<Reaper>,
     procfs: ProcFs,
     state: tokio::sync::Mutex<State>,
+    /// Says when a source may have changed, so that a spawn looks at
+    /// them only then.
+    watch: SourcesWatch,
+}
+
+/// Whether the snapshot's sources (or the file itself) may have changed
+/// since they were last looked at: inotify on the directories they are in,
+/// by name, so that a spawn stats none of them while nothing changed. The
+/// kernel queues an event as the change is made, and the queue is read at
+/// each look (no reader task that could lag behind a spawn). Without
+/// inotify (or after a read fails) every spawn looks, as before.
+#[derive(Default)]
+struct SourcesWatch {
+    /// The inotify descriptor and the file names each watch is for; None
+    /// before the first look, or when there is no watch.
+    watch: std::sync::Mutex<Option<Watch>>,
+    started: std::sync::atomic::AtomicBool,
+}
+
+struct Watch {
+    fd: std::os::fd::OwnedFd,
+    names: std::collections::HashMap<i32, Vec<std::ffi::OsString>>,
+}
+
+impl SourcesWatch {
+    /// True when the watch runs and saw no change to `files` since the
+    /// last call.
+    fn unchanged(&self, files: &[PathBuf]) -> bool {
+        use rustix::fs::inotify::{self, ReadFlags};
+        use std::os::unix::ffi::OsStrExt;
+        let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.started.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            match Watch::start(files) {
+                Ok(w) => *watch = Some(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch the login scripts; every spawn looks at them")
+                }
+            }
+        }
+        let Some(w) = watch.as_ref() else {
+            return false;
+        };
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut events = inotify::Reader::new(&w.fd, &mut buf);
+        let mut changed = false;
+        loop {
+            match events.next() {
+                Ok(e) => {
+                    let named = e.file_name().is_some_and(|n| {
+                        let n = std::ffi::OsStr::from_bytes(n.to_bytes());
+                        w.names
+                            .get(&e.wd())
+                            .is_some_and(|all| all.iter().any(|f| f == n))
+                    });
+                    // A watched directory's own end, or events lost.
+                    changed |= named
+                        || e.file_name().is_none()
+                        || e.events().contains(ReadFlags::QUEUE_OVERFLOW);
+                }
+                Err(rustix::io::Errno::AGAIN) if changed => {
+                    // Made again: a source that is a symlink may point
+                    // elsewhere now.
+                    *watch = Watch::start(files).ok();
+                    return false;
+                }
+                Err(rustix::io::Errno::AGAIN) => return true,
+                Err(_) => {
+                    *watch = None;
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+impl Watch {
+    fn start(files: &[PathBuf]) -> std::io::Result<Watch> {
+        use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
+        let flags = WatchFlags::CREATE
+            | WatchFlags::DELETE
+            | WatchFlags::MODIFY
+            | WatchFlags::ATTRIB
+            | WatchFlags::MOVED_FROM
+            | WatchFlags::MOVED_TO
+            | WatchFlags::DELETE_SELF
+            | WatchFlags::MOVE_SELF;
+        let mut names: std::collections::HashMap<i32, Vec<std::ffi::OsString>> = Default::default();
+        // A source that is a symlink (dotfiles kept elsewhere) changes
+        // where it points: watched there too.
+        let targets = files
+            .iter()
+            .filter_map(|f| std::fs::canonicalize(f).ok().filter(|t| t != f));
+        for file in files.iter().cloned().chain(targets) {
+            let (Some(dir), Some(name)) = (file.parent(), file.file_name()) else {
+                continue;
+            };
+            // A directory that does not exist cannot hold a source yet,
+            // but could appear: then there is no watch at all.
+            let wd = inotify::add_watch(&fd, dir, flags)?;
+            names.entry(wd).or_default().push(name.to_owned());
+        }
+        Ok(Watch { fd, names })
+    }
 }
 
 impl ShellSnapshot {
@@ -189,6 +293,7 @@ impl ShellSnapshot {
             reaper,
             procfs,
             state: tokio::sync::Mutex::new(State::Unknown),
+            watch: SourcesWatch::default(),
         }
     }
 
@@ -200,6 +305,15 @@ impl ShellSnapshot {
     /// Concurrent callers wait for one capture.
     pub async fn current(&self) -> Result<Arc<Snapshot>, String> {
         let mut state = self.state.lock().await;
+        let mut watched: Vec<PathBuf> = SOURCES.iter().map(|s| self.home.join(s)).collect();
+        watched.extend([self.shell.clone(), self.path.clone()]);
+        if self.watch.unchanged(&watched) {
+            match &*state {
+                State::Ready(_, snapshot) => return Ok(snapshot.clone()),
+                State::Failed(_, e) => return Err(e.clone()),
+                State::Unknown => {}
+            }
+        }
         let (home, shell) = (self.home.clone(), self.shell.clone());
         let path = self.path.clone();
         let (now, present) =
