@@ -599,12 +599,8 @@ impl Registry {
         if let (Some(unit), Some(scopes)) = (unit, &self.scopes) {
             argv = scopes.wrap(unit, &argv);
         }
-        let prepared = Prepared::new(
-            &argv,
-            &terminal_env(spec, env),
-            &spec.cwd,
-            self.daemon_path(),
-        )?;
+        let env = terminal_env(spec, env);
+        let prepared = Prepared::new(&argv, &env, &spec.cwd, self.daemon_path())?;
         let entry = cgroup.map(|c| c.entry()).transpose()?;
         let join = entry.as_ref().map(|e| e.join());
         let procfs = &self.procfs;
