@@ -167,6 +167,13 @@ impl ProcFs {
         Ok((parse(size)? > 0).then_some(parse(resident)?))
     }
 
+    /// Closes the kept files not read since `since` (the caller has just
+    /// looked at every process it watches: the rest are no longer its).
+    pub fn forget_unread_since(&self, since: Instant) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.files.retain(|_, (_, used)| *used >= since);
+    }
+
     /// The text of the process's `statm`, through the file kept open for
     /// it if it still reads, else a file opened now (and kept).
     fn read_statm(&self, pid: i32) -> io::Result<String> {
@@ -298,6 +305,11 @@ mod tests {
             "a figure for a reaped pid"
         );
         assert!(!procfs.held.lock().unwrap().files.contains_key(&pid));
+        // What a full look did not read is closed.
+        let own = std::process::id() as i32;
+        procfs.resident_pages(own).unwrap();
+        procfs.forget_unread_since(Instant::now());
+        assert!(procfs.held.lock().unwrap().files.is_empty());
     }
 
     #[test]

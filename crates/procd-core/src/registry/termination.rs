@@ -243,16 +243,18 @@ impl Registry {
     /// pass off the event loop; a port that opened since the last pass is
     /// announced with a `port` event. Called by the monitor.
     pub async fn observe_sessions(&self) {
+        let began = std::time::Instant::now();
         let sessions: Vec<Arc<Session>> = self
             .all_sessions()
             .into_iter()
             .filter(|s| s.is_running())
             .collect();
-        if sessions.is_empty() {
-            return;
+        if !sessions.is_empty() {
+            let sessions: Vec<&Session> = sessions.iter().map(|s| &**s).collect();
+            self.observe_and_record(&sessions).await;
         }
-        let sessions: Vec<&Session> = sessions.iter().map(|s| &**s).collect();
-        self.observe_and_record(&sessions).await;
+        // What this look at every tree did not read is no session's now.
+        self.procfs.forget_unread_since(began);
     }
 }
 
