@@ -25,9 +25,7 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
 /// Compact, too: it is rewritten on every spawn and exit, and only procd
 /// reads it.
 pub fn write_json_unsynced<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
-    let mut bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
-    bytes.push(b'\n');
-    write_file(path, &bytes, false)
+    write_file(path, &json_line(value)?, false)
 }
 
 /// Like `write_bytes`, without the fsync (see `write_json_unsynced`).
@@ -64,6 +62,13 @@ fn write_file(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
     result
 }
 
+/// `value` as one line of JSON.
+fn json_line<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
 /// Puts `tmp` in `path`'s place atomically. An existing file is swapped
 /// out (renameat2 RENAME_EXCHANGE) and then unlinked: a rename over it
 /// would make ext4 (auto_da_alloc) write the new file's data back before
@@ -74,15 +79,32 @@ fn write_file(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
 /// Anything but a regular file in the way (a directory, planted or not)
 /// is left to rename(2), which refuses it as before.
 fn replace(tmp: &Path, path: &Path) -> io::Result<()> {
+    match swap_in(tmp, path)? {
+        Placed::Swapped => std::fs::remove_file(tmp),
+        Placed::Renamed => Ok(()),
+    }
+}
+
+/// How `swap_in` put a file in place.
+enum Placed {
+    /// Exchanged: the old content is now under the other name.
+    Swapped,
+    /// Renamed over (or into) the name: nothing is left under the other.
+    Renamed,
+}
+
+/// Puts `tmp` at `path`: exchanged with a regular file there, else renamed
+/// (anything else in the way meets rename(2)'s refusal).
+fn swap_in(tmp: &Path, path: &Path) -> io::Result<Placed> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     if !std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file()) {
-        return std::fs::rename(tmp, path);
+        return std::fs::rename(tmp, path).map(|()| Placed::Renamed);
     }
     match renameat_with(CWD, tmp, CWD, path, RenameFlags::EXCHANGE) {
-        Ok(()) => std::fs::remove_file(tmp),
+        Ok(()) => Ok(Placed::Swapped),
         // No file to swap with, or a filesystem that cannot swap.
         Err(rustix::io::Errno::NOENT | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
-            std::fs::rename(tmp, path)
+            std::fs::rename(tmp, path).map(|()| Placed::Renamed)
         }
         Err(e) => Err(e.into()),
     }
@@ -119,13 +141,10 @@ impl SwapFile {
 
     /// Writes `value` as one line of JSON.
     pub fn write_json<T: Serialize>(&self, value: &T) -> io::Result<()> {
-        let mut bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
-        bytes.push(b'\n');
-        self.write(&bytes)
+        self.write(&json_line(value)?)
     }
 
     fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        use rustix::fs::{renameat_with, RenameFlags, CWD};
         use std::os::unix::fs::FileExt;
         let opened = OpenOptions::new()
             .write(true)
@@ -145,16 +164,8 @@ impl SwapFile {
         file.write_all_at(bytes, 0)?;
         file.set_len(bytes.len() as u64)?;
         drop(file);
-        if !std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_file()) {
-            return std::fs::rename(&self.spare, &self.path);
-        }
-        match renameat_with(CWD, &self.spare, CWD, &self.path, RenameFlags::EXCHANGE) {
-            Ok(()) => Ok(()),
-            Err(rustix::io::Errno::NOENT | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
-                std::fs::rename(&self.spare, &self.path)
-            }
-            Err(e) => Err(e.into()),
-        }
+        // Swapped, the old content stays as the next write's spare.
+        swap_in(&self.spare, &self.path).map(|_| ())
     }
 }
 
