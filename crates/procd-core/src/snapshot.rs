@@ -99,22 +99,13 @@ type Stamp = Option<(i64, i64, u64, u64)>;
 struct Fingerprint(Vec<(PathBuf, Stamp)>);
 
 impl Fingerprint {
-    fn of(home: &Path, shell: &Path) -> Fingerprint {
+    fn of(sources: &[PathBuf]) -> Fingerprint {
         let stamp = |p: &Path| -> Stamp {
             std::fs::metadata(p)
                 .ok()
                 .map(|m| (m.mtime(), m.mtime_nsec(), m.len(), m.ino()))
         };
-        let mut items: Vec<(PathBuf, Stamp)> = SOURCES
-            .iter()
-            .map(|s| home.join(s))
-            .map(|p| {
-                let s = stamp(&p);
-                (p, s)
-            })
-            .collect();
-        items.push((shell.to_path_buf(), stamp(shell)));
-        Fingerprint(items)
+        Fingerprint(sources.iter().map(|p| (p.clone(), stamp(p))).collect())
     }
 }
 
@@ -161,6 +152,8 @@ pub struct ShellSnapshot {
     reaper: Arc<Reaper>,
     procfs: ProcFs,
     state: tokio::sync::Mutex<State>,
+    /// What a snapshot is made from: the login scripts and the shell.
+    sources: Vec<PathBuf>,
     /// Says when a source may have changed, so that a spawn looks at
     /// them only then.
     watch: SourcesWatch,
@@ -172,12 +165,12 @@ pub struct ShellSnapshot {
 /// kernel queues an event as the change is made, and the queue is read at
 /// each look (no reader task that could lag behind a spawn). Without
 /// inotify (or after a read fails) every spawn looks, as before.
-#[derive(Default)]
 struct SourcesWatch {
+    /// The watched files: the sources and the snapshot file.
+    files: Vec<PathBuf>,
     /// The inotify descriptor and the file names each watch is for; None
-    /// before the first look, or when there is no watch.
+    /// when there is no watch.
     watch: std::sync::Mutex<Option<Watch>>,
-    started: std::sync::atomic::AtomicBool,
 }
 
 struct Watch {
@@ -186,20 +179,24 @@ struct Watch {
 }
 
 impl SourcesWatch {
-    /// True when the watch runs and saw no change to `files` since the
+    fn new(files: Vec<PathBuf>) -> SourcesWatch {
+        let watch = Watch::start(&files)
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "cannot watch the login scripts; every spawn looks at them")
+            })
+            .ok();
+        SourcesWatch {
+            files,
+            watch: std::sync::Mutex::new(watch),
+        }
+    }
+
+    /// True when the watch runs and saw no change to its files since the
     /// last call.
-    fn unchanged(&self, files: &[PathBuf]) -> bool {
+    fn unchanged(&self) -> bool {
         use rustix::fs::inotify::{self, ReadFlags};
         use std::os::unix::ffi::OsStrExt;
         let mut watch = self.watch.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.started.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            match Watch::start(files) {
-                Ok(w) => *watch = Some(w),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch the login scripts; every spawn looks at them")
-                }
-            }
-        }
         let Some(w) = watch.as_ref() else {
             return false;
         };
@@ -223,7 +220,7 @@ impl SourcesWatch {
                 Err(rustix::io::Errno::AGAIN) if changed => {
                     // Made again: a source that is a symlink may point
                     // elsewhere now.
-                    *watch = Watch::start(files).ok();
+                    *watch = Watch::start(&self.files).ok();
                     return false;
                 }
                 Err(rustix::io::Errno::AGAIN) => return true,
@@ -283,17 +280,25 @@ impl ShellSnapshot {
                 !login.policy.is_blocked(k) && !k.starts_with(crate::env::FORCE_PREFIX)
             })
             .collect();
+        // The login scripts a bash login shell reads, and the shell itself.
+        let sources: Vec<PathBuf> = SOURCES
+            .iter()
+            .map(|s| login.home.join(s))
+            .chain([login.shell.clone()])
+            .collect();
+        let path = state_dir.join(FILE_NAME);
         ShellSnapshot {
             shell: login.shell,
             home: login.home,
             env,
             policy: login.policy,
-            path: state_dir.join(FILE_NAME),
             timeout,
             reaper,
             procfs,
             state: tokio::sync::Mutex::new(State::Unknown),
-            watch: SourcesWatch::default(),
+            watch: SourcesWatch::new(sources.iter().cloned().chain([path.clone()]).collect()),
+            sources,
+            path,
         }
     }
 
@@ -305,19 +310,16 @@ impl ShellSnapshot {
     /// Concurrent callers wait for one capture.
     pub async fn current(&self) -> Result<Arc<Snapshot>, String> {
         let mut state = self.state.lock().await;
-        let mut watched: Vec<PathBuf> = SOURCES.iter().map(|s| self.home.join(s)).collect();
-        watched.extend([self.shell.clone(), self.path.clone()]);
-        if self.watch.unchanged(&watched) {
+        if self.watch.unchanged() {
             match &*state {
                 State::Ready(_, snapshot) => return Ok(snapshot.clone()),
                 State::Failed(_, e) => return Err(e.clone()),
                 State::Unknown => {}
             }
         }
-        let (home, shell) = (self.home.clone(), self.shell.clone());
-        let path = self.path.clone();
+        let (sources, path) = (self.sources.clone(), self.path.clone());
         let (now, present) =
-            tokio::task::spawn_blocking(move || (Fingerprint::of(&home, &shell), path.is_file()))
+            tokio::task::spawn_blocking(move || (Fingerprint::of(&sources), path.is_file()))
                 .await
                 .map_err(|e| e.to_string())?;
         match &*state {
