@@ -7,7 +7,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A short /proc record as text.
 fn text_of(bytes: &[u8]) -> io::Result<String> {
@@ -84,36 +84,13 @@ pub struct ProcFs {
     /// `statm` files of processes looked at lately, kept open and read
     /// again from offset 0 (a /proc file is made anew by each read at 0):
     /// one system call a look instead of open, read and close. Shared by
-    /// clones; at most `HELD_MAX` files.
-    held: Arc<Mutex<Held>>,
+    /// clones; at most `HELD_MAX` files, and those not read by a look at
+    /// every watched tree are closed after it (`forget_unread_since`).
+    held: Arc<Mutex<HashMap<i32, (fs::File, Instant)>>>,
 }
 
 /// At most this many `statm` files are kept open.
 const HELD_MAX: usize = 512;
-/// A file not read for this long is closed.
-const HELD_IDLE: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Default)]
-struct Held {
-    files: HashMap<i32, (fs::File, Instant)>,
-    swept: Option<Instant>,
-}
-
-impl Held {
-    /// Closes what was not read lately (a process that ended holds its
-    /// file until then: an fd for a pid that is gone reads nothing, and a
-    /// recycled pid is another process, found by opening again).
-    fn sweep(&mut self, now: Instant) {
-        if self
-            .swept
-            .is_none_or(|t| now.duration_since(t) >= HELD_IDLE)
-        {
-            self.files
-                .retain(|_, (_, used)| now.duration_since(*used) < HELD_IDLE);
-            self.swept = Some(now);
-        }
-    }
-}
 
 impl Default for ProcFs {
     fn default() -> Self {
@@ -171,7 +148,7 @@ impl ProcFs {
     /// looked at every process it watches: the rest are no longer its).
     pub fn forget_unread_since(&self, since: Instant) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.files.retain(|_, (_, used)| *used >= since);
+        held.retain(|_, (_, used)| *used >= since);
     }
 
     /// The text of the process's `statm`, through the file kept open for
@@ -181,18 +158,17 @@ impl ProcFs {
         let mut buf = [0u8; 256];
         let now = Instant::now();
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.sweep(now);
-        if let Some((file, used)) = held.files.get_mut(&pid) {
+        if let Some((file, used)) = held.get_mut(&pid) {
             if let Ok(n @ 1..) = file.read_at(&mut buf, 0) {
                 *used = now;
                 return text_of(&buf[..n]);
             }
-            held.files.remove(&pid);
+            held.remove(&pid);
         }
         let file = fs::File::open(self.root.join(pid.to_string()).join("statm"))?;
         let n = file.read_at(&mut buf, 0)?;
-        if held.files.len() < HELD_MAX {
-            held.files.insert(pid, (file, now));
+        if held.len() < HELD_MAX {
+            held.insert(pid, (file, now));
         }
         text_of(&buf[..n])
     }
@@ -295,7 +271,7 @@ mod tests {
         let pid = child.id() as i32;
         let first = procfs.resident_pages(pid).unwrap();
         assert!(first.is_some_and(|p| p > 0), "{first:?}");
-        assert!(procfs.held.lock().unwrap().files.contains_key(&pid));
+        assert!(procfs.held.lock().unwrap().contains_key(&pid));
         // Read again through the kept file, and by a clone (shared).
         assert!(procfs.clone().resident_pages(pid).unwrap().is_some());
         child.kill().unwrap();
@@ -304,12 +280,12 @@ mod tests {
             procfs.resident_pages(pid).is_err(),
             "a figure for a reaped pid"
         );
-        assert!(!procfs.held.lock().unwrap().files.contains_key(&pid));
+        assert!(!procfs.held.lock().unwrap().contains_key(&pid));
         // What a full look did not read is closed.
         let own = std::process::id() as i32;
         procfs.resident_pages(own).unwrap();
         procfs.forget_unread_since(Instant::now());
-        assert!(procfs.held.lock().unwrap().files.is_empty());
+        assert!(procfs.held.lock().unwrap().is_empty());
     }
 
     #[test]
