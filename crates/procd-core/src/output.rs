@@ -177,24 +177,26 @@ impl OutputStore {
     /// Creates (or truncates) the log file, mode 0600. Writes are
     /// positional (splice refuses O_APPEND files), always at `file_end`.
     pub fn create(path: &Path, max_log_bytes: u64, tail_cap: usize) -> io::Result<OutputStore> {
-        // O_TRUNC in the open, not a truncate after it: a new log (the
-        // common case) costs one system call.
-        let file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .read(true)
-            .truncate(true)
+        let file = Self::new_file(path, false)?;
+        Ok(Self::on_new_file(path, file, max_log_bytes, tail_cap))
+    }
+
+    /// A log file as every log is opened: read and write, mode 0600, no
+    /// symlink followed; made only if absent (`exclusive`, a spare made
+    /// ahead of a session), else made or truncated (O_TRUNC in the open,
+    /// not a truncate after it: a new log costs one system call).
+    pub fn new_file(path: &Path, exclusive: bool) -> io::Result<File> {
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        if exclusive {
+            options.create_new(true);
+        } else {
+            options.create(true).truncate(true);
+        }
+        options
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)?;
-        Ok(Self::with_file(
-            path,
-            Some(file),
-            0,
-            0,
-            max_log_bytes,
-            tail_cap,
-        ))
+            .open(path)
     }
 
     /// A store on a log file made just now (empty), already at `path`.

@@ -242,20 +242,12 @@ impl Registry {
     /// `SPARE_LOG`, made only if none is there (O_EXCL), so the spare
     /// held is always the file under that name. One left by a crash is
     /// removed at recovery.
-    pub(super) fn make_spare_log(&self) {
+    fn make_spare_log(&self) {
         let Some(me) = self.me.upgrade() else {
             return;
         };
         tokio::task::spawn_blocking(move || {
-            use std::os::unix::fs::OpenOptionsExt;
-            let made = std::fs::OpenOptions::new()
-                .create_new(true)
-                .read(true)
-                .write(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(me.logs_dir.join(SPARE_LOG));
-            if let Ok(file) = made {
+            if let Ok(file) = OutputStore::new_file(&me.logs_dir.join(SPARE_LOG), true) {
                 *me.spare_log.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
             }
         });
