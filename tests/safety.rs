@@ -24,6 +24,15 @@ fn identity_of(pid: i32) -> (i32, u64) {
     (f[2].parse().unwrap(), f[19].parse().unwrap())
 }
 
+/// A previous daemon's log of session `id` in `home`, holding `text`.
+fn plant_log(home: &std::path::Path, id: &str, text: &str) -> std::path::PathBuf {
+    let logs = home.join("state/logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let log = logs.join(format!("{id}.log"));
+    std::fs::write(&log, text).unwrap();
+    log
+}
+
 fn entry(id: &str, pid: i32, start_time: u64, log: &std::path::Path) -> Value {
     json!({
         "session_id": id, "command": "sleep 300", "pid": pid, "start_time": start_time,
@@ -441,29 +450,27 @@ fn a_corrupt_checkpoint_is_moved_aside_never_overwritten() {
 
 /// A session that ended just before a crash, before `ended.json` held it,
 /// is still in `procs.json` with its exit: the next daemon lists it with
-/// that exact exit, not as lost, and its process (a recycled pid here) is
-/// not signalled.
+/// that exact exit, not as lost. The process recorded for it (alive here,
+/// with the recorded identity) is neither adopted nor signalled: the exit
+/// wins.
 #[test]
 fn an_exit_recorded_only_in_procs_json_is_listed_as_it_was() {
     let home = short_tempdir();
-    let state = home.path().join("state");
-    std::fs::create_dir_all(state.join("logs")).unwrap();
-    let log = state.join("logs/proc_ffffffffffff.log");
-    std::fs::write(&log, "done\n").unwrap();
+    let log = plant_log(home.path(), "proc_ffffffffffff", "done\n");
     let stand = Stand::sleep();
     let (_, start) = identity_of(stand.pid());
     let mut ended = entry("proc_ffffffffffff", stand.pid(), start, &log);
     // Ended just now (an older end would be past retention already).
-    let now = std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
-        .output()
-        .expect("date");
-    let now = String::from_utf8_lossy(&now.stdout).trim().to_string();
     ended["exit"] = json!({
         "exit_code": 7, "signal": null, "completion_reason": "exited",
-        "termination_source": null, "exited_at": now,
+        "termination_source": null,
+        "exited_at": procd_sys::clock::rfc3339(std::time::SystemTime::now()),
     });
-    std::fs::write(state.join("procs.json"), json!([ended]).to_string()).unwrap();
+    std::fs::write(
+        home.path().join("state/procs.json"),
+        json!([ended]).to_string(),
+    )
+    .unwrap();
     let d = Daemon::in_home(home, "");
     let p = d.ok("poll", json!({"session_id": "proc_ffffffffffff"}));
     assert_eq!(
@@ -488,9 +495,7 @@ fn a_recovered_session_whose_process_ends_is_marked_exited() {
     // R26 (a detached session's pid ends: exited, reason lost, code null)
     let home = short_tempdir();
     let state = home.path().join("state");
-    std::fs::create_dir_all(state.join("logs")).unwrap();
-    let log = state.join("logs/proc_eeeeeeeeeeee.log");
-    std::fs::write(&log, "old output\n").unwrap();
+    let log = plant_log(home.path(), "proc_eeeeeeeeeeee", "old output\n");
     let mut stand = Stand::marked(Some("proc_eeeeeeeeeeee"));
     let (_, start) = identity_of(stand.pid());
     std::fs::write(
