@@ -495,8 +495,11 @@ class Pm2:
             return [int(f.read().strip())]
 
     def kill_manager(self):
-        end(self.manager_pids())
-        time.sleep(0.2)
+        # Not our child: gone when /proc no longer has it (then `ping`
+        # starts a new daemon rather than asking the dying one).
+        pids = self.manager_pids()
+        end(pids)
+        wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids))
         run([PM2, "ping"], self.env)
 
     def knows_exit(self, name):
@@ -678,12 +681,20 @@ def cli_figures(peer_class):
             # Each line names its run (the shell's pid): a manager that
             # runs the command again after its restart does not count.
             handle = m.start(f"for i in $(seq 60); do echo line $i $$; sleep 0.05; done; sleep {marker}")
-            time.sleep(1)
+            time.sleep(1)  # the scenario: the manager dies 1 s into the output
             first = re.search(r"line \d+ (\d+)", m.log(handle))
             m.kill_manager()
-            time.sleep(3)
             run_id = first.group(1) if first else None
-            seen = {i for i, pid in re.findall(r"line (\d+) (\d+)", m.log(handle)) if pid == run_id}
+
+            def lines_seen():
+                return {i for i, pid in re.findall(r"line (\d+) (\d+)", m.log(handle)) if pid == run_id}
+
+            # Until the last line is readable, or 5 s after the output ended.
+            try:
+                wait_for(lambda: "60" in lines_seen(), 7.0)
+            except RuntimeError:
+                pass
+            seen = lines_seen()
             lines_lost[m.name] = 60 - len(seen & {str(i) for i in range(1, 61)})
             end(marked(marker))
         figure("output lines lost when the manager is SIGKILLed (CLI)", "of 60", lines_lost["procd"],
@@ -694,11 +705,10 @@ def cli_figures(peer_class):
         for m in pair:
             marker = new_marker()
             handle = m.start(f"sleep 1; exit 3; sleep {marker}")
-            time.sleep(0.3)
+            time.sleep(0.3)  # the scenario: the manager dies while it runs
             m.kill_manager()
-            time.sleep(2)
             try:
-                unknown[m.name] = 0 if wait_for(lambda: m.knows_exit(handle), 5) else 1
+                unknown[m.name] = 0 if wait_for(lambda: m.knows_exit(handle), 7) else 1
             except RuntimeError:
                 unknown[m.name] = 1
             end(marked(marker))
