@@ -199,4 +199,15 @@ impl Registry {
             text,
         }
     }
+
+    /// `About` for an agent event (docs/agents.md): `what` completes "Background process ID …".
+    pub(super) fn about_event(&self, s: &Session, what: &str) -> About {
+        let command = s.shown_command(&self.redactor).to_string();
+        let text = format!(
+            "Background process {} {what}. Command: {}",
+            s.id,
+            first_chars(&command, 200)
+        );
+        self.about(s, text)
+    }
 }

@@ -6,7 +6,7 @@ use super::{
 };
 use crate::error::Error;
 use crate::redact::is_env_dump;
-use crate::session::{self};
+use crate::session;
 use crate::text::strip_ansi;
 use procd_proto::{LogResult, PollResult, ReadResult, TimeoutS, WaitMs, WaitResult, WaitStatus};
 use std::time::Duration;

@@ -4,12 +4,12 @@
 //! `ready_timeout` and `input_wanted`.
 
 use super::{present::redacted_tail, reading::next_change, Registry};
-use crate::kill::{self};
+use crate::kill;
 use crate::observe::{Observation, Watched};
 use crate::readiness::{LineMatcher, Readiness, ReadyCheck};
 use crate::session::Session;
-use crate::text::{first_chars, last_chars, strip_ansi};
-use procd_proto::{About, Event};
+use crate::text::{last_chars, strip_ansi};
+use procd_proto::Event;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -204,16 +204,5 @@ impl Registry {
             .next()
             .unwrap_or_default();
         last_chars(line, 200).to_string()
-    }
-
-    /// `About` for an agent event (docs/agents.md): `what` completes "Background process ID …".
-    fn about_event(&self, s: &Session, what: &str) -> About {
-        let command = s.shown_command(&self.redactor).to_string();
-        let text = format!(
-            "Background process {} {what}. Command: {}",
-            s.id,
-            first_chars(&command, 200)
-        );
-        self.about(s, text)
     }
 }

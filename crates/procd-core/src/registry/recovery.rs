@@ -4,7 +4,7 @@ use super::{Registry, INSTANCE_VAR};
 use crate::checkpoint::{Checkpoint, CheckpointEntry};
 use crate::clock::rfc3339;
 use crate::identity::ProcessIdentity;
-use crate::kill::{self};
+use crate::kill;
 use crate::output::OutputStore;
 use crate::readiness::Readiness;
 use crate::scope::Scopes;

@@ -10,7 +10,7 @@ use crate::clock::rfc3339;
 use crate::error::Error;
 use crate::identity::ProcessIdentity;
 use crate::ingest::OutputSource;
-use crate::kill::{self};
+use crate::kill;
 use crate::noise::NoiseFilter;
 use crate::output::OutputStore;
 use crate::procfs::ProcFs;
