@@ -379,8 +379,9 @@ impl Daemon {
             }
             assert!(
                 Instant::now() < deadline && d.is_alive(),
-                "the daemon did not start: {}",
-                d.stderr()
+                "the daemon did not start: {}\n{}",
+                d.stderr(),
+                describe_recorded(home)
             );
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -453,6 +454,33 @@ impl Drop for Daemon {
         }
         remove_cgroups(&self.home);
     }
+}
+
+/// What `run/gateway.json` names, and what /proc says of those processes:
+/// why a daemon found another one running.
+fn describe_recorded(home: &Path) -> String {
+    let record = std::fs::read_to_string(home.join("run/gateway.json")).unwrap_or_default();
+    let mut out = format!("gateway.json: {record}");
+    let named: Value = serde_json::from_str(&record).unwrap_or_default();
+    for key in ["pid", "keeper_pid"] {
+        let Some(pid) = named[key].as_i64() else {
+            continue;
+        };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let keep = |l: &&str| {
+            ["State:", "PPid:", "Threads:"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        };
+        let status: Vec<&str> = status.lines().filter(keep).collect();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        out += &format!(
+            "\n{key} {pid}: {} {:?}",
+            status.join(", "),
+            String::from_utf8_lossy(&cmdline).replace('\0', " ")
+        );
+    }
+    out
 }
 
 /// Removes what a daemon on `home` left empty in its cgroup tree (a
@@ -540,13 +568,21 @@ impl Line {
     }
 }
 
-/// Waits (at most 20 s) until a SIGKILLed `pid` has let go of its
-/// descriptors: gone, or a zombie with no descriptor left (its leader is a
-/// zombie before its other threads finish exiting, and until the last one
-/// does its listening socket stays open).
+/// Waits (at most 20 s) until a SIGKILLed `pid` has exited: gone, or a
+/// zombie with no thread left. Its descriptor table empties earlier, but
+/// its files (a listening socket) are let go of only after that, while it
+/// still shows `R` or `D`.
 pub(crate) fn wait_dead(pid: i32) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|mut fds| fds.next().is_some()) {
+    let exited = || {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return true;
+        };
+        let zombie = procd_sys::procfs::parse_stat(&stat).is_some_and(|s| s.is_dead());
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count);
+        zombie && threads <= 1
+    };
+    while !exited() {
         assert!(Instant::now() < deadline, "pid {pid} survived SIGKILL");
         std::thread::sleep(Duration::from_millis(1));
     }

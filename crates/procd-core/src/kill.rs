@@ -533,6 +533,7 @@ mod tests {
             ppid,
             pgrp,
             session: pgrp,
+            flags: 0,
             start_time: start,
             rss_pages: 0,
         }

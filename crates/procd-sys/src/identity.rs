@@ -55,14 +55,15 @@ pub struct RecordedIdentity {
 }
 
 impl RecordedIdentity {
-    /// The identity of live process `pid`; Ok(None) if it is gone or a
-    /// zombie; Err if /proc could not tell.
+    /// The identity of live process `pid`; Ok(None) if it is gone, a
+    /// zombie or exiting (it will never serve again, though it may still
+    /// hold its listening socket for a moment); Err if /proc could not tell.
     pub fn of(procfs: &ProcFs, pid: i32) -> io::Result<Option<RecordedIdentity>> {
         if pid <= 0 {
             return Ok(None);
         }
         match procfs.stat(pid) {
-            Ok(stat) if stat.is_dead() => Ok(None),
+            Ok(stat) if stat.is_exiting() => Ok(None),
             Ok(stat) => Ok(Some(RecordedIdentity {
                 pgid: stat.pgrp,
                 start_time: Some(stat.start_time),

@@ -23,6 +23,8 @@ pub struct ProcStat {
     pub ppid: i32,
     pub pgrp: i32,
     pub session: i32,
+    /// Field 9: the kernel's flags for the task (`PF_*`).
+    pub flags: u32,
     /// Fields 14 + 15: CPU time used (user + system), in clock ticks.
     pub cpu_ticks: u64,
     /// Field 22: start time in clock ticks since boot; with the pid, the
@@ -40,10 +42,21 @@ pub fn clock_ticks_per_second() -> f64 {
     }
 }
 
+/// `PF_EXITING`: set as a task starts to exit, before it lets go of its
+/// files (which, for a socket, can take milliseconds more).
+const PF_EXITING: u32 = 0x4;
+
 impl ProcStat {
     /// A zombie has exited; it only waits to be reaped.
     pub fn is_dead(&self) -> bool {
         matches!(self.state, 'Z' | 'X' | 'x')
+    }
+
+    /// Dead or on its way: a SIGKILLed process can show `R` or `D` for a
+    /// while after its descriptor table is gone, but it will never run
+    /// user code again.
+    pub fn is_exiting(&self) -> bool {
+        self.is_dead() || self.flags & PF_EXITING != 0
     }
 }
 
@@ -59,9 +72,11 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     let ppid = rest.next()?.parse().ok()?;
     let pgrp = rest.next()?.parse().ok()?;
     let session = rest.next()?.parse().ok()?;
-    // Fields 7..=13 are skipped; 14 and 15 are utime and stime; 16..=21
-    // are skipped; field 22 is the start time.
-    let utime: u64 = rest.nth(7)?.parse().ok()?;
+    // Fields 7 and 8 are skipped; 9 is the flags; 10..=13 are skipped; 14
+    // and 15 are utime and stime; 16..=21 are skipped; field 22 is the
+    // start time.
+    let flags = rest.nth(2)?.parse().ok()?;
+    let utime: u64 = rest.nth(4)?.parse().ok()?;
     let stime: u64 = rest.next()?.parse().ok()?;
     let start_time = rest.nth(6)?.parse().ok()?;
     let rss_pages = rest.nth(1).and_then(|r| r.parse().ok()).unwrap_or(0);
@@ -71,6 +86,7 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
         ppid,
         pgrp,
         session,
+        flags,
         cpu_ticks: utime + stime,
         start_time,
         rss_pages,
@@ -318,6 +334,10 @@ mod tests {
         assert_eq!(st.session, 4242);
         assert_eq!(st.start_time, 987654);
         assert_eq!(st.cpu_ticks, 1 + 2);
+        assert_eq!(st.flags, 4194560);
+        assert!(!st.is_exiting());
+        let dying = line.replace(" 4194560 ", &format!(" {} ", 4194560 | PF_EXITING));
+        assert!(parse_stat(&dying).expect("parse").is_exiting());
     }
 
     #[test]
