@@ -6,12 +6,16 @@
 //! pid can never receive the signal. Exit is observable by polling the fd
 //! (readable once the process has exited, zombie or reaped).
 //!
+//! A process that is not the parent learns the exit status too, from a
+//! pidfd it opened before the exit (`reaped_status`, Linux 6.15): a keeper
+//! that lost its roots to the user manager still reports exact exits.
+//!
 //! The syscalls through rustix (nix 0.32 has no pidfd wrappers).
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
@@ -105,5 +109,96 @@ impl PidFd {
             }
         }
         self.has_exited()
+    }
+}
+
+/// `struct pidfd_info` of linux/pidfd.h, its first version (64 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct PidfdInfo {
+    mask: u64,
+    cgroupid: u64,
+    /// pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid.
+    ids: [u32; 11],
+    exit_code: i32,
+}
+
+/// `PIDFD_INFO_EXIT`: the exit status, kept once the process is reaped.
+const PIDFD_INFO_EXIT: u64 = 1 << 3;
+/// `PIDFD_GET_INFO`: `_IOWR(0xFF, 11, struct pidfd_info)`.
+const PIDFD_GET_INFO: u64 =
+    (3 << 30) | ((std::mem::size_of::<PidfdInfo>() as u64) << 16) | (0xFF << 8) | 11;
+
+/// The raw wait(2) status of the process `pidfd` refers to, once whoever
+/// was its parent has reaped it (`PIDFD_INFO_EXIT`, Linux 6.15), whether
+/// or not that was this process. Ok(None) while it runs or waits unreaped
+/// (a poll of the pidfd reports HUP when it is reaped); an error where the
+/// kernel cannot tell (ENOTTY or EINVAL before 6.15).
+pub fn reaped_status(pidfd: BorrowedFd<'_>) -> io::Result<Option<i32>> {
+    let mut info = PidfdInfo {
+        mask: PIDFD_INFO_EXIT,
+        ..PidfdInfo::default()
+    };
+    // SAFETY: PIDFD_GET_INFO reads `mask` from, and writes at most the
+    // size encoded in the request number (size_of::<PidfdInfo>()) into,
+    // the struct it is given: here a live, exclusively borrowed, aligned
+    // repr(C) value of exactly that size. Any other descriptor makes the
+    // call fail without touching it.
+    let r = unsafe {
+        libc::ioctl(
+            pidfd.as_raw_fd(),
+            PIDFD_GET_INFO as _,
+            &mut info as *mut PidfdInfo,
+        )
+    };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((info.mask & PIDFD_INFO_EXIT != 0).then_some(info.exit_code))
+}
+
+/// Whether this kernel gives a pidfd's holder the exit status
+/// (`reaped_status`; Linux 6.15 and later).
+pub fn exits_visible() -> bool {
+    PidFd::open(std::process::id() as i32).is_ok_and(|me| reaped_status(me.as_fd()).is_ok())
+}
+
+impl PidFd {
+    /// The pidfd itself (to hand to another process).
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_parent_learns_the_exit_status_once_the_parent_reaps() {
+        // The child exits 7, its pidfd is polled and asked by this process
+        // as a non-parent would: nothing until it is reaped, then 7.
+        let child = std::process::Command::new("sh")
+            .args(["-c", "read _; exit 7"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut child = child;
+        let pidfd = PidFd::open(child.id() as i32).expect("pidfd");
+        assert_eq!(reaped_status(pidfd.as_fd()).expect("6.15 or later"), None);
+        drop(child.stdin.take());
+        assert!(pidfd.wait_exit_blocking(Duration::from_secs(10)));
+        assert_eq!(
+            reaped_status(pidfd.as_fd()).expect("info"),
+            None,
+            "a zombie has no status yet"
+        );
+        let status = child.wait().expect("reap");
+        assert_eq!(status.code(), Some(7));
+        let raw = reaped_status(pidfd.as_fd()).expect("info").expect("reaped");
+        assert_eq!(
+            crate::wait::ChildExit::from_raw(raw),
+            Some(crate::wait::ChildExit::Code(7))
+        );
     }
 }

@@ -23,4 +23,17 @@ impl ChildExit {
             _ => None,
         }
     }
+
+    /// How a process ended, from a raw wait(2) status (as the kernel also
+    /// gives it to a pidfd's holder, `pidfd::reaped_status`); None for a
+    /// status that is not an end.
+    pub fn from_raw(status: i32) -> Option<ChildExit> {
+        if libc::WIFEXITED(status) {
+            Some(ChildExit::Code(libc::WEXITSTATUS(status)))
+        } else if libc::WIFSIGNALED(status) {
+            Some(ChildExit::Signal(libc::WTERMSIG(status)))
+        } else {
+            None
+        }
+    }
 }
