@@ -748,10 +748,24 @@ fn socket_activation_and_readiness_notification() {
         .unwrap();
     let notify_env = notify_path.display().to_string();
     let mut daemon = Activated::start(home.path(), &[("NOTIFY_SOCKET", notify_env.as_str())]);
-    let mut buf = [0u8; 64];
-    let n = notify.recv(&mut buf).expect("READY=1 arrives");
-    // One assignment per line, as sd_notify(3) sends them.
-    let sent = String::from_utf8_lossy(&buf[..n]).to_string();
+    // The keeper's messages other than its copies in the fd store (those
+    // it sends as sessions come and go; their names are collected).
+    let mut stored = Vec::new();
+    let mut next_state = || loop {
+        let mut buf = [0u8; 512];
+        let n = notify.recv(&mut buf).expect("a notification arrives");
+        // One assignment per line, as sd_notify(3) sends them.
+        let sent = String::from_utf8_lossy(&buf[..n]).to_string();
+        if !sent.starts_with("FDSTORE") {
+            return (sent, stored.clone());
+        }
+        stored.extend(
+            sent.lines()
+                .filter_map(|l| l.strip_prefix("FDNAME="))
+                .map(String::from),
+        );
+    };
+    let (sent, _) = next_state();
     assert_eq!(sent.lines().collect::<Vec<_>>(), ["READY=1"], "{sent:?}");
 
     // The activated process is the keeper (the unit's main process, which
@@ -792,9 +806,17 @@ fn socket_activation_and_readiness_notification() {
     assert_eq!(poll["result"]["status"], "running", "{poll}");
 
     assert_eq!(daemon.stop(), Some(0));
-    let n = notify.recv(&mut buf).expect("STOPPING=1 arrives");
-    let sent = String::from_utf8_lossy(&buf[..n]).to_string();
+    let (sent, stored) = next_state();
     assert_eq!(sent.lines().collect::<Vec<_>>(), ["STOPPING=1"], "{sent:?}");
+    // Each session's pipe ends and root pidfd went to the fd store too.
+    let pid = poll["result"]["pid"].as_i64().expect("pid");
+    for part in [".output", ".stdin", &format!(".process.{pid}.")] {
+        let name = format!("session.{sleeper}{part}");
+        assert!(
+            stored.iter().any(|n| n.starts_with(&name)),
+            "{name}: {stored:?}"
+        );
+    }
     assert!(
         daemon.socket.exists(),
         "systemd's socket path is left in place"

@@ -144,52 +144,75 @@ fn systemd_reload_and_procd_restart_hand_every_session_over_live() {
 }
 
 #[test]
-fn systemd_killed_daemon_then_keeper_leave_no_session_unobserved() {
+fn systemd_killed_daemon_then_keeper_lose_no_output_and_no_exit() {
     let Some(m) = UserManager::start() else {
         return;
     };
     m.start_socket();
+    let gate = m.home().join("gate");
     let ticker = m.spawn(TICKER);
+    let pty = m.spawn_with(json!({"command": TICKER, "pty": true}));
+    let echo = m.spawn_with(json!({"command": "while read l; do echo got $l; done; exit 3"}));
+    // Ends, with 7, when the test says: while no procd process is there.
+    let gated = m.spawn(&format!(
+        "while [ ! -e {} ]; do sleep 0.01; done; exit 7",
+        gate.display()
+    ));
     let sleeper = m.spawn("sleep 300");
     m.read_until(&ticker, "tick 5");
     let keeper = m.main_pid();
 
-    // The daemon alone: the keeper starts another, sessions go on.
+    // The daemon alone: the keeper starts another, sessions go on (their
+    // roots are the keeper's children now).
     let first = m.daemon_pid();
     kill9(first);
-    m.wait_new_daemon(first);
+    let second = m.wait_new_daemon(first);
     assert_eq!(m.main_pid(), keeper);
-    m.read_until(&ticker, "tick 30");
-    assert_eq!(
-        m.ok("poll", json!({"session_id": sleeper}))["status"],
-        "running"
-    );
+    m.ok("write_stdin", json!({"session_id": echo, "data": "one\n"}));
+    m.read_until(&echo, "got one");
 
-    // The keeper: no procd process is left to hold the sessions' pipes
-    // and reap their roots, so none may run on unobserved. systemd ends
-    // what is left in the unit's cgroup (KillMode=mixed) and starts the
-    // unit again; the next daemon reports each session lost, and its
-    // processes are gone.
-    let pids: Vec<i32> = [&ticker, &sleeper]
-        .iter()
-        .map(|id| m.session_pid(id))
-        .collect();
-    let leftovers = m.session_processes();
+    // The keeper: systemd leaves the sessions be (KillMode=process), the
+    // daemon hands over and exits, and the unit's next keeper takes every
+    // session back from the fd store.
+    let pid_of = |id: &str| m.session_pid(id);
+    let (gated_pid, sleeper_pid, echo_pid) = (pid_of(&gated), pid_of(&sleeper), pid_of(&echo));
     kill9(keeper);
+    wait_until("the daemon that lost its keeper exits", || !alive(second));
+    // No procd process is left above any root: the user manager reaps
+    // this one, and only its pidfd in the fd store tells how it ended.
+    std::fs::write(&gate, "").expect("open the gate");
+    wait_until("the gated root ends", || !alive(gated_pid));
     wait_until("systemd starts the unit again", || {
         let now = m.main_pid();
         now > 0 && now != keeper && m.active_state("procd.service") == "active"
     });
-    for pid in pids.iter().chain(&leftovers) {
-        wait_until(&format!("{pid} is ended"), || !alive(*pid));
+    m.daemon_pid();
+    assert!(
+        alive(sleeper_pid) && alive(echo_pid),
+        "the sessions went on"
+    );
+
+    let r = m.wait_exit(&gated);
+    assert_eq!(r["exit_code"], 7, "{r}");
+    assert_ne!(r["completion_reason"], "lost", "{r}");
+    // Live: stdin reaches it, and its end (the new keeper's pidfd watch,
+    // not a child's wait) is exact.
+    m.ok("write_stdin", json!({"session_id": echo, "data": "two\n"}));
+    m.read_until(&echo, "got two");
+    m.ok("close_stdin", json!({"session_id": echo}));
+    assert_eq!(m.wait_exit(&echo)["exit_code"], 3);
+    // Every tick, in order, across both kills, from a pipe and a PTY.
+    let want: Vec<String> = (0..=200).map(|i| format!("tick {i}")).collect();
+    for id in [&ticker, &pty] {
+        assert_eq!(m.wait_exit(id)["exit_code"], 0, "{id}");
+        let text = m.read_all(id);
+        let lines: Vec<&str> = text.lines().map(|l| l.trim_end_matches('\r')).collect();
+        assert_eq!(lines, want, "{id}: {text}");
     }
-    for id in [&ticker, &sleeper] {
-        let r = m.wait_exit(id);
-        assert_eq!(r["completion_reason"], "lost", "{r}");
-        assert!(r["exit_code"].is_null(), "{r}");
-    }
-    // What they printed until then is still readable.
-    assert!(m.read_all(&ticker).contains("tick 30"));
+    // And still ours to end.
+    m.ok("kill", json!({"session_id": sleeper}));
+    wait_until("the sleeper is gone", || !alive(sleeper_pid));
+    assert_eq!(m.wait_exit(&sleeper)["status"], "exited");
 }
 
 /// SIGKILL to a process this test started (through the units).

@@ -181,6 +181,19 @@ impl UserManager {
         let service = service.replace(exec, &format!("ExecStart={BIN} daemon"));
         std::fs::write(dir.join("procd.service"), service).expect("write unit");
         std::fs::copy(shipped.join("procd.socket"), dir.join("procd.socket")).expect("socket");
+        // No journal runs here: the service's output goes to a file in
+        // HOME (a drop-in, so the unit itself stays as shipped).
+        let dropin = dir.join("procd.service.d");
+        std::fs::create_dir_all(&dropin).expect("drop-in dir");
+        let log = self.home().join("procd.service.log");
+        std::fs::write(
+            dropin.join("test-log.conf"),
+            format!(
+                "[Service]\nStandardOutput=append:{0}\nStandardError=append:{0}\n",
+                log.display()
+            ),
+        )
+        .expect("write drop-in");
         let out = self.systemctl(&["daemon-reload"]);
         assert!(out.status.success(), "{out:?}");
     }
@@ -244,6 +257,10 @@ impl Client for UserManager {
 
 impl Drop for UserManager {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.home().join("procd.service.log"));
+            eprintln!("procd.service's output:\n{}", log.unwrap_or_default());
+        }
         let _ = self.systemctl(&["exit"]);
         let top = Path::new(HIERARCHIES[0]).join(&self.slice);
         let populated = || {

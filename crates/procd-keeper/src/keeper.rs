@@ -16,7 +16,14 @@
 //! MainPID stays — carrying its table across in a memfd
 //! (`PROCD_KEEPER_STATE`). The new keeper takes the table back and starts
 //! a daemon of the new version, which is handed every session.
+//!
+//! Under systemd the keeper is the unit's main process, and nothing above
+//! it outlives it: it also keeps every descriptor in systemd's fd store
+//! (`fdstore`), and the unit's next keeper takes the sessions back from
+//! there. Their roots are the user manager's children then; their exits
+//! come from their pidfds (`foreign` roots).
 
+use crate::fdstore;
 use crate::wire::{self, Exit, FdKind, Received, ToDaemon, ToKeeper, EXIT_HANDOVER};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
@@ -54,6 +61,22 @@ struct Held {
     start_time: u64,
     fds: Vec<(FdKind, OwnedFd)>,
     exit: Option<Exit>,
+    /// Not our child (a previous keeper's session, taken back from the fd
+    /// store): its exit comes from its pidfd once its parent reaps it.
+    foreign: bool,
+}
+
+impl Held {
+    fn fd(&self, kind: FdKind) -> Option<&OwnedFd> {
+        self.fds.iter().find(|(k, _)| *k == kind).map(|(_, fd)| fd)
+    }
+
+    /// The exit of a foreign root, once its parent has reaped it.
+    fn reaped_exit(&self) -> Option<Exit> {
+        let pidfd = self.fd(FdKind::Process)?;
+        let raw = procd_sys::pidfd::reaped_status(pidfd.as_fd()).ok()??;
+        Exit::from_raw(raw)
+    }
 }
 
 /// The daemon of this generation.
@@ -74,6 +97,8 @@ struct Keeper {
     /// daemon that serves).
     ready_told: bool,
     stop_requested: bool,
+    /// Under systemd: every held descriptor is in its fd store too.
+    fd_store: bool,
 }
 
 /// The environment variable naming the memfd that carries a keeper's
@@ -101,6 +126,8 @@ struct CarriedSession {
     start_time: u64,
     exit: Option<Exit>,
     fds: Vec<(FdKind, RawFd)>,
+    #[serde(default)]
+    foreign: bool,
 }
 
 fn say(what: std::fmt::Arguments<'_>) {
@@ -138,8 +165,9 @@ pub fn run(launch: Launch) -> i32 {
             false
         }
     };
+    keeper.fd_store = std::env::var_os("NOTIFY_SOCKET").is_some();
     if !upgraded {
-        keeper.take_activation();
+        keeper.take_inherited();
     }
     for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
         std::env::remove_var(var);
@@ -167,10 +195,14 @@ pub fn run(launch: Launch) -> i32 {
                 }
             }
         }
-        if let Err(e) = wait_for_work(&signals, daemon.as_ref(), restart_at) {
-            say(format_args!("poll failed: {e}"));
-            return 1;
-        }
+        let reaped = match keeper.wait_for_work(&signals, daemon.as_ref(), restart_at) {
+            Ok(reaped) => reaped,
+            Err(e) => {
+                say(format_args!("poll failed: {e}"));
+                return 1;
+            }
+        };
+        keeper.foreign_exits(&reaped, daemon.as_ref());
         // Messages first: a Hold the daemon sent before it died must be
         // known before its root (reparented to us) is reaped.
         if let Some(d) = daemon.as_mut() {
@@ -225,42 +257,146 @@ fn keeper_signals() -> Result<SignalFd, String> {
     Ok(signals)
 }
 
-/// Sleeps until a signal, a message from the daemon, or the time to
-/// start the next daemon.
-fn wait_for_work(
-    signals: &SignalFd,
-    daemon: Option<&Daemon>,
-    restart_at: Option<Instant>,
-) -> nix::Result<()> {
-    let timeout = match restart_at {
-        Some(at) => PollTimeout::try_from(at.saturating_duration_since(Instant::now()))
-            .unwrap_or(PollTimeout::MAX),
-        None => PollTimeout::NONE,
-    };
-    let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
-    if let Some(link) = daemon.and_then(|d| d.link.as_ref()) {
-        fds.push(PollFd::new(link.as_fd(), PollFlags::POLLIN));
-    }
-    match poll(&mut fds, timeout) {
-        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 impl Keeper {
+    /// Sleeps until a signal, a message from the daemon, the time to start
+    /// the next daemon, or the reaping of a foreign root; returns the ids
+    /// of the foreign roots whose pidfds woke (a pidfd reports HUP once
+    /// its process is reaped, whoever reaped it).
+    fn wait_for_work(
+        &self,
+        signals: &SignalFd,
+        daemon: Option<&Daemon>,
+        restart_at: Option<Instant>,
+    ) -> nix::Result<Vec<String>> {
+        let timeout = match restart_at {
+            Some(at) => PollTimeout::try_from(at.saturating_duration_since(Instant::now()))
+                .unwrap_or(PollTimeout::MAX),
+            None => PollTimeout::NONE,
+        };
+        let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        if let Some(link) = daemon.and_then(|d| d.link.as_ref()) {
+            fds.push(PollFd::new(link.as_fd(), PollFlags::POLLIN));
+        }
+        let fixed = fds.len();
+        let watched: Vec<(&String, &OwnedFd)> = self
+            .sessions
+            .iter()
+            .filter(|(_, h)| h.foreign && h.exit.is_none())
+            .filter_map(|(id, h)| Some((id, h.fd(FdKind::Process)?)))
+            .collect();
+        fds.extend(
+            watched
+                .iter()
+                .map(|(_, fd)| PollFd::new(fd.as_fd(), PollFlags::empty())),
+        );
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(fds[fixed..]
+            .iter()
+            .zip(&watched)
+            .filter(|(fd, _)| fd.revents().is_some_and(|r| !r.is_empty()))
+            .map(|(_, (id, _))| (*id).clone())
+            .collect())
+    }
+
+    /// Records the exits of the foreign roots in `woke` that have been
+    /// reaped, and passes them on to the daemon.
+    fn foreign_exits(&mut self, woke: &[String], daemon: Option<&Daemon>) {
+        for id in woke {
+            let Some(held) = self.sessions.get_mut(id) else {
+                continue;
+            };
+            let Some(exit) = held.reaped_exit() else {
+                continue;
+            };
+            held.exit = Some(exit);
+            if let Some(link) = daemon.and_then(|d| d.link.as_ref()) {
+                let msg = ToDaemon::Exited {
+                    pid: held.pid,
+                    exit,
+                };
+                let _ = wire::send(link.as_fd(), &msg, &[]);
+            }
+        }
+    }
+
     /// Under systemd the keeper is the unit's main process: the socket it
     /// passes (LISTEN_PID is ours) is held and handed to every daemon, and
     /// readiness and stopping are told from here (NotifyAccess=main). The
-    /// daemon sees neither protocol's variables.
-    fn take_activation(&mut self) {
-        let Some(fd) = sd_notify::listen_fds().ok().and_then(|mut fds| fds.next()) else {
+    /// daemon sees neither protocol's variables. Beside the socket come
+    /// the sessions a killed keeper of the unit left in the fd store.
+    fn take_inherited(&mut self) {
+        let Ok(inherited) = sd_notify::listen_fds_with_names() else {
             return;
         };
-        // SAFETY: by the socket-activation protocol this descriptor was
-        // opened for this process (listen_fds checked LISTEN_PID) and
-        // nothing else here owns it; it is taken once, at start-up.
-        self.listener = Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
-        self.activated = true;
+        let mut stored: BTreeMap<String, Vec<(fdstore::Named, OwnedFd)>> = BTreeMap::new();
+        for (raw, name) in inherited {
+            // SAFETY: by the socket-activation protocol this descriptor
+            // was passed to this process (listen_fds checked LISTEN_PID)
+            // and nothing else here owns it; each is taken once, here.
+            let fd: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
+            match fdstore::parse(&name) {
+                Some(named) => stored
+                    .entry(named.id.clone())
+                    .or_default()
+                    .push((named, fd)),
+                None if self.listener.is_none() => {
+                    self.listener = Some(fd);
+                    self.activated = true;
+                }
+                None => say(format_args!("closing an unexpected descriptor ({name})")),
+            }
+        }
+        for (id, parts) in stored {
+            let root = parts.iter().find_map(|(n, _)| n.root);
+            let Some((pid, start_time)) = root else {
+                // Not one we can hand over (no pid to check it by).
+                for (n, _) in &parts {
+                    let _ = fdstore::remove(&fdstore::name(&id, n.kind, 0, 0));
+                }
+                continue;
+            };
+            let mut held = Held {
+                pid,
+                start_time,
+                fds: parts.into_iter().map(|(n, fd)| (n.kind, fd)).collect(),
+                exit: None,
+                foreign: true,
+            };
+            held.exit = held.reaped_exit();
+            self.sessions.insert(id, held);
+        }
+        if !self.sessions.is_empty() {
+            say(format_args!(
+                "took {} session(s) back from systemd's fd store",
+                self.sessions.len()
+            ));
+        }
+    }
+
+    /// Puts a held session's descriptors in systemd's fd store.
+    fn store(&self, id: &str, held: &Held) {
+        if !self.fd_store || !fdstore::storable(id) {
+            return;
+        }
+        for (kind, fd) in &held.fds {
+            let name = fdstore::name(id, *kind, held.pid, held.start_time);
+            if let Err(e) = fdstore::store(&name, fd.as_fd()) {
+                say(format_args!("cannot store {name} with systemd: {e}"));
+            }
+        }
+    }
+
+    /// Takes descriptors of `id` out of systemd's fd store.
+    fn unstore(&self, id: &str, held: &Held, kinds: impl Iterator<Item = FdKind>) {
+        if !self.fd_store || !fdstore::storable(id) {
+            return;
+        }
+        for kind in kinds {
+            let _ = fdstore::remove(&fdstore::name(id, kind, held.pid, held.start_time));
+        }
     }
 
     /// Acts on the signals that came: a stop is passed to the daemon (or
@@ -431,6 +567,7 @@ impl Keeper {
                     start_time: h.start_time,
                     exit: h.exit,
                     fds: h.fds.iter().map(|(k, fd)| (*k, fd.as_raw_fd())).collect(),
+                    foreign: h.foreign,
                 })
                 .collect(),
         };
@@ -532,6 +669,7 @@ impl Keeper {
                     start_time: s.start_time,
                     fds,
                     exit: s.exit,
+                    foreign: s.foreign,
                 },
             );
         }
@@ -634,6 +772,7 @@ impl Keeper {
             link,
             &ToDaemon::Hello {
                 version: wire::VERSION,
+                fd_store: self.fd_store,
             },
             &[],
         )?;
@@ -700,24 +839,30 @@ impl Keeper {
                     ));
                     return;
                 }
-                let fds = kinds.into_iter().zip(fds).collect();
-                self.sessions.insert(
-                    session_id,
-                    Held {
-                        pid,
-                        start_time,
-                        fds,
-                        exit: None,
-                    },
-                );
+                let held = Held {
+                    pid,
+                    start_time,
+                    fds: kinds.into_iter().zip(fds).collect(),
+                    exit: None,
+                    foreign: false,
+                };
+                self.store(&session_id, &held);
+                self.sessions.insert(session_id, held);
             }
             ToKeeper::CloseStdin { session_id } => {
+                if let Some(held) = self.sessions.get(&session_id) {
+                    if held.fd(FdKind::Stdin).is_some() {
+                        self.unstore(&session_id, held, std::iter::once(FdKind::Stdin));
+                    }
+                }
                 if let Some(held) = self.sessions.get_mut(&session_id) {
                     held.fds.retain(|(k, _)| *k != FdKind::Stdin);
                 }
             }
             ToKeeper::Release { session_id } => {
-                self.sessions.remove(&session_id);
+                if let Some(held) = self.sessions.remove(&session_id) {
+                    self.unstore(&session_id, &held, held.fds.iter().map(|(k, _)| *k));
+                }
             }
             ToKeeper::Serving => {
                 d.serving = true;

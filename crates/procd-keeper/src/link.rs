@@ -61,6 +61,9 @@ impl std::fmt::Debug for Link {
 pub struct Link {
     socket: OwnedFd,
     alive: AtomicBool,
+    /// The keeper keeps the sessions in systemd's fd store too (its hello
+    /// said so): losing it, this daemon hands over and exits.
+    fd_store: AtomicBool,
     exits: Mutex<HashMap<i32, ExitSlot>>,
 }
 
@@ -102,6 +105,7 @@ impl Link {
         Some(Link {
             socket,
             alive: AtomicBool::new(true),
+            fd_store: AtomicBool::new(false),
             exits: Mutex::new(HashMap::new()),
         })
     }
@@ -120,8 +124,11 @@ impl Link {
                 }
             };
             match msg {
-                ToDaemon::Hello { version } if version == wire::VERSION => hello = true,
-                ToDaemon::Hello { version } => {
+                ToDaemon::Hello { version, fd_store } if version == wire::VERSION => {
+                    hello = true;
+                    self.fd_store.store(fd_store, Ordering::SeqCst);
+                }
+                ToDaemon::Hello { version, .. } => {
                     return Err(std::io::Error::other(format!(
                         "the keeper speaks version {version}, this daemon {}",
                         wire::VERSION
@@ -156,6 +163,8 @@ impl Link {
                             FdKind::Pty => &mut session.pty,
                             FdKind::RelayOut => &mut session.relay_out,
                             FdKind::RelayIn => &mut session.relay_in,
+                            // The keeper's alone: exits come as `exited`.
+                            FdKind::Process => continue,
                         } = Some(fd);
                     }
                     if let Some(exit) = exit {
@@ -199,6 +208,13 @@ impl Link {
     /// Whether the keeper is still there.
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Whether the keeper keeps the sessions in systemd's fd store (then
+    /// `hold` is to carry the root's pidfd too, and a daemon that loses
+    /// its keeper hands over and exits).
+    pub fn fd_store(&self) -> bool {
+        self.fd_store.load(Ordering::SeqCst)
     }
 
     fn exit_arrived(&self, pid: i32, exit: Exit) {

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Bumped when a message changes shape; a daemon refuses a keeper of
 /// another version (and runs without one).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The environment variable that tells a daemon it runs under a keeper:
 /// the descriptor number of its end of the link.
@@ -34,6 +34,33 @@ pub enum FdKind {
     RelayOut,
     /// The write end of that relay.
     RelayIn,
+    /// A pidfd of the session's root: under systemd, where the keeper's
+    /// death gives the roots to the user manager, the next keeper learns
+    /// their exits from it (docs/survival.md).
+    Process,
+}
+
+impl FdKind {
+    pub const ALL: [FdKind; 6] = [
+        FdKind::Output,
+        FdKind::Stdin,
+        FdKind::Pty,
+        FdKind::RelayOut,
+        FdKind::RelayIn,
+        FdKind::Process,
+    ];
+
+    /// Its name in systemd's fd store (the wire's name).
+    pub fn name(self) -> &'static str {
+        match self {
+            FdKind::Output => "output",
+            FdKind::Stdin => "stdin",
+            FdKind::Pty => "pty",
+            FdKind::RelayOut => "relay_out",
+            FdKind::RelayIn => "relay_in",
+            FdKind::Process => "process",
+        }
+    }
 }
 
 /// How a process ended (wait(2)); written `{"code": N}` or `{"signal": N}`.
@@ -64,8 +91,14 @@ pub enum ToKeeper {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ToDaemon {
-    /// The first message.
-    Hello { version: u32 },
+    /// The first message. `fd_store`: the keeper also keeps every session
+    /// in systemd's fd store, so a daemon that loses its keeper hands over
+    /// and exits (the next keeper has the sessions) instead of serving on.
+    Hello {
+        version: u32,
+        #[serde(default)]
+        fd_store: bool,
+    },
     /// The listening socket (attached); `activated`: systemd made it (the
     /// socket file is systemd's, never removed by procd).
     Listener {

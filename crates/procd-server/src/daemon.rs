@@ -155,7 +155,10 @@ fn claim_instance(
     let _lock = FileLock::acquire(&paths.lifecycle_lock())
         .doing(|| "cannot take the lifecycle lock".into())?;
     let procfs = ProcFs::default();
-    let found = state::inspect(paths, &procfs);
+    let mut found = state::inspect(paths, &procfs);
+    if keeper.is_some_and(procd_keeper::Link::fd_store) {
+        found = wait_for_keeperless(paths, &procfs, found);
+    }
     if !found.is_running() {
         // Not a record and nobody answers: keep it for a human, out of the way.
         state::set_aside_if_corrupt(paths);
@@ -257,6 +260,27 @@ fn bind_fresh(
         }
     }
     Ok(listener)
+}
+
+/// Under systemd, a daemon whose keeper was killed hands its sessions over
+/// and exits (the unit's next keeper, ours, has them from the fd store):
+/// what `found` says once it is gone, or after 10 s as it is.
+fn wait_for_keeperless(paths: &Paths, procfs: &ProcFs, found: Liveness) -> Liveness {
+    let Liveness::Running(s) = &found else {
+        return found;
+    };
+    if s.keeper_pid.is_none() || s.keeper_alive(procfs) {
+        return found;
+    }
+    let Some(pidfd) = s.identity.and_then(|id| id.open(s.pid, procfs)) else {
+        return state::inspect(paths, procfs);
+    };
+    tracing::info!(
+        pid = s.pid,
+        "waiting for the daemon that lost its keeper to hand over"
+    );
+    pidfd.wait_exit_blocking(std::time::Duration::from_secs(10));
+    state::inspect(paths, procfs)
 }
 
 /// Removes our socket (unless systemd owns it) and state (if still ours),
@@ -477,13 +501,25 @@ fn listen_to_keeper(
         tracing::warn!(%err, "cannot tell the keeper we serve");
     }
     let runtime = tokio::runtime::Handle::current();
+    let link = keeper.clone();
     keeper
         .listen(move |request| {
             let daemon = daemon.clone();
+            let link = link.clone();
             runtime.spawn(async move {
                 match request {
                     Request::HandOver => daemon.request_handover(),
                     Request::Stop => daemon.request_shutdown("the keeper was asked to stop"),
+                    // Under systemd nothing outlives the keeper but the fd
+                    // store: the unit's next keeper has the sessions, and
+                    // this daemon makes way for its daemon.
+                    Request::Gone if link.fd_store() && procd_sys::pidfd::exits_visible() => {
+                        tracing::warn!("the keeper is gone; handing the sessions to the unit's next keeper");
+                        daemon.request_handover();
+                    }
+                    Request::Gone if link.fd_store() => daemon.request_shutdown(
+                        "the keeper is gone, and this kernel cannot tell the next keeper how sessions end",
+                    ),
                     Request::Gone => {
                         tracing::warn!("the keeper is gone; sessions will not survive this daemon's death");
                         daemon.registry.faults.set(

@@ -58,8 +58,12 @@ impl Daemon {
         self.shutdown.send_replace(true);
     }
 
-    /// Stops serving and hands every session to the next daemon.
+    /// Stops serving and hands every session to the next daemon; not once
+    /// a stop is under way (it ends the sessions, as asked).
     pub fn request_handover(&self) {
+        if *self.shutdown.borrow() {
+            return;
+        }
         tracing::info!("handing the sessions over to a new daemon");
         self.handing_over
             .store(true, std::sync::atomic::Ordering::SeqCst);

@@ -44,7 +44,14 @@ impl Registry {
         let Some(keeper) = &self.keeper else {
             return;
         };
-        let fds = io.kept();
+        let mut fds = io.kept();
+        // Under systemd the next keeper learns the root's exit from its
+        // pidfd (the user manager reaps it once no procd process is left).
+        // Opened while the root is our unreaped child, start time checked.
+        let pidfd = keeper.fd_store().then(|| root.open(&self.procfs)).flatten();
+        if let Some(pidfd) = &pidfd {
+            fds.push((procd_keeper::FdKind::Process, pidfd.as_fd()));
+        }
         let held = keeper.hold(id, root.pid, root.start_time, &fds);
         self.keeper_answered(
             held,
