@@ -4,7 +4,7 @@
 //! handing sessions over, a SIGKILLed daemon and then a SIGKILLed keeper,
 //! sessions in cgroups delegated to the service.
 //!
-//! Each test brings up its own `systemd --user` (tests/common/systemd.rs:
+//! Each test brings up its own `systemd --user` (crates/procd-usermanager:
 //! a private mount namespace, its own runtime dir, HOME and cgroup) with
 //! the units from `systemd/` as shipped, ExecStart's path substituted,
 //! and removes everything afterwards. `PROCD_TEST_NO_SYSTEMD=1` says the
