@@ -12,7 +12,8 @@
 //!
 //! `--only WORD` runs just the figures whose group name contains WORD
 //! (spawn, poll, exit, ingest, latency, idle, many, kill, flood, observe;
-//! and `peers`, which runs only when named: it installs other programs):
+//! and `peers` and `systemd`, which run only when named: they install or
+//! run other programs):
 //! for profiling one. `--repeat N` runs the table N times and reports, per
 //! figure, the run with the median ratio (or value) and the min–max
 //! spread; a target is met when that median run meets it.
@@ -21,6 +22,7 @@ mod instructions;
 mod peers;
 mod reliability;
 mod survival;
+mod systemd;
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -618,7 +620,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     // that runs (none of `--only peers`, say).
     let shared = std::cell::OnceCell::new();
     let d = || shared.get_or_init(Daemon::start);
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 13] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 14] = [
         ("spawn", &|| {
             let mut rows = vec![spawn_wait(d(), s)];
             rows.extend(spawn_wait_slow_rc(s));
@@ -637,13 +639,15 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("instructions", &|| {
             instructions::instruction_rows(s.counted)
         }),
-        // Only when asked for: it installs and runs other programs.
+        // Only when asked for: they install and run other programs (the
+        // peers; a systemd user manager and the `procd` built beside us).
         ("peers", &|| peers::peer_rows(s.peer_rounds)),
+        ("systemd", &|| systemd::containment_rows(s.rounds)),
     ];
     groups
         .iter()
         .filter(|(name, _)| match only {
-            None => *name != "peers",
+            None => !["peers", "systemd"].contains(name),
             Some(w) => name.contains(w),
         })
         .flat_map(|(_, run)| run())

@@ -104,3 +104,27 @@ fn peers_are_measured_beside_procd() {
     }
     assert!(judged >= 11, "{rows:#?}");
 }
+
+/// `--only systemd` brings up a real user manager and measures spawns
+/// under procd's units both ways; the bench itself checks that each
+/// daemon contained its sessions as configured. The timing is not
+/// asserted (the README has it), only that both were measured.
+#[test]
+fn systemd_delegated_cgroups_are_measured_beside_scopes() {
+    // As in the suite (docs/testing.md): only this variable skips it.
+    if std::env::var_os("PROCD_TEST_NO_SYSTEMD").is_some() {
+        eprintln!("PROCD_TEST_NO_SYSTEMD is set: this machine lacks systemd; not run");
+        return;
+    }
+    let rows = bench_rows(&["--quick", "--only", "systemd", "--json"]);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = &rows[0];
+    for figure in ["value", "baseline"] {
+        assert!(
+            row[figure]
+                .as_f64()
+                .is_some_and(|v| v.is_finite() && v > 0.0),
+            "{row}"
+        );
+    }
+}
