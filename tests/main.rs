@@ -21,6 +21,7 @@ mod lifecycle;
 mod mcp;
 mod protocol;
 mod readiness;
+mod remote;
 mod safety;
 mod sessions;
 mod snapshot;

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the suite drives for real, when missing:
 # valgrind (callgrind counts the instructions per request in the bench's
-# quick test) and systemd (tests/systemd.rs runs a real `systemd --user`;
-# systemd need not be PID 1). Both are on CI's machine kind already; this
+# quick test), systemd (tests/systemd.rs runs a real `systemd --user`;
+# systemd need not be PID 1) and openssh-server (tests/remote.rs runs a
+# real sshd on a loopback port; the package's own service is not started
+# where policy-rc.d says so, and the tests never use it). Both are on CI's machine kind already; this
 # is for a fresh machine. Needs root and apt-get to install; otherwise it
 # says what is missing and fails.
 set -euo pipefail
 missing=()
 command -v valgrind >/dev/null || missing+=(valgrind)
 [ -x /lib/systemd/systemd ] || missing+=(systemd)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v ssh >/dev/null || missing+=(openssh-client)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "system-deps: installing ${missing[*]}" >&2

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod sshd;
 pub mod systemd;
 
 use serde_json::{json, Value};
@@ -693,6 +694,22 @@ pub fn zombie_children(parent: i32) -> Vec<i32> {
                 .split_whitespace()
                 .collect();
             rest.first() == Some(&"Z") && rest.get(1).and_then(|p| p.parse().ok()) == Some(parent)
+        })
+        .collect()
+}
+
+/// The children of `pid` (any of its threads may have forked them).
+pub fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|task| {
+            std::fs::read_to_string(task.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
         })
         .collect()
 }

@@ -3,7 +3,8 @@
 //! `connect` opens the Unix socket and returns a jsonrpsee client whose
 //! typed methods come from `procd_proto::ProcdApiClient` (bring the trait
 //! into scope). `connect_or_start` additionally starts a daemon when none
-//! answers, and waits until its socket accepts.
+//! answers, and waits until its socket accepts. `connect_host` reaches a
+//! daemon elsewhere (`--host`, docs/remote.md).
 
 use jsonrpsee::core::client::{
     Client, ClientBuilder, ReceivedMessage, TransportReceiverT, TransportSenderT,
@@ -12,11 +13,13 @@ use procd_gateway::Paths;
 use std::io;
 use std::path::Path;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Lines};
 use tokio::net::UnixStream;
 
+mod remote;
+
 pub use procd_proto::{ProcdApiClient, SpawnParams};
+pub use remote::Host;
 
 /// `spawn` (the one method outside `ProcdApiClient`: its params are one
 /// struct). Build them with `SpawnParams { command, ..Default::default() }`.
@@ -38,8 +41,16 @@ pub async fn spawn(
 /// the longest `wait` (600 s) and `read` long-poll (300 s).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 
-struct LineSender(OwnedWriteHalf);
-struct LineReceiver(Lines<BufReader<OwnedReadHalf>>);
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+
+struct LineSender(Box<dyn AsyncWrite + Send + Unpin>);
+
+struct LineReceiver {
+    lines: Lines<BufReader<Reader>>,
+    /// A transport process (`--host`): kept alive with the connection,
+    /// and asked why when the connection ends.
+    transport: Option<(remote::Running, Host)>,
+}
 
 impl TransportSenderT for LineSender {
     type Error = io::Error;
@@ -54,20 +65,31 @@ impl TransportReceiverT for LineReceiver {
     type Error = io::Error;
 
     async fn receive(&mut self) -> Result<ReceivedMessage, io::Error> {
-        match self.0.next_line().await? {
+        match self.lines.next_line().await? {
             Some(line) => Ok(ReceivedMessage::Text(line)),
-            None => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "procd closed the connection",
-            )),
+            None => Err(match &mut self.transport {
+                Some((t, host)) => io::Error::other(t.why_ended(host).await),
+                None => io::Error::new(io::ErrorKind::UnexpectedEof, "procd closed the connection"),
+            }),
         }
     }
 }
 
-/// Connects to the daemon listening on `socket` — after checking that its
-/// directory can be trusted and, before sending a byte, that the listener
-/// runs as this user (or root): docs/SECURITY.md. A refusal is `PermissionDenied`.
-pub async fn connect(socket: &Path) -> io::Result<Client> {
+fn client_over(
+    lines: Lines<BufReader<Reader>>,
+    write: Box<dyn AsyncWrite + Send + Unpin>,
+    transport: Option<(remote::Running, Host)>,
+) -> Client {
+    ClientBuilder::default()
+        .request_timeout(REQUEST_TIMEOUT)
+        .max_buffer_capacity_per_subscription(4096)
+        .build_with_tokio(LineSender(write), LineReceiver { lines, transport })
+}
+
+/// Opens the daemon's socket — after checking that its directory can be
+/// trusted and, before sending a byte, that the listener runs as this
+/// user (or root): docs/SECURITY.md. A refusal is `PermissionDenied`.
+pub async fn open_socket(socket: &Path) -> io::Result<UnixStream> {
     if let Some(dir) = socket.parent().filter(|d| d.exists()) {
         procd_gateway::paths::check_trusted_dir(dir)?;
     }
@@ -83,15 +105,77 @@ pub async fn connect(socket: &Path) -> io::Result<Client> {
             ),
         ));
     }
-    let (read, write) = stream.into_split();
-    Ok(ClientBuilder::default()
-        .request_timeout(REQUEST_TIMEOUT)
-        .max_buffer_capacity_per_subscription(4096)
-        .build_with_tokio(
-            LineSender(write),
-            LineReceiver(BufReader::new(read).lines()),
-        ))
+    Ok(stream)
 }
+
+/// Connects to the daemon listening on `socket` (checked as `open_socket`
+/// says).
+pub async fn connect(socket: &Path) -> io::Result<Client> {
+    let (read, write) = open_socket(socket).await?.into_split();
+    let reader: Reader = Box::new(read);
+    Ok(client_over(
+        BufReader::new(reader).lines(),
+        Box::new(write),
+        None,
+    ))
+}
+
+/// Connects to the daemon `host` names. Through a transport command, one
+/// `status` is asked first: it proves the transport reaches a procd (or
+/// says, from the transport's exit and stderr, why not) and that the
+/// procd there speaks this one's protocol.
+pub async fn connect_host(host: &Host) -> io::Result<Client> {
+    let transport = match remote::start(host) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            let Host::Unix(path) = host else {
+                return Err(io::Error::other("no transport"));
+            };
+            return connect(path).await;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(io::Error::other(
+                "sh is not installed: no transport can run",
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    let remote::Transport {
+        child,
+        mut stdin,
+        stdout,
+        stderr,
+        stderr_read,
+    } = transport;
+    let mut t = remote::Running {
+        child,
+        stderr,
+        stderr_read: Some(stderr_read),
+    };
+    let reader: Reader = Box::new(stdout);
+    let mut lines = BufReader::new(reader).lines();
+    let hello = "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"status\"}\n";
+    let answer = match stdin.write_all(hello.as_bytes()).await {
+        Ok(()) => tokio::time::timeout(HELLO_TIMEOUT, lines.next_line()).await,
+        Err(_) => Ok(Ok(None)),
+    };
+    let line = match answer {
+        Ok(Ok(Some(line))) => line,
+        Ok(_) => return Err(io::Error::other(t.why_ended(host).await)),
+        Err(_) => {
+            return Err(io::Error::other(format!(
+                "{} did not answer within {HELLO_TIMEOUT:?}",
+                host.describe()
+            )))
+        }
+    };
+    remote::check_version(host, &line)?;
+    Ok(client_over(lines, Box::new(stdin), Some((t, host.clone()))))
+}
+
+/// How long the first answer through a transport may take (an ssh login,
+/// a daemon started on demand there).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub use procd_gateway::control::Launcher;
 pub use procd_gateway::lease::Released;
@@ -117,8 +201,20 @@ pub enum StartError {
 /// while holding a `Lease`: a daemon with no lease and no session may stop
 /// itself at any moment.
 pub async fn connect_or_start(paths: &Paths, launcher: &Launcher) -> Result<Client, StartError> {
-    match connect(&paths.socket()).await {
-        Ok(client) => return Ok(client),
+    let (read, write) = open_or_start(paths, launcher).await?.into_split();
+    let reader: Reader = Box::new(read);
+    Ok(client_over(
+        BufReader::new(reader).lines(),
+        Box::new(write),
+        None,
+    ))
+}
+
+/// The daemon's socket, opened as `open_socket` does, after starting an
+/// on-demand daemon if none answers (`connect_or_start`'s rules).
+pub async fn open_or_start(paths: &Paths, launcher: &Launcher) -> Result<UnixStream, StartError> {
+    match open_socket(&paths.socket()).await {
+        Ok(stream) => return Ok(stream),
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             return Err(StartError::Refused(e))
         }
@@ -132,7 +228,7 @@ pub async fn connect_or_start(paths: &Paths, launcher: &Launcher) -> Result<Clie
     })
     .await
     .map_err(io::Error::other)??;
-    connect(&paths.socket())
+    open_socket(&paths.socket())
         .await
         .map_err(|source| StartError::Connect {
             socket: paths.socket(),
@@ -202,14 +298,30 @@ pub fn is_disconnect(err: &jsonrpsee::core::client::Error) -> bool {
 /// closed; a caller whose call failed with `is_disconnect` calls `get`
 /// and repeats it (from its cursor, for reads).
 pub struct Reconnecting {
-    socket: std::path::PathBuf,
+    endpoint: Endpoint,
     current: tokio::sync::Mutex<std::sync::Arc<Client>>,
 }
 
+/// Where a client connects: this machine's socket, or `--host`.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    Socket(std::path::PathBuf),
+    Host(Host),
+}
+
+impl Endpoint {
+    pub async fn connect(&self) -> io::Result<Client> {
+        match self {
+            Endpoint::Socket(socket) => connect(socket).await,
+            Endpoint::Host(host) => connect_host(host).await,
+        }
+    }
+}
+
 impl Reconnecting {
-    pub fn new(socket: &Path, client: Client) -> Reconnecting {
+    pub fn new(endpoint: Endpoint, client: Client) -> Reconnecting {
         Reconnecting {
-            socket: socket.to_path_buf(),
+            endpoint,
             current: tokio::sync::Mutex::new(std::sync::Arc::new(client)),
         }
     }
@@ -249,7 +361,7 @@ impl Reconnecting {
     pub async fn get(&self) -> io::Result<std::sync::Arc<Client>> {
         let mut current = self.current.lock().await;
         if !current.is_connected() {
-            *current = std::sync::Arc::new(reconnect(&self.socket).await?);
+            *current = std::sync::Arc::new(reconnect(&self.endpoint).await?);
         }
         Ok(current.clone())
     }
@@ -257,12 +369,13 @@ impl Reconnecting {
 
 /// Connects to a daemon that went away, trying for up to `RECONNECT_FOR`
 /// (its keeper holds the socket, so a connection made while it restarts
-/// the daemon waits for the next one).
-pub async fn reconnect(socket: &Path) -> io::Result<Client> {
+/// the daemon waits for the next one; a dropped transport is started
+/// again).
+pub async fn reconnect(endpoint: &Endpoint) -> io::Result<Client> {
     let deadline = tokio::time::Instant::now() + RECONNECT_FOR;
     let mut pause = Duration::from_millis(10);
     loop {
-        match connect(socket).await {
+        match endpoint.connect().await {
             Ok(client) => return Ok(client),
             Err(e) if tokio::time::Instant::now() + pause > deadline => return Err(e),
             // No event announces a socket that comes back.

@@ -29,6 +29,15 @@ pub struct Cli {
     /// Machine-readable output: the JSON result on one line.
     #[arg(long, global = true)]
     json: bool,
+    /// The procd to talk to, elsewhere: ssh://[user@]host[:port] (through
+    /// the system's ssh and `procd dial-stdio` there; PROCD_SSH replaces
+    /// `ssh`) or unix:///path. For client commands and `mcp`.
+    #[arg(long, global = true, value_name = "URL", env = "PROCD_HOST")]
+    host: Option<String>,
+    /// Like --host, through any command whose stdio reaches a `procd
+    /// dial-stdio` (e.g. 'kubectl exec -i POD -- procd dial-stdio').
+    #[arg(long, global = true, value_name = "CMD", conflicts_with = "host")]
+    connect: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -70,6 +79,9 @@ enum Command {
     Client(ClientCommand),
     /// Serve the Model Context Protocol on stdin/stdout for a coding agent.
     Mcp,
+    /// Connect stdin/stdout to this machine's daemon (started on demand),
+    /// byte for byte: what `--host` runs on the far side.
+    DialStdio,
     /// Print a shell completion script (see docs/operations.md).
     Completions {
         #[arg(value_enum)]
@@ -146,12 +158,29 @@ struct Target {
     paths: Paths,
     launcher: Launcher,
     json: bool,
+    /// `--host` / `--connect`: a daemon elsewhere (docs/remote.md).
+    host: Option<procd_client::Host>,
 }
 
 impl Target {
+    /// Where reconnections go.
+    fn endpoint(&self) -> procd_client::Endpoint {
+        match &self.host {
+            Some(host) => procd_client::Endpoint::Host(host.clone()),
+            None => procd_client::Endpoint::Socket(self.paths.socket()),
+        }
+    }
+
     /// Connects, starting a daemon on demand if `start` is set. None means
-    /// no daemon runs (and none was started).
+    /// no daemon runs (and none was started). Through `--host`, the far
+    /// side's `procd dial-stdio` starts one there.
     async fn connect(&self, start: bool) -> Result<Option<Client>, String> {
+        if let Some(host) = &self.host {
+            return procd_client::connect_host(host)
+                .await
+                .map(Some)
+                .map_err(|e| e.to_string());
+        }
         if start {
             procd_client::connect_or_start(&self.paths, &self.launcher)
                 .await
@@ -193,6 +222,22 @@ fn print_document(text: &[u8], what: &str) -> i32 {
 }
 
 pub fn run(cli: Cli) -> i32 {
+    let host = match (&cli.host, &cli.connect) {
+        (_, Some(cmd)) => Some(procd_client::Host::Command(cmd.clone())),
+        (Some(url), None) => match procd_client::Host::parse(url) {
+            Ok(host) => Some(host),
+            Err(e) => {
+                eprintln!("procd: --host {e}");
+                return EXIT_USAGE;
+            }
+        },
+        (None, None) => None,
+    };
+    let remote_ok = matches!(cli.command, Command::Client(_) | Command::Mcp);
+    if host.is_some() && !remote_ok {
+        eprintln!("procd: --host and --connect are for client commands and mcp; this one runs on this machine");
+        return EXIT_USAGE;
+    }
     let paths = Paths::resolve(cli.home.as_deref());
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("procd"));
     let target = Target {
@@ -203,6 +248,7 @@ pub fn run(cli: Cli) -> i32 {
         },
         paths,
         json: cli.json,
+        host,
     };
     // Nothing is read from, written to or connected through a runtime dir
     // another user could have placed (docs/SECURITY.md); the daemon checks both of
@@ -260,7 +306,11 @@ fn local_command(
         }
         Command::Status => lifecycle::status(&target.paths, target.json),
         Command::Mcp => block_on(async {
-            match crate::mcp::run(&target.paths, &target.launcher).await {
+            let run = match &target.host {
+                Some(host) => crate::mcp::run_remote(host).await,
+                None => crate::mcp::run(&target.paths, &target.launcher).await,
+            };
+            match run {
                 Ok(()) => EXIT_OK,
                 Err(e) => {
                     eprintln!("procd mcp: {e}");
@@ -268,6 +318,7 @@ fn local_command(
                 }
             }
         }),
+        Command::DialStdio => block_on(crate::dial::run(&target.paths, &target.launcher)),
         Command::Client(client) => return Err(Box::new(client)),
     })
 }
@@ -275,13 +326,14 @@ fn local_command(
 /// Runs a command against the daemon, starting one first for the
 /// commands that may (under a client lease meanwhile).
 async fn client_run(target: &Target, config: Option<PathBuf>, command: ClientCommand) -> i32 {
-    let starts_daemon = matches!(
-        command,
-        ClientCommand::Spawn(_)
-            | ClientCommand::Send { .. }
-            | ClientCommand::Attach { .. }
-            | ClientCommand::Rpc { .. }
-    );
+    let starts_daemon = target.host.is_none()
+        && matches!(
+            command,
+            ClientCommand::Spawn(_)
+                | ClientCommand::Send { .. }
+                | ClientCommand::Attach { .. }
+                | ClientCommand::Rpc { .. }
+        );
     // A command that may start the daemon holds a lease meanwhile, so an
     // on-demand daemon cannot stop between our start and request.
     let lease = if starts_daemon {
@@ -298,7 +350,7 @@ async fn client_run(target: &Target, config: Option<PathBuf>, command: ClientCom
     let code = match target.connect(starts_daemon).await {
         Ok(Some(client)) => match client_command(
             target,
-            &procd_client::Reconnecting::new(&target.paths.socket(), client),
+            &procd_client::Reconnecting::new(target.endpoint(), client),
             command,
         )
         .await
@@ -482,7 +534,10 @@ pub struct SpawnArgs {
 impl SpawnArgs {
     /// The request these flags ask for, or what is wrong with them (a
     /// usage error: nothing was sent).
-    fn params(self) -> Result<procd_proto::SpawnParams, String> {
+    /// The spawn's params; `remote`: the daemon is elsewhere, so this
+    /// directory means nothing there (a relative `--cwd` is the far side's
+    /// to resolve, and without one its default applies).
+    fn params(self, remote: bool) -> Result<procd_proto::SpawnParams, String> {
         let ready = ready_condition(
             self.ready_output,
             self.ready_port,
@@ -507,7 +562,10 @@ impl SpawnArgs {
         let limited = self.memory.is_some() || self.cpus.is_some() || self.pids.is_some();
         Ok(procd_proto::SpawnParams {
             command: self.command.join(" "),
-            cwd: cwd_from_here(self.cwd),
+            cwd: match remote {
+                true => self.cwd,
+                false => cwd_from_here(self.cwd),
+            },
             env: (!vars.is_empty()).then_some(vars),
             pty: Some(self.pty),
             task_id: self.task,
@@ -538,7 +596,8 @@ async fn client_command(
     let client: &Client = &current;
     match command {
         ClientCommand::Spawn(args) => {
-            let params = match args.params() {
+            let remote = target.host.is_some();
+            let params = match args.params(remote) {
                 Ok(params) => params,
                 Err(e) => {
                     eprintln!("procd: {e}");

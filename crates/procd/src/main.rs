@@ -5,6 +5,7 @@
 mod attach;
 mod base;
 mod cli;
+mod dial;
 mod lifecycle;
 mod mcp;
 mod offline;

@@ -186,8 +186,9 @@ pub struct ProcdMcp {
     /// Made again when the daemon restarts (docs/survival.md); the lease is on
     /// disk and outlives any one connection.
     client: Arc<procd_client::Reconnecting>,
-    /// The lease token every started process is owned by.
-    owner: String,
+    /// The lease token every started process is owned by (none over
+    /// `--host`: a lease is a file of this machine's daemon).
+    owner: Option<String>,
     #[expect(dead_code, reason = "read by the code #[tool_handler] generates")]
     tool_router: ToolRouter<Self>,
 }
@@ -285,7 +286,7 @@ impl ProcdMcp {
         }
     }
 
-    pub fn new(client: procd_client::Reconnecting, owner: String) -> Self {
+    pub fn new(client: procd_client::Reconnecting, owner: Option<String>) -> Self {
         ProcdMcp {
             client: Arc::new(client),
             owner,
@@ -314,7 +315,7 @@ impl ProcdMcp {
             cwd: crate::base::cwd_from_here(p.cwd),
             env: p.env,
             pty: p.pty,
-            owner: Some(self.owner.clone()),
+            owner: self.owner.clone(),
             persist: p.persist,
             notify_on_complete: p.notify,
             watch_patterns: p.watch,
@@ -633,6 +634,23 @@ impl ServerHandler for ProcdMcp {
     }
 }
 
+/// `procd mcp --host`: the MCP server here, the daemon elsewhere, one
+/// connection made again when it drops. A lease cannot cross machines,
+/// so the processes it starts are not owned: they run on there until
+/// killed, as if started with persist (docs/remote.md).
+pub async fn run_remote(host: &procd_client::Host) -> Result<(), String> {
+    let client = procd_client::connect_host(host)
+        .await
+        .map_err(|e| e.to_string())?;
+    let client =
+        procd_client::Reconnecting::new(procd_client::Endpoint::Host(host.clone()), client);
+    let server = ProcdMcp::new(client, None);
+    match server.serve(rmcp::transport::stdio()).await {
+        Ok(service) => service.waiting().await.map(drop).map_err(|e| e.to_string()),
+        Err(e) => Err(format!("MCP handshake failed: {e}")),
+    }
+}
+
 /// Runs the MCP server on stdin/stdout until the client disconnects.
 pub async fn run(paths: &Paths, launcher: &Launcher) -> Result<(), String> {
     let lease = Lease::acquire(paths, "mcp")
@@ -641,8 +659,9 @@ pub async fn run(paths: &Paths, launcher: &Launcher) -> Result<(), String> {
     let client = procd_client::connect_or_start(paths, launcher)
         .await
         .map_err(|e| e.to_string())?;
-    let client = procd_client::Reconnecting::new(&paths.socket(), client);
-    let server = ProcdMcp::new(client, lease.token().to_string());
+    let client =
+        procd_client::Reconnecting::new(procd_client::Endpoint::Socket(paths.socket()), client);
+    let server = ProcdMcp::new(client, Some(lease.token().to_string()));
     let result = match server.serve(rmcp::transport::stdio()).await {
         Ok(service) => service.waiting().await.map(drop).map_err(|e| e.to_string()),
         Err(e) => Err(format!("MCP handshake failed: {e}")),

@@ -1,0 +1,324 @@
+//! Reaching a daemon on another machine (docs/remote.md): through a
+//! command whose stdin and stdout reach a `procd dial-stdio` there — the
+//! system's OpenSSH client for `ssh://`, or any command (`kubectl exec -i
+//! POD -- procd dial-stdio`) — or through another socket (`unix://`).
+//! procd never listens on a network port: the transport authenticates.
+
+use std::io;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use tokio::io::AsyncReadExt;
+
+/// Where `--host` says procd is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// `unix:///path`: a daemon's socket on this machine.
+    Unix(PathBuf),
+    /// `ssh://[user@]host[:port]`.
+    Ssh {
+        user: Option<String>,
+        host: String,
+        port: Option<u16>,
+    },
+    /// `--connect 'CMD'`: a shell command whose stdio reaches a
+    /// `procd dial-stdio`.
+    Command(String),
+}
+
+impl Host {
+    /// Reads a `--host` URL.
+    pub fn parse(url: &str) -> Result<Host, String> {
+        if let Some(path) = url.strip_prefix("unix://") {
+            return match path.starts_with('/') {
+                true => Ok(Host::Unix(PathBuf::from(path))),
+                false => Err(format!(
+                    "{url}: a unix:// URL names an absolute path (unix:///run/…)"
+                )),
+            };
+        }
+        let Some(rest) = url.strip_prefix("ssh://") else {
+            return Err(format!(
+                "{url}: --host takes ssh://[user@]host[:port] or unix:///path"
+            ));
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        let (user, at) = match rest.rsplit_once('@') {
+            Some((user, at)) => (Some(user.to_string()), at),
+            None => (None, rest),
+        };
+        let (host, port) = match at.rsplit_once(':') {
+            Some((host, port)) if !host.contains(':') || host.starts_with('[') => {
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| format!("{url}: {port:?} is not a port"))?;
+                (
+                    host.trim_start_matches('[').trim_end_matches(']'),
+                    Some(port),
+                )
+            }
+            _ => (at, None),
+        };
+        // Each part goes to ssh as one argument: none may read as an option.
+        let plain = |s: &str| {
+            !s.is_empty()
+                && !s.starts_with('-')
+                && s.bytes()
+                    .all(|b| b.is_ascii_graphic() && !b"/@'\"\\`$".contains(&b))
+        };
+        if !plain(host) || user.as_deref().is_some_and(|u| !plain(u)) {
+            return Err(format!("{url}: not a host name ssh can be given"));
+        }
+        Ok(Host::Ssh {
+            user,
+            host: host.to_string(),
+            port,
+        })
+    }
+
+    /// How errors name it.
+    pub fn describe(&self) -> String {
+        match self {
+            Host::Unix(path) => format!("unix://{}", path.display()),
+            Host::Ssh { host, .. } => host.clone(),
+            Host::Command(cmd) => format!("`{cmd}`"),
+        }
+    }
+
+    /// The transport command: `ssh … procd dial-stdio` (`PROCD_SSH`, split
+    /// as a shell would, replaces `ssh`), or the `--connect` command.
+    fn command(&self) -> Option<tokio::process::Command> {
+        let mut cmd = tokio::process::Command::new("sh");
+        match self {
+            Host::Unix(_) => return None,
+            Host::Command(line) => {
+                cmd.args(["-c", line]);
+            }
+            Host::Ssh { user, host, port } => {
+                let ssh = std::env::var("PROCD_SSH").unwrap_or_else(|_| "ssh".into());
+                let target = match user {
+                    Some(user) => format!("{user}@{host}"),
+                    None => host.clone(),
+                };
+                // BatchMode: ssh's prompts would read the protocol's stdin
+                // or hang; a refused login is an error to report instead.
+                cmd.args(["-c", &format!("exec {ssh} \"$@\""), "sh"])
+                    .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"])
+                    .args(
+                        port.map(|p| vec!["-p".to_string(), p.to_string()])
+                            .unwrap_or_default(),
+                    )
+                    .args(["--", &target, "procd", "dial-stdio"]);
+            }
+        }
+        Some(cmd)
+    }
+}
+
+/// A transport process and what it said on stderr.
+pub(crate) struct Transport {
+    pub child: tokio::process::Child,
+    pub stdin: tokio::process::ChildStdin,
+    pub stdout: tokio::process::ChildStdout,
+    pub stderr: Arc<Mutex<Vec<u8>>>,
+    pub stderr_read: tokio::task::JoinHandle<()>,
+}
+
+/// A transport once its stdio is in use: the process (kept for the life
+/// of the connection; dropping it kills it) and what it said on stderr.
+pub(crate) struct Running {
+    pub child: tokio::process::Child,
+    pub stderr: Arc<Mutex<Vec<u8>>>,
+    /// The task reading its stderr (it ends at the transport's exit).
+    pub stderr_read: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Why the connection through it ended, once it has exited (waited
+    /// for a moment: its stdout closes just before it does).
+    pub async fn why_ended(&mut self, host: &Host) -> String {
+        let limit = std::time::Duration::from_secs(5);
+        let status = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok);
+        if let Some(read) = self.stderr_read.take() {
+            let _ = tokio::time::timeout(limit, read).await;
+        }
+        let said = self
+            .stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        explain(host, status, &said)
+    }
+}
+
+/// Refuses a daemon of another protocol: one whose version differs from
+/// this procd's in its major number (its minor, before 1.0). `answer` is
+/// the daemon's answer to `status`.
+pub(crate) fn check_version(host: &Host, answer: &str) -> io::Result<()> {
+    let theirs = serde_json::from_str::<serde_json::Value>(answer)
+        .ok()
+        .and_then(|v| v["result"]["version"].as_str().map(String::from));
+    let Some(theirs) = theirs else {
+        return Err(io::Error::other(format!(
+            "{} answered, but not as procd does: {}",
+            host.describe(),
+            answer.chars().take(200).collect::<String>()
+        )));
+    };
+    let ours = env!("CARGO_PKG_VERSION");
+    if protocol_of(&theirs) != protocol_of(ours) {
+        return Err(io::Error::other(format!(
+            "the procd on {} is version {theirs}, of another protocol than this one ({ours}): install the same version on both sides",
+            host.describe()
+        )));
+    }
+    Ok(())
+}
+
+/// The part of a version that names its protocol: "1" of 1.4.2, "0.3" of
+/// 0.3.1.
+fn protocol_of(version: &str) -> String {
+    let mut parts = version.split('.');
+    match (parts.next(), parts.next()) {
+        (Some("0"), Some(minor)) => format!("0.{minor}"),
+        (Some(major), _) => major.to_string(),
+        _ => version.to_string(),
+    }
+}
+
+/// At most this much of a transport's stderr is kept for its error.
+const STDERR_KEPT: usize = 16 * 1024;
+
+/// Starts the transport to `host` (None for `unix://`).
+pub(crate) fn start(host: &Host) -> io::Result<Option<Transport>> {
+    let Some(mut cmd) = host.command() else {
+        return Ok(None);
+    };
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(stdin), Some(stdout), Some(mut err)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(io::Error::other("the transport's stdio is missing"));
+    };
+    let stderr = Arc::new(Mutex::new(Vec::new()));
+    let kept = stderr.clone();
+    let stderr_read = tokio::spawn(async move {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = err.read(&mut buf).await {
+            let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+            let room = STDERR_KEPT.saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+    });
+    Ok(Some(Transport {
+        child,
+        stdin,
+        stdout,
+        stderr,
+        stderr_read,
+    }))
+}
+
+/// What went wrong with a transport that ended (or never answered), in
+/// words a person can act on, from its exit status and stderr.
+pub(crate) fn explain(
+    host: &Host,
+    status: Option<std::process::ExitStatus>,
+    stderr: &[u8],
+) -> String {
+    let said = String::from_utf8_lossy(stderr).trim().to_string();
+    let name = host.describe();
+    let is_ssh = matches!(host, Host::Ssh { .. });
+    let has = |needles: &[&str]| needles.iter().any(|n| said.contains(n));
+    let code = status.and_then(|s| s.code());
+    if is_ssh && code == Some(127) && !has(&["procd"]) {
+        return format!("ssh is not installed here (or PROCD_SSH names a missing program): {said}");
+    }
+    if has(&["procd: command not found", "procd: not found"])
+        || (code == Some(127) && said.contains("procd"))
+    {
+        return format!("procd is not on {name}'s PATH (install it there): {said}");
+    }
+    if !is_ssh && code == Some(127) {
+        return format!("{name} could not be run: {said}");
+    }
+    if is_ssh
+        && has(&[
+            "Permission denied",
+            "Too many authentication failures",
+            "Host key verification failed",
+        ])
+    {
+        return format!("{name} refused the login: {said}");
+    }
+    if is_ssh && code == Some(255) {
+        return format!("cannot reach {name}: {said}");
+    }
+    match said.is_empty() {
+        true => format!(
+            "the connection to {name} closed ({})",
+            describe_status(status)
+        ),
+        false => format!("the connection to {name} closed: {said}"),
+    }
+}
+
+fn describe_status(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) if s.code().is_some() => format!("exit code {}", s.code().unwrap_or(0)),
+        Some(s) => format!("signal {}", s.signal().unwrap_or(0)),
+        None => "still running".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_urls_are_read_and_nothing_reads_as_an_option() {
+        let ssh = |user: Option<&str>, host: &str, port| Host::Ssh {
+            user: user.map(String::from),
+            host: host.into(),
+            port,
+        };
+        assert_eq!(Host::parse("ssh://box"), Ok(ssh(None, "box", None)));
+        assert_eq!(
+            Host::parse("ssh://me@box:2222"),
+            Ok(ssh(Some("me"), "box", Some(2222)))
+        );
+        assert_eq!(
+            Host::parse("ssh://[::1]:22"),
+            Ok(ssh(None, "::1", Some(22)))
+        );
+        assert_eq!(
+            Host::parse("unix:///run/p.sock"),
+            Ok(Host::Unix("/run/p.sock".into()))
+        );
+        assert_eq!(protocol_of("0.1.0"), protocol_of("0.1.7"));
+        assert_ne!(protocol_of("0.1.0"), protocol_of("0.2.0"));
+        assert_eq!(protocol_of("2.0.0"), protocol_of("2.5.1"));
+        for bad in [
+            "box",
+            "http://box",
+            "ssh://",
+            "ssh://-oProxyCommand=x",
+            "ssh://-l@box",
+            "ssh://box:port",
+            "ssh://a b",
+            "ssh://box$(x)",
+            "unix://relative",
+        ] {
+            assert!(Host::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

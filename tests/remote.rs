@@ -1,0 +1,180 @@
+//! procd elsewhere (docs/remote.md): `--host ssh://` through a real
+//! OpenSSH server on a loopback port (tests/common/sshd.rs) and the
+//! system's ssh client, `--connect`, `unix://`, and the errors a person
+//! meets, each a message and an exit code, never a hang.
+
+use crate::common::sshd::{free_port, Sshd};
+use crate::common::*;
+use serde_json::Value;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{out:?}: {e}"))
+}
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn remote_over_ssh_runs_sessions_there_and_rides_through_a_dropped_connection() {
+    let Some(sshd) = Sshd::start() else {
+        return;
+    };
+    // The far side's procd is the one under test, with the test's home.
+    let spawned = sshd.procd(&["--json", "spawn", "--", "echo one; exit 4"]);
+    assert!(spawned.status.success(), "{spawned:?}");
+    let id = json_of(&spawned)["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let waited = sshd.procd(&["wait", &id]);
+    assert_eq!(waited.status.code(), Some(4), "{waited:?}");
+    let log = sshd.remote_home().join(format!("state/logs/{id}.log"));
+    let on_disk = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        on_disk,
+        "one\n",
+        "the session ran on the far side: {}",
+        log.display()
+    );
+
+    // `logs -f` through ssh; the ssh under it is killed twice midway: it
+    // connects again and goes on from its cursor, every tick once, in order.
+    let gate = sshd.remote_home().join("gate");
+    let ticker = format!(
+        "i=0; until [ -e {} ]; do i=$((i+1)); echo tick $i; sleep 0.02; done",
+        gate.display()
+    );
+    let spawned = sshd.procd(&["--json", "spawn", "--", &ticker]);
+    let id = json_of(&spawned)["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let follower = Command::new(BIN)
+        .args(["--host", &sshd.url(), "logs", "-f", &id])
+        .env("PROCD_SSH", sshd.ssh_command())
+        .env("PROCD_HOME", sshd.remote_home().with_file_name("local"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("logs -f");
+    let cli = follower.id() as i32;
+    for _ in 0..2 {
+        let mut ssh = None;
+        wait_until("the CLI's ssh runs", || {
+            ssh = children_of(cli).into_iter().find(|p| comm(*p) == "ssh");
+            ssh.is_some()
+        });
+        std::thread::sleep(Duration::from_millis(400));
+        let ssh = ssh.expect("ssh");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(ssh),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        wait_until("that ssh is gone", || !alive(ssh) || comm(ssh) != "ssh");
+    }
+    std::fs::write(&gate, "").expect("end the ticker");
+    let out = output_within(follower, "logs -f");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let want: Vec<String> = (1..=lines.len()).map(|i| format!("tick {i}")).collect();
+    assert!(lines.len() > 20, "{out:?}");
+    assert_eq!(lines, want, "{out:?}");
+}
+
+#[test]
+fn remote_errors_say_what_is_wrong_and_never_hang() {
+    let Some(sshd) = Sshd::start() else {
+        return;
+    };
+    let run = |envs: &[(&str, String)], args: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env("PROCD_SSH", sshd.ssh_command())
+            .env("PROCD_HOME", sshd.remote_home().with_file_name("local"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        output_within(cmd.spawn().expect("procd"), &args.join(" "))
+    };
+    let fails = |out: &Output, says: &str| {
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(stderr_of(out).contains(says), "wanted {says:?}: {out:?}");
+    };
+    let url = sshd.url();
+    // It works as configured, through PROCD_HOST too.
+    let ok = run(&[("PROCD_HOST", url.clone())], &["ps"]);
+    assert!(ok.status.success(), "{ok:?}");
+    fails(
+        &run(
+            &[("PROCD_SSH", "/nonexistent/ssh".into())],
+            &["--host", &url, "ps"],
+        ),
+        "ssh is not installed",
+    );
+    let nobody = format!("ssh://root@127.0.0.1:{}", free_port());
+    fails(
+        &run(&[], &["--host", &nobody, "ps"]),
+        "cannot reach 127.0.0.1",
+    );
+    // Another protocol on the far side (a stand-in: no other version of
+    // procd exists to run there).
+    let other = r#"read _; echo '{"jsonrpc":"2.0","id":0,"result":{"version":"9.0.0"}}'; sleep 1"#;
+    fails(
+        &run(&[], &["--connect", other, "ps"]),
+        "of another protocol",
+    );
+    // A URL that would be an option to ssh is refused before anything runs.
+    let out = run(
+        &[],
+        &["--host", "ssh://-oProxyCommand=touch%20/tmp/x", "ps"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    // Local-only commands refuse --host.
+    assert_eq!(run(&[], &["--host", &url, "stop"]).status.code(), Some(2));
+    sshd.refuse_logins();
+    fails(&run(&[], &["--host", &url, "ps"]), "refused the login");
+}
+
+#[test]
+fn remote_without_procd_on_the_far_path_says_so() {
+    let Some(sshd) = Sshd::start_with(false) else {
+        return;
+    };
+    let out = sshd.procd(&["ps"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = stderr_of(&out);
+    assert!(said.contains("procd is not on 127.0.0.1's PATH"), "{out:?}");
+    assert!(
+        said.contains("procd"),
+        "the far side's own message: {out:?}"
+    );
+}
+
+#[test]
+fn remote_unix_socket_and_connect_reach_a_daemon_like_the_socket_does() {
+    let d = Daemon::start();
+    let socket = format!("unix://{}", d.socket().display());
+    let id = d.spawn("echo via-unix");
+    let out = Command::new(BIN)
+        .args(["--host", &socket, "--json", "wait", &id])
+        .output()
+        .expect("procd");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json_of(&out)["output"], "via-unix\n");
+    // `dial-stdio` is the far end: here through --connect.
+    let dial = format!("PROCD_HOME={} {BIN} dial-stdio", d.home.path().display());
+    let out = Command::new(BIN)
+        .args(["--connect", &dial, "--json", "wait", &id])
+        .output()
+        .expect("procd");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json_of(&out)["output"], "via-unix\n");
+}
