@@ -52,37 +52,57 @@ fn remote_over_ssh_runs_sessions_there_and_rides_through_a_dropped_connection() 
         .as_str()
         .expect("id")
         .to_string();
-    let follower = Command::new(BIN)
+    let mut follower = Command::new(BIN)
         .args(["--host", &sshd.url(), "logs", "-f", &id])
         .env("PROCD_SSH", sshd.ssh_command())
-        .env("PROCD_HOME", sshd.remote_home().with_file_name("local"))
+        .env("PROCD_HOME", sshd.local_home())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("logs -f");
     let cli = follower.id() as i32;
+    // What it printed so far, line by line, as it prints it.
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stdout = follower.stdout.take().expect("stdout");
+    let reader = {
+        let printed = printed.clone();
+        std::thread::spawn(move || {
+            for line in
+                std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok)
+            {
+                printed.lock().expect("lines").push(line);
+            }
+        })
+    };
+    let count = || printed.lock().expect("lines").len();
     for _ in 0..2 {
-        let mut ssh = None;
-        wait_until("the CLI's ssh runs", || {
-            ssh = children_of(cli).into_iter().find(|p| comm(*p) == "ssh");
-            ssh.is_some()
+        // Only while it follows: new lines keep coming through this ssh.
+        let seen = count();
+        wait_until("logs -f prints through its connection", || {
+            assert!(
+                !matches!(follower.try_wait(), Ok(Some(_))),
+                "logs -f ended early"
+            );
+            count() > seen + 5
         });
-        std::thread::sleep(Duration::from_millis(400));
-        let ssh = ssh.expect("ssh");
+        let ssh = children_of(cli).into_iter().find(|p| comm(*p) == "ssh");
+        let ssh = ssh.expect("the CLI's ssh");
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(ssh),
             nix::sys::signal::Signal::SIGKILL,
         );
         wait_until("that ssh is gone", || !alive(ssh) || comm(ssh) != "ssh");
     }
+    // And after the second kill it follows again.
+    let seen = count();
+    wait_until("logs -f prints again", || count() > seen + 5);
     std::fs::write(&gate, "").expect("end the ticker");
     let out = output_within(follower, "logs -f");
+    reader.join().expect("reader");
     assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = printed.lock().expect("lines").clone();
     let want: Vec<String> = (1..=lines.len()).map(|i| format!("tick {i}")).collect();
-    assert!(lines.len() > 20, "{out:?}");
     assert_eq!(lines, want, "{out:?}");
 }
 
@@ -95,7 +115,7 @@ fn remote_errors_say_what_is_wrong_and_never_hang() {
         let mut cmd = Command::new(BIN);
         cmd.args(args)
             .env("PROCD_SSH", sshd.ssh_command())
-            .env("PROCD_HOME", sshd.remote_home().with_file_name("local"))
+            .env("PROCD_HOME", sshd.local_home())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -139,7 +159,7 @@ fn remote_errors_say_what_is_wrong_and_never_hang() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     // Local-only commands refuse --host.
     assert_eq!(run(&[], &["--host", &url, "stop"]).status.code(), Some(2));
-    sshd.refuse_logins();
+    sshd.refuse_logins().expect("authorized_keys");
     fails(&run(&[], &["--host", &url, "ps"]), "refused the login");
 }
 
@@ -177,4 +197,79 @@ fn remote_unix_socket_and_connect_reach_a_daemon_like_the_socket_does() {
         .expect("procd");
     assert!(out.status.success(), "{out:?}");
     assert_eq!(json_of(&out)["output"], "via-unix\n");
+
+    // Thousands of requests at once, and megabytes of answers coming back
+    // while they are still being sent: every one is answered, in order.
+    let n = 5000;
+    let requests: String = (0..n)
+        .map(|i| format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"poll\",\"params\":{{\"session_id\":\"{id}\"}}}}\n"))
+        .collect();
+    let mut dial = Command::new(BIN)
+        .arg("dial-stdio")
+        .env("PROCD_HOME", d.home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dial-stdio");
+    let mut stdin = dial.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        stdin.write_all(requests.as_bytes()).expect("send");
+    });
+    let out = output_within(dial, "dial-stdio with 5000 requests");
+    writer.join().expect("writer");
+    assert!(out.status.success(), "{out:?}");
+    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an answer"))
+        .collect();
+    assert_eq!(answers.len(), n);
+    for (i, a) in answers.iter().enumerate() {
+        assert_eq!(a["id"], i, "{a}");
+        assert_eq!(a["result"]["session_id"], id.as_str(), "{a}");
+    }
+}
+
+#[test]
+fn remote_mcp_keeps_one_connection_and_makes_it_again_when_it_drops() {
+    let Some(sshd) = Sshd::start() else {
+        return;
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/mcp_remote_client.py"
+    );
+    let venv = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/mcp-venv.sh"
+    ))
+    .stdin(Stdio::null())
+    .stderr(Stdio::inherit())
+    .output()
+    .expect("run tests/mcp-venv.sh");
+    assert!(venv.status.success(), "cannot set up the Python MCP SDK");
+    let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
+    let client = Command::new(python)
+        .args([script, BIN, &sshd.url()])
+        .env("PROCD_SSH", sshd.ssh_command())
+        .env("PROCD_HOME", sshd.local_home())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the Python MCP client");
+    let out = output_within_for(client, "the MCP client", Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let seen = json_of(&out);
+    assert_eq!(seen["first"]["result"]["output"], "one-remote\n", "{seen}");
+    assert_eq!(seen["ssh_killed"], 1, "one connection: {seen}");
+    assert_eq!(seen["second"]["result"]["output"], "two-remote\n", "{seen}");
+    assert!(seen["retries"].as_u64() <= Some(1), "{seen}");
+    assert_eq!(seen["ssh_after"], 1, "made again, once: {seen}");
+    // Both ran on the far side.
+    let logs = std::fs::read_dir(sshd.remote_home().join("state/logs"))
+        .expect("the far side's logs")
+        .count();
+    assert!(logs >= 2, "{logs} logs");
 }

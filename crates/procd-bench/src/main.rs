@@ -12,8 +12,8 @@
 //!
 //! `--only WORD` runs just the figures whose group name contains WORD
 //! (spawn, poll, exit, ingest, latency, idle, many, kill, flood, observe;
-//! and `peers` and `systemd`, which run only when named: they install or
-//! run other programs):
+//! and `peers`, `systemd` and `remote`, which run only when named: they
+//! install or run other programs):
 //! for profiling one. `--repeat N` runs the table N times and reports, per
 //! figure, the run with the median ratio (or value) and the min–max
 //! spread; a target is met when that median run meets it.
@@ -21,6 +21,7 @@
 mod instructions;
 mod peers;
 mod reliability;
+mod remote;
 mod survival;
 mod systemd;
 
@@ -499,6 +500,18 @@ pub(crate) fn remove_cgroups(home: &Path) {
     tree.remove();
 }
 
+/// The `procd` built beside this program (the units and sshd run it).
+pub(crate) fn procd_beside_us() -> PathBuf {
+    let own = std::env::current_exe().expect("own path");
+    let procd = own.with_file_name("procd");
+    assert!(
+        procd.exists(),
+        "{} is missing: build it first (cargo build --release --workspace)",
+        procd.display()
+    );
+    procd
+}
+
 /// A minimal line client: the same code talks to procd and to the echo
 /// baseline, so the ratio measures the servers, not the clients.
 pub(crate) struct Line {
@@ -620,7 +633,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     // that runs (none of `--only peers`, say).
     let shared = std::cell::OnceCell::new();
     let d = || shared.get_or_init(Daemon::start);
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 14] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 15] = [
         ("spawn", &|| {
             let mut rows = vec![spawn_wait(d(), s)];
             rows.extend(spawn_wait_slow_rc(s));
@@ -643,11 +656,12 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         // peers; a systemd user manager and the `procd` built beside us).
         ("peers", &|| peers::peer_rows(s.peer_rounds)),
         ("systemd", &|| systemd::containment_rows(s.rounds)),
+        ("remote", &|| remote::remote_rows(s.polls)),
     ];
     groups
         .iter()
         .filter(|(name, _)| match only {
-            None => !["peers", "systemd"].contains(name),
+            None => !["peers", "systemd", "remote"].contains(name),
             Some(w) => name.contains(w),
         })
         .flat_map(|(_, run)| run())

@@ -7,12 +7,12 @@
 
 use crate::{median, Line, Ratio, Row};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 /// The group's one row.
 pub fn containment_rows(rounds: usize) -> Vec<Row> {
-    let procd = procd_program();
+    let procd = crate::procd_beside_us();
     let units = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../systemd");
     let m = procd_usermanager::UserManager::start(&units, &procd)
         .unwrap_or_else(|e| panic!("a systemd user manager: {e}"));
@@ -48,18 +48,6 @@ pub fn containment_rows(rounds: usize) -> Vec<Row> {
             delegated.len()
         ),
     )]
-}
-
-/// The `procd` built beside this program (the units run it).
-fn procd_program() -> PathBuf {
-    let own = std::env::current_exe().expect("own path");
-    let procd = own.with_file_name("procd");
-    assert!(
-        procd.exists(),
-        "{} is missing: build it first (cargo build --release --workspace)",
-        procd.display()
-    );
-    procd
 }
 
 /// `rounds` spawn + wait round trips of `true`, in ms, after checking the

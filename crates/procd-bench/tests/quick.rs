@@ -128,3 +128,26 @@ fn systemd_delegated_cgroups_are_measured_beside_scopes() {
         );
     }
 }
+
+/// `--only remote` runs a real sshd and polls through `--host ssh://`
+/// beside `ssh … cat`; the bench checks the far side's procd is the one
+/// it started. The timing is not asserted (the README has it).
+#[test]
+fn remote_polls_are_measured_beside_a_plain_ssh_echo() {
+    // As in the suite (docs/testing.md): only this variable skips it.
+    if std::env::var_os("PROCD_TEST_NO_SSHD").is_some() {
+        eprintln!("PROCD_TEST_NO_SSHD is set: this machine lacks an OpenSSH server; not run");
+        return;
+    }
+    let rows = bench_rows(&["--quick", "--only", "remote", "--json"]);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    for figure in ["value", "baseline"] {
+        assert!(
+            rows[0][figure]
+                .as_f64()
+                .is_some_and(|v| v.is_finite() && v > 0.0),
+            "{}",
+            rows[0]
+        );
+    }
+}

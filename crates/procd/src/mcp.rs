@@ -189,6 +189,9 @@ pub struct ProcdMcp {
     /// The lease token every started process is owned by (none over
     /// `--host`: a lease is a file of this machine's daemon).
     owner: Option<String>,
+    /// The daemon runs on this machine: a relative cwd is taken from ours
+    /// (over `--host` it is the far side's to resolve).
+    local: bool,
     #[expect(dead_code, reason = "read by the code #[tool_handler] generates")]
     tool_router: ToolRouter<Self>,
 }
@@ -286,9 +289,12 @@ impl ProcdMcp {
         }
     }
 
+    /// `owner`: the local lease processes are owned by; None when the
+    /// daemon is elsewhere (`--host`).
     pub fn new(client: procd_client::Reconnecting, owner: Option<String>) -> Self {
         ProcdMcp {
             client: Arc::new(client),
+            local: owner.is_some(),
             owner,
             tool_router: Self::tool_router(),
         }
@@ -312,7 +318,10 @@ impl ProcdMcp {
         };
         let params = procd_proto::SpawnParams {
             command: p.command,
-            cwd: crate::base::cwd_from_here(p.cwd),
+            cwd: match self.local {
+                true => crate::base::cwd_from_here(p.cwd),
+                false => p.cwd,
+            },
             env: p.env,
             pty: p.pty,
             owner: self.owner.clone(),
