@@ -20,19 +20,7 @@ impl Drop for Home {
 fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     let home = Home(short_tempdir());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/mcp_client.py");
-    let venv = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/mcp-venv.sh"
-    ))
-    .stdin(Stdio::null())
-    .stderr(Stdio::inherit())
-    .output()
-    .expect("run tests/mcp-venv.sh");
-    assert!(
-        venv.status.success(),
-        "cannot set up the Python MCP SDK (see the message above)"
-    );
-    let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
+    let python = mcp_python();
     let client = Command::new(python)
         .arg(script)
         .arg(BIN)

@@ -14,6 +14,16 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 
+async def tool_call(session, name, args):
+    """One tool call, as the agent sees its answer."""
+    r = await session.call_tool(name, args)
+    return {
+        "is_error": bool(r.is_error),
+        "text": r.content[0].text if r.content else "",
+        "result": r.structured_content,
+    }
+
+
 async def main(procd: str, home: str) -> None:
     # The agent runs in its project: `procd mcp` is started there.
     project = os.path.join(home, "project")
@@ -35,12 +45,7 @@ async def main(procd: str, home: str) -> None:
             out["start_description"] = next(t.description for t in tools.tools if t.name == "start")
 
             async def call(name, args):
-                r = await session.call_tool(name, args)
-                return {
-                    "is_error": bool(r.is_error),
-                    "text": r.content[0].text if r.content else "",
-                    "result": r.structured_content,
-                }
+                return await tool_call(session, name, args)
 
             out["fast"] = await call("start", {"command": "echo hello from mcp; exit 3", "yield_ms": 10000})
             out["pwd"] = await call("start", {"command": "pwd", "yield_ms": 10000})

@@ -15,6 +15,8 @@ import sys
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from mcp_client import tool_call
+
 
 def children(pid):
     found = []
@@ -53,12 +55,7 @@ async def main(procd: str, url: str) -> None:
             await session.initialize()
 
             async def call(name, args):
-                r = await session.call_tool(name, args)
-                return {
-                    "is_error": bool(r.is_error),
-                    "text": r.content[0].text if r.content else "",
-                    "result": r.structured_content,
-                }
+                return await tool_call(session, name, args)
 
             out["first"] = await call("start", {"command": "echo one-remote", "yield_ms": 10000})
             server = mcp_server_pid()

@@ -52,13 +52,8 @@ fn remote_over_ssh_runs_sessions_there_and_rides_through_a_dropped_connection() 
         .as_str()
         .expect("id")
         .to_string();
-    let mut follower = Command::new(BIN)
-        .args(["--host", &sshd.url(), "logs", "-f", &id])
-        .env("PROCD_SSH", sshd.ssh_command())
-        .env("PROCD_HOME", sshd.local_home())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut follower = sshd
+        .through(Command::new(BIN).args(["--host", &sshd.url(), "logs", "-f", &id]))
         .spawn()
         .expect("logs -f");
     let cli = follower.id() as i32;
@@ -113,12 +108,7 @@ fn remote_errors_say_what_is_wrong_and_never_hang() {
     };
     let run = |envs: &[(&str, String)], args: &[&str]| {
         let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env("PROCD_SSH", sshd.ssh_command())
-            .env("PROCD_HOME", sshd.local_home())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        sshd.through(cmd.args(args));
         for (k, v) in envs {
             cmd.env(k, v);
         }
@@ -240,23 +230,9 @@ fn remote_mcp_keeps_one_connection_and_makes_it_again_when_it_drops() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../tests/mcp_remote_client.py"
     );
-    let venv = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/mcp-venv.sh"
-    ))
-    .stdin(Stdio::null())
-    .stderr(Stdio::inherit())
-    .output()
-    .expect("run tests/mcp-venv.sh");
-    assert!(venv.status.success(), "cannot set up the Python MCP SDK");
-    let python = String::from_utf8_lossy(&venv.stdout).trim().to_string();
-    let client = Command::new(python)
-        .args([script, BIN, &sshd.url()])
-        .env("PROCD_SSH", sshd.ssh_command())
-        .env("PROCD_HOME", sshd.local_home())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let python = mcp_python();
+    let client = sshd
+        .through(Command::new(python).args([script, BIN, &sshd.url()]))
         .spawn()
         .expect("the Python MCP client");
     let out = output_within_for(client, "the MCP client", Duration::from_secs(60));

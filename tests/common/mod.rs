@@ -571,6 +571,24 @@ pub fn daemon_below(keeper: i32) -> Option<i32> {
 }
 
 /// A temp dir with a short path (Unix socket paths must fit 108 bytes).
+/// The Python of the project's MCP venv (made by tests/mcp-venv.sh when
+/// missing), to run an MCP SDK client with.
+pub fn mcp_python() -> String {
+    let venv = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/mcp-venv.sh"
+    ))
+    .stdin(Stdio::null())
+    .stderr(Stdio::inherit())
+    .output()
+    .expect("run tests/mcp-venv.sh");
+    assert!(
+        venv.status.success(),
+        "cannot set up the Python MCP SDK (see the message above)"
+    );
+    String::from_utf8_lossy(&venv.stdout).trim().to_string()
+}
+
 pub fn short_tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("pd")

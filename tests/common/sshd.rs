@@ -35,17 +35,21 @@ impl Sshd {
         Some(Sshd(sshd))
     }
 
-    /// The procd CLI here, talking to the far side through `--host`.
-    pub fn procd(&self, args: &[&str]) -> Output {
-        let child = Command::new(BIN)
-            .arg("--host")
-            .arg(self.url())
-            .args(args)
-            .env("PROCD_SSH", self.ssh_command())
+    /// `cmd` set up to reach this server: its ssh command (`PROCD_SSH`), a
+    /// local PROCD_HOME of the test's own, stdin closed, output piped.
+    pub fn through<'a>(&self, cmd: &'a mut Command) -> &'a mut Command {
+        cmd.env("PROCD_SSH", self.ssh_command())
             .env("PROCD_HOME", self.local_home())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+    }
+
+    /// The procd CLI here, talking to the far side through `--host`.
+    pub fn procd(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(BIN);
+        let child = self
+            .through(cmd.arg("--host").arg(self.url()).args(args))
             .spawn()
             .expect("procd");
         output_within(child, &format!("procd --host {}", args.join(" ")))
