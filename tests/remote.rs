@@ -190,34 +190,96 @@ fn remote_unix_socket_and_connect_reach_a_daemon_like_the_socket_does() {
 
     // Thousands of requests at once, and megabytes of answers coming back
     // while they are still being sent: every one is answered, in order.
+    // Through pipes (the daemon takes them over) and through a socket (a
+    // stdio that is not a pipe: dial-stdio relays it), the same.
+    for stdio in ["pipes", "a socket"] {
+        pipelined_polls(&d, &id, stdio == "pipes");
+    }
+}
+
+/// 5000 polls sent at once through `procd dial-stdio`, and megabytes of
+/// answers coming back while they are still being sent: every one is
+/// answered, in order (a relay that blocks on either side deadlocks).
+fn pipelined_polls(d: &Daemon, id: &str, pipes: bool) {
+    use std::io::{Read, Write};
     let n = 5000;
     let requests: String = (0..n)
         .map(|i| format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"poll\",\"params\":{{\"session_id\":\"{id}\"}}}}\n"))
         .collect();
-    let mut dial = Command::new(BIN)
-        .arg("dial-stdio")
+    let mut cmd = Command::new(BIN);
+    cmd.arg("dial-stdio")
         .env("PROCD_HOME", d.home.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("dial-stdio");
-    let mut stdin = dial.stdin.take().expect("stdin");
+        .stderr(Stdio::piped());
+    let (mut to_dial, mut from_dial): (Box<dyn Write + Send>, Box<dyn Read + Send>);
+    let mut dial = if pipes {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("dial-stdio");
+        to_dial = Box::new(child.stdin.take().expect("stdin"));
+        from_dial = Box::new(child.stdout.take().expect("stdout"));
+        child
+    } else {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let theirs_out = theirs.try_clone().expect("clone");
+        let child = cmd
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs_out)))
+            .spawn()
+            .expect("dial-stdio");
+        from_dial = Box::new(ours.try_clone().expect("clone"));
+        to_dial = Box::new(HalfCloser(ours));
+        child
+    };
+    // The Command still holds the socket's far end: only dial-stdio may.
+    drop(cmd);
     let writer = std::thread::spawn(move || {
-        use std::io::Write;
-        stdin.write_all(requests.as_bytes()).expect("send");
+        to_dial.write_all(requests.as_bytes()).expect("send");
     });
-    let out = output_within(dial, "dial-stdio with 5000 requests");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        from_dial.read_to_string(&mut text).expect("answers");
+        text
+    });
     writer.join().expect("writer");
-    assert!(out.status.success(), "{out:?}");
-    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+    let text = reader.join().expect("reader");
+    wait_until("dial-stdio exits", || {
+        matches!(dial.try_wait(), Ok(Some(_)))
+    });
+    let answers: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).expect("an answer"))
         .collect();
-    assert_eq!(answers.len(), n);
+    assert_eq!(
+        answers.len(),
+        n,
+        "through {}",
+        if pipes { "pipes" } else { "a socket" }
+    );
     for (i, a) in answers.iter().enumerate() {
         assert_eq!(a["id"], i, "{a}");
-        assert_eq!(a["result"]["session_id"], id.as_str(), "{a}");
+        assert_eq!(a["result"]["session_id"], id, "{a}");
+    }
+}
+
+/// A socket's write side that half-closes when dropped (as a pipe's
+/// writer closes): dial-stdio sees its stdin end.
+struct HalfCloser(std::os::unix::net::UnixStream);
+
+impl std::io::Write for HalfCloser {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl Drop for HalfCloser {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Write);
     }
 }
 
@@ -248,4 +310,45 @@ fn remote_mcp_keeps_one_connection_and_makes_it_again_when_it_drops() {
         .expect("the far side's logs")
         .count();
     assert!(logs >= 2, "{logs} logs");
+}
+
+#[test]
+fn a_first_byte_that_is_no_handover_starts_an_ordinary_connection() {
+    use std::io::{BufRead, Write};
+    let d = Daemon::start();
+    // A NUL alone, then a NUL carrying two descriptors that are not pipes:
+    // each is the first byte of a bad request line, answered as one, and
+    // the connection goes on.
+    let file = std::fs::File::open("/dev/null").expect("/dev/null");
+    let dir = std::fs::File::open("/").expect("/");
+    for with_fds in [false, true] {
+        let s = std::os::unix::net::UnixStream::connect(d.socket()).expect("connect");
+        let fds = [
+            std::os::fd::AsFd::as_fd(&file),
+            std::os::fd::AsFd::as_fd(&dir),
+        ];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+        let mut ancillary = rustix::net::SendAncillaryBuffer::new(&mut space);
+        if with_fds {
+            assert!(ancillary.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)));
+        }
+        rustix::net::sendmsg(
+            &s,
+            &[std::io::IoSlice::new(b"\0")],
+            &mut ancillary,
+            rustix::net::SendFlags::empty(),
+        )
+        .expect("sendmsg");
+        let mut w = s.try_clone().expect("clone");
+        w.write_all(b"\n{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"status\"}\n")
+            .expect("write");
+        let mut lines = std::io::BufReader::new(s).lines();
+        let bad: Value =
+            serde_json::from_str(&lines.next().expect("an answer").expect("read")).expect("JSON");
+        assert_eq!(bad["error"]["code"], -32700, "{bad}");
+        let ok: Value =
+            serde_json::from_str(&lines.next().expect("an answer").expect("read")).expect("JSON");
+        assert_eq!(ok["id"], 7, "{ok}");
+        assert!(ok["result"]["pid"].is_number(), "{ok}");
+    }
 }

@@ -6,6 +6,7 @@
 //! `wait` does not hold up a `poll`; responses carry their ids and are
 //! written as they complete.
 
+use crate::ends::{Reader, Writer};
 use futures::{FutureExt, StreamExt};
 use jsonrpsee::types::{ErrorCode, ErrorObject, Id, Response, ResponsePayload};
 use jsonrpsee::Methods;
@@ -14,7 +15,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -100,10 +100,17 @@ enum End {
 pub async fn serve(
     stream: UnixStream,
     protocol: Protocol,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
     handle: Arc<ConnectionHandle>,
 ) {
-    let (read_half, writer) = stream.into_split();
+    // The socket's two halves, or the pipes a dial-stdio handed over. The
+    // first byte may be long in coming: the connection can be evicted or
+    // the daemon stop meanwhile.
+    let (read_half, writer) = tokio::select! {
+        ends = crate::ends::open(stream) => ends,
+        _ = handle.close.cancelled() => return,
+        _ = crate::stopped(&mut shutdown) => return,
+    };
     // Framed on bytes, not str: a line that is not UTF-8 gets a parse
     // error and the connection carries on (a str codec would end it).
     let codec = AnyDelimiterCodec::new_with_max_length(
@@ -141,7 +148,7 @@ pub struct Protocol {
 
 /// One connection's state while it is served.
 struct Connection {
-    writer: OwnedWriteHalf,
+    writer: Writer,
     protocol: Protocol,
     shutdown: watch::Receiver<bool>,
     handle: Arc<ConnectionHandle>,
@@ -213,7 +220,7 @@ impl Connection {
         // no answer: its waits are cancelled at once. One that only stopped
         // sending (a half-close) still gets the answers to what it asked.
         match end {
-            End::Eof if peer_gone(self.writer.as_ref()) => End::Broken,
+            End::Eof if peer_gone(self.writer.as_fd()) => End::Broken,
             other => other,
         }
     }
@@ -354,7 +361,7 @@ impl Connection {
 }
 
 /// A connection's request lines.
-type Lines = FramedRead<tokio::net::unix::OwnedReadHalf, AnyDelimiterCodec>;
+type Lines = FramedRead<Reader, AnyDelimiterCodec>;
 
 type PendingRequest = std::pin::Pin<
     Box<dyn std::future::Future<Output = (Option<String>, Option<Notifications>)> + Send>,
@@ -382,7 +389,7 @@ async fn run_waiting(
 /// first (a client that does not read must not hold up a shutdown).
 /// False when the connection is done for.
 async fn write_or_stop(
-    writer: &mut OwnedWriteHalf,
+    writer: &mut Writer,
     line: String,
     shutdown: &mut watch::Receiver<bool>,
     handle: &ConnectionHandle,
@@ -399,17 +406,16 @@ async fn write_or_stop(
 
 /// Whether the peer has closed its end altogether (POLLHUP: it can read
 /// nothing more), as opposed to a half-close (it only stopped sending).
-fn peer_gone(stream: &UnixStream) -> bool {
+fn peer_gone(writer: std::os::fd::BorrowedFd<'_>) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
-    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLOUT)];
+    let mut fds = [PollFd::new(writer, PollFlags::POLLOUT)];
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
         && fds[0]
             .revents()
             .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
 }
 
-async fn write_line(writer: &mut OwnedWriteHalf, mut line: String) -> std::io::Result<()> {
+async fn write_line(writer: &mut Writer, mut line: String) -> std::io::Result<()> {
     line.push('\n');
     writer.write_all(line.as_bytes()).await
 }

@@ -6,6 +6,7 @@
 
 mod connection;
 mod daemon;
+mod ends;
 mod fast;
 mod lane;
 mod listener;

@@ -20,9 +20,12 @@ pub async fn run(paths: &Paths, launcher: &Launcher) -> i32 {
     };
     let code = match procd_client::open_or_start(paths, launcher).await {
         Ok(stream) => match stream.into_std() {
-            Ok(stream) => tokio::task::spawn_blocking(move || relay(stream))
-                .await
-                .unwrap_or(EXIT_FAILED),
+            Ok(stream) => tokio::task::spawn_blocking(move || match stdio_are_pipes() {
+                true => hand_over(stream),
+                false => relay(stream),
+            })
+            .await
+            .unwrap_or(EXIT_FAILED),
             Err(e) => fail(&e),
         },
         Err(e) => fail(&e),
@@ -34,6 +37,71 @@ pub async fn run(paths: &Paths, launcher: &Launcher) -> i32 {
 fn fail(e: &dyn std::fmt::Display) -> i32 {
     eprintln!("procd dial-stdio: {e}");
     EXIT_FAILED
+}
+
+/// Whether our stdin and stdout are pipes (ssh's, kubectl's): then the
+/// daemon can take them over.
+fn stdio_are_pipes() -> bool {
+    use rustix::fs::{fstat, FileType};
+    let fifo = |fd| fstat(fd).is_ok_and(|st| FileType::from_raw_mode(st.st_mode).is_fifo());
+    let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
+    fifo(stdin.as_fd()) && fifo(stdout.as_fd())
+}
+
+/// Hands our stdin and stdout to the daemon (one NUL byte, both attached:
+/// procd-server's `ends.rs`), which then reads the requests and writes
+/// the answers itself: no copy and no wake-up of ours on the way. Our own
+/// copies are closed (so the far side sees the daemon's close, not ours
+/// held open), and we wait for the daemon to end the connection.
+fn hand_over(socket: std::os::unix::net::UnixStream) -> i32 {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    // We wait on it below; tokio left it non-blocking.
+    if let Err(e) = socket.set_nonblocking(false) {
+        return fail(&e);
+    }
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let fds = [stdin.as_fd(), stdout.as_fd()];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    if !ancillary.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return fail(&"no room for two descriptors");
+    }
+    let sent = sendmsg(
+        &socket,
+        &[std::io::IoSlice::new(&[0u8])],
+        &mut ancillary,
+        SendFlags::NOSIGNAL,
+    );
+    if let Err(e) = sent {
+        return fail(&std::io::Error::from(e));
+    }
+    // /dev/null on 0 and 1 from here on: the pipes are the daemon's alone.
+    let null = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        Ok(null) => null,
+        Err(e) => return fail(&e),
+    };
+    if let Err(e) =
+        rustix::stdio::dup2_stdin(&null).and_then(|()| rustix::stdio::dup2_stdout(&null))
+    {
+        return fail(&std::io::Error::from(e));
+    }
+    // The daemon ends the connection by closing the socket; our exit then
+    // tells the far side (sshd ends the session when we exit).
+    let mut sink = [0u8; 64];
+    let mut socket = socket;
+    loop {
+        match socket.read(&mut sink) {
+            Ok(0) => return EXIT_OK,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return EXIT_OK,
+        }
+    }
 }
 
 /// Copies both ways in one thread, woken by poll(2) on whichever side has
