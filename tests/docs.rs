@@ -684,3 +684,32 @@ fn the_repository_names_no_document_it_lacks() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// docs/cluster.md's Kubernetes manifests are valid objects of the API
+/// they name: kubernetes-validate (in the project's venv, with the
+/// schemas of Kubernetes 1.37, offline) in strict mode, which also refuses
+/// fields the schema does not know. No cluster runs them here.
+#[test]
+fn the_cluster_manifests_validate_against_the_kubernetes_schemas() {
+    let python = mcp_python();
+    let validate = Path::new(&python).with_file_name("kubernetes-validate");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut checked = 0;
+    for b in all_blocks().iter().filter(|b| b.lang == "yaml") {
+        let file = dir.path().join(format!("manifest-{checked}.yaml"));
+        std::fs::write(&file, &b.text).expect("manifest");
+        let out = Command::new(&validate)
+            .arg("--strict")
+            .arg(&file)
+            .output()
+            .expect("kubernetes-validate");
+        let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && said.contains("passed"),
+            "{}: {out:?}",
+            b.place()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 1, "docs/cluster.md has a manifest");
+}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Makes sure target/mcp-venv holds the official Python MCP SDK that
-# tests/mcp.rs drives `procd mcp` with, and prints that venv's python.
+# Makes sure target/mcp-venv holds the Python packages the suite uses —
+# the official MCP SDK that tests/mcp.rs drives `procd mcp` with, and
+# kubernetes-validate, which checks docs/cluster.md's manifest — and
+# prints that venv's python.
 #
 # The SDK goes into a virtual environment the project owns, never into the
 # system's python3 (stock Debian and Ubuntu refuse `pip install` there:
@@ -10,9 +12,10 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${PROCD_MCP_VENV:-$root/target/mcp-venv}"
 sdk='mcp>=2,<3' # the major version tests/mcp_client.py is written for
+validate='kubernetes-validate==1.37.0' # Kubernetes 1.37 schemas, offline
 py="$venv/bin/python"
 
-ready() { [ -x "$py" ] && "$py" -c 'import mcp' 2>/dev/null; }
+ready() { [ -x "$py" ] && "$py" -c 'import mcp, kubernetes_validate' 2>/dev/null; }
 if ready; then echo "$py"; exit 0; fi
 
 mkdir -p "$(dirname "$venv")"
@@ -39,6 +42,6 @@ if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
 fi
 rm -rf "$venv"
 python3 -m venv "$venv" >&2
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "$sdk" >&2
-ready || { echo "mcp-venv: the SDK did not import after installing it" >&2; exit 1; }
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "$sdk" "$validate" >&2
+ready || { echo "mcp-venv: the packages did not import after installing them" >&2; exit 1; }
 echo "$py"
