@@ -352,3 +352,139 @@ fn a_first_byte_that_is_no_handover_starts_an_ordinary_connection() {
         assert!(ok["result"]["pid"].is_number(), "{ok}");
     }
 }
+
+/// The environment variable that says the machine cannot run a container.
+const NO_CONTAINER: &str = "PROCD_TEST_NO_CONTAINER";
+
+/// A real container (podman with runc, docs/remote.md): a minimal Debian
+/// root filesystem (tests/container-rootfs.sh, overlaid so every run
+/// starts clean), the procd under test bind-mounted in, no network.
+/// Removed (`podman rm -f`) when dropped.
+struct Container(String);
+
+impl Container {
+    fn start() -> Option<Container> {
+        if machine_lacks(NO_CONTAINER, "podman with runc") {
+            return None;
+        }
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/container-rootfs.sh"
+        );
+        let rootfs = Command::new(script)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run tests/container-rootfs.sh");
+        assert!(
+            rootfs.status.success(),
+            "no root filesystem for the container (see above), or set {NO_CONTAINER}=1"
+        );
+        let rootfs = String::from_utf8_lossy(&rootfs.stdout).trim().to_string();
+        let name = format!("procd-test-{}", std::process::id());
+        let out = Command::new("podman")
+            .args(["--runtime", "runc", "run", "-d", "--name", &name, "--init"])
+            .args(["--network", "none"])
+            .args([
+                "--ulimit",
+                "nofile=4096:4096",
+                "--ulimit",
+                "nproc=4096:4096",
+            ])
+            .args(["-v", &format!("{BIN}:/usr/local/bin/procd:ro")])
+            .args(["--rootfs", &format!("{rootfs}:O"), "sleep", "infinity"])
+            .output()
+            .expect("podman (apt-get install podman runc, as tests/system-deps.sh does)");
+        assert!(out.status.success(), "podman run: {out:?}");
+        Some(Container(name))
+    }
+
+    /// What `--connect` runs to reach the procd inside.
+    fn connect(&self) -> String {
+        format!("podman --runtime runc exec -i {} procd dial-stdio", self.0)
+    }
+
+    /// Runs `sh -c SCRIPT` inside.
+    fn sh(&self, script: &str) -> Output {
+        let child = Command::new("podman")
+            .args(["--runtime", "runc", "exec", &self.0, "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("podman exec");
+        output_within(child, "podman exec")
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-t", "0", &self.0])
+            .output();
+    }
+}
+
+#[test]
+fn remote_connect_into_a_real_container_runs_the_session_there() {
+    let Some(ctr) = Container::start() else {
+        return;
+    };
+    let connect = ctr.connect();
+    let procd = |args: &[&str]| {
+        let home = short_tempdir();
+        let child = Command::new(BIN)
+            .args(["--connect", &connect])
+            .args(args)
+            .env("PROCD_HOME", home.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("procd");
+        output_within(child, &format!("procd --connect … {}", args.join(" ")))
+    };
+    let spawn = |command: &str| {
+        let out = procd(&["--json", "spawn", "--", command]);
+        assert!(out.status.success(), "{out:?}");
+        json_of(&out)
+    };
+    let ticker = spawn("for i in 1 2 3; do echo t$i; sleep 0.2; done");
+    let id = ticker["session_id"].as_str().expect("id").to_string();
+    // logs -f follows it, through the container's stdio, to its end.
+    let out = procd(&["logs", "-f", &id]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "t1\nt2\nt3\n");
+    // The container's daemon ran it: its log is in the container.
+    let inside = ctr.sh(&format!(
+        "ls /tmp/procd-0/*/logs/{id}.log /root/.local/state/procd/logs/{id}.log 2>/dev/null || true"
+    ));
+    assert!(
+        String::from_utf8_lossy(&inside.stdout).contains(&format!("{id}.log")),
+        "{inside:?}"
+    );
+    // kill ends one for real, inside (its pid is of the container's
+    // pid namespace).
+    let sleeper = spawn("exec sleep 300");
+    let (id, pid) = (
+        sleeper["session_id"].as_str().expect("id").to_string(),
+        sleeper["pid"].as_i64().expect("pid"),
+    );
+    let alive = ctr.sh(&format!("cat /proc/{pid}/comm"));
+    assert_eq!(
+        String::from_utf8_lossy(&alive.stdout).trim(),
+        "sleep",
+        "{alive:?}"
+    );
+    let out = procd(&["kill", &id]);
+    assert!(out.status.success(), "{out:?}");
+    let waited = procd(&["--json", "wait", &id]);
+    assert_eq!(json_of(&waited)["status"], "exited", "{waited:?}");
+    let gone = ctr.sh(&format!(
+        "kill -0 {pid} 2>/dev/null && echo alive || echo gone"
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&gone.stdout).trim(),
+        "gone",
+        "{gone:?}"
+    );
+}

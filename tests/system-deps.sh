@@ -4,7 +4,9 @@
 # quick test), systemd (tests/systemd.rs runs a real `systemd --user`;
 # systemd need not be PID 1) and openssh-server (tests/remote.rs runs a
 # real sshd on a loopback port; the package's own service is not started
-# where policy-rc.d says so, and the tests never use it). Both are on CI's machine kind already; this
+# where policy-rc.d says so, and the tests never use it), and podman, runc
+# and debootstrap (tests/remote.rs runs a real container, its root
+# filesystem debootstrapped once by tests/container-rootfs.sh). Both are on CI's machine kind already; this
 # is for a fresh machine. Needs root and apt-get to install; otherwise it
 # says what is missing and fails.
 set -euo pipefail
@@ -13,6 +15,9 @@ command -v valgrind >/dev/null || missing+=(valgrind)
 [ -x /lib/systemd/systemd ] || missing+=(systemd)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh >/dev/null || missing+=(openssh-client)
+command -v podman >/dev/null || missing+=(podman)
+command -v runc >/dev/null || missing+=(runc)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "system-deps: installing ${missing[*]}" >&2
