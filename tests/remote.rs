@@ -3,7 +3,7 @@
 //! system's ssh client, `--connect`, `unix://`, and the errors a person
 //! meets, each a message and an exit code, never a hang.
 
-use crate::common::sshd::{free_port, Sshd};
+use crate::common::sshd::{free_port, LocalUser, Sshd};
 use crate::common::*;
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
@@ -487,4 +487,31 @@ fn remote_connect_into_a_real_container_runs_the_session_there() {
         "gone",
         "{gone:?}"
     );
+}
+
+#[test]
+fn remote_as_another_user_runs_that_users_daemon() {
+    let user = LocalUser::create();
+    let Some(sshd) = Sshd::start_as(true, &user.name) else {
+        return;
+    };
+    let out = sshd.procd(&["rpc", "spawn", r#"{"command":"id -u","yield_ms":10000}"#]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        json_of(&out)["output"],
+        format!("{}\n", user.uid),
+        "{out:?}"
+    );
+    // Its daemon is that user's, and so are its files.
+    let out = sshd.procd(&["rpc", "status"]);
+    let pid = json_of(&out)["pid"].as_i64().expect("pid");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next().map(String::from));
+    assert_eq!(uid, Some(user.uid.to_string()), "{status}");
+    use std::os::unix::fs::MetadataExt;
+    let state = std::fs::metadata(sshd.remote_home().join("state")).expect("state dir");
+    assert_eq!(state.uid(), user.uid);
 }

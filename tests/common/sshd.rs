@@ -26,12 +26,18 @@ impl Sshd {
 
     /// `start`; `with_procd`: whether its sessions' PATH has procd.
     pub fn start_with(with_procd: bool) -> Option<Sshd> {
+        Sshd::start_as(with_procd, "root")
+    }
+
+    /// `start`, logging in as `user`.
+    pub fn start_as(with_procd: bool, user: &str) -> Option<Sshd> {
         if machine_lacks(NO_SSHD, "an OpenSSH server") {
             return None;
         }
-        let sshd = procd_sshd::Sshd::start(Path::new(BIN), with_procd).unwrap_or_else(|e| {
-            panic!("{e} (or set {NO_SSHD}=1 where the machine cannot have it)")
-        });
+        let sshd =
+            procd_sshd::Sshd::start_as(Path::new(BIN), with_procd, user).unwrap_or_else(|e| {
+                panic!("{e} (or set {NO_SSHD}=1 where the machine cannot have it)")
+            });
         Some(Sshd(sshd))
     }
 
@@ -59,4 +65,37 @@ impl Sshd {
 /// A loopback port nothing listens on now.
 pub fn free_port() -> u16 {
     procd_sshd::free_port().expect("a free port")
+}
+
+/// A local user made for one test (the far side's account), removed when
+/// dropped.
+pub struct LocalUser {
+    pub name: String,
+    pub uid: u32,
+}
+
+impl LocalUser {
+    pub fn create() -> LocalUser {
+        let name = format!("pdt{}", std::process::id());
+        // HOME /tmp: a directory it may use (the far daemon runs sessions
+        // there by default). `*`, not useradd's locked `!`: sshd refuses
+        // a locked account's key logins; `*` matches no password.
+        let out = Command::new("useradd")
+            .args(["-M", "-d", "/tmp", "-s", "/bin/sh", "-p", "*", &name])
+            .output()
+            .expect("useradd");
+        assert!(out.status.success(), "useradd: {out:?}");
+        let id = Command::new("id").args(["-u", &name]).output().expect("id");
+        let uid = String::from_utf8_lossy(&id.stdout)
+            .trim()
+            .parse()
+            .expect("a uid");
+        LocalUser { name, uid }
+    }
+}
+
+impl Drop for LocalUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).output();
+    }
 }

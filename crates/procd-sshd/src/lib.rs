@@ -16,6 +16,8 @@ pub struct Sshd {
     child: Child,
     dir: tempfile::TempDir,
     procd: PathBuf,
+    /// Who logs in (root, or a user the caller made).
+    user: String,
     pub port: u16,
 }
 
@@ -23,6 +25,13 @@ impl Sshd {
     /// A running server whose sessions find `procd` on their PATH (or,
     /// `with_procd` false, do not). An error says what is missing.
     pub fn start(procd: &Path, with_procd: bool) -> Result<Sshd, String> {
+        Sshd::start_as(procd, with_procd, "root")
+    }
+
+    /// `start`, logging in as `user` (an account that exists, with an
+    /// unlocked password field): the far daemon then runs as that user,
+    /// in a home of its own here.
+    pub fn start_as(procd: &Path, with_procd: bool, user: &str) -> Result<Sshd, String> {
         if !Path::new(SSHD).exists() {
             return Err(format!(
                 "{SSHD} is missing: install openssh-server (tests/system-deps.sh does)"
@@ -46,9 +55,27 @@ impl Sshd {
         let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
         std::fs::copy(d.join("id.pub"), d.join("authorized_keys"))
             .map_err(|e| io("authorized_keys", e))?;
+        // Another user's login reads the key and reaches its home through
+        // this dir; the host key and the client's key stay root's alone.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &Path, mode| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        };
+        mode(d, 0o711).map_err(|e| io("chmod", e))?;
+        mode(&d.join("authorized_keys"), 0o644).map_err(|e| io("chmod", e))?;
         // sshd refuses to start without its privilege separation dir.
         std::fs::create_dir_all("/run/sshd").map_err(|e| io("/run/sshd", e))?;
         std::fs::create_dir(d.join("remote")).map_err(|e| io("the remote home", e))?;
+        if user != "root" {
+            let out = Command::new("chown")
+                .args([&format!("{user}:"), &d.join("remote").display().to_string()])
+                .output()
+                .map_err(|e| io("chown", e))?;
+            if !out.status.success() {
+                return Err(format!("chown {user}: {out:?}"));
+            }
+            mode(&d.join("remote"), 0o700).map_err(|e| io("chmod", e))?;
+        }
         let bin_dir = match with_procd {
             true => procd.parent().unwrap_or(Path::new("/")),
             false => Path::new("/usr/local/bin"),
@@ -77,6 +104,7 @@ impl Sshd {
             child,
             dir,
             procd: procd.to_path_buf(),
+            user: user.to_string(),
             port,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -89,9 +117,9 @@ impl Sshd {
         Ok(s)
     }
 
-    /// `ssh://root@127.0.0.1:PORT`.
+    /// `ssh://USER@127.0.0.1:PORT`.
     pub fn url(&self) -> String {
-        format!("ssh://root@127.0.0.1:{}", self.port)
+        format!("ssh://{}@127.0.0.1:{}", self.user, self.port)
     }
 
     /// The ssh command (`PROCD_SSH`): this server's key and a known_hosts
@@ -121,10 +149,13 @@ impl Sshd {
 
 impl Drop for Sshd {
     fn drop(&mut self) {
-        // The daemon `dial-stdio` started on the far side, then the server.
-        let _ = Command::new(&self.procd)
+        // The daemon `dial-stdio` started on the far side (as its user),
+        // then the server.
+        let _ = Command::new("runuser")
+            .args(["-u", &self.user, "--", "env"])
+            .arg(format!("PROCD_HOME={}", self.remote_home().display()))
+            .arg(&self.procd)
             .arg("stop")
-            .env("PROCD_HOME", self.remote_home())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
