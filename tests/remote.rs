@@ -515,3 +515,77 @@ fn remote_as_another_user_runs_that_users_daemon() {
     let state = std::fs::metadata(sshd.remote_home().join("state")).expect("state dir");
     assert_eq!(state.uid(), user.uid);
 }
+
+/// A tmux server of the test's own (its own socket), killed when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    fn start(command: &str) -> Tmux {
+        let t = Tmux(format!("procd-test-{}", std::process::id()));
+        let out = t.run(&["new-session", "-d", "-x", "100", "-y", "30", command]);
+        assert!(out.status.success(), "tmux (apt-get install tmux): {out:?}");
+        t
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .args(["-L", &self.0, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("tmux")
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-J"]).stdout).to_string()
+    }
+
+    fn wait_for(&self, text: &str) {
+        wait_until(&format!("tmux shows {text:?}"), || {
+            self.screen().contains(text)
+        });
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+#[test]
+fn remote_attach_in_a_real_terminal() {
+    let Some(sshd) = Sshd::start() else {
+        return;
+    };
+    let out = sshd.procd(&[
+        "--json",
+        "spawn",
+        "--pty",
+        "--",
+        "while read -r line; do eval \"$line\"; done",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let id = json_of(&out)["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // tmux gives `procd --host … attach` a real terminal.
+    let attach = format!(
+        "env PROCD_SSH='{}' PROCD_HOME={} {BIN} --host {} attach {id}; echo attach-exited-$?; sleep 60",
+        sshd.ssh_command(),
+        sshd.local_home().display(),
+        sshd.url()
+    );
+    let tmux = Tmux::start(&attach);
+    tmux.wait_for("Ctrl-] detaches");
+    tmux.run(&["send-keys", "echo marker-$((40+2))", "Enter"]);
+    tmux.wait_for("marker-42");
+    tmux.run(&["send-keys", "stty size", "Enter"]);
+    tmux.wait_for("30 100");
+    // Ctrl-] detaches; the far session keeps running.
+    tmux.run(&["send-keys", "C-]"]);
+    tmux.wait_for("attach-exited-0");
+    let polled = sshd.procd(&["--json", "poll", &id]);
+    assert_eq!(json_of(&polled)["status"], "running", "{polled:?}");
+    sshd.procd(&["kill", &id]);
+}

@@ -6,7 +6,8 @@
 # real sshd on a loopback port; the package's own service is not started
 # where policy-rc.d says so, and the tests never use it), and podman, runc
 # and debootstrap (tests/remote.rs runs a real container, its root
-# filesystem debootstrapped once by tests/container-rootfs.sh). Both are on CI's machine kind already; this
+# filesystem debootstrapped once by tests/container-rootfs.sh), and tmux
+# (a real terminal for `procd attach` through --host). Both are on CI's machine kind already; this
 # is for a fresh machine. Needs root and apt-get to install; otherwise it
 # says what is missing and fails.
 set -euo pipefail
@@ -18,6 +19,7 @@ command -v ssh >/dev/null || missing+=(openssh-client)
 command -v podman >/dev/null || missing+=(podman)
 command -v runc >/dev/null || missing+=(runc)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+command -v tmux >/dev/null || missing+=(tmux)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "system-deps: installing ${missing[*]}" >&2
