@@ -127,6 +127,8 @@ fn every_example_is_run_or_says_why_not() {
             "sh" => b.expected().is_some() || b.marker.as_deref() == Some("tour"),
             "json" => b.file == "docs/protocol.md",
             "json response" => b.file == "docs/protocol.md",
+            // Every manifest is validated (`the_cluster_manifests_…`).
+            "yaml" => b.file == "docs/cluster.md",
             _ => false,
         };
         if !runs {

@@ -117,6 +117,14 @@ pub fn stop_in(paths: &Paths, _t: &Transition, timeout: Duration) -> Result<Stop
     if !exited && !last.has_exited() {
         return Err(ControlError::StopTimeout(pid));
     }
+    // The keeper went first when its daemon could not act on the stop (a
+    // hung or stopped daemon is SIGKILLed above): stopped means the daemon
+    // is gone too, not still exiting.
+    if let (Some(_), Some(daemon)) = (&keeper, &daemon) {
+        if !daemon.wait_exit_blocking(KILL_WAIT) {
+            return Err(ControlError::StopTimeout(pid));
+        }
+    }
     // A daemon that died hard could not release its state; do it for it.
     let _lock = FileLock::acquire(&paths.lifecycle_lock())?;
     state::release_if_own(paths, pid);
