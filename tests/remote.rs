@@ -516,12 +516,17 @@ fn remote_as_another_user_runs_that_users_daemon() {
     assert_eq!(state.uid(), user.uid);
 }
 
-/// A tmux server of the test's own (its own socket), killed when dropped.
-struct Tmux(String);
+/// A tmux server of the test's own, its socket in a temp dir of its own
+/// (so nothing is left in /tmp/tmux-UID), killed when dropped.
+struct Tmux {
+    dir: tempfile::TempDir,
+}
 
 impl Tmux {
     fn start(command: &str) -> Tmux {
-        let t = Tmux(format!("procd-test-{}", std::process::id()));
+        let t = Tmux {
+            dir: short_tempdir(),
+        };
         let out = t.run(&["new-session", "-d", "-x", "100", "-y", "30", command]);
         assert!(out.status.success(), "tmux (apt-get install tmux): {out:?}");
         t
@@ -529,7 +534,9 @@ impl Tmux {
 
     fn run(&self, args: &[&str]) -> Output {
         Command::new("tmux")
-            .args(["-L", &self.0, "-f", "/dev/null"])
+            .arg("-S")
+            .arg(self.dir.path().join("tmux.sock"))
+            .args(["-f", "/dev/null"])
             .args(args)
             .output()
             .expect("tmux")
