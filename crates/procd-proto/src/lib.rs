@@ -14,5 +14,11 @@ pub mod params;
 mod types;
 
 pub use api::*;
+
+/// The one byte `procd dial-stdio` sends on a fresh connection, with its
+/// stdin and stdout attached (SCM_RIGHTS), to hand them to the daemon,
+/// which then serves that pipe pair as the connection (docs/remote.md).
+/// Not JSON-RPC: a connection that starts otherwise is an ordinary one.
+pub const STDIO_HANDOVER: u8 = 0;
 pub use params::*;
 pub use types::*;

@@ -1,11 +1,12 @@
 //! A connection's two ends: the accepted socket's, or a pair of pipes that
 //! `procd dial-stdio` handed over on it (docs/remote.md). A dial-stdio
-//! whose stdin and stdout are pipes (ssh's, kubectl's) sends one NUL byte
-//! with both attached (SCM_RIGHTS) as the first thing on its connection;
+//! whose stdin and stdout are pipes (ssh's, kubectl's) sends one byte,
+//! `procd_proto::STDIO_HANDOVER`, with both attached (SCM_RIGHTS), as the
+//! only thing on its connection;
 //! the daemon then reads requests from that pipe and writes answers into
 //! the other itself, so no process relays the bytes in between. Anything
-//! else — a first byte that is not a lone NUL with exactly two pipes — is
-//! the start of an ordinary connection, and is read as part of it.
+//! else — a first read that is not that lone byte with exactly two pipes —
+//! is the start of an ordinary connection, and is read as part of it.
 
 use std::io::Cursor;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -28,51 +29,47 @@ pub enum Writer {
     },
 }
 
-/// The first byte of a handover.
-const HANDOVER: u8 = 0;
+/// The most the first read takes: an ordinary client's first request
+/// usually arrives whole in it, so it costs no extra system call. What it
+/// read is kept (shrunk to fit) in front of the socket's reader.
+const FIRST_READ: usize = 4096;
 
-/// Reads the connection's first byte (with room for two descriptors) and
-/// returns its two ends.
+/// Reads the connection's first bytes (with room for two descriptors) and
+/// returns its two ends: the handed-over pipes when the first read is the
+/// lone `STDIO_HANDOVER` byte carrying a pipe's two ends, else the socket,
+/// with what was read put back in front.
 pub async fn open(stream: UnixStream) -> (Reader, Writer) {
-    let already: Vec<u8> = match first_byte(&stream).await {
-        Ok((Some(HANDOVER), fds)) if fds.len() == 2 => {
-            let mut fds = fds.into_iter();
-            if let (Some(input), Some(output)) = (fds.next(), fds.next()) {
-                if let Some((rx, tx)) = pipes(input, output) {
-                    return (
-                        Box::new(rx),
-                        Writer::Pipe {
-                            tx,
-                            _socket: stream,
-                        },
-                    );
-                }
-            }
-            vec![HANDOVER]
+    let (first, fds) = first_read(&stream).await.unwrap_or_default();
+    if first == [procd_proto::STDIO_HANDOVER] && fds.len() == 2 {
+        let mut fds = fds.into_iter();
+        if let Some((rx, tx)) = fds.next().zip(fds.next()).and_then(|(i, o)| pipes(i, o)) {
+            let writer = Writer::Pipe {
+                tx,
+                _socket: stream,
+            };
+            return (Box::new(rx), writer);
         }
-        Ok((Some(byte), _)) => vec![byte],
-        _ => Vec::new(),
-    };
+    }
     let (read, write) = stream.into_split();
     (
-        Box::new(Cursor::new(already).chain(read)),
+        Box::new(Cursor::new(first).chain(read)),
         Writer::Socket(write),
     )
 }
 
-/// One byte from the socket (None at EOF) and the descriptors that came
-/// with it (closed here unless they are the handover's two).
-async fn first_byte(stream: &UnixStream) -> std::io::Result<(Option<u8>, Vec<OwnedFd>)> {
+/// The first bytes from the socket (none at EOF) and the descriptors that
+/// came with them (closed by the caller unless they are the handover's).
+async fn first_read(stream: &UnixStream) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut bytes = vec![0u8; FIRST_READ];
     loop {
         stream.readable().await?;
         let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
         let mut ancillary = RecvAncillaryBuffer::new(&mut space);
-        let mut byte = [0u8; 1];
         let got = stream.try_io(tokio::io::Interest::READABLE, || {
             recvmsg(
                 stream,
-                &mut [std::io::IoSliceMut::new(&mut byte)],
+                &mut [std::io::IoSliceMut::new(&mut bytes)],
                 &mut ancillary,
                 RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
             )
@@ -89,7 +86,9 @@ async fn first_byte(stream: &UnixStream) -> std::io::Result<(Option<u8>, Vec<Own
                 fds.extend(rights);
             }
         }
-        return Ok(((received.bytes > 0).then_some(byte[0]), fds));
+        bytes.truncate(received.bytes);
+        bytes.shrink_to_fit();
+        return Ok((bytes, fds));
     }
 }
 

@@ -48,8 +48,8 @@ fn stdio_are_pipes() -> bool {
     fifo(stdin.as_fd()) && fifo(stdout.as_fd())
 }
 
-/// Hands our stdin and stdout to the daemon (one NUL byte, both attached:
-/// procd-server's `ends.rs`), which then reads the requests and writes
+/// Hands our stdin and stdout to the daemon (`procd_proto::STDIO_HANDOVER`,
+/// both attached: procd-server's `ends.rs`), which then reads the requests and writes
 /// the answers itself: no copy and no wake-up of ours on the way. Our own
 /// copies are closed (so the far side sees the daemon's close, not ours
 /// held open), and we wait for the daemon to end the connection.
@@ -69,7 +69,7 @@ fn hand_over(socket: std::os::unix::net::UnixStream) -> i32 {
     }
     let sent = sendmsg(
         &socket,
-        &[std::io::IoSlice::new(&[0u8])],
+        &[std::io::IoSlice::new(&[procd_proto::STDIO_HANDOVER])],
         &mut ancillary,
         SendFlags::NOSIGNAL,
     );
