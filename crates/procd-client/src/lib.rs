@@ -111,13 +111,14 @@ pub async fn open_socket(socket: &Path) -> io::Result<UnixStream> {
 /// Connects to the daemon listening on `socket` (checked as `open_socket`
 /// says).
 pub async fn connect(socket: &Path) -> io::Result<Client> {
-    let (read, write) = open_socket(socket).await?.into_split();
+    Ok(client_over_socket(open_socket(socket).await?))
+}
+
+/// A client on an open socket.
+fn client_over_socket(stream: UnixStream) -> Client {
+    let (read, write) = stream.into_split();
     let reader: Reader = Box::new(read);
-    Ok(client_over(
-        BufReader::new(reader).lines(),
-        Box::new(write),
-        None,
-    ))
+    client_over(BufReader::new(reader).lines(), Box::new(write), None)
 }
 
 /// Connects to the daemon `host` names. Through a transport command, one
@@ -125,33 +126,10 @@ pub async fn connect(socket: &Path) -> io::Result<Client> {
 /// says, from the transport's exit and stderr, why not) and that the
 /// procd there speaks this one's protocol.
 pub async fn connect_host(host: &Host) -> io::Result<Client> {
-    let transport = match remote::start(host) {
-        Ok(Some(t)) => t,
-        Ok(None) => {
-            let Host::Unix(path) = host else {
-                return Err(io::Error::other("no transport"));
-            };
-            return connect(path).await;
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(io::Error::other(
-                "sh is not installed: no transport can run",
-            ))
-        }
-        Err(e) => return Err(e),
-    };
-    let remote::Transport {
-        child,
-        mut stdin,
-        stdout,
-        stderr,
-        stderr_read,
-    } = transport;
-    let mut t = remote::Running {
-        child,
-        stderr,
-        stderr_read: Some(stderr_read),
-    };
+    if let Host::Unix(path) = host {
+        return connect(path).await;
+    }
+    let (mut t, mut stdin, stdout) = remote::start(host)?;
     let reader: Reader = Box::new(stdout);
     let mut lines = BufReader::new(reader).lines();
     let hello = "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"status\"}\n";
@@ -201,13 +179,7 @@ pub enum StartError {
 /// while holding a `Lease`: a daemon with no lease and no session may stop
 /// itself at any moment.
 pub async fn connect_or_start(paths: &Paths, launcher: &Launcher) -> Result<Client, StartError> {
-    let (read, write) = open_or_start(paths, launcher).await?.into_split();
-    let reader: Reader = Box::new(read);
-    Ok(client_over(
-        BufReader::new(reader).lines(),
-        Box::new(write),
-        None,
-    ))
+    Ok(client_over_socket(open_or_start(paths, launcher).await?))
 }
 
 /// The daemon's socket, opened as `open_socket` does, after starting an

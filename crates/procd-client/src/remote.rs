@@ -7,7 +7,6 @@
 use std::io;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use tokio::io::AsyncReadExt;
 
 /// Where `--host` says procd is.
@@ -115,22 +114,12 @@ impl Host {
     }
 }
 
-/// A transport process and what it said on stderr.
-pub(crate) struct Transport {
-    pub child: tokio::process::Child,
-    pub stdin: tokio::process::ChildStdin,
-    pub stdout: tokio::process::ChildStdout,
-    pub stderr: Arc<Mutex<Vec<u8>>>,
-    pub stderr_read: tokio::task::JoinHandle<()>,
-}
-
-/// A transport once its stdio is in use: the process (kept for the life
-/// of the connection; dropping it kills it) and what it said on stderr.
+/// A running transport: the process (kept for the life of the
+/// connection; dropping it kills it) and the task collecting what it says
+/// on stderr (up to `STDERR_KEPT`), which ends when the process does.
 pub(crate) struct Running {
-    pub child: tokio::process::Child,
-    pub stderr: Arc<Mutex<Vec<u8>>>,
-    /// The task reading its stderr (it ends at the transport's exit).
-    pub stderr_read: Option<tokio::task::JoinHandle<()>>,
+    child: tokio::process::Child,
+    stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
 }
 
 impl Running {
@@ -142,14 +131,14 @@ impl Running {
             .await
             .ok()
             .and_then(Result::ok);
-        if let Some(read) = self.stderr_read.take() {
-            let _ = tokio::time::timeout(limit, read).await;
-        }
-        let said = self
-            .stderr
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let said = match self.stderr.take() {
+            Some(read) => tokio::time::timeout(limit, read)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
         explain(host, status, &said)
     }
 }
@@ -192,39 +181,51 @@ fn protocol_of(version: &str) -> String {
 /// At most this much of a transport's stderr is kept for its error.
 const STDERR_KEPT: usize = 16 * 1024;
 
-/// Starts the transport to `host` (None for `unix://`).
-pub(crate) fn start(host: &Host) -> io::Result<Option<Transport>> {
-    let Some(mut cmd) = host.command() else {
-        return Ok(None);
-    };
-    let mut child = cmd
+/// Starts the transport to `host` (`ssh`, or the `--connect` command; a
+/// `unix://` host has none): the process, its stdin and its stdout.
+pub(crate) fn start(
+    host: &Host,
+) -> io::Result<(
+    Running,
+    tokio::process::ChildStdin,
+    tokio::process::ChildStdout,
+)> {
+    let mut cmd = host
+        .command()
+        .ok_or_else(|| io::Error::other("a unix:// host has no transport"))?;
+    let mut child = match cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .spawn()?;
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(io::Error::other(
+                "sh is not installed: no transport can run",
+            ))
+        }
+        Err(e) => return Err(e),
+    };
     let (Some(stdin), Some(stdout), Some(mut err)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         return Err(io::Error::other("the transport's stdio is missing"));
     };
-    let stderr = Arc::new(Mutex::new(Vec::new()));
-    let kept = stderr.clone();
-    let stderr_read = tokio::spawn(async move {
-        let mut buf = [0u8; 4096];
+    let stderr = tokio::spawn(async move {
+        let (mut kept, mut buf) = (Vec::new(), [0u8; 4096]);
         while let Ok(n @ 1..) = err.read(&mut buf).await {
-            let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
             let room = STDERR_KEPT.saturating_sub(kept.len());
             kept.extend_from_slice(&buf[..n.min(room)]);
         }
+        kept
     });
-    Ok(Some(Transport {
+    let running = Running {
         child,
-        stdin,
-        stdout,
-        stderr,
-        stderr_read,
-    }))
+        stderr: Some(stderr),
+    };
+    Ok((running, stdin, stdout))
 }
 
 /// What went wrong with a transport that ended (or never answered), in
