@@ -71,6 +71,19 @@ impl Held {
         self.fds.iter().find(|(k, _)| *k == kind).map(|(_, fd)| fd)
     }
 
+    /// Keeps how the root ended and tells the daemon, if one runs (else
+    /// the next one learns it in the handover).
+    fn ended(&mut self, exit: Exit, daemon: Option<&Daemon>) {
+        self.exit = Some(exit);
+        if let Some(link) = daemon.and_then(|d| d.link.as_ref()) {
+            let msg = ToDaemon::Exited {
+                pid: self.pid,
+                exit,
+            };
+            let _ = wire::send(link.as_fd(), &msg, &[]);
+        }
+    }
+
     /// The exit of a foreign root, once its parent has reaped it.
     fn reaped_exit(&self) -> Option<Exit> {
         let pidfd = self.fd(FdKind::Process)?;
@@ -308,16 +321,8 @@ impl Keeper {
             let Some(held) = self.sessions.get_mut(id) else {
                 continue;
             };
-            let Some(exit) = held.reaped_exit() else {
-                continue;
-            };
-            held.exit = Some(exit);
-            if let Some(link) = daemon.and_then(|d| d.link.as_ref()) {
-                let msg = ToDaemon::Exited {
-                    pid: held.pid,
-                    exit,
-                };
-                let _ = wire::send(link.as_fd(), &msg, &[]);
+            if let Some(exit) = held.reaped_exit() {
+                held.ended(exit, daemon);
             }
         }
     }
@@ -897,17 +902,7 @@ impl Keeper {
             let Some(held) = self.sessions.values_mut().find(|h| h.pid == pid.as_raw()) else {
                 continue; // an orphan of some session: reaped, nothing to keep
             };
-            held.exit = Some(exit);
-            if let Some(link) = daemon.and_then(|d| d.link.as_ref()) {
-                let _ = wire::send(
-                    link.as_fd(),
-                    &ToDaemon::Exited {
-                        pid: pid.as_raw(),
-                        exit,
-                    },
-                    &[],
-                );
-            }
+            held.ended(exit, daemon);
         }
     }
 }
