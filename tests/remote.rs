@@ -173,20 +173,18 @@ fn remote_unix_socket_and_connect_reach_a_daemon_like_the_socket_does() {
     let d = Daemon::start();
     let socket = format!("unix://{}", d.socket().display());
     let id = d.spawn("echo via-unix");
-    let out = Command::new(BIN)
-        .args(["--host", &socket, "--json", "wait", &id])
-        .output()
-        .expect("procd");
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(json_of(&out)["output"], "via-unix\n");
-    // `dial-stdio` is the far end: here through --connect.
+    // Through a unix:// URL, and through --connect to `dial-stdio` (the
+    // far end), the same answer.
     let dial = format!("PROCD_HOME={} {BIN} dial-stdio", d.home.path().display());
-    let out = Command::new(BIN)
-        .args(["--connect", &dial, "--json", "wait", &id])
-        .output()
-        .expect("procd");
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(json_of(&out)["output"], "via-unix\n");
+    for via in [["--host", &socket], ["--connect", &dial]] {
+        let out = Command::new(BIN)
+            .args(via)
+            .args(["--json", "wait", &id])
+            .output()
+            .expect("procd");
+        assert!(out.status.success(), "{via:?}: {out:?}");
+        assert_eq!(json_of(&out)["output"], "via-unix\n", "{via:?}");
+    }
 
     // Thousands of requests at once, and megabytes of answers coming back
     // while they are still being sent: every one is answered, in order.
@@ -367,19 +365,10 @@ impl Container {
         if machine_lacks(NO_CONTAINER, "podman with runc") {
             return None;
         }
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../tests/container-rootfs.sh"
+        let rootfs = prepared(
+            "container-rootfs.sh",
+            &format!("the container's root filesystem (or set {NO_CONTAINER}=1)"),
         );
-        let rootfs = Command::new(script)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run tests/container-rootfs.sh");
-        assert!(
-            rootfs.status.success(),
-            "no root filesystem for the container (see above), or set {NO_CONTAINER}=1"
-        );
-        let rootfs = String::from_utf8_lossy(&rootfs.stdout).trim().to_string();
         let name = format!("procd-test-{}", std::process::id());
         let out = Command::new("podman")
             .args(["--runtime", "runc", "run", "-d", "--name", &name, "--init"])

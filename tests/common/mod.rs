@@ -571,22 +571,29 @@ pub fn daemon_below(keeper: i32) -> Option<i32> {
 }
 
 /// A temp dir with a short path (Unix socket paths must fit 108 bytes).
-/// The Python of the project's MCP venv (made by tests/mcp-venv.sh when
-/// missing), to run an MCP SDK client with.
-pub fn mcp_python() -> String {
-    let venv = Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/mcp-venv.sh"
-    ))
-    .stdin(Stdio::null())
-    .stderr(Stdio::inherit())
-    .output()
-    .expect("run tests/mcp-venv.sh");
+/// Runs one of the scripts in tests/ that make something the suite needs
+/// (idempotently, once per machine) and print its path; panics saying
+/// `what` could not be made.
+pub fn prepared(script: &str, what: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests")
+        .join(script);
+    let out = Command::new(&path)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", path.display()));
     assert!(
-        venv.status.success(),
-        "cannot set up the Python MCP SDK (see the message above)"
+        out.status.success(),
+        "cannot make {what} (see the message above)"
     );
-    String::from_utf8_lossy(&venv.stdout).trim().to_string()
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The Python of the project's test venv (tests/mcp-venv.sh), to run an
+/// MCP SDK client or kubernetes-validate with.
+pub fn mcp_python() -> String {
+    prepared("mcp-venv.sh", "the Python test venv")
 }
 
 pub fn short_tempdir() -> tempfile::TempDir {

@@ -111,22 +111,7 @@ fn peers_are_measured_beside_procd() {
 /// asserted (the README has it), only that both were measured.
 #[test]
 fn systemd_delegated_cgroups_are_measured_beside_scopes() {
-    // As in the suite (docs/testing.md): only this variable skips it.
-    if std::env::var_os("PROCD_TEST_NO_SYSTEMD").is_some() {
-        eprintln!("PROCD_TEST_NO_SYSTEMD is set: this machine lacks systemd; not run");
-        return;
-    }
-    let rows = bench_rows(&["--quick", "--only", "systemd", "--json"]);
-    assert_eq!(rows.len(), 1, "{rows:#?}");
-    let row = &rows[0];
-    for figure in ["value", "baseline"] {
-        assert!(
-            row[figure]
-                .as_f64()
-                .is_some_and(|v| v.is_finite() && v > 0.0),
-            "{row}"
-        );
-    }
+    group_measures_one_row("systemd", "PROCD_TEST_NO_SYSTEMD");
 }
 
 /// `--only remote` runs a real sshd and polls through `--host ssh://`
@@ -134,12 +119,18 @@ fn systemd_delegated_cgroups_are_measured_beside_scopes() {
 /// it started. The timing is not asserted (the README has it).
 #[test]
 fn remote_polls_are_measured_beside_a_plain_ssh_echo() {
-    // As in the suite (docs/testing.md): only this variable skips it.
-    if std::env::var_os("PROCD_TEST_NO_SSHD").is_some() {
-        eprintln!("PROCD_TEST_NO_SSHD is set: this machine lacks an OpenSSH server; not run");
+    group_measures_one_row("remote", "PROCD_TEST_NO_SSHD");
+}
+
+/// `--quick --only GROUP` gives one row, with a positive figure for procd
+/// and for its baseline — unless `lacks` says the machine cannot run it
+/// (as in the suite, docs/testing.md: only that variable skips it).
+fn group_measures_one_row(group: &str, lacks: &str) {
+    if std::env::var_os(lacks).is_some() {
+        eprintln!("{lacks} is set: this machine lacks what `--only {group}` needs; not run");
         return;
     }
-    let rows = bench_rows(&["--quick", "--only", "remote", "--json"]);
+    let rows = bench_rows(&["--quick", "--only", group, "--json"]);
     assert_eq!(rows.len(), 1, "{rows:#?}");
     for figure in ["value", "baseline"] {
         assert!(
