@@ -5,6 +5,7 @@
 
 #![allow(clippy::too_many_arguments)]
 
+use crate::names::{ProjectName, SessionName};
 use crate::params::{
     Cols, Cursor, GraceS, Limit, MaxActiveAgeS, MaxBytes, MaxOutputChars, MaxOutputTokens, Offset,
     Rows, TimeoutS, WaitMs, YieldMs,
@@ -14,6 +15,7 @@ use crate::types::{
     ListResult, LogResult, OutputItem, PollResult, ReadResult, ResizeResult, ShutdownResult,
     SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult, WaitResult,
 };
+use crate::types::{DownResult, UpResult};
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::proc_macros::rpc;
 
@@ -161,6 +163,25 @@ pub trait ProcdApi {
         owned_keys: Option<Vec<String>>,
     ) -> RpcResult<DrainResult>;
 
+    /// Starts a stack's services that are not running, in dependency
+    /// order (docs/stacks.md).
+    #[method(name = "up", param_kind = map)]
+    async fn up(
+        &self,
+        file: Option<String>,
+        dir: Option<String>,
+        services: Option<Vec<SessionName>>,
+        yield_ms: Option<YieldMs>,
+    ) -> RpcResult<UpResult>;
+
+    /// Kills a project's sessions, dependents first.
+    #[method(name = "down", param_kind = map)]
+    async fn down(
+        &self,
+        project: ProjectName,
+        services: Option<Vec<SessionName>>,
+    ) -> RpcResult<DownResult>;
+
     #[method(name = "status")]
     async fn status(&self) -> RpcResult<StatusResult>;
 
@@ -246,8 +267,28 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
     ("kill_all", &["task_id", "exclude_ids", "source"]),
     ("kill_started_since", &["task_id", "baseline", "source"]),
     ("drain_notifications", &["session_key", "owned_keys"]),
+    ("up", &["file", "dir", "services", "yield_ms"]),
+    ("down", &["project", "services"]),
     ("status", &[]),
     ("shutdown", &["timeout_s"]),
+];
+
+/// The methods that name a session by `session_id`: each also takes
+/// `name` (and `project`) instead, resolved by the daemon before the
+/// method runs (docs/stacks.md).
+pub const BY_SESSION: &[&str] = &[
+    "poll",
+    "read",
+    "log",
+    "wait",
+    "kill",
+    "signal",
+    "write_stdin",
+    "submit_stdin",
+    "close_stdin",
+    "resize",
+    "close_terminal",
+    "subscribe_output",
 ];
 
 /// The parameter names of `method`, if it is one `METHOD_PARAMS` lists.

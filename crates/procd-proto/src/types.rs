@@ -102,6 +102,14 @@ pub struct SpawnParams {
     /// Resource limits on the session's tree (docs/containment.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
+    /// Unique among the running sessions of `project` (docs/stacks.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<crate::SessionName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<crate::ProjectName>,
+    /// Kill a running session of this name with another command first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace: Option<bool>,
 }
 
 /// Limits written to a session's cgroup. A limit that cannot hold is
@@ -136,6 +144,13 @@ pub struct SpawnResult {
     pub status: SessionStatus,
     pub command: String,
     pub started_at: String,
+    /// A named spawn found its name running with the same command, cwd
+    /// and env, and started nothing (docs/stacks.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reused: bool,
+    /// Its `ready.port` was already listening before it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_in_use: Option<PortInUse>,
     /// With `yield_ms`: the output so far, and the cursor to read on from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
@@ -171,6 +186,10 @@ pub struct ExitInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PollResult {
     pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
     pub command: String,
     pub status: SessionStatus,
     pub pid: i32,
@@ -333,6 +352,10 @@ pub struct StdinResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessEntry {
     pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
     pub command: String,
     pub cwd: String,
     pub pid: i32,
@@ -673,4 +696,84 @@ pub enum OutputItem {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// A port a session is to listen on that something already listens on
+/// (docs/stacks.md): the agent learns its server already runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortInUse {
+    pub port: u16,
+    /// The procd session whose tree listens there, if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The listening process, when it can be seen (null: another user's).
+    pub pid: Option<i32>,
+    /// Its command line (redacted), when it can be seen.
+    pub command: Option<String>,
+}
+
+/// Where a stack's service stands, in an `up` result (docs/stacks.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceStatus {
+    /// Not started yet: a dependency's condition does not hold yet.
+    Waiting,
+    /// A dependency failed, so it will not be started (`blocked_by`).
+    Blocked,
+    Running,
+    Exited,
+    /// Its spawn was refused (`error`).
+    FailedStart,
+}
+
+/// Which dependency keeps a service from starting, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedBy {
+    pub service: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceState {
+    pub name: String,
+    pub session_id: Option<String>,
+    pub status: ServiceStatus,
+    /// Null without a ready condition; false until it is met.
+    pub ready: Option<bool>,
+    /// It was running already (same command, cwd, env): nothing started.
+    pub reused: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<BlockedBy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_in_use: Option<PortInUse>,
+    /// Why its spawn was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpResult {
+    pub project: String,
+    /// The stack file read (procd.toml or Procfile).
+    pub file: String,
+    /// In dependency order.
+    pub services: Vec<ServiceState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DownEntry {
+    pub name: String,
+    pub session_id: String,
+    pub status: KillStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DownResult {
+    pub project: String,
+    /// In the order they were stopped (dependents first).
+    pub services: Vec<DownEntry>,
 }
