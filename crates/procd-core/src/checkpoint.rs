@@ -36,6 +36,11 @@ pub struct CheckpointEntry {
     pub task_id: Option<String>,
     #[serde(default)]
     pub session_key: Option<String>,
+    /// Its name and project (docs/stacks.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
     #[serde(default)]
     pub owner: Option<String>,
     #[serde(default)]

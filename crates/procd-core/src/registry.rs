@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 mod exit;
 mod handover;
+mod names;
 mod present;
 mod reading;
 mod ready;
@@ -132,6 +133,9 @@ pub struct Registry {
     /// The next session's log file, made ahead of time under
     /// `spawn::SPARE_LOG` (`Registry::new_log`).
     spare_log: Mutex<Option<std::fs::File>>,
+    /// Held by a named spawn from its check of the name to its start, so
+    /// two spawns of one name start one session (docs/stacks.md).
+    naming: tokio::sync::Mutex<()>,
     /// Set when the daemon is shutting down: spawns are refused.
     closing: std::sync::atomic::AtomicBool,
     /// A checkpoint write is scheduled and has not begun (`checkpoint_soon`).
@@ -199,6 +203,7 @@ impl Registry {
                 .as_deref()
                 .map(NotificationQueue::persistent)
                 .unwrap_or_default(),
+            naming: tokio::sync::Mutex::new(()),
             closing: std::sync::atomic::AtomicBool::new(false),
             checkpoint_pending: std::sync::atomic::AtomicBool::new(false),
             keeper: options.keeper,
@@ -258,6 +263,11 @@ impl Registry {
         let table = self.table();
         let running = table.values().filter(|s| s.is_running()).count();
         (running, table.len() - running)
+    }
+
+    /// Where relative paths (a spawn's cwd, a stack file) are taken from.
+    pub fn default_cwd(&self) -> &Path {
+        &self.default_cwd
     }
 
     /// Resolves a full id or a unique prefix (≥ 4 hex chars, `proc_` optional).

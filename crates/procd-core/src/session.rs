@@ -39,6 +39,14 @@ pub struct SessionSpec {
     pub ready: Option<crate::readiness::ReadyCheck>,
     /// Limits on its tree, as its cgroup takes them.
     pub limits: procd_sys::cgroup::Limits,
+    /// Its name, unique among the running sessions of `project`
+    /// (docs/stacks.md).
+    pub name: Option<procd_proto::SessionName>,
+    pub project: Option<procd_proto::ProjectName>,
+    /// A digest of the env the caller gave, for a named spawn to tell
+    /// the same service from another; in memory only (the env may hold
+    /// secrets), so None for a session a previous daemon started.
+    pub env_digest: Option<u64>,
 }
 
 /// How a session ended.

@@ -65,6 +65,8 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
     let env_dump = is_env_dump(&s.spec.command);
     PollResult {
         session_id: s.id.clone(),
+        name: s.spec.name.as_ref().map(|n| n.to_string()),
+        project: s.spec.project.as_ref().map(|p| p.to_string()),
         command: s.shown_command(r).to_string(),
         status: status_of(&state),
         pid: s.pid(),
@@ -84,6 +86,8 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
     let env_dump = is_env_dump(&s.spec.command);
     ProcessEntry {
         session_id: s.id.clone(),
+        name: s.spec.name.as_ref().map(|n| n.to_string()),
+        project: s.spec.project.as_ref().map(|p| p.to_string()),
         command: first_chars(s.shown_command(r), 200).to_string(),
         cwd: s.spec.cwd.display().to_string(),
         pid: s.pid(),

@@ -9,7 +9,7 @@ use crate::output::OutputStore;
 use crate::readiness::Readiness;
 use crate::scope::Scopes;
 use crate::session::{self, ExitRecord, Session, SessionSpec};
-use procd_proto::{CompletionReason, StdinMode};
+use procd_proto::{CompletionReason, ProjectName, SessionName, StdinMode};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -112,6 +112,8 @@ impl Registry {
                 started_at: rfc3339(s.started_at),
                 task_id: s.spec.task_id.clone(),
                 session_key: s.spec.session_key.clone(),
+                name: s.spec.name.as_ref().map(|n| n.to_string()),
+                project: s.spec.project.as_ref().map(|p| p.to_string()),
                 owner: s.spec.owner.clone(),
                 persist: s.spec.persist,
                 pty: s.spec.pty,
@@ -475,5 +477,12 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .and_then(|r| crate::readiness::ReadyCheck::parse(r).ok()),
         // Already written to its cgroup, which outlives the daemon.
         limits: Default::default(),
+        // A corrupt name is dropped, not trusted.
+        name: e.name.as_deref().and_then(|n| SessionName::parse(n).ok()),
+        project: e
+            .project
+            .as_deref()
+            .and_then(|p| ProjectName::parse(p).ok()),
+        env_digest: None,
     }
 }

@@ -2,6 +2,7 @@
 //! or scope), the supervisor and writer tasks, and spawn-and-yield. What
 //! happens at exit is `exit.rs`.
 
+use super::names::{env_digest, NameCheck};
 use super::{
     yields::yield_duration, Registry, INSTANCE_VAR, MAX_COMMAND_BYTES, MAX_ENV_BYTES, MAX_ENV_VARS,
     MAX_TIMEOUT, MAX_WATCH_PATTERNS, MAX_WATCH_PATTERN_BYTES,
@@ -37,6 +38,22 @@ impl Registry {
             return Err(Error::WrongState("procd is shutting down".into()));
         }
         let spec = self.validate(&params)?;
+        // A named spawn holds the name from its check to its start, so
+        // two callers of one name start one session.
+        let _naming = match &spec.name {
+            Some(_) => Some(self.naming.lock().await),
+            None => None,
+        };
+        if let NameCheck::Reused(result) = self
+            .check_name(&spec, params.replace.unwrap_or(false))
+            .await?
+        {
+            return Ok(*result);
+        }
+        let port_in_use = match spec.ready.as_ref().and_then(|r| r.port.flatten()) {
+            Some(port) => self.port_in_use(port).await,
+            None => None,
+        };
         let wait = yield_duration(params.yield_ms);
         let budget = crate::budget::chars_budget(
             params.max_output_chars.map(MaxOutputChars::get),
@@ -52,6 +69,7 @@ impl Registry {
             )));
         };
         let (mut result, session) = self.spawn_reserved(spec, &env, slot).await?;
+        result.port_in_use = port_in_use;
         if !wait.is_zero() {
             let y = self.yield_output(&session, 0, wait, budget).await?;
             result.status = y.status;
@@ -95,6 +113,11 @@ impl Registry {
         if let Some(env) = &req.env {
             check_env(env)?;
         }
+        if req.replace.is_some() && req.name.is_none() {
+            return Err(Error::InvalidParams(
+                "replace: only for a named spawn (give name)".into(),
+            ));
+        }
         let timeout = req.timeout_s.map(|t| t.duration().min(MAX_TIMEOUT));
         // `owner` is checked against the leases by the daemon (procd-server).
         let watch_patterns = req.watch_patterns.clone().unwrap_or_default();
@@ -136,6 +159,9 @@ impl Registry {
             stdin,
             ready,
             limits,
+            name: req.name.clone(),
+            project: req.project.clone(),
+            env_digest: Some(env_digest(req.env.as_ref().unwrap_or(&BTreeMap::new()))),
         })
     }
 
@@ -357,6 +383,8 @@ impl Registry {
             status: SessionStatus::Running,
             command: session.shown_command(&self.redactor).to_string(),
             started_at: rfc3339(session.started_at),
+            reused: false,
+            port_in_use: None,
             output: None,
             cursor: None,
             original_chars: None,

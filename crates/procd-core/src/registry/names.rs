@@ -1,0 +1,257 @@
+//! Names (docs/stacks.md): a named spawn that finds its name running
+//! reuses or replaces it; a name (with its project) stands for a session
+//! id; a port a new session is to listen on that is already taken is
+//! reported with who holds it.
+
+use super::Registry;
+use crate::clock::rfc3339;
+use crate::error::Error;
+use crate::session::{Session, SessionSpec};
+use procd_proto::{
+    CompletionReason, KillStatus, PortInUse, ProjectName, SessionName, SessionStatus, SpawnResult,
+};
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// The longest command a `port_in_use` shows.
+const HOLDER_COMMAND_CHARS: usize = 200;
+
+/// What a named spawn found under its name.
+pub(super) enum NameCheck {
+    /// Nothing runs under it: start.
+    Free,
+    /// The same service runs: answer with it, start nothing.
+    Reused(Box<SpawnResult>),
+}
+
+impl Registry {
+    /// The running session called `name` in `project` (None: the unnamed
+    /// global scope).
+    fn running_named(
+        &self,
+        name: &SessionName,
+        project: Option<&ProjectName>,
+    ) -> Option<Arc<Session>> {
+        self.table()
+            .values()
+            .find(|s| {
+                s.is_running()
+                    && s.spec.name.as_ref() == Some(name)
+                    && s.spec.project.as_ref() == project
+            })
+            .cloned()
+    }
+
+    /// The session a `name` (and `project`) stands for, as `find` resolves
+    /// ids: the running one of that name, else the latest that ran under
+    /// it. Without a project, the unnamed scope first, then any project
+    /// where the name is unique.
+    pub fn find_named(&self, name: &str, project: Option<&str>) -> Result<Arc<Session>, Error> {
+        let name = SessionName::parse(name).map_err(Error::InvalidParams)?;
+        let project = project
+            .map(ProjectName::parse)
+            .transpose()
+            .map_err(Error::InvalidParams)?;
+        let mut candidates: Vec<Arc<Session>> = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| s.spec.name.as_ref() == Some(&name))
+            .filter(|s| project.is_none() || s.spec.project == project)
+            .collect();
+        if project.is_none() && candidates.iter().any(|s| s.spec.project.is_none()) {
+            candidates.retain(|s| s.spec.project.is_none());
+        }
+        let mut projects: Vec<&str> = candidates
+            .iter()
+            .filter_map(|s| s.spec.project.as_ref().map(ProjectName::as_str))
+            .collect();
+        projects.sort();
+        projects.dedup();
+        if projects.len() > 1 && project.is_none() {
+            return Err(Error::NotFound(format!(
+                "name {name:?} is in more than one project ({}): give project",
+                projects.join(", ")
+            )));
+        }
+        // The running one, else the one started last (all_sessions is in
+        // start order).
+        let running = candidates.iter().rposition(|s| s.is_running());
+        let at = running.or(candidates.len().checked_sub(1));
+        match at {
+            Some(at) => Ok(candidates.swap_remove(at)),
+            None => Err(Error::NotFound(match &project {
+                Some(p) => format!("no session named {name:?} in project {p:?}"),
+                None => format!("no session named {name:?}"),
+            })),
+        }
+    }
+
+    /// A named spawn's check, under `naming`: the same service running is
+    /// reused; another one under the name is -32002, or with `replace`
+    /// is killed first.
+    pub(super) async fn check_name(
+        &self,
+        spec: &SessionSpec,
+        replace: bool,
+    ) -> Result<NameCheck, Error> {
+        let Some(name) = &spec.name else {
+            return Ok(NameCheck::Free);
+        };
+        let Some(running) = self.running_named(name, spec.project.as_ref()) else {
+            return Ok(NameCheck::Free);
+        };
+        if self.same_service(&running.spec, spec) {
+            return Ok(NameCheck::Reused(Box::new(self.reused_result(&running))));
+        }
+        if !replace {
+            return Err(Error::WrongState(format!(
+                "name {name:?} already runs as {} ({}) with another command, cwd or env; pass replace: true to replace it",
+                running.id,
+                running.shown_command(&self.redactor),
+            )));
+        }
+        let grace = self.grace(None);
+        let killed = self
+            .terminate(
+                &running,
+                libc::SIGTERM,
+                grace,
+                CompletionReason::Killed,
+                "replace",
+            )
+            .await;
+        if killed.status == KillStatus::Error {
+            return Err(Error::WrongState(format!(
+                "cannot replace {} ({name:?}): {}",
+                running.id,
+                killed.error.unwrap_or_default()
+            )));
+        }
+        Ok(NameCheck::Free)
+    }
+
+    /// Whether a running session is what `spec` asks for: the same
+    /// command (a previous daemon's session is known by its redacted
+    /// command), cwd and env (when known: the env is kept in memory only).
+    fn same_service(&self, running: &SessionSpec, spec: &SessionSpec) -> bool {
+        let command = running.command == spec.command
+            || running.command == self.redactor.command(&spec.command);
+        let env = match (running.env_digest, spec.env_digest) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        command && env && running.cwd == spec.cwd && running.pty == spec.pty
+    }
+
+    fn reused_result(&self, s: &Session) -> SpawnResult {
+        SpawnResult {
+            session_id: s.id.clone(),
+            pid: s.pid(),
+            pty: s.spec.pty,
+            status: SessionStatus::Running,
+            command: s.shown_command(&self.redactor).to_string(),
+            started_at: rfc3339(s.started_at),
+            reused: true,
+            port_in_use: None,
+            output: None,
+            cursor: None,
+            original_chars: None,
+            kept_error_lines: None,
+            ready: s.readiness().flag(),
+            waiting_for_input: None,
+            exit: None,
+        }
+    }
+
+    /// The sessions of `project`, in start order.
+    pub fn sessions_of(&self, project: &ProjectName) -> Vec<Arc<Session>> {
+        self.all_sessions()
+            .into_iter()
+            .filter(|s| s.spec.project.as_ref() == Some(project))
+            .collect()
+    }
+
+    /// `command` as callers are shown it.
+    pub fn redact_command<'a>(&self, command: &'a str) -> std::borrow::Cow<'a, str> {
+        self.redactor.command(command)
+    }
+
+    /// Who already listens on `port`, if anyone does (a sock_diag dump;
+    /// the holder found in /proc only then, off the event loop).
+    pub async fn port_in_use(&self, port: u16) -> Option<PortInUse> {
+        let (inode, listening) = crate::sockdiag::listening_tcp()
+            .ok()?
+            .into_iter()
+            .find(|(_, l)| l.port == port)?;
+        let session_id = listening.cgroup.and_then(|id| {
+            self.table()
+                .values()
+                .find(|s| s.cgroup.as_ref().and_then(|c| c.inode()) == Some(id))
+                .map(|s| s.id.clone())
+        });
+        let procfs = self.procfs.clone();
+        let holder = tokio::task::spawn_blocking(move || socket_holder(&procfs, inode))
+            .await
+            .ok()
+            .flatten();
+        let (pid, command) = match holder {
+            Some((pid, command)) => {
+                let command: String = self
+                    .redactor
+                    .command(&command)
+                    .chars()
+                    .take(HOLDER_COMMAND_CHARS)
+                    .collect();
+                (Some(pid), Some(command))
+            }
+            None => (None, None),
+        };
+        Some(PortInUse {
+            port,
+            session_id,
+            pid,
+            command,
+        })
+    }
+}
+
+/// A digest of the env a caller gave (order-free), to compare services.
+pub(super) fn env_digest(env: &BTreeMap<String, String>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    env.hash(&mut h);
+    h.finish()
+}
+
+/// The process holding the socket `inode` open, and its command line: a
+/// walk of /proc (only the user's own processes' descriptors are
+/// readable), made only when a port is found taken.
+fn socket_holder(procfs: &crate::procfs::ProcFs, inode: u64) -> Option<(i32, String)> {
+    let target = format!("socket:[{inode}]");
+    let root = procfs.root();
+    for entry in std::fs::read_dir(root).ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
+        });
+        if holds {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let command = String::from_utf8_lossy(&cmdline)
+                .split('\0')
+                .filter(|a| !a.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            return Some((pid, command));
+        }
+    }
+    None
+}
