@@ -29,7 +29,9 @@ pub mod session;
 pub mod slot;
 pub mod snapshot;
 pub mod sockdiag;
+pub mod stack;
 pub mod text;
+pub mod up;
 pub mod watch;
 
 // The OS layer and the configuration live below this crate (procd-sys,

@@ -1,0 +1,336 @@
+//! `up` and `down` (docs/stacks.md): a stack's services started in
+//! dependency order, each once its dependencies' conditions hold, and
+//! killed dependents first. Built on the registry's public calls only: a
+//! service is a named session, so `up` again reuses what runs.
+//!
+//! Each service gets a task that waits for its dependencies and spawns
+//! it; the tasks go on after `up` answers (a service waiting on a slow
+//! dependency still starts), and end when their service has started or
+//! been blocked.
+
+use crate::error::Error;
+use crate::readiness::Readiness;
+use crate::registry::Registry;
+use crate::session::{Session, SessionState};
+use crate::stack::{Condition, Service, Stack};
+use procd_proto::{
+    BlockedBy, CompletionReason, DownEntry, DownResult, KillStatus, PortInUse, ProjectName,
+    ServiceState, ServiceStatus, SessionName, UpResult,
+};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Where one service of an `up` stands.
+#[derive(Clone)]
+enum Phase {
+    Waiting,
+    Started {
+        session: Arc<Session>,
+        reused: bool,
+        port_in_use: Option<PortInUse>,
+    },
+    Blocked(BlockedBy),
+    FailedStart(String),
+}
+
+/// Starts what is not running of `stack` (or of the `wanted` services and
+/// what they need), and answers once every started service is ready,
+/// exited or blocked, or when `wait` ends.
+pub async fn up(
+    registry: &Arc<Registry>,
+    file: Option<&str>,
+    dir: Option<&str>,
+    wanted: &[SessionName],
+    wait: Duration,
+) -> Result<UpResult, Error> {
+    let base = registry.default_cwd().to_path_buf();
+    let stack = load(file, dir, &base).await?;
+    let chosen: Vec<Service> = stack
+        .select(wanted)
+        .map_err(Error::InvalidParams)?
+        .into_iter()
+        .cloned()
+        .collect();
+    let stack_is_up = registry
+        .sessions_of(&stack.project)
+        .iter()
+        .any(|s| s.is_running());
+    let mut phases: HashMap<SessionName, watch::Receiver<Phase>> = HashMap::new();
+    for service in &chosen {
+        let (tx, rx) = watch::channel(Phase::Waiting);
+        let needs: Vec<(SessionName, Condition, watch::Receiver<Phase>)> = service
+            .depends_on
+            .iter()
+            .filter_map(|(dep, cond)| phases.get(dep).map(|rx| (dep.clone(), *cond, rx.clone())))
+            .collect();
+        phases.insert(service.name.clone(), rx);
+        let registry = registry.clone();
+        let service = service.clone();
+        let project = stack.project.clone();
+        tokio::spawn(async move {
+            for (dep, cond, rx) in needs {
+                if let Err(reason) = holds(rx, cond).await {
+                    tx.send_replace(Phase::Blocked(BlockedBy {
+                        service: dep.to_string(),
+                        reason,
+                    }));
+                    return;
+                }
+            }
+            tx.send_replace(start(&registry, &project, &service, stack_is_up).await);
+        });
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    for service in &chosen {
+        let mut rx = phases[&service.name].clone();
+        let _ = tokio::time::timeout_at(deadline, settled(&mut rx)).await;
+    }
+    // Looked at once all have settled: a one-shot that others waited for
+    // shows its completion.
+    let services = chosen
+        .iter()
+        .map(|s| state_of(&s.name, &phases[&s.name].borrow()))
+        .collect();
+    Ok(UpResult {
+        project: stack.project.to_string(),
+        file: stack.file.display().to_string(),
+        services,
+    })
+}
+
+/// Reads and checks the stack file off the event loop.
+async fn load(file: Option<&str>, dir: Option<&str>, base: &Path) -> Result<Stack, Error> {
+    let (file, dir, base) = (
+        file.map(str::to_owned),
+        dir.map(str::to_owned),
+        base.to_path_buf(),
+    );
+    tokio::task::spawn_blocking(move || Stack::load(file.as_deref(), dir.as_deref(), &base))
+        .await
+        .map_err(|e| Error::Internal(format!("reading the stack file: {e}")))?
+        .map_err(Error::InvalidParams)
+}
+
+/// Starts one service (or finds it running, or done while its stack is
+/// up).
+async fn start(
+    registry: &Arc<Registry>,
+    project: &ProjectName,
+    service: &Service,
+    stack_is_up: bool,
+) -> Phase {
+    if stack_is_up {
+        if let Some(done) = completed_run(registry, project, service) {
+            return Phase::Started {
+                session: done,
+                reused: true,
+                port_in_use: None,
+            };
+        }
+    }
+    // The ready port is looked at by the spawn itself.
+    let ready_port = service
+        .spawn
+        .ready
+        .as_ref()
+        .and_then(crate::stack::ready_port);
+    let declared = match service.port {
+        Some(port) if ready_port != Some(port) && !running_named(registry, project, service) => {
+            registry.port_in_use(port).await
+        }
+        _ => None,
+    };
+    match registry.spawn(service.spawn.clone()).await {
+        Ok(result) => match registry.find(&result.session_id) {
+            Ok(session) => Phase::Started {
+                session,
+                reused: result.reused,
+                port_in_use: result.port_in_use.or(declared.filter(|_| !result.reused)),
+            },
+            Err(e) => Phase::FailedStart(e.message().to_string()),
+        },
+        Err(e) => Phase::FailedStart(e.message().to_string()),
+    }
+}
+
+fn running_named(registry: &Registry, project: &ProjectName, service: &Service) -> bool {
+    registry
+        .find_named(service.name.as_str(), Some(project.as_str()))
+        .is_ok_and(|s| s.is_running())
+}
+
+/// The last run of a one-shot service, if it completed (exit 0) with the
+/// same command: while the stack is up, `up` again does not run it again.
+fn completed_run(
+    registry: &Registry,
+    project: &ProjectName,
+    service: &Service,
+) -> Option<Arc<Session>> {
+    let last = registry
+        .find_named(service.name.as_str(), Some(project.as_str()))
+        .ok()?;
+    let exit = last.state().exit().cloned()?;
+    let same = last.spec.command == service.spawn.command
+        || last.spec.command == registry.redact_command(&service.spawn.command);
+    (same && exit.reason == CompletionReason::Exited && exit.exit_code == Some(0)).then_some(last)
+}
+
+/// Waits until the dependency behind `rx` meets `cond`; the reason it
+/// never will, if so.
+async fn holds(mut rx: watch::Receiver<Phase>, cond: Condition) -> Result<(), String> {
+    let phase = match rx.wait_for(|p| !matches!(p, Phase::Waiting)).await {
+        Ok(p) => p.clone(),
+        Err(_) => return Err("its start was abandoned".into()),
+    };
+    let session = match phase {
+        Phase::Started { session, .. } => session,
+        Phase::Blocked(by) => {
+            return Err(format!("it is blocked by {} ({})", by.service, by.reason))
+        }
+        Phase::FailedStart(e) => return Err(format!("it failed to start: {e}")),
+        Phase::Waiting => return Err("its start was abandoned".into()),
+    };
+    match cond {
+        Condition::Started => Ok(()),
+        Condition::Ready => ready(&session).await,
+        Condition::Completed => {
+            let mut state = session.subscribe_state();
+            let end = match state.wait_for(|s| s.exit().is_some()).await {
+                Ok(s) => s.exit().cloned(),
+                Err(_) => None,
+            };
+            match end {
+                Some(e) if e.reason == CompletionReason::Exited && e.exit_code == Some(0) => Ok(()),
+                Some(e) => Err(format!("it did not complete: {}", ended(&e))),
+                None => Err("it did not complete".into()),
+            }
+        }
+    }
+}
+
+/// Waits for a started session's ready condition (none: ready at once).
+async fn ready(session: &Session) -> Result<(), String> {
+    let mut readiness = session.subscribe_readiness();
+    let mut state = session.subscribe_state();
+    loop {
+        match *readiness.borrow_and_update() {
+            Readiness::Unconditioned | Readiness::Ready { .. } => return Ok(()),
+            Readiness::Pending { timed_out: true } => {
+                return Err("it missed its ready timeout".into())
+            }
+            Readiness::Pending { timed_out: false } => {}
+        }
+        if let SessionState::Exited(e) = &*state.borrow_and_update() {
+            return Err(format!("it ended before it was ready: {}", ended(e)));
+        }
+        tokio::select! {
+            changed = readiness.changed() => if changed.is_err() { return Err("it is gone".into()) },
+            changed = state.changed() => if changed.is_err() { return Err("it is gone".into()) },
+        }
+    }
+}
+
+fn ended(e: &crate::session::ExitRecord) -> String {
+    match (e.reason, e.exit_code) {
+        (CompletionReason::Exited, Some(code)) => format!("exit code {code}"),
+        (reason, _) => serde_json::to_value(reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| "ended".into()),
+    }
+}
+
+/// Waits until a service needs no more waiting for `up`'s answer: blocked,
+/// failed, exited, or running and ready (or with no condition).
+async fn settled(rx: &mut watch::Receiver<Phase>) {
+    let phase = match rx.wait_for(|p| !matches!(p, Phase::Waiting)).await {
+        Ok(phase) => phase.clone(),
+        Err(_) => return,
+    };
+    let Phase::Started { session, .. } = phase else {
+        return;
+    };
+    let _ = ready(&session).await;
+}
+
+fn state_of(name: &SessionName, phase: &Phase) -> ServiceState {
+    let mut state = ServiceState {
+        name: name.to_string(),
+        session_id: None,
+        status: ServiceStatus::Waiting,
+        ready: None,
+        reused: false,
+        exit_code: None,
+        blocked_by: None,
+        port_in_use: None,
+        error: None,
+    };
+    match phase {
+        Phase::Waiting => {}
+        Phase::Blocked(by) => {
+            state.status = ServiceStatus::Blocked;
+            state.blocked_by = Some(by.clone());
+        }
+        Phase::FailedStart(e) => {
+            state.status = ServiceStatus::FailedStart;
+            state.error = Some(e.clone());
+        }
+        Phase::Started {
+            session,
+            reused,
+            port_in_use,
+        } => {
+            state.session_id = Some(session.id.clone());
+            state.reused = *reused;
+            state.port_in_use = port_in_use.clone();
+            state.ready = session.readiness().flag();
+            match session.state() {
+                SessionState::Running => state.status = ServiceStatus::Running,
+                SessionState::Exited(e) => {
+                    state.status = ServiceStatus::Exited;
+                    state.exit_code = e.exit_code;
+                }
+            }
+        }
+    }
+    state
+}
+
+/// Kills a project's running sessions (or the named services'), the
+/// last started first: a service starts only after what it depends on,
+/// so this stops dependents before their dependencies.
+pub async fn down(
+    registry: &Arc<Registry>,
+    project: &ProjectName,
+    wanted: &[SessionName],
+) -> Result<DownResult, Error> {
+    let mut sessions: Vec<Arc<Session>> = registry
+        .sessions_of(project)
+        .into_iter()
+        .filter(|s| s.is_running())
+        .filter(|s| wanted.is_empty() || s.spec.name.as_ref().is_some_and(|n| wanted.contains(n)))
+        .collect();
+    sessions.reverse();
+    let mut services = Vec::with_capacity(sessions.len());
+    for s in sessions {
+        let killed = registry.kill(&s.id, None, None).await?;
+        services.push(DownEntry {
+            name: s
+                .spec
+                .name
+                .as_ref()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+            session_id: s.id.clone(),
+            status: killed.status,
+            error: killed.error.filter(|_| killed.status == KillStatus::Error),
+        });
+    }
+    Ok(DownResult {
+        project: project.to_string(),
+        services,
+    })
+}
