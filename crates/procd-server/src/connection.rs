@@ -139,11 +139,19 @@ pub async fn serve(
 /// each (the listener hands it on).
 #[derive(Clone)]
 pub struct Protocol {
-    pub methods: Methods,
+    pub dispatch: Dispatch,
     /// Agents' most frequent call, in its common shape.
     pub fast: Arc<crate::fast::FastPoll>,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
+}
+
+/// What runs a request: the method table, and the registry that names
+/// resolve in (docs/stacks.md; None in unit tests).
+#[derive(Clone)]
+pub struct Dispatch {
+    pub methods: Methods,
+    pub registry: Option<Arc<procd_core::registry::Registry>>,
 }
 
 /// One connection's state while it is served.
@@ -238,10 +246,10 @@ impl Connection {
         if let Some(answer) = self.protocol.fast.answer(&line) {
             return self.written(answer).await;
         }
-        let methods = self.protocol.methods.clone();
+        let dispatch = self.protocol.dispatch.clone();
         let max_response_bytes = self.protocol.max_response_bytes;
         let mut request: PendingRequest =
-            Box::pin(async move { handle_line(&line, &methods, max_response_bytes).await });
+            Box::pin(async move { handle_line(&line, &dispatch, max_response_bytes).await });
         // Most requests finish at once: answer them right here, without
         // handing them to another task (and thread).
         if let Some((answer, notifications)) = (&mut request).now_or_never() {
@@ -441,7 +449,7 @@ type Notifications = mpsc::Receiver<Box<RawValue>>;
 /// are not streamed (their receivers drop, ending them).
 async fn handle_line(
     line: &str,
-    methods: &Methods,
+    d: &Dispatch,
     max_response_bytes: usize,
 ) -> (Option<String>, Option<Notifications>) {
     let text = line.trim();
@@ -449,15 +457,15 @@ async fn handle_line(
         return (None, None);
     }
     if text.starts_with('[') {
-        return (handle_batch(text, methods, max_response_bytes).await, None);
+        return (handle_batch(text, d, max_response_bytes).await, None);
     }
-    handle_single(text, methods).await
+    handle_single(text, d).await
 }
 
 /// A batch's answer counts as one result (docs/SECURITY.md): entries are run in
 /// order, and once the answer would pass `max_response_bytes` the rest are
 /// refused with -32004 instead of run.
-async fn handle_batch(text: &str, methods: &Methods, max_response_bytes: usize) -> Option<String> {
+async fn handle_batch(text: &str, d: &Dispatch, max_response_bytes: usize) -> Option<String> {
     let items: Vec<&RawValue> = match serde_json::from_str(text) {
         Ok(items) => items,
         Err(_) => return Some(malformed(text)),
@@ -485,7 +493,7 @@ async fn handle_batch(text: &str, methods: &Methods, max_response_bytes: usize) 
             responses.push(error_response(id, procd_proto::error::LIMIT_REACHED, &msg));
             continue;
         }
-        if let (Some(response), _) = handle_single(item.get(), methods).await {
+        if let (Some(response), _) = handle_single(item.get(), d).await {
             size += response.len();
             responses.push(response);
         }
@@ -506,8 +514,8 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValu
 
 /// One request; a handler that panics (none should) answers -32603 and
 /// leaves the connection and the daemon serving (docs/SECURITY.md).
-async fn handle_single(text: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
-    match std::panic::AssertUnwindSafe(handle_request(text, methods))
+async fn handle_single(text: &str, d: &Dispatch) -> (Option<String>, Option<Notifications>) {
+    match std::panic::AssertUnwindSafe(handle_request(text, d))
         .catch_unwind()
         .await
     {
@@ -528,7 +536,17 @@ async fn handle_single(text: &str, methods: &Methods) -> (Option<String>, Option
     }
 }
 
-async fn handle_request(text: &str, methods: &Methods) -> (Option<String>, Option<Notifications>) {
+async fn handle_request(text: &str, d: &Dispatch) -> (Option<String>, Option<Notifications>) {
+    let resolved;
+    let text = match resolve_name(text, d.registry.as_deref()) {
+        Named::Unnamed => text,
+        Named::Resolved(request) => {
+            resolved = request;
+            &resolved
+        }
+        Named::Refused(answer) => return (answer, None),
+    };
+    let methods = &d.methods;
     if let Some(refusal) = refuse_unknown_params(text) {
         // A notification with a bad param is not run either.
         return (refusal, None);
@@ -576,6 +594,96 @@ async fn run_notification(text: &str, methods: &Methods) {
     let _ = methods
         .raw_json_request(&request, SUBSCRIPTION_BUFFER)
         .await;
+}
+
+/// What a request that names its session became.
+enum Named {
+    /// It names none by `name`: as it came.
+    Unnamed,
+    /// Rewritten to carry the `session_id` its name stands for.
+    Resolved(String),
+    /// The name stands for no session (None: a notification).
+    Refused(Option<String>),
+}
+
+/// A request to a method taking `session_id` may name its session by
+/// `name` (and `project`) instead (docs/stacks.md): the name is resolved
+/// here, once, and the request goes on carrying the id, so every method
+/// and the unknown-param check see one shape.
+fn resolve_name(text: &str, registry: Option<&procd_core::registry::Registry>) -> Named {
+    if !text.contains("\"name\"") {
+        return Named::Unnamed;
+    }
+    let Ok(serde_json::Value::Object(mut request)) = serde_json::from_str(text) else {
+        return Named::Unnamed;
+    };
+    let by_session = request
+        .get("method")
+        .and_then(|m| m.as_str())
+        .is_some_and(|m| procd_proto::BY_SESSION.contains(&m));
+    let Some(serde_json::Value::Object(params)) = request.get_mut("params") else {
+        return Named::Unnamed;
+    };
+    if !by_session || !params.contains_key("name") {
+        return Named::Unnamed;
+    }
+    let refusal = |code: i32, message: String| -> Named {
+        Named::Refused(request_id(text).map(|id| error_response(id, code, &message)))
+    };
+    if params.contains_key("session_id") {
+        return refusal(
+            procd_proto::error::INVALID_PARAMS,
+            "Invalid params: give session_id or name, not both".into(),
+        );
+    }
+    let (Some(serde_json::Value::String(name)), project) =
+        (params.remove("name"), params.remove("project"))
+    else {
+        return refusal(
+            procd_proto::error::INVALID_PARAMS,
+            "Invalid params: name: expected a string".into(),
+        );
+    };
+    let project = match project {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(p)) => Some(p),
+        Some(_) => {
+            return refusal(
+                procd_proto::error::INVALID_PARAMS,
+                "Invalid params: project: expected a string".into(),
+            )
+        }
+    };
+    let found = match registry {
+        Some(r) => r.find_named(&name, project.as_deref()),
+        None => Err(procd_core::Error::NotFound(format!(
+            "no session named {name:?}"
+        ))),
+    };
+    match found {
+        Ok(session) => {
+            params.insert("session_id".into(), session.id.clone().into());
+            Named::Resolved(serde_json::Value::Object(request).to_string())
+        }
+        Err(e) => {
+            let message = match e.code() {
+                procd_proto::error::INVALID_PARAMS => format!("Invalid params: {}", e.message()),
+                _ => e.message().to_string(),
+            };
+            refusal(e.code(), message)
+        }
+    }
+}
+
+/// The id of a request (None: a notification).
+fn request_id(text: &str) -> Option<Id<'static>> {
+    let probe: Probe = serde_json::from_str(text).ok()?;
+    let raw = probe.id?;
+    Some(
+        serde_json::from_str::<Id>(raw.get())
+            .map(Id::into_owned)
+            .unwrap_or(Id::Null),
+    )
 }
 
 /// A request naming a param its method does not take, or more positional
@@ -724,9 +832,12 @@ mod tests {
                 |_, _, _| -> Result<(), jsonrpsee::types::ErrorObjectOwned> { panic!("a bug") },
             )
             .unwrap();
-        let methods: Methods = module.into();
+        let dispatch = Dispatch {
+            methods: module.into(),
+            registry: None,
+        };
         let (answer, _) =
-            handle_single(r#"{"jsonrpc":"2.0","id":7,"method":"boom"}"#, &methods).await;
+            handle_single(r#"{"jsonrpc":"2.0","id":7,"method":"boom"}"#, &dispatch).await;
         let v: serde_json::Value = serde_json::from_str(&answer.unwrap()).unwrap();
         assert_eq!(v["error"]["code"], -32603);
         assert_eq!(v["id"], 7);

@@ -396,7 +396,10 @@ async fn serve_claimed(
     tracing::info!(socket = %options.paths.socket().display(), pid = std::process::id(), "procd is serving");
 
     let protocol = crate::connection::Protocol {
-        methods,
+        dispatch: crate::connection::Dispatch {
+            methods,
+            registry: Some(daemon.registry.clone()),
+        },
         fast: Arc::new(crate::fast::FastPoll::new(
             daemon.registry.clone(),
             options.config.max_response_bytes,

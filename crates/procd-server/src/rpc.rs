@@ -8,13 +8,19 @@ use jsonrpsee::{PendingSubscriptionSink, SubscriptionSink};
 use procd_core::budget::chars_budget;
 use procd_core::Error;
 use procd_proto::{
-    CloseTerminalResult, Cols, Cursor, DrainResult, Event, GraceS, HasActiveResult, KillResult,
-    KilledCount, Limit, ListFilter, ListResult, LogResult, MaxActiveAgeS, MaxBytes, MaxOutputChars,
-    MaxOutputTokens, Offset, OutputItem, PollResult, ProcdApiServer, ReadResult, ResizeResult,
-    Rows, ShutdownResult, SignalResult, SignalSpec, SnapshotResult, SpawnParams, SpawnResult,
-    StatusResult, StdinResult, TimeoutS, WaitMs, WaitResult, YieldMs,
+    CloseTerminalResult, Cols, Cursor, DownResult, DrainResult, Event, GraceS, HasActiveResult,
+    KillResult, KilledCount, Limit, ListFilter, ListResult, LogResult, MaxActiveAgeS, MaxBytes,
+    MaxOutputChars, MaxOutputTokens, Offset, OutputItem, PollResult, ProcdApiServer, ProjectName,
+    ReadResult, ResizeResult, Rows, SessionName, ShutdownResult, SignalResult, SignalSpec,
+    SnapshotResult, SpawnParams, SpawnResult, StatusResult, StdinResult, TimeoutS, UpResult,
+    WaitMs, WaitResult, YieldMs,
 };
 use std::sync::Arc;
+
+/// How long `up` waits for its services by default, and at most
+/// (docs/stacks.md): a ready condition's default timeout is 60 s.
+const UP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+const UP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
 
 pub struct Api {
     pub daemon: Arc<Daemon>,
@@ -366,6 +372,39 @@ impl ProcdApiServer for Api {
             .daemon
             .registry
             .drain_notifications(session_key.as_deref(), &owned_keys.unwrap_or_default()))
+    }
+
+    async fn up(
+        &self,
+        file: Option<String>,
+        dir: Option<String>,
+        services: Option<Vec<SessionName>>,
+        yield_ms: Option<YieldMs>,
+    ) -> RpcResult<UpResult> {
+        let wait = yield_ms.map_or(UP_WAIT, |y| y.duration().min(UP_WAIT_MAX));
+        procd_core::up::up(
+            &self.daemon.registry,
+            file.as_deref(),
+            dir.as_deref(),
+            &services.unwrap_or_default(),
+            wait,
+        )
+        .await
+        .map_err(rpc_err)
+    }
+
+    async fn down(
+        &self,
+        project: ProjectName,
+        services: Option<Vec<SessionName>>,
+    ) -> RpcResult<DownResult> {
+        procd_core::up::down(
+            &self.daemon.registry,
+            &project,
+            &services.unwrap_or_default(),
+        )
+        .await
+        .map_err(rpc_err)
     }
 
     async fn status(&self) -> RpcResult<StatusResult> {
