@@ -56,12 +56,14 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     assert_eq!(
         tools,
         [
+            "down",
             "kill",
             "list",
             "notifications",
             "read",
             "signal",
             "start",
+            "up",
             "wait",
             "write"
         ]

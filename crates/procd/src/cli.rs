@@ -143,6 +143,29 @@ enum ClientCommand {
     Events,
     /// Connect this terminal to a session; Ctrl-] detaches and leaves it running.
     Attach { id: String },
+    /// Start a stack's services that are not running (procd.toml or
+    /// Procfile), in dependency order; one line per service.
+    Up {
+        /// The stack file (default: ./procd.toml, else ./Procfile).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: Option<String>,
+        /// Only these services (and what they depend on).
+        services: Vec<String>,
+        /// Seconds to wait for the started services to be ready (default 60).
+        #[arg(long, value_name = "S")]
+        wait: Option<f64>,
+    },
+    /// Kill a stack's services, dependents first.
+    Down {
+        /// The stack file whose project to stop (default: ./procd.toml, else ./Procfile).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: Option<String>,
+        /// The project, instead of reading a stack file.
+        #[arg(long, value_name = "P")]
+        project: Option<String>,
+        /// Only these services.
+        services: Vec<String>,
+    },
     /// Call one JSON-RPC method and print its result as JSON (from shell
     /// scripts; starts a daemon on demand), e.g.
     /// `procd rpc poll '{"session_id":"proc_3f2a"}'`.
@@ -330,6 +353,7 @@ async fn client_run(target: &Target, config: Option<PathBuf>, command: ClientCom
         && matches!(
             command,
             ClientCommand::Spawn(_)
+                | ClientCommand::Up { .. }
                 | ClientCommand::Send { .. }
                 | ClientCommand::Attach { .. }
                 | ClientCommand::Rpc { .. }
@@ -495,6 +519,16 @@ pub struct SpawnArgs {
     /// Task id to group sessions by.
     #[arg(long = "task", value_name = "T")]
     task: Option<String>,
+    /// A name for it, unique among the running sessions of its project: a
+    /// second spawn of the same name and command starts nothing.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// The project its name belongs to.
+    #[arg(long, value_name = "P", requires = "name")]
+    project: Option<String>,
+    /// Replace a running session of this name that runs another command.
+    #[arg(long, requires = "name")]
+    replace: bool,
     /// Queue a completion notification when it exits.
     #[arg(long)]
     notify: bool,
@@ -560,7 +594,22 @@ impl SpawnArgs {
             }
         }
         let limited = self.memory.is_some() || self.cpus.is_some() || self.pids.is_some();
+        let name = self
+            .name
+            .as_deref()
+            .map(procd_proto::SessionName::parse)
+            .transpose()
+            .map_err(|e| format!("--{e}"))?;
+        let project = self
+            .project
+            .as_deref()
+            .map(procd_proto::ProjectName::parse)
+            .transpose()
+            .map_err(|e| format!("--{e}"))?;
         Ok(procd_proto::SpawnParams {
+            name,
+            project,
+            replace: self.replace.then_some(true),
             command: self.command.join(" "),
             cwd: match remote {
                 true => self.cwd,
@@ -614,12 +663,34 @@ async fn client_command(
             target.print(&r, render::table);
             Ok(EXIT_OK)
         }
+        ClientCommand::Up {
+            file,
+            services,
+            wait,
+        } => {
+            crate::stacks::up(
+                target.json,
+                target.host.is_some(),
+                client,
+                file,
+                services,
+                wait,
+            )
+            .await
+        }
+        ClientCommand::Down {
+            file,
+            project,
+            services,
+        } => crate::stacks::down(target.json, client, file, project, services).await,
         ClientCommand::Poll { id } => {
+            let id = resolve(client, id).await?;
             let r = client.poll(id, None, None).await?;
             target.print(&r, render::poll);
             Ok(EXIT_OK)
         }
         ClientCommand::Logs { id, follow, limit } => {
+            let id = resolve(client, id).await?;
             if follow {
                 return follow_output(target, conn, id).await;
             }
@@ -630,6 +701,7 @@ async fn client_command(
             Ok(EXIT_OK)
         }
         ClientCommand::Wait { id, timeout } => {
+            let id = resolve(client, id).await?;
             let timeout = timeout.map(procd_proto::TimeoutS::new);
             let r = conn
                 .call(|c| {
@@ -644,6 +716,7 @@ async fn client_command(
             })
         }
         ClientCommand::Kill { id, signal, grace } => {
+            let id = resolve(client, id).await?;
             let r = client
                 .kill(
                     id,
@@ -658,6 +731,7 @@ async fn client_command(
             })
         }
         ClientCommand::Send { id, text } => {
+            let id = resolve(client, id).await?;
             let r = client.submit_stdin(id, text, None, None, None).await?;
             target.print(&r, |r| match r.status {
                 procd_proto::StdinStatus::Ok => format!("sent {} bytes", r.bytes_written),
@@ -676,9 +750,47 @@ async fn client_command(
             }
             Ok(EXIT_OK)
         }
-        ClientCommand::Attach { id } => crate::attach::run(conn, id).await,
+        ClientCommand::Attach { id } => crate::attach::run(conn, resolve(client, id).await?).await,
         ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
     }
+}
+
+/// The session id a command's argument stands for: an id or an id
+/// prefix as given, else a name (`NAME` or `PROJECT/NAME`), looked up
+/// once, so a follower rides on the id. An argument that is both a hex
+/// prefix and a name is taken as an id first.
+async fn resolve(client: &Client, arg: String) -> Result<String, ClientError> {
+    use jsonrpsee::core::client::ClientT;
+    let (project, name) = match arg.split_once('/') {
+        Some((project, name)) => (Some(project), name),
+        None => (None, arg.as_str()),
+    };
+    if !procd_proto::names::is_name(name) {
+        return Ok(arg);
+    }
+    let hex = arg.strip_prefix("proc_").unwrap_or(&arg);
+    let id_like = project.is_none() && hex.len() >= 4 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    if id_like {
+        let mut by_id = serde_json::Map::new();
+        by_id.insert("session_id".into(), arg.clone().into());
+        let found: Result<procd_proto::PollResult, _> = client.request("poll", by_id).await;
+        match found {
+            Ok(p) => return Ok(p.session_id),
+            Err(e) if !is_not_found(&e) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    let mut by_name = serde_json::Map::new();
+    by_name.insert("name".into(), name.into());
+    if let Some(project) = project {
+        by_name.insert("project".into(), project.into());
+    }
+    let found: procd_proto::PollResult = client.request("poll", by_name).await?;
+    Ok(found.session_id)
+}
+
+fn is_not_found(e: &ClientError) -> bool {
+    matches!(e, ClientError::Call(obj) if obj.code() == procd_proto::error::SESSION_NOT_FOUND)
 }
 
 /// `procd rpc METHOD [PARAMS]`: one call, its result printed as JSON.

@@ -10,6 +10,7 @@ mod lifecycle;
 mod mcp;
 mod offline;
 mod render;
+mod stacks;
 
 use clap::Parser;
 

@@ -71,6 +71,49 @@ pub struct StartParams {
         description = "For servers: when it is ready. start then waits (up to yield_ms) until it is, instead of returning when output pauses. E.g. {\"port\": 3000} or {\"output\": \"ready in\"} or {\"http\": \"http://localhost:3000/\"}."
     )]
     pub ready: Option<ReadyParams>,
+    #[schemars(
+        description = "A name for it (lowercase letters, digits, - _ .), e.g. \"web\": while it runs, a start with the same name and command returns it instead of starting a second one; with another command the start is refused unless replace is true."
+    )]
+    pub name: Option<String>,
+    #[schemars(
+        description = "With name: kill the running one of that name first if it runs another command."
+    )]
+    pub replace: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct UpParams {
+    #[schemars(
+        description = "The project directory holding procd.toml (or a Procfile); a relative path is taken from the directory procd mcp runs in. Default: that directory."
+    )]
+    pub dir: Option<String>,
+    #[schemars(description = "A stack file instead of a directory.")]
+    pub file: Option<String>,
+    #[schemars(description = "Only these services (and what they depend on). Default: all.")]
+    pub services: Option<Vec<String>>,
+    #[schemars(description = "Seconds to wait for the started services to be ready. Default 60.")]
+    pub wait_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct DownParams {
+    #[schemars(description = "The project, as `up` named it.")]
+    pub project: String,
+    #[schemars(description = "Only these services. Default: all of the project.")]
+    pub services: Option<Vec<String>>,
+}
+
+/// Names a model gave, checked.
+fn service_names(
+    services: Option<Vec<String>>,
+) -> Result<Option<Vec<procd_proto::SessionName>>, String> {
+    services
+        .map(|v| {
+            v.iter()
+                .map(|s| procd_proto::SessionName::parse(s))
+                .collect()
+        })
+        .transpose()
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -316,7 +359,22 @@ impl ProcdMcp {
                 ))]))
             }
         };
+        let name = match p
+            .name
+            .as_deref()
+            .map(procd_proto::SessionName::parse)
+            .transpose()
+        {
+            Ok(name) => name,
+            Err(e) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "Invalid arguments: {e}"
+                ))]))
+            }
+        };
         let params = procd_proto::SpawnParams {
+            name,
+            replace: p.replace,
             command: p.command,
             cwd: match self.local {
                 true => crate::base::cwd_from_here(p.cwd),
@@ -337,6 +395,15 @@ impl ProcdMcp {
         };
         let r = procd_client::spawn(&*self.client().await, params).await;
         Ok(match r {
+            Ok(r) if r.reused => {
+                let text = format!(
+                    "{} (pid {}) already runs this command under this name: nothing was started.{}",
+                    r.session_id,
+                    r.pid,
+                    self.state_of(&r.session_id).await,
+                );
+                answer(text, &r)
+            }
             Ok(r) => {
                 let text = format!(
                     "Started {} (pid {}): {}{}. Output so far (next cursor {}):\n{}",
@@ -601,6 +668,83 @@ impl ProcdMcp {
     }
 
     #[tool(
+        description = "Start a project's dev stack from its procd.toml (or Procfile): every service that is not running yet, in dependency order, each once what it depends on is started, ready or completed. Services already running are left alone, so calling it again is safe. Returns when the started services are ready (or wait_s ends), with one line per service. The services keep running after this agent disconnects; stop them with `down`."
+    )]
+    async fn up(&self, Parameters(p): Parameters<UpParams>) -> Result<CallToolResult, ErrorData> {
+        let services = match service_names(p.services) {
+            Ok(s) => s,
+            Err(e) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "Invalid arguments: {e}"
+                ))]))
+            }
+        };
+        let (file, dir) = match (self.local, p.file) {
+            (false, file) => (file, p.dir),
+            (true, Some(file)) => (crate::base::cwd_from_here(Some(file)), None),
+            (true, None) => (None, crate::base::cwd_from_here(p.dir)),
+        };
+        let wait = YieldMs::new(p.wait_s.unwrap_or(60.0).max(0.0) * 1000.0);
+        let r = self
+            .client()
+            .await
+            .up(file, dir, services, Some(wait))
+            .await;
+        Ok(match r {
+            Ok(r) => {
+                let lines: Vec<String> = r
+                    .services
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{}: {}",
+                            s.name,
+                            serde_json::to_string(s).unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                let text = format!("Project {} ({}):\n{}", r.project, r.file, lines.join("\n"));
+                answer(text, &r)
+            }
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(description = "Stop a project's services (all, or the named ones), dependents first.")]
+    async fn down(
+        &self,
+        Parameters(p): Parameters<DownParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let (project, services) = match (
+            procd_proto::ProjectName::parse(&p.project),
+            service_names(p.services),
+        ) {
+            (Ok(project), Ok(services)) => (project, services),
+            (Err(e), _) | (_, Err(e)) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "Invalid arguments: {e}"
+                ))]))
+            }
+        };
+        Ok(match self.client().await.down(project, services).await {
+            Ok(r) => {
+                let text = if r.services.is_empty() {
+                    format!("Nothing of {} was running.", r.project)
+                } else {
+                    let stopped: Vec<String> = r
+                        .services
+                        .iter()
+                        .map(|s| format!("{} ({}): {:?}", s.name, s.session_id, s.status))
+                        .collect();
+                    format!("Stopped {}: {}", r.project, stopped.join(", "))
+                };
+                answer(text, &r)
+            }
+            Err(e) => tool_error(e),
+        })
+    }
+
+    #[tool(
         description = "Take the queued notifications: processes that finished (for those started with notify), watch-pattern matches, servers that became ready (or did not in time), and processes waiting for input. Call between turns."
     )]
     async fn notifications(
@@ -637,7 +781,8 @@ impl ServerHandler for ProcdMcp {
                  `read` more output by cursor, `write` to its input, `wait` for it, `kill` it. \
                  Start dev servers with `ready` (e.g. {\"port\": 3000}) and a long yield_ms: the answer comes when they serve. \
                  When an answer says WAITING FOR INPUT, the process asks a question: answer it with `write`. \
-                 Call `notifications` between turns to learn what finished. Processes end when you disconnect \
+                 Call `notifications` between turns to learn what finished. \
+                 A project with a procd.toml or Procfile starts as a whole with `up` and stops with `down`. Processes end when you disconnect \
                  unless started with persist.",
             )
     }

@@ -41,6 +41,20 @@ fn ended_short(exit_code: Option<i32>) -> String {
 
 pub fn spawned(r: &SpawnResult) -> String {
     let mut out = format!("{}  pid {}  {}", r.session_id, r.pid, r.command);
+    if r.reused {
+        out.push_str("\nalready running under this name: nothing started");
+    }
+    if let Some(p) = &r.port_in_use {
+        out.push_str(&format!(
+            "\nport {} was already in use (pid {}{})",
+            p.port,
+            p.pid.map_or("unknown".to_string(), |pid| pid.to_string()),
+            p.session_id
+                .as_deref()
+                .map(|id| format!(", session {id}"))
+                .unwrap_or_default()
+        ));
+    }
     if let Some(e) = &r.exit {
         out.push_str(&format!("\nexited: {}", exit_summary(&Some(e.clone()))));
     } else if let Some(ready) = r.ready {
@@ -125,43 +139,70 @@ pub fn table(r: &ListResult) -> String {
         return "no sessions".into();
     }
     let mut out = format!(
-        "{:<17} {:<8} {:>8} {:>9} {:>7} {:>8} {:<12}  {}\n",
-        "ID", "STATUS", "PID", "UPTIME", "CPU", "MEM", "PORTS", "COMMAND"
+        "{:<17} {:<14} {:<8} {:>8} {:>9} {:>7} {:>8} {:<12}  {}\n",
+        "ID", "NAME", "STATUS", "PID", "UPTIME", "CPU", "MEM", "PORTS", "COMMAND"
     );
-    for p in &r.processes {
-        let status = match (p.status, p.exit_code) {
-            (SessionStatus::Running, _) => "running".to_string(),
-            (SessionStatus::Exited, code) => ended_short(code),
-        };
-        let command: String = p.command.chars().take(60).collect();
-        let running = p.status == SessionStatus::Running;
-        let (cpu, mem) = if running {
-            (
-                format!("{:.1}s", p.activity.resources.cpu_seconds),
-                format!(
-                    "{:.1}M",
-                    p.activity.resources.rss_bytes as f64 / (1024.0 * 1024.0)
-                ),
-            )
-        } else {
-            ("-".into(), "-".into())
-        };
-        let ports = if p.activity.ports.is_empty() {
-            "-".to_string()
-        } else {
-            p.activity
-                .ports
-                .iter()
-                .map(u16::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        out.push_str(&format!(
-            "{:<17} {:<8} {:>8} {:>8.1}s {:>7} {:>8} {:<12}  {}\n",
-            p.session_id, status, p.pid, p.uptime_seconds, cpu, mem, ports, command
-        ));
+    // Grouped by project (docs/stacks.md): the unprojected first, then
+    // each project under its name, each in start order.
+    let mut projects: Vec<Option<&str>> =
+        r.processes.iter().map(|p| p.project.as_deref()).collect();
+    projects.sort();
+    projects.dedup();
+    for project in projects {
+        if let Some(project) = project {
+            out.push_str(&format!("[{project}]\n"));
+        }
+        for p in r
+            .processes
+            .iter()
+            .filter(|p| p.project.as_deref() == project)
+        {
+            out.push_str(&row(p));
+        }
     }
     out
+}
+
+fn row(p: &procd_proto::ProcessEntry) -> String {
+    let status = match (p.status, p.exit_code) {
+        (SessionStatus::Running, _) => "running".to_string(),
+        (SessionStatus::Exited, code) => ended_short(code),
+    };
+    let command: String = p.command.chars().take(60).collect();
+    let running = p.status == SessionStatus::Running;
+    let (cpu, mem) = if running {
+        (
+            format!("{:.1}s", p.activity.resources.cpu_seconds),
+            format!(
+                "{:.1}M",
+                p.activity.resources.rss_bytes as f64 / (1024.0 * 1024.0)
+            ),
+        )
+    } else {
+        ("-".into(), "-".into())
+    };
+    let ports = if p.activity.ports.is_empty() {
+        "-".to_string()
+    } else {
+        p.activity
+            .ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "{:<17} {:<14} {:<8} {:>8} {:>8.1}s {:>7} {:>8} {:<12}  {}\n",
+        p.session_id,
+        p.name.as_deref().unwrap_or("-"),
+        status,
+        p.pid,
+        p.uptime_seconds,
+        cpu,
+        mem,
+        ports,
+        command
+    )
 }
 
 pub fn event(e: &Event) -> String {
