@@ -25,5 +25,6 @@ mod remote;
 mod safety;
 mod sessions;
 mod snapshot;
+mod stacks;
 mod survival;
 mod systemd;

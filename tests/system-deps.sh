@@ -7,7 +7,8 @@
 # where policy-rc.d says so, and the tests never use it), and podman, runc
 # and debootstrap (tests/remote.rs runs a real container, its root
 # filesystem debootstrapped once by tests/container-rootfs.sh), and tmux
-# (a real terminal for `procd attach` through --host). Both are on CI's machine kind already; this
+# (a real terminal for `procd attach` through --host), and redis-server
+# (tests/stacks.rs starts a real Redis in a stack, on its own port). Most are on CI's machine kind already; this
 # is for a fresh machine. Needs root and apt-get to install; otherwise it
 # says what is missing and fails.
 set -euo pipefail
@@ -20,6 +21,7 @@ command -v podman >/dev/null || missing+=(podman)
 command -v runc >/dev/null || missing+=(runc)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v tmux >/dev/null || missing+=(tmux)
+command -v redis-server >/dev/null || missing+=(redis-server)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "system-deps: installing ${missing[*]}" >&2

@@ -1,0 +1,510 @@
+//! docs/stacks.md against a real daemon: names (reuse, clash, replace,
+//! lookup), stacks from procd.toml and a Procfile started in dependency
+//! order with real programs (a Python HTTP server, a real Redis), `up`
+//! again, `down`, a failed dependency, a cycle, and ports already taken.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Output;
+
+/// A TCP port nothing listens on right now (the OS picked it).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+fn service<'a>(up: &'a Value, name: &str) -> &'a Value {
+    up["services"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == name))
+        .unwrap_or_else(|| panic!("no service {name} in {up}"))
+}
+
+/// `procd up --json -f FILE`, with its exit status.
+fn up(d: &Daemon, file: &Path, extra: &[&str]) -> (Value, Option<i32>) {
+    let mut args = vec!["up", "--json", "-f", file.to_str().expect("path")];
+    args.extend_from_slice(extra);
+    let out = d.cli(&args);
+    (json_of(&out), out.status.code())
+}
+
+/// A Python one-liner that must reach `port` when it starts (else it
+/// exits 1), then prints `says` and stays.
+fn needs_port(port: u16, says: &str) -> String {
+    format!(
+        "python3 -c 'import socket,sys,time\ntry: socket.create_connection((\"127.0.0.1\", {port}), 2)\nexcept OSError: sys.exit(1)\nprint(\"{says}\", flush=True); time.sleep(300)'"
+    )
+}
+
+#[test]
+fn a_stack_starts_in_dependency_order_and_up_again_starts_nothing() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("project");
+    let (db, cache) = (free_port(), free_port());
+    let migrated = dir.path().join("migrated");
+    let stack = format!(
+        r#"project = "shop"
+
+[service.db]
+command = "exec python3 -m http.server {db} --bind 127.0.0.1"
+ready = {{ port = {db} }}
+
+[service.migrate]
+command = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {db}), 2)' && echo run >> {migrated}"
+depends_on = {{ db = "ready" }}
+
+[service.web]
+command = """{web}"""
+depends_on = {{ db = "ready", migrate = "completed" }}
+ready = {{ output = "web up" }}
+
+[service.cache]
+command = "exec redis-server --port {cache} --save '' --appendonly no"
+ready = {{ port = {cache} }}
+
+[service.worker]
+command = "while :; do redis-cli -p {cache} PING; sleep 1; done"
+depends_on = {{ cache = "ready" }}
+ready = {{ output = "^PONG$" }}
+"#,
+        migrated = migrated.display(),
+        web = needs_port(db, "web up"),
+    );
+    let file = dir.path().join("procd.toml");
+    std::fs::write(&file, stack).expect("procd.toml");
+
+    let (first, code) = up(&d, &file, &["--wait", "30"]);
+    assert_eq!(code, Some(0), "{first}");
+    assert_eq!(first["project"], "shop");
+    let order: Vec<&str> = first["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    let at = |n: &str| order.iter().position(|o| *o == n).unwrap();
+    assert!(
+        at("db") < at("migrate") && at("migrate") < at("web"),
+        "{order:?}"
+    );
+    assert!(at("cache") < at("worker"), "{order:?}");
+    for name in ["db", "web", "cache", "worker"] {
+        let s = service(&first, name);
+        assert_eq!(s["status"], "running", "{name}: {first}");
+        assert_eq!(s["ready"], true, "{name}: {first}");
+        assert_eq!(s["reused"], false, "{name}");
+    }
+    // web connects to db at its start and would have exited 1 without it.
+    let migrate = service(&first, "migrate");
+    assert_eq!(migrate["status"], "exited", "{first}");
+    assert_eq!(migrate["exit_code"], 0, "{first}");
+    let ids: Vec<String> = ["db", "web", "cache", "worker"]
+        .iter()
+        .map(|n| {
+            service(&first, n)["session_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let worker = d.ok("poll", json!({"name": "worker", "project": "shop"}));
+    assert!(
+        worker["output_preview"].as_str().unwrap().contains("PONG"),
+        "{worker}"
+    );
+    assert_eq!(worker["name"], "worker");
+    assert_eq!(worker["project"], "shop");
+
+    // Again: everything is there, nothing starts, the migration does not
+    // run twice.
+    let (again, code) = up(&d, &file, &[]);
+    assert_eq!(code, Some(0), "{again}");
+    for (name, id) in ["db", "web", "cache", "worker"].iter().zip(&ids) {
+        let s = service(&again, name);
+        assert_eq!(s["reused"], true, "{name}: {again}");
+        assert_eq!(s["session_id"], id.as_str(), "{name}");
+    }
+    assert_eq!(service(&again, "migrate")["reused"], true, "{again}");
+    assert_eq!(std::fs::read_to_string(&migrated).unwrap(), "run\n");
+    let running = d.ok("list", json!({"status": "running"}))["processes"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(running, 4);
+
+    let ps = String::from_utf8_lossy(&d.cli(&["ps"]).stdout).to_string();
+    assert!(ps.contains("[shop]"), "{ps}");
+    let text =
+        String::from_utf8_lossy(&d.cli(&["up", "-f", file.to_str().unwrap()]).stdout).to_string();
+    assert!(text.contains("already running"), "{text}");
+
+    // Down: dependents first, and every process really ends.
+    let pids: Vec<i32> = ids
+        .iter()
+        .map(|id| {
+            d.ok("poll", json!({"session_id": id}))["pid"]
+                .as_i64()
+                .unwrap() as i32
+        })
+        .collect();
+    let down = json_of(&d.cli(&["down", "--json", "-f", file.to_str().unwrap()]));
+    let stopped: Vec<&str> = down["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    let pos = |n: &str| stopped.iter().position(|o| *o == n).unwrap();
+    assert!(
+        pos("web") < pos("db") && pos("worker") < pos("cache"),
+        "{down}"
+    );
+    assert_eq!(stopped.len(), 4, "{down}");
+    for pid in pids {
+        wait_until(&format!("pid {pid} ends"), || !alive(pid));
+    }
+    assert!(d
+        .cli(&["down", "--project", "shop"])
+        .stdout
+        .starts_with(b"nothing of shop is running"));
+}
+
+#[test]
+fn a_failed_dependency_blocks_its_dependents_and_says_why() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("project");
+    let file = dir.path().join("procd.toml");
+    std::fs::write(
+        &file,
+        r#"
+[service.setup]
+command = "echo no database; exit 3"
+
+[service.app]
+command = "sleep 300"
+depends_on = { setup = "completed" }
+
+[service.ui]
+command = "sleep 300"
+depends_on = { app = "started" }
+
+[service.slow]
+command = "sleep 300"
+ready = { output = "never printed", timeout_s = 0.5 }
+
+[service.after-slow]
+command = "sleep 300"
+depends_on = { slow = "ready" }
+"#,
+    )
+    .expect("procd.toml");
+    let (r, code) = up(&d, &file, &["--wait", "20"]);
+    assert_eq!(code, Some(1), "{r}");
+    let project = r["project"].as_str().unwrap().to_string();
+    let app = service(&r, "app");
+    assert_eq!(app["status"], "blocked", "{r}");
+    assert_eq!(app["blocked_by"]["service"], "setup");
+    assert!(
+        app["blocked_by"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("exit code 3"),
+        "{r}"
+    );
+    assert_eq!(app["session_id"], Value::Null);
+    let ui = service(&r, "ui");
+    assert_eq!(ui["blocked_by"]["service"], "app", "{r}");
+    let after = service(&r, "after-slow");
+    assert!(
+        after["blocked_by"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("ready timeout"),
+        "{r}"
+    );
+    // Nothing was started under the blocked names.
+    for name in ["app", "ui", "after-slow"] {
+        let (code, msg) = d.err("poll", json!({"name": name, "project": project}));
+        assert_eq!(code, -32001, "{name}: {msg}");
+    }
+    let text = String::from_utf8_lossy(
+        &d.cli(&["up", "-f", file.to_str().unwrap(), "--wait", "5"])
+            .stdout,
+    )
+    .to_string();
+    assert!(
+        text.contains("blocked by setup: it did not complete: exit code 3"),
+        "{text}"
+    );
+    d.cli(&["down", "-f", file.to_str().unwrap()]);
+}
+
+#[test]
+fn a_cycle_or_an_unknown_service_is_refused_before_anything_starts() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("project");
+    let file = dir.path().join("procd.toml");
+    let cases = [
+        (
+            "[service.lonely]\ncommand='sleep 300'\n[service.a]\ncommand='sleep 300'\ndepends_on={b='ready'}\n[service.b]\ncommand='sleep 300'\ndepends_on={a='started'}\n",
+            "a dependency cycle: a -> b -> a",
+        ),
+        (
+            "[service.lonely]\ncommand='sleep 300'\n[service.a]\ncommand='sleep 300'\ndepends_on={ghost='ready'}\n",
+            "unknown service \"ghost\"",
+        ),
+        (
+            "[service.lonely]\ncommand='sleep 300'\nrestart={policy='always'}\n",
+            "restart policies are not supported",
+        ),
+        ("[service.Lonely]\ncommand='sleep 300'\n", "\"Lonely\""),
+    ];
+    for (text, says) in cases {
+        std::fs::write(&file, text).expect("procd.toml");
+        let (code, msg) = d.err("up", json!({"file": file}));
+        assert_eq!(code, -32602, "{msg}");
+        assert!(msg.contains(says), "{says}: {msg}");
+    }
+    std::fs::write(&file, "[service.lonely]\ncommand='sleep 300'\n").expect("procd.toml");
+    let (code, msg) = d.err("up", json!({"file": file, "services": ["nope"]}));
+    assert_eq!(code, -32602);
+    assert!(msg.contains("\"nope\""), "{msg}");
+    let (code, msg) = d.err("up", json!({"dir": "/nonexistent-dir"}));
+    assert_eq!(code, -32602);
+    assert!(msg.contains("neither procd.toml nor Procfile"), "{msg}");
+    let (code, msg) = d.err("up", json!({"file": file, "yield": 1}));
+    assert_eq!(code, -32602);
+    assert!(msg.contains("\"yield\""), "{msg}");
+    assert_eq!(d.ok("list", json!({}))["processes"], json!([]));
+}
+
+#[test]
+fn a_procfile_gets_foremans_ports() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("project");
+    std::fs::write(
+        dir.path().join("Procfile"),
+        "# foreman's format\nweb: exec python3 -m http.server $PORT --bind 127.0.0.1\nclock: echo clock on $PORT; exec sleep 300\n",
+    )
+    .expect("Procfile");
+    let r = d.ok("up", json!({"dir": dir.path(), "yield_ms": 1000}));
+    assert!(r["file"].as_str().unwrap().ends_with("Procfile"), "{r}");
+    let clock = service(&r, "clock")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    d.read_until(&clock, "clock on 5100");
+    let web = service(&r, "web")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_until("web listens on 5000", || {
+        d.ok("poll", json!({"session_id": web}))["ports"] == json!([5000])
+    });
+    let project = r["project"].as_str().unwrap();
+    let down = d.ok("down", json!({"project": project}));
+    assert_eq!(down["services"].as_array().unwrap().len(), 2, "{down}");
+}
+
+#[test]
+fn a_name_is_reused_refused_or_replaced() {
+    let d = Daemon::start();
+    let first = d.ok("spawn", json!({"command": "sleep 300", "name": "srv"}));
+    let id = first["session_id"].as_str().unwrap().to_string();
+    assert_eq!(first.get("reused"), None, "{first}");
+    let again = d.ok("spawn", json!({"command": "sleep 300", "name": "srv"}));
+    assert_eq!(again["reused"], true);
+    assert_eq!(again["session_id"], id.as_str());
+    assert_eq!(
+        d.ok("list", json!({}))["processes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Another env is another service.
+    let (code, msg) = d.err(
+        "spawn",
+        json!({"command": "sleep 300", "name": "srv", "env": {"A": "1"}}),
+    );
+    assert_eq!(code, -32002);
+    assert!(msg.contains(&id) && msg.contains("replace"), "{msg}");
+
+    // By name wherever a session id goes.
+    assert_eq!(
+        d.ok("poll", json!({"name": "srv"}))["session_id"],
+        id.as_str()
+    );
+    let polled = String::from_utf8_lossy(&d.cli(&["poll", "srv"]).stdout).to_string();
+    assert!(polled.starts_with(&id), "{polled}");
+    let (code, msg) = d.err("poll", json!({"name": "srv", "session_id": id}));
+    assert_eq!(code, -32602, "{msg}");
+    let (code, _) = d.err("poll", json!({"name": "nosuch"}));
+    assert_eq!(code, -32001);
+    let (code, msg) = d.err("poll", json!({"name": "Srv"}));
+    assert_eq!(code, -32602);
+    assert!(msg.contains("name"), "{msg}");
+    let (code, _) = d.err("spawn", json!({"command": "true", "name": "1x"}));
+    assert_eq!(code, -32602);
+    let (code, msg) = d.err("spawn", json!({"command": "true", "replace": true}));
+    assert_eq!(code, -32602, "{msg}");
+
+    // The same name in another project is another session; a bare name
+    // then says it is ambiguous.
+    let other = d.spawn_with(json!({"command": "sleep 300", "name": "srv", "project": "other"}));
+    assert_ne!(other, id);
+    assert_eq!(
+        d.ok("poll", json!({"name": "srv"}))["session_id"],
+        id.as_str()
+    );
+    assert_eq!(
+        d.ok("poll", json!({"name": "srv", "project": "other"}))["session_id"],
+        other.as_str()
+    );
+
+    // Replace: the old one is killed first, for real.
+    let old_pid = d.ok("poll", json!({"session_id": id}))["pid"]
+        .as_i64()
+        .unwrap() as i32;
+    let replaced = d.ok(
+        "spawn",
+        json!({"command": "sleep 301", "name": "srv", "replace": true}),
+    );
+    let new_id = replaced["session_id"].as_str().unwrap();
+    assert_ne!(new_id, id);
+    assert!(!alive(old_pid));
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "exited");
+    assert_eq!(d.ok("poll", json!({"name": "srv"}))["session_id"], new_id);
+    let killed = d.ok("kill", json!({"name": "srv", "project": "other"}));
+    assert_eq!(killed["status"], "killed");
+    d.ok("kill", json!({"name": "srv"}));
+}
+
+#[test]
+fn a_name_still_stands_after_a_daemon_restart() {
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({"command": "sleep 300", "name": "keep", "project": "p"}));
+    d.kill_daemon();
+    assert_eq!(
+        d.ok("poll", json!({"name": "keep", "project": "p"}))["session_id"],
+        id.as_str()
+    );
+    let again = d.ok(
+        "spawn",
+        json!({"command": "sleep 300", "name": "keep", "project": "p"}),
+    );
+    assert_eq!(again["reused"], true, "{again}");
+    assert_eq!(again["session_id"], id.as_str());
+    d.ok("kill", json!({"name": "keep", "project": "p"}));
+}
+
+#[test]
+fn a_port_already_listening_is_reported_with_its_holder() {
+    let d = Daemon::start();
+    // Outside procd: this test's own listener.
+    let outside = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = outside.local_addr().unwrap().port();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "sleep 300", "name": "dev", "ready": {"port": port, "timeout_s": 1}}),
+    );
+    let taken = &r["port_in_use"];
+    assert_eq!(taken["port"], port, "{r}");
+    assert_eq!(taken["pid"], std::process::id(), "{r}");
+    assert_eq!(taken.get("session_id"), None, "{r}");
+    let me = std::env::current_exe().unwrap();
+    let me = me.file_name().unwrap().to_string_lossy();
+    assert!(
+        taken["command"].as_str().unwrap().contains(me.as_ref()),
+        "{r}"
+    );
+    drop(outside);
+
+    // Inside procd: the session whose tree listens.
+    let port = free_port();
+    let server = d.ok(
+        "spawn",
+        json!({"command": format!("exec python3 -m http.server {port} --bind 127.0.0.1"),
+               "ready": {"port": port}, "yield_ms": 10000}),
+    );
+    assert_eq!(server["ready"], true, "{server}");
+    let second = d.ok(
+        "spawn",
+        json!({"command": "sleep 300", "ready": {"port": port, "timeout_s": 1}}),
+    );
+    assert_eq!(
+        second["port_in_use"]["session_id"], server["session_id"],
+        "{second}"
+    );
+    assert_eq!(second["port_in_use"]["pid"], server["pid"], "{second}");
+    let free = d.ok(
+        "spawn",
+        json!({"command": "sleep 300", "ready": {"port": free_port(), "timeout_s": 1}}),
+    );
+    assert_eq!(free.get("port_in_use"), None, "{free}");
+    d.ok("kill_all", json!({}));
+}
+
+#[test]
+fn the_example_stack_comes_up_and_goes_down() {
+    let d = Daemon::start();
+    let file = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/stack/procd.toml"
+    ));
+    let (r, code) = up(&d, file, &["--wait", "30"]);
+    assert_eq!(code, Some(0), "{r}");
+    assert_eq!(r["project"], "example");
+    for name in ["db", "cache", "web", "worker"] {
+        assert_eq!(service(&r, name)["status"], "running", "{name}: {r}");
+    }
+    assert_eq!(service(&r, "migrate")["exit_code"], 0, "{r}");
+    let web = d.ok("poll", json!({"name": "web", "project": "example"}));
+    assert!(
+        web["output_preview"]
+            .as_str()
+            .unwrap()
+            .contains("web on 8766"),
+        "{web}"
+    );
+    let down = json_of(&d.cli(&["down", "--json", "-f", file.to_str().unwrap()]));
+    assert_eq!(down["services"].as_array().unwrap().len(), 4, "{down}");
+    assert_eq!(
+        d.ok("list", json!({"status": "running"}))["processes"],
+        json!([])
+    );
+}
+
+#[test]
+fn the_documented_stack_file_is_one_procd_reads() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/stacks.md"))
+        .expect("docs/stacks.md");
+    let block = doc
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a toml block");
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::create_dir(dir.path().join("web")).expect("web/");
+    std::fs::write(dir.path().join("procd.toml"), block).expect("procd.toml");
+    let stack =
+        procd_core::stack::Stack::load(None, Some(dir.path().to_str().unwrap()), Path::new("/"))
+            .expect("the documented file loads");
+    assert_eq!(stack.project.as_str(), "shop");
+    let order: Vec<&str> = stack.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(order, ["db", "migrate", "web"]);
+    let web = &stack.services[2];
+    assert_eq!(web.port, Some(3000));
+    assert_eq!(web.spawn.env.as_ref().unwrap()["PORT"], "3000");
+}
