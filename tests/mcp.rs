@@ -133,6 +133,33 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
         .unwrap()
         .contains("Call `list`"));
 
+    // Names and stacks through MCP.
+    let named = &seen["named"]["result"];
+    assert_eq!(
+        seen["named_again"]["result"]["reused"], true,
+        "{}",
+        seen["named_again"]
+    );
+    assert_eq!(
+        seen["named_again"]["result"]["session_id"],
+        named["session_id"]
+    );
+    assert!(seen["named_again"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("nothing was started"));
+    let up = &seen["up"]["result"];
+    assert_eq!(up["project"], "project", "{up}");
+    assert_eq!(up["services"][0]["name"], "api", "{up}");
+    assert_eq!(up["services"][0]["status"], "running", "{up}");
+    assert_eq!(up["services"][0]["ready"], true, "{up}");
+    let down = &seen["down"]["result"];
+    assert_eq!(
+        down["services"][0]["session_id"], up["services"][0]["session_id"],
+        "{down}"
+    );
+    assert_eq!(down["services"][0]["status"], "killed", "{down}");
+
     // The client disconnected: its processes end, unless persistent.
     let slow_pid = slow["pid"].as_i64().unwrap() as i32;
     let kept = &seen["kept"]["result"];

@@ -87,6 +87,14 @@ async def main(procd: str, home: str) -> None:
             out["reply"] = await call(
                 "write", {"session_id": out["prompt"]["result"]["session_id"], "text": "y", "yield_ms": 60000}
             )
+            # A named start twice starts one process; a stack comes up and
+            # goes down (docs/stacks.md).
+            out["named"] = await call("start", {"command": "exec sleep 303", "name": "solo", "yield_ms": 0})
+            out["named_again"] = await call("start", {"command": "exec sleep 303", "name": "solo", "yield_ms": 0})
+            with open(os.path.join(project, "procd.toml"), "w") as f:
+                f.write('[service.api]\ncommand = "echo api up; exec sleep 300"\nready = { output = "api up" }\n')
+            out["up"] = await call("up", {"wait_s": 20})
+            out["down"] = await call("down", {"project": out["up"]["result"]["project"]})
     print(json.dumps(out))
 
 

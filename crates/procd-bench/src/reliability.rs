@@ -123,6 +123,9 @@ const SPAWN_PARAMS: &[&str] = &[
     "max_output_tokens",
     "ready",
     "limits",
+    "name",
+    "project",
+    "replace",
 ];
 
 /// The methods the fuzzer calls: procd-proto's method table, less
@@ -154,11 +157,14 @@ fn errors_of(method: &str) -> &'static [i64] {
         WRONG_STATE as i64,
     ];
     match method {
+        // -32002: a name that runs another command (docs/stacks.md).
         "spawn" => &[
             INVALID_PARAMS as i64,
             SPAWN_FAILED as i64,
             LIMIT_REACHED as i64,
+            WRONG_STATE as i64,
         ],
+        "up" => &[INVALID_PARAMS as i64, LIMIT_REACHED as i64],
         "no_such_method" => &[METHOD_NOT_FOUND as i64],
         _ if procd_proto::method_params(method).is_some_and(|p| p.contains(&"session_id")) => {
             SESSION
@@ -170,9 +176,9 @@ fn errors_of(method: &str) -> &'static [i64] {
 /// Whether `result` has the shape procd-proto gives `method`'s result.
 fn fits(method: &str, result: &Value) -> Result<(), String> {
     use procd_proto::{
-        CloseTerminalResult, DrainResult, HasActiveResult, KillResult, KilledCount, ListResult,
-        LogResult, PollResult, ReadResult, ResizeResult, SignalResult, SnapshotResult, SpawnResult,
-        StatusResult, StdinResult, WaitResult,
+        CloseTerminalResult, DownResult, DrainResult, HasActiveResult, KillResult, KilledCount,
+        ListResult, LogResult, PollResult, ReadResult, ResizeResult, SignalResult, SnapshotResult,
+        SpawnResult, StatusResult, StdinResult, UpResult, WaitResult,
     };
     fn shape<T: serde::de::DeserializeOwned>(v: &Value) -> Result<(), String> {
         T::deserialize(v).map(drop).map_err(|e| e.to_string())
@@ -194,6 +200,8 @@ fn fits(method: &str, result: &Value) -> Result<(), String> {
         "kill_all" | "kill_started_since" => shape::<KilledCount>(result),
         "drain_notifications" => shape::<DrainResult>(result),
         "status" => shape::<StatusResult>(result),
+        "up" => shape::<UpResult>(result),
+        "down" => shape::<DownResult>(result),
         // A subscription's id.
         "subscribe_output" | "subscribe_events" if result.is_u64() || result.is_string() => Ok(()),
         "unsubscribe_output" | "unsubscribe_events" if result.is_boolean() => Ok(()),

@@ -162,9 +162,22 @@ impl Stack {
     }
 }
 
+/// The file's text: a regular file of at most `MAX_FILE_BYTES` (a FIFO or
+/// a device would block or never end), opened without blocking.
 fn read_limited(file: &Path) -> Result<String, String> {
     use std::io::Read;
-    let f = std::fs::File::open(file).map_err(|e| format!("file: {}: {e}", file.display()))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(file)
+        .map_err(|e| format!("file: {}: {e}", file.display()))?;
+    let kind = f
+        .metadata()
+        .map_err(|e| format!("file: {}: {e}", file.display()))?;
+    if !kind.is_file() {
+        return Err(format!("file: {} is not a regular file", file.display()));
+    }
     let mut text = String::new();
     f.take(MAX_FILE_BYTES + 1)
         .read_to_string(&mut text)

@@ -23,6 +23,36 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// The most service tasks that may wait for their dependencies at once,
+/// over all `up` calls: a client that calls `up` again and again on a
+/// stack whose dependency never completes gets -32004, not unbounded
+/// tasks.
+const MAX_WAITING: usize = 4096;
+
+/// Service tasks now waiting (one daemon has one registry).
+static WAITING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A place among the waiting tasks, given back when dropped.
+struct WaitingSlot;
+
+impl WaitingSlot {
+    fn take() -> Option<WaitingSlot> {
+        use std::sync::atomic::Ordering;
+        WAITING
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_WAITING).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| WaitingSlot)
+    }
+}
+
+impl Drop for WaitingSlot {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Where one service of an `up` stands.
 #[derive(Clone)]
 enum Phase {
@@ -58,8 +88,19 @@ pub async fn up(
         .sessions_of(&stack.project)
         .iter()
         .any(|s| s.is_running());
+    let mut slots = Vec::with_capacity(chosen.len());
+    for _ in &chosen {
+        match WaitingSlot::take() {
+            Some(slot) => slots.push(slot),
+            None => {
+                return Err(Error::LimitReached(format!(
+                    "{MAX_WAITING} services of earlier up calls are still waiting for their dependencies"
+                )))
+            }
+        }
+    }
     let mut phases: HashMap<SessionName, watch::Receiver<Phase>> = HashMap::new();
-    for service in &chosen {
+    for (service, slot) in chosen.iter().zip(slots) {
         let (tx, rx) = watch::channel(Phase::Waiting);
         let needs: Vec<(SessionName, Condition, watch::Receiver<Phase>)> = service
             .depends_on
@@ -71,6 +112,7 @@ pub async fn up(
         let service = service.clone();
         let project = stack.project.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             for (dep, cond, rx) in needs {
                 if let Err(reason) = holds(rx, cond).await {
                     tx.send_replace(Phase::Blocked(BlockedBy {
