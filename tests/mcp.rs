@@ -148,6 +148,11 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
         .as_str()
         .unwrap()
         .contains("nothing was started"));
+    let by_name = seen["read_by_name"]["text"].as_str().unwrap();
+    assert!(
+        by_name.starts_with(named["session_id"].as_str().unwrap()),
+        "{by_name}"
+    );
     let up = &seen["up"]["result"];
     assert_eq!(up["project"], "project", "{up}");
     assert_eq!(up["services"][0]["name"], "api", "{up}");

@@ -91,6 +91,7 @@ async def main(procd: str, home: str) -> None:
             # goes down (docs/stacks.md).
             out["named"] = await call("start", {"command": "exec sleep 303", "name": "solo", "yield_ms": 0})
             out["named_again"] = await call("start", {"command": "exec sleep 303", "name": "solo", "yield_ms": 0})
+            out["read_by_name"] = await call("read", {"session_id": "solo"})
             with open(os.path.join(project, "procd.toml"), "w") as f:
                 f.write('[service.api]\ncommand = "echo api up; exec sleep 300"\nready = { output = "api up" }\n')
             out["up"] = await call("up", {"wait_s": 20})

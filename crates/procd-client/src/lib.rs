@@ -108,6 +108,62 @@ pub async fn open_socket(socket: &Path) -> io::Result<UnixStream> {
     Ok(stream)
 }
 
+/// The session id `arg` stands for: a full id as given (no round trip);
+/// else an id prefix, a name (`NAME`) or `PROJECT/NAME`, looked up once
+/// with `poll` (docs/stacks.md). An argument that is both a hex prefix and
+/// a name is tried as an id first; anything else is passed on for the
+/// daemon to judge.
+pub async fn resolve_session(
+    client: &Client,
+    arg: &str,
+) -> Result<String, jsonrpsee::core::client::Error> {
+    use jsonrpsee::core::client::ClientT;
+    let (project, name) = match arg.split_once('/') {
+        Some((project, name)) => (Some(project), name),
+        None => (None, arg),
+    };
+    let hex = arg.strip_prefix("proc_");
+    if hex.is_some_and(|h| h.len() == 12 && h.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return Ok(arg.to_string());
+    }
+    if !procd_proto::names::is_name(name) {
+        return Ok(arg.to_string());
+    }
+    let digits = hex.unwrap_or(arg);
+    let id_like =
+        project.is_none() && digits.len() >= 4 && digits.bytes().all(|b| b.is_ascii_hexdigit());
+    let mut as_id = None;
+    if id_like {
+        let mut by_id = serde_json::Map::new();
+        by_id.insert("session_id".into(), arg.into());
+        match client
+            .request::<procd_proto::PollResult, _>("poll", by_id)
+            .await
+        {
+            Ok(p) => return Ok(p.session_id),
+            Err(e) if !is_not_found(&e) || hex.is_some() => return Err(e),
+            Err(e) => as_id = Some(e),
+        }
+    }
+    let mut by_name = serde_json::Map::new();
+    by_name.insert("name".into(), name.into());
+    if let Some(project) = project {
+        by_name.insert("project".into(), project.into());
+    }
+    match client
+        .request::<procd_proto::PollResult, _>("poll", by_name)
+        .await
+    {
+        Ok(p) => Ok(p.session_id),
+        Err(e) => Err(as_id.unwrap_or(e)),
+    }
+}
+
+fn is_not_found(e: &jsonrpsee::core::client::Error) -> bool {
+    matches!(e, jsonrpsee::core::client::Error::Call(obj)
+        if obj.code() == procd_proto::error::SESSION_NOT_FOUND)
+}
+
 /// Connects to the daemon listening on `socket` (checked as `open_socket`
 /// says).
 pub async fn connect(socket: &Path) -> io::Result<Client> {

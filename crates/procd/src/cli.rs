@@ -755,42 +755,10 @@ async fn client_command(
     }
 }
 
-/// The session id a command's argument stands for: an id or an id
-/// prefix as given, else a name (`NAME` or `PROJECT/NAME`), looked up
-/// once, so a follower rides on the id. An argument that is both a hex
-/// prefix and a name is taken as an id first.
+/// The session id a command's argument (an id, a prefix, `NAME` or
+/// `PROJECT/NAME`) stands for, looked up once so a follower rides on it.
 async fn resolve(client: &Client, arg: String) -> Result<String, ClientError> {
-    use jsonrpsee::core::client::ClientT;
-    let (project, name) = match arg.split_once('/') {
-        Some((project, name)) => (Some(project), name),
-        None => (None, arg.as_str()),
-    };
-    if !procd_proto::names::is_name(name) {
-        return Ok(arg);
-    }
-    let hex = arg.strip_prefix("proc_").unwrap_or(&arg);
-    let id_like = project.is_none() && hex.len() >= 4 && hex.bytes().all(|b| b.is_ascii_hexdigit());
-    if id_like {
-        let mut by_id = serde_json::Map::new();
-        by_id.insert("session_id".into(), arg.clone().into());
-        let found: Result<procd_proto::PollResult, _> = client.request("poll", by_id).await;
-        match found {
-            Ok(p) => return Ok(p.session_id),
-            Err(e) if !is_not_found(&e) => return Err(e),
-            Err(_) => {}
-        }
-    }
-    let mut by_name = serde_json::Map::new();
-    by_name.insert("name".into(), name.into());
-    if let Some(project) = project {
-        by_name.insert("project".into(), project.into());
-    }
-    let found: procd_proto::PollResult = client.request("poll", by_name).await?;
-    Ok(found.session_id)
-}
-
-fn is_not_found(e: &ClientError) -> bool {
-    matches!(e, ClientError::Call(obj) if obj.code() == procd_proto::error::SESSION_NOT_FOUND)
+    procd_client::resolve_session(client, &arg).await
 }
 
 /// `procd rpc METHOD [PARAMS]`: one call, its result printed as JSON.

@@ -151,7 +151,9 @@ impl ReadyParams {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ReadParams {
-    #[schemars(description = "Session id from start (or a unique prefix of 4+ hex characters).")]
+    #[schemars(
+        description = "Session id from start (or a unique prefix of 4+ hex characters, or the name it was started with)."
+    )]
     pub session_id: String,
     #[schemars(
         description = "Byte cursor to read from: 0 for the start, or the cursor a previous answer gave. Default 0."
@@ -323,6 +325,12 @@ impl ProcdMcp {
         }
     }
 
+    /// The session id a tool's `session_id` stands for: an id, a prefix,
+    /// or a name `start` gave (docs/stacks.md).
+    async fn id_of(&self, arg: &str) -> Result<String, ClientError> {
+        procd_client::resolve_session(&*self.client().await, arg).await
+    }
+
     /// The daemon's client: a new connection if the daemon restarted (or
     /// the closed one, whose call then reports why, if none comes back).
     async fn client(&self) -> Arc<Client> {
@@ -427,6 +435,11 @@ impl ProcdMcp {
         &self,
         Parameters(p): Parameters<ReadParams>,
     ) -> Result<CallToolResult, ErrorData> {
+        let mut p = p;
+        p.session_id = match self.id_of(&p.session_id).await {
+            Ok(id) => id,
+            Err(e) => return Ok(tool_error(e)),
+        };
         let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
         let r = self
             .client()
@@ -471,6 +484,11 @@ impl ProcdMcp {
         &self,
         Parameters(p): Parameters<WriteParams>,
     ) -> Result<CallToolResult, ErrorData> {
+        let mut p = p;
+        p.session_id = match self.id_of(&p.session_id).await {
+            Ok(id) => id,
+            Err(e) => return Ok(tool_error(e)),
+        };
         let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
         let yield_ms = Some(YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_WRITE_YIELD_MS)));
         let budget = budget.map(MaxOutputChars::new);
@@ -535,6 +553,11 @@ impl ProcdMcp {
         &self,
         Parameters(p): Parameters<WaitParams>,
     ) -> Result<CallToolResult, ErrorData> {
+        let mut p = p;
+        p.session_id = match self.id_of(&p.session_id).await {
+            Ok(id) => id,
+            Err(e) => return Ok(tool_error(e)),
+        };
         let budget = Some(p.max_output_chars.unwrap_or(DEFAULT_BUDGET));
         let r = self
             .client()
@@ -568,6 +591,11 @@ impl ProcdMcp {
         &self,
         Parameters(p): Parameters<KillParams>,
     ) -> Result<CallToolResult, ErrorData> {
+        let mut p = p;
+        p.session_id = match self.id_of(&p.session_id).await {
+            Ok(id) => id,
+            Err(e) => return Ok(tool_error(e)),
+        };
         let r = self
             .client()
             .await
@@ -608,6 +636,11 @@ impl ProcdMcp {
         &self,
         Parameters(p): Parameters<SignalParams>,
     ) -> Result<CallToolResult, ErrorData> {
+        let mut p = p;
+        p.session_id = match self.id_of(&p.session_id).await {
+            Ok(id) => id,
+            Err(e) => return Ok(tool_error(e)),
+        };
         let r = self
             .client()
             .await
