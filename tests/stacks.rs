@@ -31,6 +31,16 @@ fn service<'a>(up: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no service {name} in {up}"))
 }
 
+/// The services' names of an up or down answer, in its order.
+fn names_in(answer: &Value) -> Vec<&str> {
+    answer["services"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no services in {answer}"))
+        .iter()
+        .map(|s| s["name"].as_str().expect("a name"))
+        .collect()
+}
+
 /// `procd up --json -f FILE`, with its exit status.
 fn up(d: &Daemon, file: &Path, extra: &[&str]) -> (Value, Option<i32>) {
     let mut args = vec!["up", "--json", "-f", file.to_str().expect("path")];
@@ -74,9 +84,9 @@ command = "exec redis-server --port {cache} --save '' --appendonly no"
 ready = {{ port = {cache} }}
 
 [service.worker]
-command = "while :; do redis-cli -p {cache} PING; sleep 1; done"
+command = "test \"$(redis-cli -p {cache} PING)\" = PONG && echo first ping answered && while :; do redis-cli -p {cache} PING; sleep 1; done"
 depends_on = {{ cache = "ready" }}
-ready = {{ output = "^PONG$" }}
+ready = {{ output = "^first ping answered$" }}
 "#,
         migrated = migrated.display(),
         web = needs_port(db, "web up"),
@@ -87,12 +97,7 @@ ready = {{ output = "^PONG$" }}
     let (first, code) = up(&d, &file, &["--wait", "30"]);
     assert_eq!(code, Some(0), "{first}");
     assert_eq!(first["project"], "shop");
-    let order: Vec<&str> = first["services"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let order = names_in(&first);
     let at = |n: &str| order.iter().position(|o| *o == n).unwrap();
     assert!(
         at("db") < at("migrate") && at("migrate") < at("web"),
@@ -159,12 +164,7 @@ ready = {{ output = "^PONG$" }}
         })
         .collect();
     let down = json_of(&d.cli(&["down", "--json", "-f", file.to_str().unwrap()]));
-    let stopped: Vec<&str> = down["services"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let stopped = names_in(&down);
     let pos = |n: &str| stopped.iter().position(|o| *o == n).unwrap();
     assert!(
         pos("web") < pos("db") && pos("worker") < pos("cache"),

@@ -136,6 +136,8 @@ pub struct Registry {
     /// Held by a named spawn from its check of the name to its start, so
     /// two spawns of one name start one session (docs/stacks.md).
     naming: tokio::sync::Mutex<()>,
+    /// `up`'s service tasks waiting for their dependencies (`up.rs`).
+    waiting: crate::slot::Slots,
     /// Set when the daemon is shutting down: spawns are refused.
     closing: std::sync::atomic::AtomicBool,
     /// A checkpoint write is scheduled and has not begun (`checkpoint_soon`).
@@ -204,6 +206,7 @@ impl Registry {
                 .map(NotificationQueue::persistent)
                 .unwrap_or_default(),
             naming: tokio::sync::Mutex::new(()),
+            waiting: crate::slot::Slots::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
             checkpoint_pending: std::sync::atomic::AtomicBool::new(false),
             keeper: options.keeper,

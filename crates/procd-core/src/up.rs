@@ -15,7 +15,7 @@ use crate::session::{Session, SessionState};
 use crate::stack::{Condition, Service, Stack};
 use procd_proto::{
     BlockedBy, CompletionReason, DownEntry, DownResult, KillStatus, PortInUse, ProjectName,
-    ServiceState, ServiceStatus, SessionName, UpResult,
+    ServiceState, ServiceStatus, SessionName, UpResult, YieldMs,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -29,29 +29,10 @@ use tokio::sync::watch;
 /// tasks.
 const MAX_WAITING: usize = 4096;
 
-/// Service tasks now waiting (one daemon has one registry).
-static WAITING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// A place among the waiting tasks, given back when dropped.
-struct WaitingSlot;
-
-impl WaitingSlot {
-    fn take() -> Option<WaitingSlot> {
-        use std::sync::atomic::Ordering;
-        WAITING
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < MAX_WAITING).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| WaitingSlot)
-    }
-}
-
-impl Drop for WaitingSlot {
-    fn drop(&mut self) {
-        WAITING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
+/// How long `up` waits for its services when not told, and at most: a
+/// ready condition's default timeout, and the longest yield.
+const WAIT: Duration = Duration::from_secs(60);
+const MAX_WAIT: Duration = Duration::from_secs(300);
 
 /// Where one service of an `up` stands.
 #[derive(Clone)]
@@ -74,8 +55,9 @@ pub async fn up(
     file: Option<&str>,
     dir: Option<&str>,
     wanted: &[SessionName],
-    wait: Duration,
+    wait: Option<YieldMs>,
 ) -> Result<UpResult, Error> {
+    let wait = wait.map_or(WAIT, |w| w.duration().min(MAX_WAIT));
     let base = registry.default_cwd().to_path_buf();
     let stack = load(file, dir, &base).await?;
     let chosen: Vec<Service> = stack
@@ -88,17 +70,15 @@ pub async fn up(
         .sessions_of(&stack.project)
         .iter()
         .any(|s| s.is_running());
-    let mut slots = Vec::with_capacity(chosen.len());
-    for _ in &chosen {
-        match WaitingSlot::take() {
-            Some(slot) => slots.push(slot),
-            None => {
-                return Err(Error::LimitReached(format!(
-                    "{MAX_WAITING} services of earlier up calls are still waiting for their dependencies"
-                )))
-            }
-        }
-    }
+    let slots = chosen
+        .iter()
+        .map(|_| registry.waiting_slot(MAX_WAITING))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            Error::LimitReached(format!(
+                "{MAX_WAITING} services of earlier up calls are still waiting for their dependencies"
+            ))
+        })?;
     let mut phases: HashMap<SessionName, watch::Receiver<Phase>> = HashMap::new();
     for (service, slot) in chosen.iter().zip(slots) {
         let (tx, rx) = watch::channel(Phase::Waiting);
@@ -215,8 +195,7 @@ fn completed_run(
         .find_named(service.name.as_str(), Some(project.as_str()))
         .ok()?;
     let exit = last.state().exit().cloned()?;
-    let same = last.spec.command == service.spawn.command
-        || last.spec.command == registry.redact_command(&service.spawn.command);
+    let same = registry.runs_command(&last.spec, &service.spawn.command);
     (same && exit.reason == CompletionReason::Exited && exit.exit_code == Some(0)).then_some(last)
 }
 
@@ -275,13 +254,16 @@ async fn ready(session: &Session) -> Result<(), String> {
     }
 }
 
+/// How a dependency ended, for a `blocked_by` reason.
 fn ended(e: &crate::session::ExitRecord) -> String {
     match (e.reason, e.exit_code) {
         (CompletionReason::Exited, Some(code)) => format!("exit code {code}"),
-        (reason, _) => serde_json::to_value(reason)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_else(|| "ended".into()),
+        (CompletionReason::Exited, None) => "an unknown exit".into(),
+        (CompletionReason::Killed, _) => "killed".into(),
+        (CompletionReason::Timeout, _) => "its timeout".into(),
+        (CompletionReason::Lost, _) => "lost".into(),
+        (CompletionReason::FailedStart, _) => "a failed start".into(),
+        (CompletionReason::Oom, _) => "the OOM killer".into(),
     }
 }
 

@@ -17,11 +17,6 @@ use procd_proto::{
 };
 use std::sync::Arc;
 
-/// How long `up` waits for its services by default, and at most
-/// (docs/stacks.md): a ready condition's default timeout is 60 s.
-const UP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-const UP_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
-
 pub struct Api {
     pub daemon: Arc<Daemon>,
 }
@@ -381,13 +376,12 @@ impl ProcdApiServer for Api {
         services: Option<Vec<SessionName>>,
         yield_ms: Option<YieldMs>,
     ) -> RpcResult<UpResult> {
-        let wait = yield_ms.map_or(UP_WAIT, |y| y.duration().min(UP_WAIT_MAX));
         procd_core::up::up(
             &self.daemon.registry,
             file.as_deref(),
             dir.as_deref(),
             &services.unwrap_or_default(),
-            wait,
+            yield_ms,
         )
         .await
         .map_err(rpc_err)

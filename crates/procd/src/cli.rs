@@ -150,7 +150,8 @@ enum ClientCommand {
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: Option<String>,
         /// Only these services (and what they depend on).
-        services: Vec<String>,
+        #[arg(value_parser = procd_proto::SessionName::parse)]
+        services: Vec<procd_proto::SessionName>,
         /// Seconds to wait for the started services to be ready (default 60).
         #[arg(long, value_name = "S")]
         wait: Option<f64>,
@@ -161,10 +162,11 @@ enum ClientCommand {
         #[arg(short = 'f', long = "file", value_name = "FILE")]
         file: Option<String>,
         /// The project, instead of reading a stack file.
-        #[arg(long, value_name = "P")]
-        project: Option<String>,
+        #[arg(long, value_name = "P", value_parser = procd_proto::ProjectName::parse)]
+        project: Option<procd_proto::ProjectName>,
         /// Only these services.
-        services: Vec<String>,
+        #[arg(value_parser = procd_proto::SessionName::parse)]
+        services: Vec<procd_proto::SessionName>,
     },
     /// Call one JSON-RPC method and print its result as JSON (from shell
     /// scripts; starts a daemon on demand), e.g.
@@ -521,11 +523,11 @@ pub struct SpawnArgs {
     task: Option<String>,
     /// A name for it, unique among the running sessions of its project: a
     /// second spawn of the same name and command starts nothing.
-    #[arg(long, value_name = "NAME")]
-    name: Option<String>,
+    #[arg(long, value_name = "NAME", value_parser = procd_proto::SessionName::parse)]
+    name: Option<procd_proto::SessionName>,
     /// The project its name belongs to.
-    #[arg(long, value_name = "P", requires = "name")]
-    project: Option<String>,
+    #[arg(long, value_name = "P", requires = "name", value_parser = procd_proto::ProjectName::parse)]
+    project: Option<procd_proto::ProjectName>,
     /// Replace a running session of this name that runs another command.
     #[arg(long, requires = "name")]
     replace: bool,
@@ -594,21 +596,9 @@ impl SpawnArgs {
             }
         }
         let limited = self.memory.is_some() || self.cpus.is_some() || self.pids.is_some();
-        let name = self
-            .name
-            .as_deref()
-            .map(procd_proto::SessionName::parse)
-            .transpose()
-            .map_err(|e| format!("--{e}"))?;
-        let project = self
-            .project
-            .as_deref()
-            .map(procd_proto::ProjectName::parse)
-            .transpose()
-            .map_err(|e| format!("--{e}"))?;
         Ok(procd_proto::SpawnParams {
-            name,
-            project,
+            name: self.name,
+            project: self.project,
             replace: self.replace.then_some(true),
             command: self.command.join(" "),
             cwd: match remote {

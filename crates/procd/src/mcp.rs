@@ -717,12 +717,9 @@ impl ProcdMcp {
             (true, Some(file)) => (crate::base::cwd_from_here(Some(file)), None),
             (true, None) => (None, crate::base::cwd_from_here(p.dir)),
         };
-        let wait = YieldMs::new(p.wait_s.unwrap_or(60.0).max(0.0) * 1000.0);
-        let r = self
-            .client()
-            .await
-            .up(file, dir, services, Some(wait))
-            .await;
+        // Without wait_s the daemon's default applies.
+        let wait = p.wait_s.map(|s| YieldMs::new(s.max(0.0) * 1000.0));
+        let r = self.client().await.up(file, dir, services, wait).await;
         Ok(match r {
             Ok(r) => {
                 let lines: Vec<String> = r

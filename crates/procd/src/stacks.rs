@@ -8,13 +8,6 @@ use procd_proto::{
     DownResult, ProjectName, ServiceState, ServiceStatus, SessionName, UpResult, YieldMs,
 };
 
-/// How `up` waits when not told: the default ready timeout.
-const DEFAULT_WAIT_S: f64 = 60.0;
-
-fn names(services: Vec<String>) -> Result<Vec<SessionName>, String> {
-    services.iter().map(|s| SessionName::parse(s)).collect()
-}
-
 /// `procd up`: exits 0 when every service asked for runs (ready, where a
 /// condition is given) or completed, 1 when one is blocked, failed or
 /// not ready by the end of the wait.
@@ -23,25 +16,19 @@ pub async fn up(
     remote: bool,
     client: &Client,
     file: Option<String>,
-    services: Vec<String>,
+    services: Vec<SessionName>,
     wait: Option<f64>,
 ) -> Result<i32, ClientError> {
-    let services = match names(services) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("procd up: {e}");
-            return Ok(EXIT_USAGE);
-        }
-    };
     // Paths are the far side's own through --host.
     let (file, dir) = match (remote, file) {
         (true, file) => (file, None),
         (false, Some(file)) => (cwd_from_here(Some(file)), None),
         (false, None) => (None, cwd_from_here(None)),
     };
-    let wait = YieldMs::new(wait.unwrap_or(DEFAULT_WAIT_S).max(0.0) * 1000.0);
+    // Without --wait the daemon's default applies.
+    let wait = wait.map(|s| YieldMs::new(s.max(0.0) * 1000.0));
     let services = (!services.is_empty()).then_some(services);
-    let r = client.up(file, dir, services, Some(wait)).await?;
+    let r = client.up(file, dir, services, wait).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
     } else {
@@ -116,8 +103,8 @@ pub async fn down(
     json: bool,
     client: &Client,
     file: Option<String>,
-    project: Option<String>,
-    services: Vec<String>,
+    project: Option<ProjectName>,
+    services: Vec<SessionName>,
 ) -> Result<i32, ClientError> {
     let project = match project_of(file, project) {
         Ok(p) => p,
@@ -126,13 +113,7 @@ pub async fn down(
             return Ok(EXIT_USAGE);
         }
     };
-    let services = match names(services) {
-        Ok(s) => (!s.is_empty()).then_some(s),
-        Err(e) => {
-            eprintln!("procd down: {e}");
-            return Ok(EXIT_USAGE);
-        }
-    };
+    let services = (!services.is_empty()).then_some(services);
     let r = client.down(project, services).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
@@ -146,9 +127,9 @@ pub async fn down(
     Ok(if fine { EXIT_OK } else { EXIT_FAILED })
 }
 
-fn project_of(file: Option<String>, project: Option<String>) -> Result<ProjectName, String> {
+fn project_of(file: Option<String>, project: Option<ProjectName>) -> Result<ProjectName, String> {
     if let Some(p) = project {
-        return ProjectName::parse(&p).map_err(|e| format!("--{e}"));
+        return Ok(p);
     }
     let here = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
     let stack = match &file {

@@ -4,12 +4,9 @@
 //! reported with who holds it.
 
 use super::Registry;
-use crate::clock::rfc3339;
 use crate::error::Error;
 use crate::session::{Session, SessionSpec};
-use procd_proto::{
-    CompletionReason, KillStatus, PortInUse, ProjectName, SessionName, SessionStatus, SpawnResult,
-};
+use procd_proto::{CompletionReason, KillStatus, PortInUse, ProjectName, SessionName, SpawnResult};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -102,7 +99,9 @@ impl Registry {
             return Ok(NameCheck::Free);
         };
         if self.same_service(&running.spec, spec) {
-            return Ok(NameCheck::Reused(Box::new(self.reused_result(&running))));
+            let mut reused = super::present::spawn_result(&self.redactor, &running);
+            reused.reused = true;
+            return Ok(NameCheck::Reused(Box::new(reused)));
         }
         if !replace {
             return Err(Error::WrongState(format!(
@@ -135,8 +134,7 @@ impl Registry {
     /// command (a previous daemon's session is known by its redacted
     /// command), cwd and env (when known: the env is kept in memory only).
     fn same_service(&self, running: &SessionSpec, spec: &SessionSpec) -> bool {
-        let command = running.command == spec.command
-            || running.command == self.redactor.command(&spec.command);
+        let command = self.runs_command(running, &spec.command);
         let env = match (running.env_digest, spec.env_digest) {
             (Some(a), Some(b)) => a == b,
             _ => true,
@@ -144,24 +142,10 @@ impl Registry {
         command && env && running.cwd == spec.cwd && running.pty == spec.pty
     }
 
-    fn reused_result(&self, s: &Session) -> SpawnResult {
-        SpawnResult {
-            session_id: s.id.clone(),
-            pid: s.pid(),
-            pty: s.spec.pty,
-            status: SessionStatus::Running,
-            command: s.shown_command(&self.redactor).to_string(),
-            started_at: rfc3339(s.started_at),
-            reused: true,
-            port_in_use: None,
-            output: None,
-            cursor: None,
-            original_chars: None,
-            kept_error_lines: None,
-            ready: s.readiness().flag(),
-            waiting_for_input: None,
-            exit: None,
-        }
+    /// A place among the `up` service tasks waiting for their
+    /// dependencies, unless `max` are taken (given back when dropped).
+    pub fn waiting_slot(&self, max: usize) -> Option<crate::slot::RunningSlot> {
+        self.waiting.try_take(max)
     }
 
     /// The sessions of `project`, in start order.
@@ -172,29 +156,34 @@ impl Registry {
             .collect()
     }
 
-    /// `command` as callers are shown it.
-    pub fn redact_command<'a>(&self, command: &'a str) -> std::borrow::Cow<'a, str> {
-        self.redactor.command(command)
+    /// Whether a session was started with `command`: a previous daemon's
+    /// session is known by its redacted command (procs.json keeps no
+    /// secret), so the redacted form of `command` matches too.
+    pub fn runs_command(&self, spec: &SessionSpec, command: &str) -> bool {
+        spec.command == command || spec.command == self.redactor.command(command)
     }
 
-    /// Who already listens on `port`, if anyone does (a sock_diag dump;
-    /// the holder found in /proc only then, off the event loop).
+    /// Who already listens on `port`, if anyone does: a sock_diag dump,
+    /// and the holder found in /proc only then, both off the event loop.
     pub async fn port_in_use(&self, port: u16) -> Option<PortInUse> {
-        let (inode, listening) = crate::sockdiag::listening_tcp()
-            .ok()?
-            .into_iter()
-            .find(|(_, l)| l.port == port)?;
+        let procfs = self.procfs.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            let (inode, listening) = crate::sockdiag::listening_tcp()
+                .ok()?
+                .into_iter()
+                .find(|(_, l)| l.port == port)?;
+            Some((listening, socket_holder(&procfs, inode)))
+        })
+        .await
+        .ok()
+        .flatten();
+        let (listening, holder) = found?;
         let session_id = listening.cgroup.and_then(|id| {
             self.table()
                 .values()
                 .find(|s| s.cgroup.as_ref().and_then(|c| c.inode()) == Some(id))
                 .map(|s| s.id.clone())
         });
-        let procfs = self.procfs.clone();
-        let holder = tokio::task::spawn_blocking(move || socket_holder(&procfs, inode))
-            .await
-            .ok()
-            .flatten();
         let (pid, command) = match holder {
             Some((pid, command)) => {
                 let command: String = self

@@ -9,6 +9,7 @@ use crate::text::{first_chars, last_chars};
 use crate::watch::WatchOutcome;
 use procd_proto::{
     About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, SessionStatus,
+    SpawnResult,
 };
 use std::time::Instant;
 
@@ -57,6 +58,27 @@ fn activity(s: &Session) -> Activity {
         ready: readiness.flag(),
         ready_after_ms: readiness.after_ms(),
         waiting_for_input: s.waiting_for_input(),
+    }
+}
+
+/// A running session as `spawn` answers it (no yield, not reused).
+pub(super) fn spawn_result(r: &Redactor, s: &Session) -> SpawnResult {
+    SpawnResult {
+        session_id: s.id.clone(),
+        pid: s.pid(),
+        pty: s.spec.pty,
+        status: SessionStatus::Running,
+        command: s.shown_command(r).to_string(),
+        started_at: rfc3339(s.started_at),
+        reused: false,
+        port_in_use: None,
+        output: None,
+        cursor: None,
+        original_chars: None,
+        kept_error_lines: None,
+        ready: s.readiness().flag(),
+        waiting_for_input: None,
+        exit: None,
     }
 }
 

@@ -22,7 +22,7 @@ use crate::session::{self, Session, SessionSpec, StdinSink};
 use crate::watch::{WatchMatcher, WatchOutcome};
 use procd_proto::{
     Cols, CompletionReason, Event, Limits, MaxOutputChars, MaxOutputTokens, MemoryBytes, Pids,
-    Rows, SessionStatus, SpawnParams, SpawnResult, StdinMode,
+    Rows, SpawnParams, SpawnResult, StdinMode,
 };
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -376,23 +376,7 @@ impl Registry {
                 "cannot write the checkpoint (the process was killed): {e}"
             )));
         }
-        let result = SpawnResult {
-            session_id: id,
-            pid,
-            pty: session.spec.pty,
-            status: SessionStatus::Running,
-            command: session.shown_command(&self.redactor).to_string(),
-            started_at: rfc3339(session.started_at),
-            reused: false,
-            port_in_use: None,
-            output: None,
-            cursor: None,
-            original_chars: None,
-            kept_error_lines: None,
-            ready: session.readiness().flag(),
-            waiting_for_input: None,
-            exit: None,
-        };
+        let result = super::present::spawn_result(&self.redactor, &session);
         Ok((result, session))
     }
 
