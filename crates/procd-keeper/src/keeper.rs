@@ -851,6 +851,10 @@ impl Keeper {
                     exit: None,
                     foreign: false,
                 };
+                // A restarted session's next run replaces its last one.
+                if let Some(last) = self.sessions.remove(&session_id) {
+                    self.unstore(&session_id, &last, last.fds.iter().map(|(k, _)| *k));
+                }
                 self.store(&session_id, &held);
                 self.sessions.insert(session_id, held);
             }

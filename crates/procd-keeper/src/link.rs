@@ -22,6 +22,8 @@ pub struct HandedSession {
     /// A PTY session's relay pipe (read end, write end).
     pub relay_out: Option<OwnedFd>,
     pub relay_in: Option<OwnedFd>,
+    /// A restarting session's launch (a sealed memfd).
+    pub launch: Option<OwnedFd>,
 }
 
 /// Everything the keeper handed over at start.
@@ -155,6 +157,7 @@ impl Link {
                         pty: None,
                         relay_out: None,
                         relay_in: None,
+                        launch: None,
                     };
                     for (kind, fd) in kinds.into_iter().zip(fds) {
                         *match kind {
@@ -163,6 +166,7 @@ impl Link {
                             FdKind::Pty => &mut session.pty,
                             FdKind::RelayOut => &mut session.relay_out,
                             FdKind::RelayIn => &mut session.relay_in,
+                            FdKind::Launch => &mut session.launch,
                             // The keeper's alone: exits come as `exited`.
                             FdKind::Process => continue,
                         } = Some(fd);

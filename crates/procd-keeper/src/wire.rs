@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Bumped when a message changes shape; a daemon refuses a keeper of
 /// another version (and runs without one).
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The environment variable that tells a daemon it runs under a keeper:
 /// the descriptor number of its end of the link.
@@ -38,16 +38,21 @@ pub enum FdKind {
     /// death gives the roots to the user manager, the next keeper learns
     /// their exits from it (docs/survival.md).
     Process,
+    /// A restarting session's launch (its argv and environment) in a
+    /// sealed memfd: how the next daemon starts its next run without the
+    /// environment ever touching the disk (docs/stacks.md).
+    Launch,
 }
 
 impl FdKind {
-    pub const ALL: [FdKind; 6] = [
+    pub const ALL: [FdKind; 7] = [
         FdKind::Output,
         FdKind::Stdin,
         FdKind::Pty,
         FdKind::RelayOut,
         FdKind::RelayIn,
         FdKind::Process,
+        FdKind::Launch,
     ];
 
     /// Its name in systemd's fd store (the wire's name).
@@ -59,6 +64,7 @@ impl FdKind {
             FdKind::RelayOut => "relay_out",
             FdKind::RelayIn => "relay_in",
             FdKind::Process => "process",
+            FdKind::Launch => "launch",
         }
     }
 }
@@ -127,7 +133,7 @@ pub enum ToDaemon {
 /// The largest message (a session id and a few numbers need far less).
 const MAX_MESSAGE: usize = 16 * 1024;
 /// At most this many descriptors ride on one message.
-pub const MAX_FDS: usize = 4;
+pub const MAX_FDS: usize = 5;
 
 /// Sends one message with `fds` attached, waiting for room if the peer's
 /// queue is full (the keeper's sends: bounded by the link's send

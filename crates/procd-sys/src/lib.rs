@@ -11,6 +11,7 @@ pub mod atomic;
 pub mod cgroup;
 pub mod clock;
 pub mod identity;
+pub mod memfd;
 pub mod pidfd;
 pub mod procfs;
 pub mod random;
