@@ -22,6 +22,7 @@ mod mcp;
 mod protocol;
 mod readiness;
 mod remote;
+mod restarts;
 mod safety;
 mod sessions;
 mod snapshot;

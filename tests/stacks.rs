@@ -206,6 +206,18 @@ ready = { output = "never printed", timeout_s = 0.5 }
 [service.after-slow]
 command = "sleep 300"
 depends_on = { slow = "ready" }
+
+[service.flaky]
+command = "echo crashing; exit 5"
+restart = { policy = "on-failure", max_restarts = 1, backoff_s = 0.1 }
+
+[service.after-flaky]
+command = "sleep 300"
+depends_on = { flaky = "completed" }
+
+[service.steady]
+command = "sleep 300"
+restart = "always"
 "#,
     )
     .expect("procd.toml");
@@ -233,8 +245,22 @@ depends_on = { slow = "ready" }
             .contains("ready timeout"),
         "{r}"
     );
+    let after = service(&r, "after-flaky");
+    assert_eq!(after["blocked_by"]["service"], "flaky", "{r}");
+    assert!(
+        after["blocked_by"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("a crash loop"),
+        "{r}"
+    );
+    let steady = d.ok("poll", json!({"name": "steady", "project": project}));
+    assert_eq!(
+        steady["restarts"], 0,
+        "the string form gives a policy: {steady}"
+    );
     // Nothing was started under the blocked names.
-    for name in ["app", "ui", "after-slow"] {
+    for name in ["app", "ui", "after-slow", "after-flaky"] {
         let (code, msg) = d.err("poll", json!({"name": name, "project": project}));
         assert_eq!(code, -32001, "{name}: {msg}");
     }
@@ -265,8 +291,8 @@ fn a_cycle_or_an_unknown_service_is_refused_before_anything_starts() {
             "unknown service \"ghost\"",
         ),
         (
-            "[service.lonely]\ncommand='sleep 300'\nrestart={policy='always'}\n",
-            "restart policies are not supported",
+            "[service.lonely]\ncommand='sleep 300'\nrestart='sometimes'\n",
+            "restart: expected",
         ),
         ("[service.Lonely]\ncommand='sleep 300'\n", "\"Lonely\""),
     ];

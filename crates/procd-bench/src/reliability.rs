@@ -126,6 +126,7 @@ const SPAWN_PARAMS: &[&str] = &[
     "name",
     "project",
     "replace",
+    "restart",
 ];
 
 /// The methods the fuzzer calls: procd-proto's method table, less

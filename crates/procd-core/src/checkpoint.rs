@@ -80,6 +80,25 @@ pub struct CheckpointEntry {
     /// `ended.json` holds it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<EndedExit>,
+    /// Its restart policy and where its runs stand (docs/stacks.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartRecord>,
+    /// The limits its cgroup was given (a restart's cgroup gets them too).
+    #[serde(default, skip_serializing_if = "procd_sys::cgroup::Limits::is_none")]
+    pub limits: procd_sys::cgroup::Limits,
+}
+
+/// A restarting session's policy and runs, as the checkpoint keeps them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestartRecord {
+    pub policy: procd_proto::RestartSpec,
+    /// The run going (1 is the first start).
+    pub run: u32,
+    /// Restarts in a row (docs/stacks.md: `reset_after_s`).
+    pub streak: u32,
+    /// How the previous run ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<EndedExit>,
 }
 
 impl CheckpointEntry {
@@ -126,6 +145,33 @@ pub struct EndedExit {
     #[serde(default)]
     pub termination_source: Option<String>,
     pub exited_at: String,
+}
+
+impl EndedExit {
+    pub fn of(e: &crate::session::ExitRecord) -> EndedExit {
+        EndedExit {
+            exit_code: e.exit_code,
+            signal: e.signal,
+            completion_reason: e.reason,
+            termination_source: e.source.clone(),
+            exited_at: procd_sys::clock::rfc3339(e.exited_at),
+        }
+    }
+
+    /// The exit as the session records it (ended now, if the record does
+    /// not say when).
+    pub fn record(&self) -> crate::session::ExitRecord {
+        let exited_at = procd_sys::clock::parse_rfc3339(&self.exited_at)
+            .unwrap_or_else(std::time::SystemTime::now);
+        crate::session::ExitRecord {
+            exit_code: self.exit_code,
+            signal: self.signal,
+            reason: self.completion_reason,
+            source: self.termination_source.clone(),
+            exited_at,
+            exited_instant: crate::clock::instant_at(exited_at),
+        }
+    }
 }
 
 /// Writes the checkpoint, one write of each file at a time, latest state

@@ -23,6 +23,7 @@ pub mod readiness;
 pub mod reaper;
 pub mod redact;
 pub mod registry;
+pub mod restart;
 pub mod rewrite;
 pub mod scope;
 pub mod session;

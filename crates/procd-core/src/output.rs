@@ -734,6 +734,23 @@ impl OutputStore {
         Ok(())
     }
 
+    /// procd's line between two runs of a restarting session, on a line of
+    /// its own; output comes again (the next run's). Called between two
+    /// supervisors, so it is the only appender.
+    pub fn mark_restart(&self, line: &str) {
+        let mut text = Vec::with_capacity(line.len() + 2);
+        {
+            let mut inner = self.lock();
+            inner.finished = false;
+            if inner.tail.back().is_some_and(|b| *b != b'\n') {
+                text.push(b'\n');
+            }
+        }
+        text.extend_from_slice(line.as_bytes());
+        text.push(b'\n');
+        self.append(&text);
+    }
+
     /// No more output will come (the session exited).
     pub fn finish(&self) {
         let mut inner = self.lock();

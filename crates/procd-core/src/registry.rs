@@ -8,7 +8,7 @@
 //! operations are `impl Registry` blocks by concern: `spawn` (validation,
 //! the start, the supervisor), `exit` (a session's end), `yields`,
 //! `reading` (poll/read/log/wait), `stdin`, `termination` (every kill),
-//! `recovery` (checkpoint), `handover` (the keeper), `ready`, and
+//! `recovery` (checkpoint), `handover` (the keeper), `restarts`, `ready`, and
 //! `present` (building results and event text).
 
 use crate::checkpoint::{Checkpoint, CheckpointEntry};
@@ -39,6 +39,7 @@ mod present;
 mod reading;
 mod ready;
 mod recovery;
+mod restarts;
 mod spawn;
 mod stdin;
 mod termination;

@@ -47,6 +47,102 @@ pub struct SessionSpec {
     /// the same service from another; in memory only (the env may hold
     /// secrets), so None for a session a previous daemon started.
     pub env_digest: Option<u64>,
+    /// When its command starts again after it ends (docs/stacks.md).
+    pub restart: Option<crate::restart::RestartPlan>,
+}
+
+/// How a restarting session's runs start: the first run's argv and
+/// environment, kept in memory (the environment may hold secrets) and, as
+/// a sealed memfd, by the keeper (docs/survival.md).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Launch {
+    pub argv: Vec<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// The largest launch memfd read back (a command and an environment are
+/// far smaller: 64 KiB and 256 KiB, plus the shell snapshot's variables).
+const MAX_LAUNCH_BYTES: u64 = 4 << 20;
+
+impl Launch {
+    /// The launch in a sealed memfd, for the keeper to hold.
+    pub fn to_memfd(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        procd_sys::memfd::sealed("procd-launch", &bytes)
+    }
+
+    /// A launch the keeper kept (a sealed memfd `to_memfd` made).
+    pub fn from_memfd(fd: impl std::os::fd::AsFd) -> std::io::Result<Launch> {
+        let bytes = procd_sys::memfd::read_sealed(fd, MAX_LAUNCH_BYTES)?;
+        serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+    }
+}
+
+/// A restarting session across its runs; each run is a `Session` of its
+/// own (its process, cgroup and input), and they share this.
+pub struct Restarts {
+    pub plan: crate::restart::RestartPlan,
+    /// None for a session a previous daemon started whose launch the
+    /// keeper did not keep: it cannot be started again.
+    pub launch: Option<Arc<Launch>>,
+    /// The launch as a sealed memfd, for the keeper to hold with each run
+    /// (made only when there is a keeper).
+    pub launch_memfd: Option<std::os::fd::OwnedFd>,
+    /// The run now going, and how the one before it ended.
+    runs: Mutex<(crate::restart::RunCount, Option<Arc<ExitRecord>>)>,
+    /// Set from a run's end until the next run starts (its backoff).
+    restarting: AtomicBool,
+    /// Woken by a termination request: a restart waiting out its backoff
+    /// gives up (`notify_one` keeps the wake-up if none waits yet).
+    pub stop: tokio::sync::Notify,
+}
+
+impl Restarts {
+    pub fn new(
+        plan: crate::restart::RestartPlan,
+        launch: Option<(Arc<Launch>, Option<std::os::fd::OwnedFd>)>,
+        runs: crate::restart::RunCount,
+        last_exit: Option<Arc<ExitRecord>>,
+    ) -> Restarts {
+        let (launch, launch_memfd) = launch.unzip();
+        Restarts {
+            plan,
+            launch,
+            launch_memfd: launch_memfd.flatten(),
+            runs: Mutex::new((runs, last_exit)),
+            restarting: AtomicBool::new(false),
+            stop: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (crate::restart::RunCount, Option<Arc<ExitRecord>>)> {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The run now going (or last gone) and how the one before it ended.
+    pub fn runs(&self) -> (crate::restart::RunCount, Option<Arc<ExitRecord>>) {
+        self.lock().clone()
+    }
+
+    pub fn is_restarting(&self) -> bool {
+        self.restarting.load(Ordering::SeqCst)
+    }
+
+    /// A run ended and the next is due: it is restarting until it starts.
+    pub fn run_ended(&self, record: Arc<ExitRecord>) {
+        self.lock().1 = Some(record);
+        self.restarting.store(true, Ordering::SeqCst);
+    }
+
+    /// The next run started (or none will: the session ends).
+    pub fn run_started(&self, count: Option<crate::restart::RunCount>) {
+        if let Some(count) = count {
+            self.lock().0 = count;
+        }
+        self.restarting.store(false, Ordering::SeqCst);
+    }
 }
 
 /// How a session ended.
@@ -156,6 +252,11 @@ pub struct Session {
     /// ask how much output the supervisor has not read yet; dropped at the
     /// exit, so a leftover writer is not kept from EPIPE.
     output_probe: Mutex<Option<std::os::fd::OwnedFd>>,
+    /// Its restart policy's state, shared by all its runs.
+    pub restarts: Option<Arc<Restarts>>,
+    /// The run that replaced this one (set before this one is marked
+    /// exited, so whoever waits on it follows on to the next).
+    successor: OnceLock<Arc<Session>>,
 }
 
 /// How long a session must be quiet, blocked on its input, before it
@@ -228,6 +329,8 @@ impl Session {
             input: None,
             readiness: watch::channel(crate::readiness::Readiness::Unconditioned).0,
             output_probe: Mutex::new(None),
+            restarts: None,
+            successor: OnceLock::new(),
             spec,
         }
     }
@@ -312,14 +415,63 @@ impl Session {
         self.state.subscribe()
     }
 
-    /// Waits until the session has exited (or `limit` passes).
+    /// Waits until the session has exited (or `limit` passes), following
+    /// a restarting session from run to run to its end.
     pub async fn wait_exited(&self, limit: Duration) -> Option<Arc<ExitRecord>> {
-        let mut rx = self.state.subscribe();
-        let result = tokio::time::timeout(limit, rx.wait_for(|s| s.exit().is_some())).await;
-        match result {
-            Ok(Ok(state)) => state.exit().cloned(),
-            _ => None,
+        self.wait_ended(Some(tokio::time::Instant::now() + limit))
+            .await
+    }
+
+    /// `wait_exited` without a limit.
+    pub async fn wait_end(&self) -> Option<Arc<ExitRecord>> {
+        self.wait_ended(None).await
+    }
+
+    async fn wait_ended(&self, deadline: Option<tokio::time::Instant>) -> Option<Arc<ExitRecord>> {
+        let mut record = self.wait_run_exited(deadline).await?;
+        let mut next = self.successor.get().cloned();
+        while let Some(run) = next {
+            record = run.wait_run_exited(deadline).await?;
+            next = run.successor.get().cloned();
         }
+        Some(record)
+    }
+
+    /// Waits until this run has exited (or `deadline` passes).
+    async fn wait_run_exited(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Option<Arc<ExitRecord>> {
+        let mut rx = self.state.subscribe();
+        let exited = rx.wait_for(|s| s.exit().is_some());
+        let result = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, exited).await.ok()?,
+            None => exited.await,
+        };
+        result.ok().and_then(|state| state.exit().cloned())
+    }
+
+    /// Names this run in a once-only event's key: the id, and the run
+    /// after a restart (each run is ready once).
+    pub fn run_key(&self) -> String {
+        match self.restarts.as_ref().map(|r| r.runs().0.run) {
+            Some(run) if run > 1 => format!("{} run {run}", self.id),
+            _ => self.id.clone(),
+        }
+    }
+
+    /// The run that replaced this one, if a restart did.
+    pub fn successor(&self) -> Option<&Arc<Session>> {
+        self.successor.get()
+    }
+
+    /// The session's run now: this one, or the last that replaced it.
+    pub fn current(self: &Arc<Self>) -> Arc<Session> {
+        let mut run = self.clone();
+        while let Some(next) = run.successor.get().cloned() {
+            run = next;
+        }
+        run
     }
 
     /// What identifies this session's processes for the kill code.
@@ -471,6 +623,11 @@ impl Session {
         *self.slot.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(slot);
     }
 
+    /// Takes the running slot (a restart hands it to the next run).
+    pub fn take_slot(&self) -> Option<crate::slot::RunningSlot> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
     /// Gives the running slot back (once; later calls find none).
     pub fn release_slot(&self) {
         drop(self.slot.lock().unwrap_or_else(|e| e.into_inner()).take());
@@ -489,6 +646,7 @@ impl Session {
     }
 
     /// Records why the session is being ended; the first request wins.
+    /// A restart waiting out its backoff gives up.
     pub fn request_termination(&self, reason: CompletionReason, source: &str) {
         let mut t = self.termination.lock().unwrap_or_else(|e| e.into_inner());
         if t.is_none() {
@@ -498,6 +656,10 @@ impl Session {
             });
         }
         self.terminating.store(true, Ordering::SeqCst);
+        drop(t);
+        if let Some(restarts) = &self.restarts {
+            restarts.stop.notify_one();
+        }
     }
 
     /// Forgets a termination request that did not end the session.
@@ -525,6 +687,12 @@ impl Session {
 
     pub fn stdin_sender(&self) -> Option<mpsc::Sender<StdinOp>> {
         self.stdin.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Marks this run replaced by `next` (a restart), then exited.
+    pub(crate) fn mark_replaced(&self, next: Arc<Session>, record: Arc<ExitRecord>) {
+        let _ = self.successor.set(next);
+        self.mark_exited(record);
     }
 
     /// The one place a session's state changes: Running -> Exited, once.

@@ -79,8 +79,43 @@ struct TomlService {
     depends_on: BTreeMap<String, Condition>,
     limits: Option<Limits>,
     persist: Option<bool>,
-    /// Refused for now: restart policies are not built yet (docs/stacks.md).
-    restart: Option<toml::Value>,
+    restart: Option<StackRestart>,
+}
+
+/// A service's `restart`: spawn's object, or just its policy
+/// (`restart = "on-failure"`).
+struct StackRestart(procd_proto::RestartSpec);
+
+impl<'de> Deserialize<'de> for StackRestart {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> serde::de::Visitor<'de> for Either {
+            type Value = StackRestart;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a policy (\"no\", \"on-failure\", \"always\") or a table with policy, max_restarts, backoff_s and reset_after_s")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<StackRestart, E> {
+                let policy = procd_proto::RestartPolicy::parse(v)
+                    .map_err(|e| E::custom(format!("restart: {e}")))?;
+                Ok(StackRestart(procd_proto::RestartSpec {
+                    policy,
+                    max_restarts: None,
+                    backoff_s: None,
+                    reset_after_s: None,
+                }))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<StackRestart, A::Error> {
+                procd_proto::RestartSpec::deserialize(serde::de::value::MapAccessDeserializer::new(
+                    map,
+                ))
+                .map(StackRestart)
+            }
+        }
+        d.deserialize_any(Either)
+    }
 }
 
 impl Stack {
@@ -203,11 +238,6 @@ fn toml_stack(text: &str, at: &Path) -> Result<(Option<ProjectName>, Vec<Service
     let mut services = Vec::new();
     for (name, s) in parsed.service {
         let name = service_name(&name, "service")?;
-        if s.restart.is_some() {
-            return Err(format!(
-                "service {name}: restart: restart policies are not supported by this procd yet"
-            ));
-        }
         let depends_on = s
             .depends_on
             .into_iter()
@@ -228,6 +258,7 @@ fn toml_stack(text: &str, at: &Path) -> Result<(Option<ProjectName>, Vec<Service
                 limits: s.limits,
                 persist: s.persist,
                 name: Some(name.clone()),
+                restart: s.restart.map(|r| r.0),
                 ..Default::default()
             },
             name,

@@ -217,23 +217,29 @@ async fn holds(mut rx: watch::Receiver<Phase>, cond: Condition) -> Result<(), St
     match cond {
         Condition::Started => Ok(()),
         Condition::Ready => ready(&session).await,
-        Condition::Completed => {
-            let mut state = session.subscribe_state();
-            let end = match state.wait_for(|s| s.exit().is_some()).await {
-                Ok(s) => s.exit().cloned(),
-                Err(_) => None,
-            };
-            match end {
-                Some(e) if e.reason == CompletionReason::Exited && e.exit_code == Some(0) => Ok(()),
-                Some(e) => Err(format!("it did not complete: {}", ended(&e))),
-                None => Err("it did not complete".into()),
-            }
-        }
+        Condition::Completed => match session.wait_end().await {
+            Some(e) if e.reason == CompletionReason::Exited && e.exit_code == Some(0) => Ok(()),
+            Some(e) => Err(format!("it did not complete: {}", ended(&e))),
+            None => Err("it did not complete".into()),
+        },
     }
 }
 
-/// Waits for a started session's ready condition (none: ready at once).
-async fn ready(session: &Session) -> Result<(), String> {
+/// Waits for a started session's ready condition (none: ready at once),
+/// following it to its next run if it restarts first.
+async fn ready(session: &Arc<Session>) -> Result<(), String> {
+    let mut session = session.clone();
+    while let Err(e) = run_ready(&session).await {
+        match session.successor() {
+            Some(next) => session = next.clone(),
+            None => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Waits for one run's ready condition.
+async fn run_ready(session: &Session) -> Result<(), String> {
     let mut readiness = session.subscribe_readiness();
     let mut state = session.subscribe_state();
     loop {
@@ -264,6 +270,7 @@ fn ended(e: &crate::session::ExitRecord) -> String {
         (CompletionReason::Lost, _) => "lost".into(),
         (CompletionReason::FailedStart, _) => "a failed start".into(),
         (CompletionReason::Oom, _) => "the OOM killer".into(),
+        (CompletionReason::CrashLoop, _) => "a crash loop (its restarts gave up)".into(),
     }
 }
 
@@ -307,6 +314,7 @@ fn state_of(name: &SessionName, phase: &Phase) -> ServiceState {
             reused,
             port_in_use,
         } => {
+            let session = session.current();
             state.session_id = Some(session.id.clone());
             state.reused = *reused;
             state.port_in_use = port_in_use.clone();

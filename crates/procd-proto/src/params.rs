@@ -189,6 +189,21 @@ duration_param!(
     WaitMs, "wait_ms", "milliseconds", 1000.0
 );
 
+duration_param!(
+    /// `restart.backoff_s`: the first delay before a restart, in seconds
+    /// (doubled per restart in a row; past 30 s it is 30 s).
+    BackoffS, "backoff_s", "seconds", 1.0
+);
+duration_param!(
+    /// `restart.reset_after_s`: how long a run must last for the restarts
+    /// before it to stop counting towards `max_restarts`.
+    ResetAfterS, "reset_after_s", "seconds", 1.0
+);
+int_param!(
+    /// `restart.max_restarts`: restarts in a row before `crash_loop`.
+    MaxRestarts, "max_restarts", u32, 0, 1_000_000, "0 to 1000000"
+);
+
 count_param!(
     /// A byte cursor into a session's output (read, subscribe_output).
     Cursor, "cursor"

@@ -23,6 +23,9 @@ pub enum CompletionReason {
     /// The kernel's OOM killer ended a process of the tree (its memory
     /// limit); the exit code is still what the root returned.
     Oom,
+    /// Its restart policy gave up: more than `max_restarts` restarts
+    /// within `reset_after_s` (docs/stacks.md). The exit is the last run's.
+    CrashLoop,
 }
 
 /// A signal as callers name it: "SIGINT", "INT" or 2.
@@ -110,6 +113,91 @@ pub struct SpawnParams {
     /// Kill a running session of this name with another command first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replace: Option<bool>,
+    /// Start the command again when it ends (docs/stacks.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartSpec>,
+}
+
+/// `spawn{restart}`: when a session's command is started again after it
+/// ends, keeping the session's id, name and log.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "restart: an object with policy, max_restarts, backoff_s and reset_after_s"
+)]
+pub struct RestartSpec {
+    pub policy: RestartPolicy,
+    /// Restarts allowed in a row before the session ends as `crash_loop`
+    /// (default 5); a run that lasts `reset_after_s` starts a new row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<crate::MaxRestarts>,
+    /// The first delay before a restart (default 1), doubled for each
+    /// restart in a row, up to 30 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_s: Option<crate::BackoffS>,
+    /// How long a run must last to start a new row (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_after_s: Option<crate::ResetAfterS>,
+}
+
+/// `restart.policy`: "no", "on-failure" (an exit that is not 0, a death by
+/// signal or an OOM kill) or "always". A session procd ends (kill, its
+/// timeout) is never restarted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    No,
+    OnFailure,
+    Always,
+}
+
+impl Serialize for RestartPolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RestartPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)
+            .map_err(|_| serde::de::Error::custom("restart.policy: must be a string"))?;
+        RestartPolicy::parse(&text)
+            .map_err(|e| serde::de::Error::custom(format!("restart.policy: {e}")))
+    }
+}
+
+impl RestartPolicy {
+    /// The policy as the wire spells it.
+    pub fn parse(text: &str) -> Result<RestartPolicy, String> {
+        [
+            RestartPolicy::No,
+            RestartPolicy::OnFailure,
+            RestartPolicy::Always,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == text)
+        .ok_or_else(|| format!("expected \"on-failure\", \"always\" or \"no\", got {text:?}"))
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartPolicy::No => "no",
+            RestartPolicy::OnFailure => "on-failure",
+            RestartPolicy::Always => "always",
+        }
+    }
+}
+
+/// A restarting session's runs, as `poll` and `list` report them
+/// (flattened into both; absent without a restart policy).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestartInfo {
+    /// How many times the command was started again.
+    pub restarts: u32,
+    /// How the previous run ended (null before the first restart).
+    pub last_exit: Option<ExitInfo>,
+    /// Its last run ended and the next one waits out its backoff.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restarting: bool,
 }
 
 /// Limits written to a session's cgroup. A limit that cannot hold is
@@ -210,6 +298,8 @@ pub struct PollResult {
     pub kept_error_lines: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartInfo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -376,6 +466,8 @@ pub struct ProcessEntry {
     pub session_scoped: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartInfo>,
 }
 
 /// `spawn{ready}`: when a session counts as ready (docs/agents.md). Every key
@@ -537,6 +629,14 @@ pub enum Event {
         about: About,
         prompt: String,
     },
+    /// The session's command ended and was started again (run 2 is the
+    /// first restart); `last_exit` is how the previous run ended.
+    Restarted {
+        #[serde(flatten)]
+        about: About,
+        run: u32,
+        last_exit: ExitInfo,
+    },
     /// The kernel's OOM killer ended a process of the session's tree
     /// (its memory limit); `pid` is null where the kernel does not say.
     Oom {
@@ -582,7 +682,8 @@ impl Event {
             | Event::WatchDisabled { about, .. }
             | Event::Ready { about, .. }
             | Event::ReadyTimeout { about, .. }
-            | Event::InputWanted { about, .. } => Some(about),
+            | Event::InputWanted { about, .. }
+            | Event::Restarted { about, .. } => Some(about),
             _ => None,
         }
     }

@@ -43,13 +43,23 @@ impl Controller {
     }
 }
 
-/// Limits for one session, as the kernel takes them.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// Limits for one session, as the kernel takes them (and the checkpoint
+/// keeps them, for a restart's new cgroup).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
     /// CPU time per 100 ms period, in µs (1.5 cores = 150 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_quota_us: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
+}
+
+impl Limits {
+    pub fn is_none(&self) -> bool {
+        *self == Limits::default()
+    }
 }
 
 /// The period `cpu_quota_us` is per.

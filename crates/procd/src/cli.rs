@@ -531,6 +531,16 @@ pub struct SpawnArgs {
     /// Replace a running session of this name that runs another command.
     #[arg(long, requires = "name")]
     replace: bool,
+    /// Start it again when it ends: on-failure, always or no.
+    #[arg(long, value_name = "POLICY", value_parser = procd_proto::RestartPolicy::parse)]
+    restart: Option<procd_proto::RestartPolicy>,
+    /// Restarts in a row before it ends as crash_loop (default 5).
+    #[arg(long, value_name = "N", requires = "restart")]
+    max_restarts: Option<u32>,
+    /// First delay before a restart, doubled per restart in a row up to
+    /// 30 s (default 1).
+    #[arg(long, value_name = "S", requires = "restart")]
+    backoff: Option<f64>,
     /// Queue a completion notification when it exits.
     #[arg(long)]
     notify: bool,
@@ -600,6 +610,12 @@ impl SpawnArgs {
             name: self.name,
             project: self.project,
             replace: self.replace.then_some(true),
+            restart: self.restart.map(|policy| procd_proto::RestartSpec {
+                policy,
+                max_restarts: self.max_restarts.map(procd_proto::MaxRestarts::new),
+                backoff_s: self.backoff.map(procd_proto::BackoffS::new),
+                reset_after_s: None,
+            }),
             command: self.command.join(" "),
             cwd: match remote {
                 true => self.cwd,

@@ -79,6 +79,10 @@ pub struct StartParams {
         description = "With name: kill the running one of that name first if it runs another command."
     )]
     pub replace: Option<bool>,
+    #[schemars(
+        description = "Start it again when it ends: \"on-failure\" (a non-zero exit or a crash) or \"always\". Same id and log; after 5 quick restarts in a row it ends as crash_loop."
+    )]
+    pub restart: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -380,8 +384,23 @@ impl ProcdMcp {
                 ))]))
             }
         };
+        let restart = match p.restart.as_deref().map(procd_proto::RestartPolicy::parse) {
+            None => None,
+            Some(Ok(policy)) => Some(procd_proto::RestartSpec {
+                policy,
+                max_restarts: None,
+                backoff_s: None,
+                reset_after_s: None,
+            }),
+            Some(Err(e)) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "Invalid arguments: restart: {e}"
+                ))]))
+            }
+        };
         let params = procd_proto::SpawnParams {
             name,
+            restart,
             replace: p.replace,
             command: p.command,
             cwd: match self.local {

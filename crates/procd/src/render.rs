@@ -83,6 +83,18 @@ pub fn poll(r: &PollResult) -> String {
     if r.activity.waiting_for_input {
         out.push_str("waiting for input\n");
     }
+    if let Some(restart) = &r.restart {
+        if restart.restarts > 0 {
+            out.push_str(&format!(
+                "restarted {} time(s); the last run ended: {}\n",
+                restart.restarts,
+                exit_summary(&restart.last_exit)
+            ));
+        }
+        if restart.restarting {
+            out.push_str("restarting (its next run waits out the backoff)\n");
+        }
+    }
     if !r.output_preview.is_empty() {
         out.push_str(&r.output_preview);
     }
@@ -165,6 +177,9 @@ pub fn table(r: &ListResult) -> String {
 
 fn row(p: &procd_proto::ProcessEntry) -> String {
     let status = match (p.status, p.exit_code) {
+        (SessionStatus::Running, _) if p.restart.as_ref().is_some_and(|r| r.restarting) => {
+            "backoff".to_string()
+        }
         (SessionStatus::Running, _) => "running".to_string(),
         (SessionStatus::Exited, code) => ended_short(code),
     };

@@ -1,6 +1,7 @@
 //! A session's end, in one place: the exit recorded (the only caller of
-//! `Session::mark_exited`), its events and bookkeeping, OOM kills as they
-//! happen, and the orphans its root leaves.
+//! `Session::mark_exited`), or a restart instead (`restarts.rs`), its
+//! events and bookkeeping, OOM kills as they happen, and the orphans its
+//! root leaves.
 
 use super::present::completion_event;
 use super::Registry;
@@ -37,6 +38,13 @@ impl Registry {
             })
         } else {
             record
+        };
+        let record = match &reg {
+            Some(reg) => match reg.after_run(session, record) {
+                Ok(()) => return, // the next run is on its way
+                Err(end) => end,
+            },
+            None => record,
         };
         if let Some(reg) = &reg {
             reg.on_exit(session, &record);
@@ -202,6 +210,12 @@ impl Registry {
             termination_source: record.source.clone(),
             exited_at: rfc3339(record.exited_at),
         });
+    }
+
+    /// Records the end of a run the next run of its session replaced
+    /// (`restarts.rs`): no events, no bookkeeping (the session goes on).
+    pub(super) fn record_replaced(run: &Session, next: Arc<Session>, record: Arc<ExitRecord>) {
+        run.mark_replaced(next, record);
     }
 
     /// Records the end of a session a previous daemon saw end, as it was

@@ -40,11 +40,23 @@ impl Registry {
     /// output pipe's read end and stdin pipe's write end, or its PTY
     /// master and relay. Without them a daemon's death would close the last reader
     /// (SIGPIPE at the next write) or the master (SIGHUP).
-    pub(super) fn hold_in_keeper(&self, id: &str, root: ProcessIdentity, io: &spawn::ChildIo) {
+    pub(super) fn hold_in_keeper(
+        &self,
+        id: &str,
+        root: ProcessIdentity,
+        io: &spawn::ChildIo,
+        restarts: Option<&session::Restarts>,
+    ) {
         let Some(keeper) = &self.keeper else {
             return;
         };
         let mut fds = io.kept();
+        if let Some(memfd) = restarts.and_then(|r| r.launch_memfd.as_ref()) {
+            fds.push((
+                procd_keeper::FdKind::Launch,
+                std::os::fd::AsFd::as_fd(memfd),
+            ));
+        }
         // Under systemd the next keeper learns the root's exit from its
         // pidfd (the user manager reaps it once no procd process is left).
         // Opened while the root is our unreaped child, start time checked.
@@ -112,7 +124,7 @@ impl Registry {
     pub(super) async fn adopt_handed(
         &self,
         e: &CheckpointEntry,
-        handed: HandedSession,
+        mut handed: HandedSession,
     ) -> Option<()> {
         if !e.has_session_id() || handed.pid != e.pid || handed.start_time != e.start_time {
             return None;
@@ -129,6 +141,7 @@ impl Registry {
                 .ok()?
                 .ok()?;
         let mut spec = recovered_spec(e);
+        let launch = handed.launch.take();
         if handed.stdin.is_some() || handed.pty.is_some() {
             spec.stdin = StdinMode::Pipe;
         }
@@ -154,6 +167,7 @@ impl Registry {
         );
         session.systemd_unit = e.systemd_unit.clone();
         session.cgroup = e.cgroup().map(Arc::new);
+        session.restarts = self.recovered_restarts(e, launch);
         if session.spec.stdin == StdinMode::Pipe {
             session.input = crate::observe::InputId::of_fd(&self.procfs, e.pid, 0);
         }

@@ -8,8 +8,8 @@ use crate::session::{self, ExitRecord, Session};
 use crate::text::{first_chars, last_chars};
 use crate::watch::WatchOutcome;
 use procd_proto::{
-    About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, SessionStatus,
-    SpawnResult,
+    About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, RestartInfo,
+    SessionStatus, SpawnResult,
 };
 use std::time::Instant;
 
@@ -21,12 +21,27 @@ pub(super) fn status_of(state: &session::SessionState) -> SessionStatus {
 }
 
 pub(super) fn exit_info(state: &session::SessionState) -> Option<ExitInfo> {
-    state.exit().map(|e| ExitInfo {
+    state.exit().map(|e| exit_info_of(e))
+}
+
+pub(super) fn exit_info_of(e: &ExitRecord) -> ExitInfo {
+    ExitInfo {
         exit_code: e.exit_code,
         signal: e.signal.map(signal_name),
         completion_reason: e.reason,
         termination_source: e.source.clone(),
         exited_at: rfc3339(e.exited_at),
+    }
+}
+
+/// A restarting session's runs, for poll and list.
+fn restart_info(s: &Session) -> Option<RestartInfo> {
+    let restarts = s.restarts.as_ref()?;
+    let (count, last) = restarts.runs();
+    Some(RestartInfo {
+        restarts: count.run.saturating_sub(1),
+        last_exit: last.as_deref().map(exit_info_of),
+        restarting: restarts.is_restarting() && s.is_running(),
     })
 }
 
@@ -100,6 +115,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         original_chars: None,
         kept_error_lines: None,
         exit: exit_info(&state),
+        restart: restart_info(s),
     }
 }
 
@@ -127,6 +143,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         activity: activity(s),
         session_scoped,
         note: s.note.clone(),
+        restart: restart_info(s),
     }
 }
 
@@ -143,6 +160,10 @@ pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Eve
                 .unwrap_or_else(|| "exit code unknown".into())
         ),
         (CompletionReason::Timeout, _) => "timed out and was killed".to_string(),
+        (CompletionReason::CrashLoop, code) => format!(
+            "kept failing (last exit code {}), and its restart policy gave up (crash_loop)",
+            code.map_or("unknown".into(), |c| c.to_string())
+        ),
         _ => "ended; its exit status is unknown".to_string(),
     };
     let text = format!(

@@ -41,11 +41,16 @@ impl Registry {
             .clamp(1, MAX_READ_BYTES.min(self.config.max_response_bytes as u64));
         let wait = wait_ms.map_or(Duration::ZERO, |w| w.duration().min(MAX_READ_WAIT));
         let deadline = tokio::time::Instant::now() + wait;
+        let mut s = s;
         loop {
             // Subscribe before looking, so no change between the two is lost.
             let mut output_changed = s.output.subscribe();
             let mut state_changed = s.subscribe_state();
             let state = s.state();
+            if state.exit().is_some() && s.successor().is_some() {
+                s = s.current(); // restarted: its log goes on
+                continue;
+            }
             let window = s
                 .output
                 .window(cursor, max_bytes)
@@ -153,6 +158,7 @@ impl Registry {
         let longest = Duration::from_secs_f64(self.config.max_wait_s);
         let timeout = timeout_s.map_or(longest, |t| t.duration().min(longest));
         let exited = s.wait_exited(timeout).await;
+        let s = s.current();
         let poll = poll_result(&self.redactor, &s);
         let output = redacted_tail(
             &self.redactor,

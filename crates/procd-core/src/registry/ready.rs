@@ -118,7 +118,7 @@ impl Registry {
         };
         let about = self.about_event(s, &text);
         self.notifications.push_once(
-            Some(format!("ready {}", s.id)),
+            Some(format!("ready {}", s.run_key())),
             Event::Ready {
                 about,
                 after_ms,
@@ -137,7 +137,7 @@ impl Registry {
         let text = format!("is not ready after {secs} s; it is still running");
         let about = self.about_event(s, &text);
         self.notifications.push_once(
-            Some(format!("ready_timeout {}", s.id)),
+            Some(format!("ready_timeout {}", s.run_key())),
             Event::ReadyTimeout {
                 about,
                 timeout_s: secs,

@@ -1,7 +1,7 @@
 //! The checkpoint (`procs.json`) and re-adopting a previous daemon's sessions.
 
 use super::{Registry, INSTANCE_VAR};
-use crate::checkpoint::{Checkpoint, CheckpointEntry};
+use crate::checkpoint::{Checkpoint, CheckpointEntry, EndedExit};
 use crate::clock::rfc3339;
 use crate::identity::ProcessIdentity;
 use crate::kill;
@@ -92,12 +92,16 @@ impl Registry {
             .all_sessions()
             .into_iter()
             .map(|s| CheckpointEntry {
-                exit: s.state().exit().map(|e| crate::checkpoint::EndedExit {
-                    exit_code: e.exit_code,
-                    signal: e.signal,
-                    completion_reason: e.reason,
-                    termination_source: e.source.clone(),
-                    exited_at: rfc3339(e.exited_at),
+                exit: s.state().exit().map(|e| EndedExit::of(e)),
+                limits: s.spec.limits,
+                restart: s.restarts.as_ref().map(|r| {
+                    let (count, last_exit) = r.runs();
+                    crate::checkpoint::RestartRecord {
+                        policy: r.plan.spec(),
+                        run: count.run,
+                        streak: count.streak,
+                        last_exit: last_exit.as_deref().map(EndedExit::of),
+                    }
                 }),
                 session_id: s.id.clone(),
                 command: s.shown_command(&self.redactor).to_string(),
@@ -320,20 +324,7 @@ impl Registry {
         let Some(session) = self.listed_exited(e, None).await else {
             return;
         };
-        let exited_at =
-            crate::clock::parse_rfc3339(&exit.exited_at).unwrap_or_else(std::time::SystemTime::now);
-        let exited_instant = crate::clock::instant_at(exited_at);
-        Registry::record_listed_end(
-            &session,
-            ExitRecord {
-                exit_code: exit.exit_code,
-                signal: exit.signal,
-                reason: exit.completion_reason,
-                source: exit.termination_source.clone(),
-                exited_at,
-                exited_instant,
-            },
-        );
+        Registry::record_listed_end(&session, exit.record());
     }
 
     /// Lists a session whose process ended while no daemon watched it:
@@ -435,6 +426,7 @@ impl Registry {
         );
         session.systemd_unit = e.systemd_unit.clone();
         session.cgroup = e.cgroup().map(Arc::new);
+        session.restarts = self.recovered_restarts(e, None);
         session.hold_slot(self.running.take());
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
@@ -475,8 +467,8 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .ready
             .as_ref()
             .and_then(|r| crate::readiness::ReadyCheck::parse(r).ok()),
-        // Already written to its cgroup, which outlives the daemon.
-        limits: Default::default(),
+        // Already written to its cgroup; kept for a restart's new one.
+        limits: e.limits,
         // A corrupt name is dropped, not trusted.
         name: e.name.as_deref().and_then(|n| SessionName::parse(n).ok()),
         project: e
@@ -484,5 +476,9 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .as_deref()
             .and_then(|p| ProjectName::parse(p).ok()),
         env_digest: None,
+        restart: e
+            .restart
+            .as_ref()
+            .and_then(|r| crate::restart::RestartPlan::new(&r.policy)),
     }
 }

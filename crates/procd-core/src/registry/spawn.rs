@@ -162,6 +162,10 @@ impl Registry {
             name: req.name.clone(),
             project: req.project.clone(),
             env_digest: Some(env_digest(req.env.as_ref().unwrap_or(&BTreeMap::new()))),
+            restart: req
+                .restart
+                .as_ref()
+                .and_then(crate::restart::RestartPlan::new),
         })
     }
 
@@ -322,6 +326,10 @@ impl Registry {
         let argv = self
             .launch_argv(&launch_script(&spec.command), &mut env, caller_env)
             .await;
+        let restarts = match spec.restart {
+            Some(plan) => Some(Arc::new(self.first_restarts(plan, &argv, &env)?)),
+            None => None,
+        };
         let mut spec = spec;
         let started = match self.launch(&id, &mut spec, &env, &argv).await {
             Ok(started) => started,
@@ -341,8 +349,9 @@ impl Registry {
                 std::io::Error::other("injected failure after spawn"),
             ));
         }
-        self.hold_in_keeper(&id, started.identity, &started.io);
-        let (session, reader, exit_rx) = self.open_session(id.clone(), spec, output, started, slot);
+        self.hold_in_keeper(&id, started.identity, &started.io, restarts.as_deref());
+        let (session, reader, exit_rx) =
+            self.open_session(id.clone(), spec, output, started, slot, restarts);
         // Make room: the new session counts towards max_sessions.
         self.prune();
         self.notifications.publish(Event::Started {
@@ -383,7 +392,7 @@ impl Registry {
     /// Forks the session's root (in its systemd scope, if scopes are used);
     /// a PTY that cannot be had falls back to pipes, never running the
     /// command twice.
-    async fn launch(
+    pub(super) async fn launch(
         &self,
         id: &str,
         spec: &mut SessionSpec,
@@ -401,7 +410,7 @@ impl Registry {
         started
     }
 
-    async fn launch_in(
+    pub(super) async fn launch_in(
         &self,
         id: &str,
         spec: &mut SessionSpec,
@@ -460,13 +469,14 @@ impl Registry {
     /// reads input from, the probe for unread output, its ready condition
     /// (watched from now on), its running slot; listed in the table.
     /// Returns it with what its supervisor is to read and wait for.
-    fn open_session(
+    pub(super) fn open_session(
         &self,
         id: String,
         spec: SessionSpec,
         output: Arc<OutputStore>,
         child: StartedChild,
         slot: crate::slot::RunningSlot,
+        restarts: Option<Arc<session::Restarts>>,
     ) -> (
         Arc<Session>,
         OutputSource,
@@ -513,6 +523,7 @@ impl Registry {
             session.set_readiness(Readiness::Pending { timed_out: false });
         }
         session.hold_slot(slot);
+        session.restarts = restarts;
         let session = Arc::new(session);
         self.table().insert(id, session.clone());
         if let Some(check) = ready {
@@ -766,9 +777,9 @@ fn kill_started(procfs: &ProcFs, pid: i32, start_time: u64) {
 /// A child that exists, with its I/O not yet wired to tasks.
 pub(super) struct StartedChild {
     pid: i32,
-    identity: ProcessIdentity,
+    pub(super) identity: ProcessIdentity,
     exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
-    io: ChildIo,
+    pub(super) io: ChildIo,
     /// The systemd scope it runs in.
     unit: Option<String>,
     /// The cgroup it runs in.

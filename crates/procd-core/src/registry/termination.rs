@@ -66,15 +66,15 @@ impl Registry {
     }
 
     /// After a kill: stops the session's systemd scope, if it has one, and
-    /// removes its cgroup if nothing lives in it any more.
+    /// removes its cgroup if nothing lives in it any more; true when
+    /// neither is left.
     pub(super) async fn stop_containment(&self, s: &Session) -> bool {
-        if let Some(cgroup) = &s.cgroup {
-            cgroup.remove();
-        }
-        match (&s.systemd_unit, &self.scopes) {
+        let cgroup_gone = s.cgroup.as_ref().is_none_or(|c| c.remove());
+        let scope_gone = match (&s.systemd_unit, &self.scopes) {
             (Some(unit), Some(scopes)) => scopes.stop(unit).await,
             _ => true,
-        }
+        };
+        cgroup_gone && scope_gone
     }
 
     /// A kill's grace: as asked (a negative one is 0), else the

@@ -10,6 +10,7 @@ use super::{
 use crate::error::Error;
 use crate::session::{self, Session};
 use procd_proto::{ExitInfo, SessionStatus, YieldMs};
+use std::sync::Arc;
 use std::time::Duration;
 
 impl Registry {
@@ -19,7 +20,7 @@ impl Registry {
     /// `from` on.
     pub(super) async fn yield_output(
         &self,
-        s: &Session,
+        s: &Arc<Session>,
         from: u64,
         wait: Duration,
         budget: Option<usize>,
@@ -83,6 +84,8 @@ impl Registry {
             .await?;
         let fetch = format!("read from cursor {} to see all of it", r.cursor);
         let cut = crate::budget::apply(&r.data, budget, &fetch);
+        // A restart ended the yield: the session goes on in its next run.
+        let s = s.current();
         let state = s.state();
         Ok(Yielded {
             output: cut.text,

@@ -1,0 +1,289 @@
+//! Restarts (docs/stacks.md): a restarting session's run ended, and the
+//! policy (`restart.rs`) wants another. The session stays running, with
+//! its id, name, log and running slot, while the next run waits out its
+//! backoff; then the next run starts in the same cgroup and log and takes
+//! the table entry, and only then is the run before it marked exited (its
+//! waiters follow on to the new one). A kill during the backoff ends it.
+
+use super::Registry;
+use crate::clock::rfc3339;
+use crate::error::Error;
+use crate::kill;
+use crate::restart::{Next, RunCount};
+use crate::session::{ExitRecord, Launch, Restarts, Session};
+use procd_proto::{CompletionReason, Event};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+impl Registry {
+    /// What follows a run of `run` that ended with `record`: Ok when a
+    /// restart is on its way (nothing ends), else the record the session
+    /// ends with (`crash_loop` once the policy gives up).
+    pub(super) fn after_run(
+        &self,
+        run: &Session,
+        record: Arc<ExitRecord>,
+    ) -> Result<(), Arc<ExitRecord>> {
+        let Some(restarts) = &run.restarts else {
+            return Err(record);
+        };
+        let lived = record
+            .exited_instant
+            .saturating_duration_since(run.started_instant);
+        let (count, _) = restarts.runs();
+        let (next, next_count) = restarts
+            .plan
+            .next(count, lived, record.reason, record.exit_code);
+        let delay = match next {
+            Next::End => return Err(record),
+            Next::CrashLoop => {
+                run.output.mark_restart(&format!(
+                    "[procd] {}; {} restarts in a row: not restarting (crash_loop)",
+                    how_it_ended(&record),
+                    count.streak
+                ));
+                return Err(Arc::new(ExitRecord {
+                    reason: CompletionReason::CrashLoop,
+                    source: Some("restart".into()),
+                    ..(*record).clone()
+                }));
+            }
+            Next::RestartIn(delay) => delay,
+        };
+        let current = self
+            .table()
+            .get(&run.id)
+            .filter(|s| std::ptr::eq(s.as_ref(), run))
+            .cloned();
+        let (Some(current), Some(launch), false) = (
+            current,
+            restarts.launch.clone(),
+            self.closing.load(std::sync::atomic::Ordering::SeqCst),
+        ) else {
+            if restarts.launch.is_none() {
+                run.output.mark_restart(&format!(
+                    "[procd] {}; not restarting: this daemon does not know how the command was started (see docs/stacks.md)",
+                    how_it_ended(&record)
+                ));
+            }
+            return Err(record);
+        };
+        run.output.mark_restart(&format!(
+            "[procd] {}; run {} starts in {:.1} s",
+            how_it_ended(&record),
+            next_count.run,
+            delay.as_secs_f64()
+        ));
+        restarts.run_ended(record);
+        self.checkpoint_soon();
+        let Some(me) = self.me.upgrade() else {
+            return Ok(());
+        };
+        tokio::spawn(async move { me.restart_after(current, launch, delay, next_count).await });
+        Ok(())
+    }
+
+    /// Waits out the backoff, then starts the next run; or ends the
+    /// session when it is killed meanwhile or the run cannot start. A
+    /// daemon handing over leaves it as it is: the next daemon learns of
+    /// the run's end from the keeper and decides again.
+    async fn restart_after(
+        self: Arc<Self>,
+        run: Arc<Session>,
+        launch: Arc<Launch>,
+        delay: Duration,
+        count: RunCount,
+    ) {
+        let Some(restarts) = run.restarts.clone() else {
+            return;
+        };
+        // What the run left behind goes first: a restarted server must
+        // find its port free, as under systemd's `Restart=`.
+        kill::terminate(
+            &run.tree(),
+            &self.procfs,
+            false,
+            libc::SIGKILL,
+            Duration::ZERO,
+        )
+        .await;
+        let mut handing_over = self.handing_over.subscribe();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = restarts.stop.notified() => {}
+            _ = handing_over.wait_for(|h| *h) => return,
+        }
+        if self.closing.load(std::sync::atomic::Ordering::SeqCst)
+            && crate::session::termination_of(&run).is_none()
+        {
+            return; // stopping: no new run, and no end to record here
+        }
+        if crate::session::termination_of(&run).is_none() {
+            match self.start_next_run(&run, &restarts, &launch, count).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(session = %run.id, %e, "cannot restart");
+                    run.output
+                        .mark_restart(&format!("[procd] run {} could not start: {e}", count.run));
+                }
+            }
+        }
+        restarts.run_started(None);
+        let (_, last) = restarts.runs();
+        let termination = crate::session::termination_of(&run);
+        let record = Arc::new(ExitRecord {
+            exit_code: last.as_ref().and_then(|l| l.exit_code),
+            signal: last.as_ref().and_then(|l| l.signal),
+            reason: termination
+                .as_ref()
+                .map_or(CompletionReason::FailedStart, |t| t.reason),
+            source: Some(termination.map_or("restart".into(), |t| t.source)),
+            exited_at: SystemTime::now(),
+            exited_instant: Instant::now(),
+        });
+        Registry::record_end(&self.me, &run, record);
+    }
+
+    /// Starts the next run of `run`'s session: the same argv and
+    /// environment, in the same cgroup (emptied; its limits stay) and log,
+    /// with the running slot handed on. The new run takes the table entry
+    /// before the old one is marked exited. A kill of the old run that
+    /// came while the new one started is passed on to it.
+    async fn start_next_run(
+        &self,
+        run: &Arc<Session>,
+        restarts: &Arc<Restarts>,
+        launch: &Launch,
+        count: RunCount,
+    ) -> Result<(), Error> {
+        let mut spec = run.spec.clone();
+        let id = run.id.clone();
+        // A new cgroup of the same name (with the same limits): the kernel
+        // (6.18 here) kills every child cloned into a cgroup that was once
+        // `cgroup.kill`ed (docs/decisions.md), and the last run's was.
+        if !self.stop_containment(run).await {
+            return Err(Error::SpawnFailed(
+                "what its last run left cannot be ended (its scope or cgroup is still busy)".into(),
+            ));
+        }
+        let started = self
+            .launch(&id, &mut spec, &launch.env, &launch.argv)
+            .await?;
+        self.hold_in_keeper(&id, started.identity, &started.io, Some(restarts));
+        let slot = run.take_slot().unwrap_or_else(|| self.running.take());
+        let (next, reader, exit_rx) = self.open_session(
+            id.clone(),
+            spec,
+            run.output.clone(),
+            started,
+            slot,
+            Some(restarts.clone()),
+        );
+        restarts.run_started(Some(count));
+        let (_, last) = restarts.runs();
+        if let Some(last) = &last {
+            Registry::record_replaced(run, next.clone(), last.clone());
+        }
+        self.notifications.publish(Event::Started {
+            session_id: id.clone(),
+            pid: next.pid(),
+            command: next.shown_command(&self.redactor).to_string(),
+            task_id: next.spec.task_id.clone(),
+            session_key: next.spec.session_key.clone(),
+            pty: next.spec.pty,
+            started_at: rfc3339(next.started_at),
+        });
+        if let Some(last) = &last {
+            let text = format!(
+                "{}; procd started it again (run {})",
+                how_it_ended(last),
+                count.run
+            );
+            self.notifications.push_once(
+                Some(format!("restarted {id} {}", count.run)),
+                Event::Restarted {
+                    about: self.about_event(&next, &text),
+                    run: count.run,
+                    last_exit: super::present::exit_info_of(last),
+                },
+            );
+        }
+        self.supervise_in_background(next.clone(), reader, exit_rx);
+        self.watch_oom(&next);
+        if let Err(e) = self.write_running_checkpoint().await {
+            tracing::warn!(session = %id, %e, "the checkpoint does not hold the restarted run yet");
+        }
+        if let Some(t) = crate::session::termination_of(run) {
+            let grace = self.grace(None);
+            self.terminate(&next, libc::SIGTERM, grace, t.reason, &t.source)
+                .await;
+        }
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// A new restarting session's state: its first run's launch, kept in
+    /// memory and (when a keeper holds sessions) in a sealed memfd.
+    pub(super) fn first_restarts(
+        &self,
+        plan: crate::restart::RestartPlan,
+        argv: &[String],
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Restarts, Error> {
+        let launch = Launch {
+            argv: argv.to_vec(),
+            env: env.clone(),
+        };
+        let memfd = match &self.keeper {
+            Some(_) => Some(launch.to_memfd().map_err(|e| {
+                Error::SpawnFailed(format!("cannot keep how to restart it (memfd): {e}"))
+            })?),
+            None => None,
+        };
+        Ok(Restarts::new(
+            plan,
+            Some((Arc::new(launch), memfd)),
+            RunCount::default(),
+            None,
+        ))
+    }
+
+    /// The restart state of a session a previous daemon started, from its
+    /// checkpoint entry and the launch the keeper kept (`memfd`). Without
+    /// one it cannot start again: its command's argv is not on disk (its
+    /// environment may hold secrets), and its root may have exec'd
+    /// another program since.
+    pub(super) fn recovered_restarts(
+        &self,
+        e: &crate::checkpoint::CheckpointEntry,
+        memfd: Option<std::os::fd::OwnedFd>,
+    ) -> Option<Arc<Restarts>> {
+        let record = e.restart.as_ref()?;
+        let plan = crate::restart::RestartPlan::new(&record.policy)?;
+        let launch = memfd.and_then(|fd| match Launch::from_memfd(&fd) {
+            Ok(launch) => Some((Arc::new(launch), Some(fd))),
+            Err(err) => {
+                tracing::warn!(session = %e.session_id, %err, "the kept launch is unusable");
+                None
+            }
+        });
+        let count = RunCount {
+            run: record.run.max(1),
+            streak: record.streak,
+        };
+        let last = record.last_exit.as_ref().map(|l| Arc::new(l.record()));
+        Some(Arc::new(Restarts::new(plan, launch, count, last)))
+    }
+}
+
+/// "it exited with code 1", as procd's lines and events say it.
+fn how_it_ended(e: &ExitRecord) -> String {
+    match (e.reason, e.exit_code, e.signal) {
+        (CompletionReason::Oom, _, _) => "the OOM killer ended it".into(),
+        (CompletionReason::Lost, _, _) => "it ended while no procd watched".into(),
+        (_, _, Some(sig)) => format!("it was killed by {}", kill::signal_name(sig)),
+        (_, Some(code), None) => format!("it exited with code {code}"),
+        (_, None, None) => "it ended".into(),
+    }
+}

@@ -1,0 +1,259 @@
+//! Restart policies (docs/stacks.md) against a real daemon: a restart keeps
+//! the id, the name and the log; `wait` follows it to the session's real
+//! end; past the cap it is `crash_loop`; `kill` stops it, in a run or in a
+//! backoff; it goes on across a daemon SIGKILL with the same environment.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// A command that counts its runs in `dir/runs`, prints "run N <VAR>" and
+/// then does `then`.
+fn counting(dir: &Path, then: &str) -> String {
+    format!(
+        "n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; echo \"run $n ${{PROCD_TEST_VAR:-}}\"; {then}",
+        runs = dir.join("runs").display()
+    )
+}
+
+fn runs(dir: &Path) -> u32 {
+    std::fs::read_to_string(dir.join("runs"))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn restarted_events(d: &Daemon, id: &str, key: &str) -> Vec<Value> {
+    d.ok("drain_notifications", json!({"session_key": key}))["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["type"] == "restarted" && e["session_id"] == id)
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn on_failure_restarts_in_the_same_session_until_a_crash_loop() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let id = d.spawn_with(json!({
+        "command": counting(dir.path(), "exit 3"),
+        "name": "flaky",
+        "session_key": "k",
+        "restart": {"policy": "on-failure", "max_restarts": 2, "backoff_s": 0.1},
+    }));
+    // `wait` follows the session across its runs to its real end.
+    let end = d.wait_exit(&id);
+    assert_eq!(end["completion_reason"], "crash_loop", "{end}");
+    assert_eq!(end["exit_code"], 3, "{end}");
+    assert_eq!(runs(dir.path()), 3, "1 run and 2 restarts");
+    let poll = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(poll["restarts"], 2, "{poll}");
+    assert_eq!(poll["last_exit"]["exit_code"], 3, "{poll}");
+    assert_eq!(poll["name"], "flaky");
+    assert!(poll.get("restarting").is_none(), "{poll}");
+    // One log: every run's output, procd's line between two runs.
+    let log = d.read_all(&id);
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "run 1 ",
+            "[procd] it exited with code 3; run 2 starts in 0.1 s",
+            "run 2 ",
+            "[procd] it exited with code 3; run 3 starts in 0.2 s",
+            "run 3 ",
+            "[procd] it exited with code 3; 2 restarts in a row: not restarting (crash_loop)",
+        ],
+        "{log}"
+    );
+    let events = restarted_events(&d, &id, "k");
+    let seen: Vec<(u64, i64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["run"].as_u64().unwrap_or(0),
+                e["last_exit"]["exit_code"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [(2, 3), (3, 3)], "{events:?}");
+
+    // The CLI: `--restart`, `procd wait` exits with the last run's code,
+    // `procd poll` says how often it restarted.
+    let out = d.cli(&[
+        "spawn",
+        "--restart",
+        "on-failure",
+        "--max-restarts",
+        "1",
+        "--backoff",
+        "0.1",
+        "--",
+        "exit 4",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let cli_id = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("id")
+        .to_string();
+    assert_eq!(d.cli(&["wait", &cli_id]).status.code(), Some(4));
+    let text = String::from_utf8_lossy(&d.cli(&["poll", &cli_id]).stdout).to_string();
+    assert!(text.contains("exit code 4 (crash_loop)"), "{text}");
+    assert!(
+        text.contains("restarted 1 time(s); the last run ended: exit code 4 (exited)"),
+        "{text}"
+    );
+    let bad = d.cli(&["spawn", "--restart", "sometimes", "--", "true"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+
+    // A run that succeeds ends an on-failure session: no restart.
+    let ok = d.spawn_with(json!({
+        "command": "echo fine",
+        "restart": {"policy": "on-failure", "backoff_s": 0.1},
+    }));
+    let end = d.wait_exit(&ok);
+    assert_eq!(end["completion_reason"], "exited", "{end}");
+    let poll = d.ok("poll", json!({"session_id": ok}));
+    assert_eq!(poll["restarts"], 0, "{poll}");
+    assert_eq!(poll["last_exit"], Value::Null, "{poll}");
+}
+
+#[test]
+fn always_restarts_after_success_and_kill_stops_it_in_a_run_or_a_backoff() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("dir");
+    // Exits 0 at once; restarts until killed.
+    let id = d.spawn_with(json!({
+        "command": counting(dir.path(), "sleep 0.2"),
+        "restart": {"policy": "always", "max_restarts": 1000, "backoff_s": 0.1, "reset_after_s": 0},
+    }));
+    let first_pid = d.ok("poll", json!({"session_id": id}))["pid"].clone();
+    wait_until("three runs of an always session", || runs(dir.path()) >= 3);
+    let poll = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(poll["status"], "running", "{poll}");
+    assert!(poll["restarts"].as_u64().unwrap_or(0) >= 2, "{poll}");
+    assert_eq!(poll["last_exit"]["exit_code"], 0, "{poll}");
+    assert_ne!(poll["pid"], first_pid, "a new run is a new process");
+    let killed = d.ok("kill", json!({"session_id": id}));
+    assert_eq!(killed["status"], "killed", "{killed}");
+    let poll = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(poll["status"], "exited", "{poll}");
+    assert_eq!(poll["completion_reason"], "killed", "{poll}");
+
+    // Killed while it waits out a long backoff: it ends now, not in 30 s,
+    // and with no process left.
+    let slow = tempfile::tempdir().expect("dir");
+    let id = d.spawn_with(json!({
+        "command": counting(slow.path(), "exit 1"),
+        "restart": {"policy": "on-failure", "backoff_s": 30},
+    }));
+    wait_until("the first run ended and the restart waits", || {
+        d.ok("poll", json!({"session_id": id}))["restarting"] == true
+    });
+    let pid = d.ok("poll", json!({"session_id": id}))["pid"]
+        .as_i64()
+        .expect("pid") as i32;
+    let started = std::time::Instant::now();
+    let killed = d.ok("kill", json!({"session_id": id}));
+    assert_eq!(killed["status"], "killed", "{killed}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the kill waited for the backoff"
+    );
+    let end = d.wait_exit(&id);
+    assert_eq!(end["completion_reason"], "killed", "{end}");
+    assert_eq!(runs(slow.path()), 1);
+    assert!(!alive(pid));
+    assert!(session_pids(&id).is_empty(), "{:?}", session_pids(&id));
+}
+
+#[test]
+fn restarts_go_on_across_a_daemon_sigkill_with_the_same_environment() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let id = d.spawn_with(json!({
+        "command": counting(dir.path(), "exec sleep 300"),
+        "env": {"PROCD_TEST_VAR": "kept"},
+        "name": "srv",
+        "restart": {"policy": "on-failure", "backoff_s": 0.1},
+    }));
+    d.read_until(&id, "run 1 kept");
+    let root = |d: &Daemon| {
+        d.ok("poll", json!({"session_id": id}))["pid"]
+            .as_i64()
+            .expect("pid") as i32
+    };
+    // A crash before the daemon dies: one restart.
+    let first = root(&d);
+    kill_pid(first);
+    d.read_until(&id, "run 2 kept");
+    d.kill_daemon();
+    let poll = d.ok("poll", json!({"name": "srv"}));
+    assert_eq!(poll["session_id"], id.as_str());
+    assert_eq!(poll["restarts"], 1, "{poll}");
+    assert_eq!(poll["last_exit"]["exit_code"], -9, "{poll}");
+    // A crash under the next daemon: it restarts the same command with
+    // the same environment, in the same session and log.
+    let second = root(&d);
+    assert_ne!(second, first);
+    kill_pid(second);
+    d.read_until(&id, "run 3 kept");
+    let poll = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(poll["restarts"], 2, "{poll}");
+    assert_eq!(poll["status"], "running", "{poll}");
+    // A crash no daemon sees: the daemon is stopped when the root dies,
+    // then SIGKILLed; the keeper reaps the root, and the next daemon learns
+    // of the end from it and restarts the session.
+    let third = root(&d);
+    let daemon = nix::unistd::Pid::from_raw(d.pid() as i32);
+    nix::sys::signal::kill(daemon, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    kill_pid(third);
+    d.kill_daemon();
+    d.read_until(&id, "run 4 kept");
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["restarts"], 3);
+    let log = d.ok("log", json!({"session_id": id, "limit": 1000}))["output"]
+        .as_str()
+        .expect("log")
+        .to_string();
+    assert!(
+        log.contains(
+            "run 1 kept\n[procd] it was killed by SIGKILL; run 2 starts in 0.1 s\nrun 2 kept\n"
+        ),
+        "{log}"
+    );
+    assert!(log.contains("run 3 kept"), "{log}");
+    d.ok("kill", json!({"session_id": id}));
+    assert!(session_pids(&id).is_empty());
+}
+
+#[test]
+fn a_bad_restart_is_refused_by_name() {
+    let d = Daemon::start();
+    let cases = [
+        (json!({"policy": "sometimes"}), "restart.policy"),
+        (json!({"policy": "always", "tries": 3}), "tries"),
+        (
+            json!({"policy": "always", "max_restarts": -1}),
+            "max_restarts",
+        ),
+        (json!({"policy": "always", "backoff_s": "1"}), "backoff_s"),
+        (json!({"max_restarts": 3}), "policy"),
+    ];
+    for (restart, says) in cases {
+        let (code, msg) = d.err("spawn", json!({"command": "true", "restart": restart}));
+        assert_eq!(code, -32602, "{restart}: {msg}");
+        assert!(msg.contains(says), "{restart}: {says}: {msg}");
+    }
+    assert_eq!(d.ok("list", json!({}))["processes"], json!([]));
+}
+
+/// SIGKILL to a session's root this test started.
+fn kill_pid(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
