@@ -170,6 +170,30 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     let kept = &seen["kept"]["result"];
     let kept_pid = kept["pid"].as_i64().unwrap() as i32;
     wait_until("the agent's process ends with it", || !alive(slow_pid));
+    // A restarting one ends with its agent too, and is not started again.
+    assert_eq!(seen["bad_restart"]["is_error"], true);
+    assert!(
+        seen["bad_restart"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("restart: expected"),
+        "{}",
+        seen["bad_restart"]
+    );
+    let restarting = &seen["restarting"]["result"];
+    let restarting_pid = restarting["pid"].as_i64().unwrap() as i32;
+    wait_until("the restarting process ends with the agent", || {
+        !alive(restarting_pid)
+    });
+    let after = Command::new(BIN)
+        .arg("--home")
+        .arg(home.0.path())
+        .args(["--json", "wait", restarting["session_id"].as_str().unwrap()])
+        .output()
+        .expect("procd wait");
+    let after: Value = serde_json::from_slice(&after.stdout).expect("wait --json");
+    assert_eq!(after["completion_reason"], "killed", "{after}");
+    assert_eq!(after["restarts"], 0, "{after}");
     assert!(alive(kept_pid), "a persistent process outlives the agent");
     let kill = Command::new(BIN)
         .arg("--home")

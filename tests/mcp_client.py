@@ -92,6 +92,9 @@ async def main(procd: str, home: str) -> None:
             out["named"] = await call("start", {"command": "exec sleep 303", "name": "solo", "yield_ms": 0})
             out["named_again"] = await call("start", {"command": "exec sleep 303", "name": "solo", "yield_ms": 0})
             out["read_by_name"] = await call("read", {"session_id": "solo"})
+            # A restart policy through start; a bad one is a tool error.
+            out["restarting"] = await call("start", {"command": "exec sleep 304", "restart": "always", "yield_ms": 0})
+            out["bad_restart"] = await call("start", {"command": "true", "restart": "sometimes", "yield_ms": 0})
             with open(os.path.join(project, "procd.toml"), "w") as f:
                 f.write('[service.api]\ncommand = "echo api up; exec sleep 300"\nready = { output = "api up" }\n')
             out["up"] = await call("up", {"wait_s": 20})

@@ -367,6 +367,8 @@ pub struct WaitResult {
     pub kept_error_lines: Option<u64>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartInfo>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -190,6 +190,7 @@ impl Registry {
             original_chars,
             process_running: exited.is_none().then_some(true),
             exit: poll.exit,
+            restart: poll.restart,
         })
     }
 }
