@@ -9,7 +9,7 @@ use nix::sys::termios::{self, SetArg, Termios};
 use procd_client::ProcdApiClient;
 use procd_proto::OutputItem;
 use procd_proto::{Cols, Cursor, MaxBytes, Rows};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
 
 /// Ctrl-] (0x1d), as telnet and docker use.
@@ -78,7 +78,7 @@ pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, C
     let raw = RawMode::enter();
     eprint!("[procd: attached to {id}; Ctrl-] detaches]\r\n");
 
-    let mut keys = keystrokes();
+    let mut keys = Keystrokes::start().map_err(|e| ClientError::Custom(e.to_string()))?;
 
     let mut stdout = std::io::stdout();
     // Where the output seen so far ends, to go on from after a restart.
@@ -89,7 +89,7 @@ pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, C
         tokio::select! {
             item = output.next() => match item {
                 Some(Ok(OutputItem::Output { data, next_cursor, .. })) => {
-                    let _ = stdout.write_all(data.as_bytes());
+                    let _ = stdout.write_all(crlf(&data).as_bytes());
                     let _ = stdout.flush();
                     cursor = next_cursor;
                 }
@@ -142,22 +142,103 @@ pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, C
     Ok(code)
 }
 
-/// Keystrokes, read by a thread of their own: stdin reads block.
-fn keystrokes() -> tokio::sync::mpsc::Receiver<Vec<u8>> {
-    let (keys_tx, keys) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
-    std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = [0u8; 1024];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    if keys_tx.blocking_send(buf[..n].to_vec()).is_err() {
-                        return;
-                    }
+/// A pipe's lines end in a bare \n, which a raw terminal does not take
+/// back to the line's start; a terminal's own lines already end in \r\n.
+fn crlf(data: &str) -> std::borrow::Cow<'_, str> {
+    if !data.contains('\n') {
+        return data.into();
+    }
+    let mut out = String::with_capacity(data.len() + data.len() / 16);
+    let mut after_cr = false;
+    for c in data.chars() {
+        if c == '\n' && !after_cr {
+            out.push('\r');
+        }
+        after_cr = c == '\r';
+        out.push(c);
+    }
+    out.into()
+}
+
+/// Keystrokes, read by a thread of their own (stdin reads block) until
+/// dropped. The drop wakes the thread through a pipe and joins it, so no
+/// read of the terminal outlives the attach: `procd top` reads it next.
+struct Keystrokes {
+    keys: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    /// The pipe's write end: closing it wakes the reader.
+    stop: Option<std::os::fd::OwnedFd>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Keystrokes {
+    fn start() -> std::io::Result<Keystrokes> {
+        let (stop_rx, stop) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let (keys_tx, keys) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+        let reader = std::thread::spawn(move || read_keys(stop_rx, keys_tx));
+        Ok(Keystrokes {
+            keys,
+            stop: Some(stop),
+            reader: Some(reader),
+        })
+    }
+
+    async fn recv(&mut self) -> Option<Vec<u8>> {
+        self.keys.recv().await
+    }
+}
+
+impl Drop for Keystrokes {
+    fn drop(&mut self) {
+        // A reader blocked on a full channel gets an error, not a wait.
+        self.keys.close();
+        drop(self.stop.take());
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// Reads stdin until it ends or `stop` is closed (it reads as ready then).
+fn read_keys(stop: std::os::fd::OwnedFd, keys: tokio::sync::mpsc::Sender<Vec<u8>>) {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let stdin = std::io::stdin();
+    let mut buf = [0u8; 1024];
+    loop {
+        let mut fds = [
+            PollFd::new(&stdin, PollFlags::IN),
+            PollFd::new(&stop, PollFlags::IN),
+        ];
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return,
+        }
+        if !fds[1].revents().is_empty() {
+            return;
+        }
+        if fds[0].revents().is_empty() {
+            continue;
+        }
+        // Straight from the descriptor: a buffered reader could keep
+        // bytes that the next reader of the terminal should get.
+        match rustix::io::read(&stdin, &mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if keys.blocking_send(buf[..n].to_vec()).is_err() {
+                    return;
                 }
             }
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
+            Err(_) => return,
         }
-    });
-    keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bare_newlines_get_a_carriage_return() {
+        assert_eq!(super::crlf("a\nb\r\nc"), "a\r\nb\r\nc");
+        assert_eq!(super::crlf("plain"), "plain");
+    }
 }
