@@ -41,6 +41,9 @@ pub struct CheckpointEntry {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
+    /// The stack file `up` started it from (docs/stacks.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_file: Option<String>,
     #[serde(default)]
     pub owner: Option<String>,
     #[serde(default)]

@@ -43,6 +43,9 @@ pub struct SessionSpec {
     /// (docs/stacks.md).
     pub name: Option<procd_proto::SessionName>,
     pub project: Option<procd_proto::ProjectName>,
+    /// The stack file `up` started it from: how `procd top` restarts a
+    /// service (down, then up from the same file).
+    pub stack_file: Option<PathBuf>,
     /// A digest of the env the caller gave, for a named spawn to tell
     /// the same service from another; in memory only (the env may hold
     /// secrets), so None for a session a previous daemon started.

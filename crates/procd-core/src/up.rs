@@ -91,6 +91,7 @@ pub async fn up(
         let registry = registry.clone();
         let service = service.clone();
         let project = stack.project.clone();
+        let file = stack.file.clone();
         tokio::spawn(async move {
             let _slot = slot;
             for (dep, cond, rx) in needs {
@@ -102,7 +103,7 @@ pub async fn up(
                     return;
                 }
             }
-            tx.send_replace(start(&registry, &project, &service, stack_is_up).await);
+            tx.send_replace(start(&registry, &project, &file, &service, stack_is_up).await);
         });
     }
     let deadline = tokio::time::Instant::now() + wait;
@@ -141,6 +142,7 @@ async fn load(file: Option<&str>, dir: Option<&str>, base: &Path) -> Result<Stac
 async fn start(
     registry: &Arc<Registry>,
     project: &ProjectName,
+    file: &std::path::Path,
     service: &Service,
     stack_is_up: bool,
 ) -> Phase {
@@ -165,7 +167,7 @@ async fn start(
         }
         _ => None,
     };
-    match registry.spawn(service.spawn.clone()).await {
+    match registry.spawn_service(service.spawn.clone(), file).await {
         Ok(result) => match registry.find(&result.session_id) {
             Ok(session) => Phase::Started {
                 session,

@@ -448,6 +448,9 @@ pub struct ProcessEntry {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
+    /// The stack file `up` started it from (docs/stacks.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_file: Option<String>,
     pub command: String,
     pub cwd: String,
     pub pid: i32,

@@ -126,6 +126,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         session_id: s.id.clone(),
         name: s.spec.name.as_ref().map(|n| n.to_string()),
         project: s.spec.project.as_ref().map(|p| p.to_string()),
+        stack_file: s.spec.stack_file.as_ref().map(|f| f.display().to_string()),
         command: first_chars(s.shown_command(r), 200).to_string(),
         cwd: s.spec.cwd.display().to_string(),
         pid: s.pid(),

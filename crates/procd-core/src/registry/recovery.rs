@@ -118,6 +118,7 @@ impl Registry {
                 session_key: s.spec.session_key.clone(),
                 name: s.spec.name.as_ref().map(|n| n.to_string()),
                 project: s.spec.project.as_ref().map(|p| p.to_string()),
+                stack_file: s.spec.stack_file.as_ref().map(|f| f.display().to_string()),
                 owner: s.spec.owner.clone(),
                 persist: s.spec.persist,
                 pty: s.spec.pty,
@@ -475,6 +476,7 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .project
             .as_deref()
             .and_then(|p| ProjectName::parse(p).ok()),
+        stack_file: e.stack_file.as_ref().map(PathBuf::from),
         env_digest: None,
         restart: e
             .restart

@@ -34,10 +34,28 @@ use tokio::sync::{mpsc, oneshot};
 
 impl Registry {
     pub async fn spawn(&self, params: SpawnParams) -> Result<SpawnResult, Error> {
+        self.spawn_from(params, None).await
+    }
+
+    /// A stack's service: `spawn`, remembering the stack file `up` read.
+    pub async fn spawn_service(
+        &self,
+        params: SpawnParams,
+        stack_file: &Path,
+    ) -> Result<SpawnResult, Error> {
+        self.spawn_from(params, Some(stack_file)).await
+    }
+
+    async fn spawn_from(
+        &self,
+        params: SpawnParams,
+        stack_file: Option<&Path>,
+    ) -> Result<SpawnResult, Error> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(Error::WrongState("procd is shutting down".into()));
         }
-        let spec = self.validate(&params)?;
+        let mut spec = self.validate(&params)?;
+        spec.stack_file = stack_file.map(Path::to_path_buf);
         // A named spawn holds the name from its check to its start, so
         // two callers of one name start one session.
         let _naming = match &spec.name {
@@ -161,6 +179,7 @@ impl Registry {
             limits,
             name: req.name.clone(),
             project: req.project.clone(),
+            stack_file: None,
             env_digest: Some(env_digest(req.env.as_ref().unwrap_or(&BTreeMap::new()))),
             restart: req
                 .restart
