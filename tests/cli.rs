@@ -276,7 +276,7 @@ fn completions_complete_subcommands_and_the_man_page_renders() {
     assert!(man.status.success());
     let page = stdout(&man);
     assert!(
-        page.contains(".TH procd 1") && page.contains("spawn"),
+        page.contains(".TH procd 1") && page.contains("spawn") && page.contains("A live view"),
         "{page}"
     );
     let bad = Command::new(BIN)

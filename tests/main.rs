@@ -29,3 +29,4 @@ mod snapshot;
 mod stacks;
 mod survival;
 mod systemd;
+mod top;

@@ -4,6 +4,7 @@
 //! meets, each a message and an exit code, never a hang.
 
 use crate::common::sshd::{free_port, LocalUser, Sshd};
+use crate::common::tmux::Tmux;
 use crate::common::*;
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
@@ -505,49 +506,6 @@ fn remote_as_another_user_runs_that_users_daemon() {
     assert_eq!(state.uid(), user.uid);
 }
 
-/// A tmux server of the test's own, its socket in a temp dir of its own
-/// (so nothing is left in /tmp/tmux-UID), killed when dropped.
-struct Tmux {
-    dir: tempfile::TempDir,
-}
-
-impl Tmux {
-    fn start(command: &str) -> Tmux {
-        let t = Tmux {
-            dir: short_tempdir(),
-        };
-        let out = t.run(&["new-session", "-d", "-x", "100", "-y", "30", command]);
-        assert!(out.status.success(), "tmux (apt-get install tmux): {out:?}");
-        t
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new("tmux")
-            .arg("-S")
-            .arg(self.dir.path().join("tmux.sock"))
-            .args(["-f", "/dev/null"])
-            .args(args)
-            .output()
-            .expect("tmux")
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-J"]).stdout).to_string()
-    }
-
-    fn wait_for(&self, text: &str) {
-        wait_until(&format!("tmux shows {text:?}"), || {
-            self.screen().contains(text)
-        });
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.run(&["kill-server"]);
-    }
-}
-
 #[test]
 fn remote_attach_in_a_real_terminal() {
     let Some(sshd) = Sshd::start() else {
@@ -572,7 +530,7 @@ fn remote_attach_in_a_real_terminal() {
         sshd.local_home().display(),
         sshd.url()
     );
-    let tmux = Tmux::start(&attach);
+    let tmux = Tmux::start(&attach, 100, 30);
     tmux.wait_for("Ctrl-] detaches");
     tmux.run(&["send-keys", "echo marker-$((40+2))", "Enter"]);
     tmux.wait_for("marker-42");

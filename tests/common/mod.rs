@@ -9,6 +9,7 @@
 
 pub mod sshd;
 pub mod systemd;
+pub mod tmux;
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};

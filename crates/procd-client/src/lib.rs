@@ -348,9 +348,14 @@ impl Endpoint {
 
 impl Reconnecting {
     pub fn new(endpoint: Endpoint, client: Client) -> Reconnecting {
+        Reconnecting::shared(endpoint, std::sync::Arc::new(client))
+    }
+
+    /// One on a client that others hold too (`procd top`'s, for attach).
+    pub fn shared(endpoint: Endpoint, client: std::sync::Arc<Client>) -> Reconnecting {
         Reconnecting {
             endpoint,
-            current: tokio::sync::Mutex::new(std::sync::Arc::new(client)),
+            current: tokio::sync::Mutex::new(client),
         }
     }
 

@@ -77,6 +77,11 @@ enum Command {
     /// The commands that talk to a daemon.
     #[command(flatten)]
     Client(ClientCommand),
+    /// A live view of the sessions: one row each (state, readiness, ports,
+    /// CPU, memory, last line); keys: ↑/↓ select, l follow the log, a
+    /// attach, s send a line, k kill, r restart a stack service, / filter,
+    /// q quit. Waits for a daemon that is not running (or comes back).
+    Top,
     /// Serve the Model Context Protocol on stdin/stdout for a coding agent.
     Mcp,
     /// Connect stdin/stdout to this machine's daemon (started on demand),
@@ -258,7 +263,10 @@ pub fn run(cli: Cli) -> i32 {
         },
         (None, None) => None,
     };
-    let remote_ok = matches!(cli.command, Command::Client(_) | Command::Mcp);
+    let remote_ok = matches!(
+        cli.command,
+        Command::Client(_) | Command::Mcp | Command::Top
+    );
     if host.is_some() && !remote_ok {
         eprintln!("procd: --host and --connect are for client commands and mcp; this one runs on this machine");
         return EXIT_USAGE;
@@ -343,6 +351,11 @@ fn local_command(
                 }
             }
         }),
+        Command::Top if target.json => {
+            eprintln!("procd top: is for a terminal; `procd --json ps` gives the sessions as JSON");
+            EXIT_USAGE
+        }
+        Command::Top => block_on(crate::top::run(target.endpoint())),
         Command::DialStdio => block_on(crate::dial::run(&target.paths, &target.launcher)),
         Command::Client(client) => return Err(Box::new(client)),
     })

@@ -11,6 +11,7 @@ mod mcp;
 mod offline;
 mod render;
 mod stacks;
+mod top;
 
 use clap::Parser;
 

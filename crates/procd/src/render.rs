@@ -29,7 +29,7 @@ fn ended(exit_code: Option<i32>, signal: Option<&str>, reason: CompletionReason)
 
 /// `ended` in a table column: "exit 3", "SIGKILL" (a list's exit code is
 /// -N for a death by signal N), "exited".
-fn ended_short(exit_code: Option<i32>) -> String {
+pub fn ended_short(exit_code: Option<i32>) -> String {
     match exit_code {
         Some(code) if code < 0 => nix::sys::signal::Signal::try_from(-code)
             .map(|s| s.as_str().to_string())

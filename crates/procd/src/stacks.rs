@@ -56,7 +56,7 @@ fn up_lines(r: &UpResult) -> String {
     out
 }
 
-fn service_line(s: &ServiceState) -> String {
+pub fn service_line(s: &ServiceState) -> String {
     let mut line = match s.status {
         ServiceStatus::Waiting => "waiting for its dependencies".to_string(),
         ServiceStatus::Blocked => match &s.blocked_by {
