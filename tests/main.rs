@@ -24,6 +24,7 @@ mod readiness;
 mod remote;
 mod restarts;
 mod safety;
+mod sandbox;
 mod sessions;
 mod snapshot;
 mod stacks;

@@ -127,6 +127,7 @@ const SPAWN_PARAMS: &[&str] = &[
     "project",
     "replace",
     "restart",
+    "sandbox",
 ];
 
 /// The methods the fuzzer calls: procd-proto's method table, less

@@ -86,6 +86,10 @@ pub struct CheckpointEntry {
     /// Its restart policy and where its runs stand (docs/stacks.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartRecord>,
+    /// The sandbox it runs in (the kernel keeps it; this is what `poll`
+    /// shows of it after a daemon restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<procd_proto::SandboxInfo>,
     /// The limits its cgroup was given (a restart's cgroup gets them too).
     #[serde(default, skip_serializing_if = "procd_sys::cgroup::Limits::is_none")]
     pub limits: procd_sys::cgroup::Limits,

@@ -25,6 +25,7 @@ pub mod redact;
 pub mod registry;
 pub mod restart;
 pub mod rewrite;
+pub mod sandbox;
 pub mod scope;
 pub mod session;
 pub mod slot;

@@ -75,6 +75,8 @@ pub struct RegistryOptions {
     pub config: Config,
     /// Where `<session_id>.log` files go (created if missing, mode 0700).
     pub logs_dir: PathBuf,
+    /// Where sandboxed sessions' own temp dirs go (docs/SECURITY.md).
+    pub tmp_dir: PathBuf,
     /// Default cwd of sessions (the user's home).
     pub default_cwd: PathBuf,
     /// The environment children inherit before sanitising.
@@ -109,6 +111,8 @@ pub struct InjectedFailures {
 pub struct Registry {
     config: Config,
     logs_dir: PathBuf,
+    /// Sandboxed sessions' temp dirs (`sandbox.rs`).
+    tmp_dir: PathBuf,
     default_cwd: PathBuf,
     procfs: ProcFs,
     env_policy: EnvPolicy,
@@ -193,6 +197,7 @@ impl Registry {
             spare_log: Mutex::new(None),
             config: options.config,
             logs_dir: options.logs_dir,
+            tmp_dir: options.tmp_dir,
             default_cwd: options.default_cwd,
             procfs: options.procfs,
             inherited_env,

@@ -52,6 +52,8 @@ pub struct SessionSpec {
     pub env_digest: Option<u64>,
     /// When its command starts again after it ends (docs/stacks.md).
     pub restart: Option<crate::restart::RestartPlan>,
+    /// What its tree may touch (docs/SECURITY.md); None: no sandbox.
+    pub sandbox: Option<crate::sandbox::SandboxPlan>,
 }
 
 /// How a restarting session's runs start: the first run's argv and

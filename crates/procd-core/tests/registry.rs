@@ -36,6 +36,7 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
     let registry = Registry::new(RegistryOptions {
         config: Config::default(),
         logs_dir: dir.path().join("logs"),
+        tmp_dir: dir.path().join("tmp"),
         default_cwd: dir.path().to_path_buf(),
         inherited_env: hermetic_env(dir.path()),
         procfs: ProcFs::default(),
@@ -158,6 +159,7 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
     let registry = Registry::new(RegistryOptions {
         config: Config::default(),
         logs_dir: dir.join("logs"),
+        tmp_dir: dir.join("tmp"),
         default_cwd: dir.to_path_buf(),
         inherited_env: hermetic_env(dir),
         procfs: ProcFs::default(),

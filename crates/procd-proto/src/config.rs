@@ -40,6 +40,9 @@ pub struct Config {
     pub containment: String,
     /// Limits for sessions that give none (`spawn{limits}` wins per key).
     pub default_limits: crate::Limits,
+    /// The sandbox of sessions that ask for none (docs/SECURITY.md):
+    /// "full" (none), "workspace-write" or "read-only".
+    pub sandbox: crate::SandboxProfile,
 }
 
 impl Default for Config {
@@ -78,6 +81,7 @@ impl Default for Config {
             on_demand_idle_s: 900.0,
             containment: "auto".into(),
             default_limits: crate::Limits::default(),
+            sandbox: crate::SandboxProfile::Full,
         }
     }
 }

@@ -116,6 +116,204 @@ pub struct SpawnParams {
     /// Start the command again when it ends (docs/stacks.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartSpec>,
+    /// What the command may touch (docs/SECURITY.md): a profile or rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSpec>,
+}
+
+/// `spawn{sandbox}`: a profile ("read-only", "workspace-write", "full")
+/// or the rules themselves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SandboxSpec {
+    Profile(SandboxProfile),
+    Rules(SandboxRules),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxProfile {
+    /// Read everything; write only devices and the session's temp dir.
+    ReadOnly,
+    /// As read-only, and write under the session's cwd.
+    WorkspaceWrite,
+    /// No sandbox.
+    Full,
+}
+
+impl SandboxProfile {
+    pub fn parse(text: &str) -> Result<SandboxProfile, String> {
+        [
+            SandboxProfile::ReadOnly,
+            SandboxProfile::WorkspaceWrite,
+            SandboxProfile::Full,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == text)
+        .ok_or_else(|| {
+            format!(
+                "unknown profile {text:?}: expected \"read-only\", \"workspace-write\" or \"full\""
+            )
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxProfile::ReadOnly => "read-only",
+            SandboxProfile::WorkspaceWrite => "workspace-write",
+            SandboxProfile::Full => "full",
+        }
+    }
+}
+
+impl Serialize for SandboxProfile {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for SandboxProfile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        SandboxProfile::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `spawn{sandbox: {...}}`: writes only under `writable` (relative paths
+/// from the session's cwd), reads under `readable` (default all), and
+/// the network as `network` says (default none).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "sandbox: a profile name or an object with writable, readable and network"
+)]
+pub struct SandboxRules {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readable: Option<Readable>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSpec>,
+}
+
+impl Serialize for SandboxSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SandboxSpec::Profile(p) => p.serialize(s),
+            SandboxSpec::Rules(r) => r.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SandboxSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(text) => SandboxProfile::parse(&text)
+                .map(SandboxSpec::Profile)
+                .map_err(|e| D::Error::custom(format!("sandbox: {e}"))),
+            value @ serde_json::Value::Object(_) => serde_json::from_value(value)
+                .map(SandboxSpec::Rules)
+                .map_err(|e| D::Error::custom(format!("sandbox: {e}"))),
+            _ => Err(D::Error::custom(
+                "sandbox: a profile name or an object with writable, readable and network",
+            )),
+        }
+    }
+}
+
+/// `sandbox.readable`: "all", or the paths.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Readable {
+    All,
+    Paths(Vec<String>),
+}
+
+impl Serialize for Readable {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Readable::All => s.serialize_str("all"),
+            Readable::Paths(p) => p.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Readable {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) if s == "all" => Ok(Readable::All),
+            value @ serde_json::Value::Array(_) => serde_json::from_value(value)
+                .map(Readable::Paths)
+                .map_err(|_| D::Error::custom("readable: \"all\" or a list of paths")),
+            _ => Err(D::Error::custom("readable: \"all\" or a list of paths")),
+        }
+    }
+}
+
+/// `sandbox.network`: "all", "none", or the TCP ports it may connect to
+/// and bind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NetworkSpec {
+    All,
+    None,
+    Ports { connect: Vec<u16>, bind: Vec<u16> },
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PortRules {
+    #[serde(default)]
+    connect: Vec<u16>,
+    #[serde(default)]
+    bind: Vec<u16>,
+}
+
+impl Serialize for NetworkSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            NetworkSpec::All => s.serialize_str("all"),
+            NetworkSpec::None => s.serialize_str("none"),
+            NetworkSpec::Ports { connect, bind } => PortRules {
+                connect: connect.clone(),
+                bind: bind.clone(),
+            }
+            .serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NetworkSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        const EXPECTED: &str =
+            "network: \"all\", \"none\" or {connect, bind} with lists of ports (1 to 65535)";
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) if s == "all" => Ok(NetworkSpec::All),
+            serde_json::Value::String(s) if s == "none" => Ok(NetworkSpec::None),
+            value @ serde_json::Value::Object(_) => {
+                let rules: PortRules = serde_json::from_value(value)
+                    .map_err(|e| D::Error::custom(format!("{EXPECTED}: {e}")))?;
+                if rules.connect.contains(&0) || rules.bind.contains(&0) {
+                    return Err(D::Error::custom(EXPECTED));
+                }
+                Ok(NetworkSpec::Ports {
+                    connect: rules.connect,
+                    bind: rules.bind,
+                })
+            }
+            _ => Err(D::Error::custom(EXPECTED)),
+        }
+    }
+}
+
+/// The sandbox in force, as `poll` and `list` show it (absent without).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    /// "read-only", "workspace-write", or "custom" for the object form.
+    pub profile: String,
+    /// Absolute paths it may write under (its temp dir among them).
+    pub writable: Vec<String>,
+    pub readable: Readable,
+    pub network: NetworkSpec,
 }
 
 /// `spawn{restart}`: when a session's command is started again after it
@@ -300,6 +498,8 @@ pub struct PollResult {
     pub exit: Option<ExitInfo>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxInfo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -473,6 +673,8 @@ pub struct ProcessEntry {
     pub note: Option<String>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxInfo>,
 }
 
 /// `spawn{ready}`: when a session counts as ready (docs/agents.md). Every key

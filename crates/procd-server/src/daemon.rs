@@ -475,6 +475,7 @@ fn new_registry(
     Registry::new(RegistryOptions {
         config: options.config.clone(),
         logs_dir: options.paths.logs_dir(),
+        tmp_dir: options.paths.state_dir.join("tmp"),
         // $HOME, else the password database's entry; / when neither.
         default_cwd: dirs::home_dir().unwrap_or_else(|| "/".into()),
         inherited_env: std::env::vars().collect(),

@@ -15,5 +15,6 @@ pub mod memfd;
 pub mod pidfd;
 pub mod procfs;
 pub mod random;
+pub mod sandbox;
 pub mod spawn;
 pub mod wait;

@@ -23,9 +23,10 @@
 //! 3. `setsid`, and for a PTY session `TIOCSCTTY` on its terminal;
 //! 4. stdio onto fds 0–2 (every other descriptor of the daemon is
 //!    close-on-exec);
-//! 5. `chdir`, the descriptor limit the daemon started with, an empty
-//!    signal mask;
-//! 6. `execve`.
+//! 5. `chdir`, the descriptor limit the daemon started with;
+//! 6. for a sandboxed session (`sandbox.rs`), `no_new_privs`, its Landlock
+//!    ruleset and its seccomp filter, made by the parent;
+//! 7. an empty signal mask, and `execve`.
 //!
 //! Nothing else: no subreaper bit, no procd-only attribute (docs/containment.md; see
 //! docs/containment.md). A step that fails is reported to the parent
@@ -57,6 +58,8 @@ pub struct Launch<'a> {
     pub cgroups: Option<&'a Join<'a>>,
     /// The soft RLIMIT_NOFILE to restore (the daemon raised its own).
     pub nofile: Option<u64>,
+    /// The sandbox the child enters just before exec.
+    pub sandbox: Option<&'a crate::sandbox::Enforcement>,
 }
 
 /// A session's cgroups, as the child enters them.
@@ -73,13 +76,16 @@ pub struct Join<'a> {
 
 /// The steps of the child's setup, for a failure's message (the child
 /// reports the index of the one that failed, plus one).
-const STEPS: [&str; 7] = [
+const STEPS: [&str; 10] = [
     "join the session's cgroup",
     "setsid",
     "take the terminal",
     "set up stdio",
     "change to the working directory",
     "restore the descriptor limit",
+    "set no_new_privs",
+    "enter the Landlock sandbox",
+    "install the seccomp filter",
     "exec",
 ];
 const CGROUP: usize = 1;
@@ -88,7 +94,10 @@ const TERMINAL: usize = 3;
 const STDIO: usize = 4;
 const CHDIR: usize = 5;
 const RLIMIT: usize = 6;
-const EXEC: usize = 7;
+const NO_NEW_PRIVS: usize = 7;
+const LANDLOCK: usize = 8;
+const SECCOMP: usize = 9;
+const EXEC: usize = 10;
 
 /// Everything the child reads, as raw pointers into memory the parent keeps
 /// alive (and unchanged) until the clone returns; and where it reports.
@@ -107,6 +116,11 @@ struct ChildArgs {
     /// cgroup2 one (set by the parent before the clone, never after).
     cgroups_from: usize,
     nofile: Option<u64>,
+    /// The Landlock ruleset to enter, or -1.
+    ruleset: RawFd,
+    /// The seccomp filter (`sock_fprog`'s parts), or a null pointer.
+    filter_len: u16,
+    filter: *const libc::sock_filter,
     /// 0, or the failed step of `STEPS` plus one.
     failed_step: AtomicUsize,
     errno: AtomicI32,
@@ -152,6 +166,12 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
         cgroups_len: cgroups.len(),
         cgroups_from: 0,
         nofile: launch.nofile,
+        ruleset: launch.sandbox.map_or(-1, |s| s.ruleset()),
+        filter_len: launch.sandbox.and_then(|s| s.filter()).map_or(0, |f| f.0),
+        filter: launch
+            .sandbox
+            .and_then(|s| s.filter())
+            .map_or(std::ptr::null(), |f| f.1),
         failed_step: AtomicUsize::new(0),
         errno: AtomicI32::new(0),
     };
@@ -342,7 +362,8 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         }
     };
     // SAFETY (the whole block): each call is a raw, async-signal-safe
-    // syscall on descriptors and strings the parent prepared; none
+    // syscall on descriptors, strings and the seccomp program the parent
+    // prepared (the `sock_fprog` is on this child's own stack); none
     // allocates or takes a lock.
     unsafe {
         for sig in 1..=libc::SIGRTMAX() {
@@ -379,6 +400,27 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
             limit.rlim_cur = soft.min(limit.rlim_max);
             if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == -1 {
                 return fail(RLIMIT);
+            }
+        }
+        if args.ruleset >= 0 {
+            // Landlock needs no_new_privs (without CAP_SYS_ADMIN), and it
+            // keeps a setuid program from shedding the sandbox.
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1 {
+                return fail(NO_NEW_PRIVS);
+            }
+            if libc::syscall(libc::SYS_landlock_restrict_self, args.ruleset, 0) == -1 {
+                return fail(LANDLOCK);
+            }
+            if !args.filter.is_null() {
+                let program = libc::sock_fprog {
+                    len: args.filter_len,
+                    filter: args.filter.cast_mut(),
+                };
+                let program: *const libc::sock_fprog = &program;
+                if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, program) == -1
+                {
+                    return fail(SECCOMP);
+                }
             }
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -434,6 +476,7 @@ mod tests {
             controlling_terminal: false,
             cgroups: None,
             nofile: None,
+            sandbox: None,
         };
         let pid = spawn(&launch).unwrap();
         drop((w, w2));
@@ -484,6 +527,7 @@ mod tests {
             controlling_terminal: false,
             cgroups: Some(&join),
             nofile: None,
+            sandbox: None,
         };
         let pid = spawn(&launch).unwrap();
         drop(w);
@@ -520,6 +564,7 @@ mod tests {
             controlling_terminal: false,
             cgroups: None,
             nofile: None,
+            sandbox: None,
         };
         let err = spawn(&launch).unwrap_err();
         assert_eq!(err.raw_os_error(), None);

@@ -585,6 +585,19 @@ pub struct SpawnArgs {
     /// Most processes (and threads) the session's tree may have.
     #[arg(long, value_name = "N")]
     pids: Option<u64>,
+    /// Run it in a sandbox the kernel enforces on its whole tree:
+    /// workspace-write (write under its cwd and its TMPDIR only, no
+    /// network), read-only, or full (none).
+    #[arg(long, value_name = "PROFILE", value_parser = procd_proto::SandboxProfile::parse)]
+    sandbox: Option<procd_proto::SandboxProfile>,
+    /// Also writable in the sandbox (repeatable; relative to its cwd).
+    /// Without --sandbox, the profile is workspace-write.
+    #[arg(long, value_name = "PATH")]
+    writable: Vec<String>,
+    /// The sandbox's network: none (the default), all, or the TCP ports it
+    /// may reach, e.g. connect=5432,bind=3000.
+    #[arg(long, value_name = "NET", value_parser = parse_network)]
+    network: Option<procd_proto::NetworkSpec>,
     /// The command: one argument is used as given; several are joined with spaces.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -619,6 +632,7 @@ impl SpawnArgs {
             }
         }
         let limited = self.memory.is_some() || self.cpus.is_some() || self.pids.is_some();
+        let sandbox = sandbox_spec(self.sandbox, self.writable, self.network)?;
         Ok(procd_proto::SpawnParams {
             name: self.name,
             project: self.project,
@@ -642,6 +656,7 @@ impl SpawnArgs {
             timeout_s: self.timeout.map(procd_proto::TimeoutS::new),
             yield_ms,
             ready,
+            sandbox,
             limits: limited.then(|| procd_proto::Limits {
                 memory_bytes: self.memory.map(procd_proto::MemoryBytes::new),
                 cpu_cores: self.cpus.map(procd_proto::CpuCores::new),
@@ -844,6 +859,58 @@ async fn follow_output(
             return Ok(EXIT_OK);
         }
     }
+}
+
+/// `spawn{sandbox}` from `--sandbox`, `--writable` and `--network`: the
+/// profile alone, or the object form when paths or a network are added
+/// (workspace-write's cwd kept).
+fn sandbox_spec(
+    profile: Option<procd_proto::SandboxProfile>,
+    writable: Vec<String>,
+    network: Option<procd_proto::NetworkSpec>,
+) -> Result<Option<procd_proto::SandboxSpec>, String> {
+    use procd_proto::{SandboxProfile, SandboxRules, SandboxSpec};
+    if writable.is_empty() && network.is_none() {
+        return Ok(profile.map(SandboxSpec::Profile));
+    }
+    let mut paths = match profile.unwrap_or(SandboxProfile::WorkspaceWrite) {
+        SandboxProfile::Full => {
+            return Err(
+                "--writable and --network are for a sandbox; --sandbox full has none".into(),
+            )
+        }
+        SandboxProfile::WorkspaceWrite => vec![".".to_string()],
+        SandboxProfile::ReadOnly => Vec::new(),
+    };
+    paths.extend(writable);
+    Ok(Some(SandboxSpec::Rules(SandboxRules {
+        writable: Some(paths),
+        readable: None,
+        network,
+    })))
+}
+
+/// `--network`: "all", "none", or `connect=PORT` and `bind=PORT` items
+/// separated by commas.
+fn parse_network(text: &str) -> Result<procd_proto::NetworkSpec, String> {
+    use procd_proto::NetworkSpec;
+    match text {
+        "all" => return Ok(NetworkSpec::All),
+        "none" => return Ok(NetworkSpec::None),
+        _ => {}
+    }
+    let (mut connect, mut bind) = (Vec::new(), Vec::new());
+    for item in text.split(',') {
+        let bad = || format!("{item:?}: expected all, none, or connect=PORT / bind=PORT items");
+        let (kind, port) = item.split_once('=').ok_or_else(bad)?;
+        let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?;
+        match kind {
+            "connect" => connect.push(port),
+            "bind" => bind.push(port),
+            _ => return Err(bad()),
+        }
+    }
+    Ok(NetworkSpec::Ports { connect, bind })
 }
 
 /// "512M", "2G", "64k" or plain bytes (powers of 1024).

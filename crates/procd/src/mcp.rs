@@ -83,6 +83,10 @@ pub struct StartParams {
         description = "Start it again when it ends: \"on-failure\" (a non-zero exit or a crash) or \"always\". Same id and log; after 5 quick restarts in a row it ends as crash_loop."
     )]
     pub restart: Option<String>,
+    #[schemars(
+        description = "Run it in a sandbox the kernel enforces on its whole tree: \"workspace-write\" (write only under its cwd and its own TMPDIR, no network), \"read-only\" (write nothing but TMPDIR, no network) or \"full\" (no sandbox). A write elsewhere fails with EACCES."
+    )]
+    pub sandbox: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -398,9 +402,19 @@ impl ProcdMcp {
                 ))]))
             }
         };
+        let sandbox = match p.sandbox.as_deref().map(procd_proto::SandboxProfile::parse) {
+            None => None,
+            Some(Ok(profile)) => Some(procd_proto::SandboxSpec::Profile(profile)),
+            Some(Err(e)) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "Invalid arguments: sandbox: {e}"
+                ))]))
+            }
+        };
         let params = procd_proto::SpawnParams {
             name,
             restart,
+            sandbox,
             replace: p.replace,
             command: p.command,
             cwd: match self.local {

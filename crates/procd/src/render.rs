@@ -95,6 +95,20 @@ pub fn poll(r: &PollResult) -> String {
             out.push_str("restarting (its next run waits out the backoff)\n");
         }
     }
+    if let Some(s) = &r.sandbox {
+        let network = match &s.network {
+            procd_proto::NetworkSpec::All => "all".to_string(),
+            procd_proto::NetworkSpec::None => "none".to_string(),
+            procd_proto::NetworkSpec::Ports { connect, bind } => {
+                format!("connect {connect:?}, bind {bind:?}")
+            }
+        };
+        out.push_str(&format!(
+            "sandbox {}: writes only under {}; network {network}\n",
+            s.profile,
+            s.writable.join(", ")
+        ));
+    }
     if !r.output_preview.is_empty() {
         out.push_str(&r.output_preview);
     }

@@ -50,6 +50,9 @@ impl Registry {
             reg.on_exit(session, &record);
         }
         session.mark_exited(record);
+        if let Some(plan) = &session.spec.sandbox {
+            plan.remove_tmp();
+        }
         if let Some(reg) = reg {
             reg.release_from_keeper(&session.id);
             reg.checkpoint_soon();

@@ -116,6 +116,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         kept_error_lines: None,
         exit: exit_info(&state),
         restart: restart_info(s),
+        sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
     }
 }
 
@@ -145,6 +146,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         session_scoped,
         note: s.note.clone(),
         restart: restart_info(s),
+        sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
     }
 }
 

@@ -94,6 +94,7 @@ impl Registry {
             .map(|s| CheckpointEntry {
                 exit: s.state().exit().map(|e| EndedExit::of(e)),
                 limits: s.spec.limits,
+                sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
                 restart: s.restarts.as_ref().map(|r| {
                     let (count, last_exit) = r.runs();
                     crate::checkpoint::RestartRecord {
@@ -482,5 +483,9 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .restart
             .as_ref()
             .and_then(|r| crate::restart::RestartPlan::new(&r.policy)),
+        sandbox: e
+            .sandbox
+            .clone()
+            .and_then(crate::sandbox::SandboxPlan::recovered),
     }
 }

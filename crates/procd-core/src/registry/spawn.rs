@@ -161,6 +161,12 @@ impl Registry {
                 .unwrap_or_default()
                 .or(self.config.default_limits),
         )?;
+        let sandbox = crate::sandbox::SandboxPlan::new(
+            req.sandbox.as_ref(),
+            self.config.sandbox,
+            &cwd,
+            &self.tmp_dir,
+        )?;
         Ok(SessionSpec {
             command: req.command.clone(),
             cwd,
@@ -185,6 +191,7 @@ impl Registry {
                 .restart
                 .as_ref()
                 .and_then(crate::restart::RestartPlan::new),
+            sandbox,
         })
     }
 
@@ -633,8 +640,18 @@ impl Registry {
         if let (Some(unit), Some(scopes)) = (unit, &self.scopes) {
             argv = scopes.wrap(unit, &argv);
         }
-        let env = terminal_env(spec, env);
-        let prepared = Prepared::new(&argv, &env, &spec.cwd, self.daemon_path())?;
+        let mut env = terminal_env(spec, env);
+        let sandbox = match &spec.sandbox {
+            Some(plan) => {
+                env.insert(
+                    crate::sandbox::TMPDIR.into(),
+                    plan.tmp.display().to_string(),
+                );
+                Some(plan.enforcement()?)
+            }
+            None => None,
+        };
+        let prepared = Prepared::new(&argv, &env, &spec.cwd, self.daemon_path(), sandbox)?;
         let entry = cgroup.map(|c| c.entry()).transpose()?;
         let join = entry.as_ref().map(|e| e.join());
         let procfs = &self.procfs;
@@ -726,6 +743,7 @@ struct Prepared {
     envp: Vec<CString>,
     cwd: CString,
     nofile: Option<u64>,
+    sandbox: Option<procd_sys::sandbox::Enforcement>,
 }
 
 impl Prepared {
@@ -734,6 +752,7 @@ impl Prepared {
         env: &BTreeMap<String, String>,
         cwd: &Path,
         search_path: Option<&str>,
+        sandbox: Option<procd_sys::sandbox::Enforcement>,
     ) -> std::io::Result<Prepared> {
         use std::os::unix::ffi::OsStrExt;
         let c = |s: &[u8]| {
@@ -763,6 +782,7 @@ impl Prepared {
                 .collect::<Result<_, _>>()?,
             cwd: c(cwd.as_os_str().as_bytes())?,
             nofile: crate::limits::child_soft_nofile(),
+            sandbox,
         })
     }
 
@@ -781,6 +801,7 @@ impl Prepared {
             controlling_terminal,
             cgroups,
             nofile: self.nofile,
+            sandbox: self.sandbox.as_ref(),
         }
     }
 }

@@ -1,0 +1,163 @@
+//! A session's sandbox (docs/SECURITY.md): what `spawn{sandbox}` (or the
+//! configured default) asks, resolved against the session's cwd and its
+//! temp dir into the rules procd-sys hands the kernel, and what `poll`
+//! and `list` show. Checked at spawn, before anything starts: a sandbox
+//! the kernel cannot give is -32002 naming what is missing, never a
+//! weaker one.
+
+use crate::error::Error;
+use procd_proto::{NetworkSpec, Readable, SandboxInfo, SandboxProfile, SandboxSpec};
+use procd_sys::sandbox::{Network, Rules};
+use std::path::{Path, PathBuf};
+
+/// The variable a sandboxed command finds its temp dir in.
+pub const TMPDIR: &str = "TMPDIR";
+
+/// A session's sandbox, fixed at its spawn (and recorded in procs.json).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxPlan {
+    pub info: SandboxInfo,
+    /// The session's own temp dir: writable, made at its start, removed
+    /// at its end.
+    pub tmp: PathBuf,
+}
+
+impl SandboxPlan {
+    /// The plan for `asked` (else the configured `default`) in `cwd`;
+    /// None for no sandbox. Its temp dir is named below `tmp_root`
+    /// (before the session has an id).
+    pub fn new(
+        asked: Option<&SandboxSpec>,
+        default: SandboxProfile,
+        cwd: &Path,
+        tmp_root: &Path,
+    ) -> Result<Option<SandboxPlan>, Error> {
+        let spec = asked.cloned().unwrap_or(SandboxSpec::Profile(default));
+        if spec == SandboxSpec::Profile(SandboxProfile::Full) {
+            return Ok(None);
+        }
+        let name = crate::random::hex(8).map_err(|e| Error::Internal(e.to_string()))?;
+        let tmp = tmp_root.join(format!("sandbox-{name}"));
+        let tmp_s = tmp.display().to_string();
+        let info = match spec {
+            SandboxSpec::Profile(SandboxProfile::Full) => return Ok(None),
+            SandboxSpec::Profile(SandboxProfile::ReadOnly) => SandboxInfo {
+                profile: "read-only".into(),
+                writable: vec![tmp_s],
+                readable: Readable::All,
+                network: NetworkSpec::None,
+            },
+            SandboxSpec::Profile(SandboxProfile::WorkspaceWrite) => SandboxInfo {
+                profile: "workspace-write".into(),
+                writable: vec![cwd.display().to_string(), tmp_s],
+                readable: Readable::All,
+                network: NetworkSpec::None,
+            },
+            SandboxSpec::Rules(rules) => {
+                let absolute = |paths: Vec<String>, what: &str| {
+                    paths
+                        .into_iter()
+                        .map(|p| {
+                            if p.is_empty() || p.contains('\0') {
+                                return Err(Error::InvalidParams(format!(
+                                    "sandbox.{what}: {p:?} is not a path"
+                                )));
+                            }
+                            Ok(cwd.join(p).display().to_string())
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                };
+                let mut writable = absolute(rules.writable.unwrap_or_default(), "writable")?;
+                writable.push(tmp_s);
+                let readable = match rules.readable.unwrap_or(Readable::All) {
+                    Readable::All => Readable::All,
+                    Readable::Paths(p) => Readable::Paths(absolute(p, "readable")?),
+                };
+                SandboxInfo {
+                    profile: "custom".into(),
+                    writable,
+                    readable,
+                    network: rules.network.unwrap_or(NetworkSpec::None),
+                }
+            }
+        };
+        if info.writable.len() + paths(&info.readable).len() > MAX_PATHS {
+            return Err(Error::InvalidParams(format!(
+                "sandbox: at most {MAX_PATHS} paths"
+            )));
+        }
+        let plan = SandboxPlan { info, tmp };
+        plan.check()?;
+        Ok(Some(plan))
+    }
+
+    /// A plan a previous daemon recorded (its temp dir is its last
+    /// writable path).
+    pub fn recovered(info: SandboxInfo) -> Option<SandboxPlan> {
+        let tmp = PathBuf::from(info.writable.last()?);
+        Some(SandboxPlan { info, tmp })
+    }
+
+    /// What the kernel is to enforce.
+    pub fn rules(&self) -> Rules {
+        Rules {
+            readable: match &self.info.readable {
+                Readable::All => None,
+                Readable::Paths(p) => Some(p.iter().map(PathBuf::from).collect()),
+            },
+            writable: self.info.writable.iter().map(PathBuf::from).collect(),
+            network: match &self.info.network {
+                NetworkSpec::All => Network::All,
+                NetworkSpec::None => Network::None,
+                NetworkSpec::Ports { connect, bind } => Network::Ports {
+                    connect: connect.clone(),
+                    bind: bind.clone(),
+                },
+            },
+        }
+    }
+
+    /// Makes its temp dir (0700) and what the child hands the kernel.
+    pub fn enforcement(&self) -> std::io::Result<procd_sys::sandbox::Enforcement> {
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.tmp)
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        procd_sys::sandbox::prepare(&self.rules()).map_err(std::io::Error::other)
+    }
+
+    /// Removes its temp dir (its session has ended), off the event loop.
+    pub fn remove_tmp(&self) {
+        let tmp = self.tmp.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_dir_all(tmp);
+        });
+    }
+
+    /// -32002 for what the kernel lacks, -32602 for a path that is not
+    /// there (its temp dir is made at the start, so it is not checked).
+    fn check(&self) -> Result<(), Error> {
+        let mut rules = self.rules();
+        rules.writable.retain(|p| p != &self.tmp);
+        procd_sys::sandbox::check(&rules).map_err(|e| match e {
+            procd_sys::sandbox::SandboxError::Missing(m) => Error::WrongState(m),
+            other => Error::InvalidParams(format!("sandbox: {other}")),
+        })
+    }
+}
+
+/// Paths one sandbox may name (each is a rule and an open at spawn).
+const MAX_PATHS: usize = 64;
+
+fn paths(readable: &Readable) -> &[String] {
+    match readable {
+        Readable::All => &[],
+        Readable::Paths(p) => p,
+    }
+}

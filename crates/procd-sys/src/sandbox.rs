@@ -1,0 +1,259 @@
+//! A session's sandbox as the kernel enforces it (docs/SECURITY.md): a
+//! Landlock ruleset for the file system and TCP, a seccomp filter for the
+//! socket families Landlock does not cover (under `network: none`), and
+//! `no_new_privs`. Both are made here, by the daemon, before the clone;
+//! the child only hands them to the kernel (`spawn.rs`), so it stays raw
+//! syscalls, and every process the command starts inherits them.
+
+use landlock::{
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, ABI,
+};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+/// What a sandbox lets the command touch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    /// Where it may read and execute; None: everywhere.
+    pub readable: Option<Vec<PathBuf>>,
+    /// Where it may also write, create and remove (directories or files).
+    pub writable: Vec<PathBuf>,
+    pub network: Network,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Network {
+    All,
+    /// No TCP (Landlock) and no socket but AF_UNIX (seccomp).
+    None,
+    /// TCP connect and bind to these ports only (Landlock); other
+    /// families, UDP among them, are not restricted.
+    Ports {
+        connect: Vec<u16>,
+        bind: Vec<u16>,
+    },
+}
+
+/// Why a sandbox cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The kernel lacks what it needs (the spawn is -32002).
+    #[error("{0}")]
+    Missing(String),
+    /// A path in it cannot be opened.
+    #[error("{0}")]
+    Path(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Devices every sandboxed command may write (a shell redirects to
+/// /dev/null; a terminal program opens /dev/tty), where they exist.
+const DEVICES: [&str; 5] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/pts",
+];
+
+/// A sandbox ready for the child: the ruleset's descriptor and the filter.
+pub struct Enforcement {
+    ruleset: OwnedFd,
+    filter: Option<seccompiler::BpfProgram>,
+}
+
+impl Enforcement {
+    pub(crate) fn ruleset(&self) -> RawFd {
+        self.ruleset.as_raw_fd()
+    }
+
+    /// The filter as the kernel takes it (`sock_fprog`'s length and
+    /// instructions); seccompiler's `sock_filter` is the kernel's layout.
+    pub(crate) fn filter(&self) -> Option<(u16, *const libc::sock_filter)> {
+        let program = self.filter.as_ref()?;
+        Some((program.len() as u16, program.as_ptr().cast()))
+    }
+}
+
+/// The Landlock ABI of the running kernel (0: none). A debug build takes
+/// `PROCD_TEST_LANDLOCK_ABI` instead, the suite's way to be a kernel that
+/// lacks a feature.
+pub fn landlock_abi() -> i32 {
+    #[cfg(debug_assertions)]
+    if let Some(abi) = std::env::var("PROCD_TEST_LANDLOCK_ABI")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return abi;
+    }
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    // reads nothing and returns the ABI version (or -1 with ENOSYS or
+    // EOPNOTSUPP); no memory is passed.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32,
+        )
+    };
+    v.max(0) as i32
+}
+
+/// What `rules` needs of the kernel, or what is missing (checked before
+/// anything starts).
+pub fn check(rules: &Rules) -> Result<(), SandboxError> {
+    let abi = landlock_abi();
+    if abi < 1 {
+        return Err(SandboxError::Missing(
+            "Landlock is needed for a sandbox; this kernel has none (or it is not enabled)".into(),
+        ));
+    }
+    if rules.network != Network::All && abi < 4 {
+        return Err(SandboxError::Missing(format!(
+            "Landlock ABI 4 needed for network rules, kernel has {abi}"
+        )));
+    }
+    for path in rules.writable.iter().chain(rules.readable.iter().flatten()) {
+        if let Err(e) = std::fs::metadata(path) {
+            return Err(SandboxError::Path(format!("{}: {e}", path.display())));
+        }
+    }
+    Ok(())
+}
+
+/// Makes the ruleset and the filter for `rules`.
+pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
+    check(rules)?;
+    let abi = ABI::from(landlock_abi());
+    let fs_all = AccessFs::from_all(abi);
+    let read = AccessFs::from_read(abi);
+    let file = AccessFs::from_file(abi) & !AccessFs::Execute;
+    let landlock = |e: landlock::RulesetError| SandboxError::Other(format!("Landlock: {e}"));
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(fs_all)
+        .map_err(landlock)?;
+    if rules.network != Network::All {
+        ruleset = ruleset
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(landlock)?;
+    }
+    let mut created = ruleset.create().map_err(landlock)?;
+    let open = |path: &std::path::Path| {
+        PathFd::new(path).map_err(|e| SandboxError::Path(format!("{}: {e}", path.display())))
+    };
+    let beneath = |path: &std::path::Path, access| -> Result<_, SandboxError> {
+        // A file takes only the rights a file has.
+        let access = match path.is_dir() {
+            true => access,
+            false => access & AccessFs::from_file(abi),
+        };
+        Ok(PathBeneath::new(open(path)?, access))
+    };
+    match &rules.readable {
+        None => {
+            created = created
+                .add_rule(beneath("/".as_ref(), read)?)
+                .map_err(landlock)?
+        }
+        Some(paths) => {
+            for path in paths {
+                created = created.add_rule(beneath(path, read)?).map_err(landlock)?;
+            }
+        }
+    }
+    for path in &rules.writable {
+        created = created.add_rule(beneath(path, fs_all)?).map_err(landlock)?;
+    }
+    for device in DEVICES.iter().map(std::path::Path::new) {
+        if device.exists() {
+            created = created.add_rule(beneath(device, file)?).map_err(landlock)?;
+        }
+    }
+    if let Network::Ports { connect, bind } = &rules.network {
+        for port in connect {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .map_err(landlock)?;
+        }
+        for port in bind {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::BindTcp))
+                .map_err(landlock)?;
+        }
+    }
+    let ruleset: Option<OwnedFd> = created.into();
+    let ruleset = ruleset.ok_or_else(|| SandboxError::Missing("Landlock ruleset".into()))?;
+    let filter = match rules.network {
+        Network::None => Some(socket_filter()?),
+        _ => None,
+    };
+    Ok(Enforcement { ruleset, filter })
+}
+
+/// Under `network: none`: `socket` and `socketpair` of any family but
+/// AF_UNIX fail with EACCES (UDP, raw, netlink, … which Landlock does not
+/// see), and so does `io_uring_setup` (its requests would bypass this
+/// filter).
+fn socket_filter() -> Result<seccompiler::BpfProgram, SandboxError> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    };
+    let seccomp = |e: seccompiler::BackendError| SandboxError::Other(format!("seccomp: {e}"));
+    let not_unix = || -> Result<Vec<SeccompRule>, SandboxError> {
+        let cond = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )
+        .map_err(seccomp)?;
+        Ok(vec![SeccompRule::new(vec![cond]).map_err(seccomp)?])
+    };
+    let rules = [
+        (libc::SYS_socket, not_unix()?),
+        (libc::SYS_socketpair, not_unix()?),
+        (libc::SYS_io_uring_setup, Vec::new()),
+    ]
+    .into_iter()
+    .collect();
+    let arch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| seccomp(e))?;
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        arch,
+    )
+    .map_err(seccomp)?;
+    filter.try_into().map_err(seccomp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_path_is_named_before_anything_is_made() {
+        let rules = Rules {
+            readable: None,
+            writable: vec!["/no/such/dir".into()],
+            network: Network::All,
+        };
+        let err = check(&rules)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("/no/such/dir"), "{err}");
+    }
+
+    #[test]
+    fn the_socket_filter_compiles() {
+        let program = socket_filter().expect("filter");
+        assert!(!program.is_empty());
+    }
+}

@@ -1,0 +1,282 @@
+//! Sandboxed sessions (docs/SECURITY.md) against the real kernel: Landlock
+//! for files and TCP, seccomp for the other socket families, on the
+//! whole tree. Each check looks at what really happened: the file is
+//! there or not, the listener was reached or not.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// Runs `command` in `cwd` with `sandbox` (null: none) until it exits;
+/// returns its output and the poll of it.
+fn run(d: &Daemon, cwd: &Path, sandbox: Value, command: &str) -> (String, Value) {
+    let mut params = json!({"command": command, "cwd": cwd.to_str().expect("utf-8")});
+    if !sandbox.is_null() {
+        params["sandbox"] = sandbox;
+    }
+    let id = d.ok("spawn", params)["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let waited = d.ok("wait", json!({"session_id": id, "timeout_s": 20}));
+    assert_eq!(waited["status"], "exited", "{waited}");
+    let log = d.ok("log", json!({"session_id": id}));
+    let polled = d.ok("poll", json!({"session_id": id}));
+    (
+        log["output"].as_str().unwrap_or_default().to_string(),
+        polled,
+    )
+}
+
+/// A bash one-liner that says whether a TCP connection to `port` opens.
+fn tcp_probe(port: u16) -> String {
+    format!("(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo tcp-{port}-open || echo tcp-{port}-refused")
+}
+
+/// Connections `listener` has accepted by now.
+fn accepted(listener: &std::net::TcpListener) -> usize {
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::iter::from_fn(|| listener.accept().ok()).count()
+}
+
+#[test]
+fn workspace_write_writes_the_cwd_and_nothing_else_even_from_a_grandchild() {
+    let d = Daemon::start();
+    let project = tempfile::tempdir().expect("project");
+    let outside = tempfile::tempdir().expect("outside");
+    let out_file = outside.path().join("x");
+    let command = format!(
+        "echo a > inside.txt; bash -c 'bash -c \"echo b > {} || echo grandchild-denied\"'; echo t > \"$TMPDIR/t\" && echo tmp-ok",
+        out_file.display()
+    );
+    let (output, polled) = run(&d, project.path(), json!("workspace-write"), &command);
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("inside.txt"))
+            .ok()
+            .as_deref(),
+        Some("a\n"),
+        "{output}"
+    );
+    assert!(
+        !out_file.exists(),
+        "a write outside the workspace got through: {output}"
+    );
+    assert!(
+        output.contains("Permission denied") && output.contains("grandchild-denied"),
+        "{output}"
+    );
+    assert!(output.contains("tmp-ok"), "{output}");
+    // poll shows the sandbox in force; the temp dir goes with the session.
+    let sandbox = &polled["sandbox"];
+    assert_eq!(sandbox["profile"], "workspace-write", "{polled}");
+    assert_eq!(sandbox["network"], "none", "{polled}");
+    let writable: Vec<&str> = sandbox["writable"]
+        .as_array()
+        .expect("writable")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(writable.len(), 2, "{polled}");
+    assert_eq!(Path::new(writable[0]), project.path(), "{polled}");
+    let tmp = Path::new(writable[1]).to_path_buf();
+    assert!(tmp.starts_with(d.state_dir()), "{polled}");
+    wait_until("the session's temp dir is removed", || !tmp.exists());
+
+    // The CLI's flags: --sandbox, and --writable adding a path.
+    let out = d.cli(&[
+        "--json",
+        "spawn",
+        "--cwd",
+        project.path().to_str().expect("utf-8"),
+        "--sandbox",
+        "read-only",
+        "--writable",
+        outside.path().to_str().expect("utf-8"),
+        "--",
+        &format!("echo c > {}", out_file.display()),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let id: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let id = id["session_id"].as_str().expect("id");
+    d.ok("wait", json!({"session_id": id, "timeout_s": 20}));
+    assert_eq!(
+        std::fs::read_to_string(&out_file).ok().as_deref(),
+        Some("c\n")
+    );
+}
+
+#[test]
+fn read_only_reads_but_writes_nothing_in_its_cwd() {
+    let d = Daemon::start();
+    let project = tempfile::tempdir().expect("project");
+    std::fs::write(project.path().join("notes.txt"), "readable-content\n").expect("write");
+    let (output, polled) = run(
+        &d,
+        project.path(),
+        json!("read-only"),
+        "cat notes.txt; echo x > new.txt; rm -f notes.txt; ls /usr/bin/env",
+    );
+    assert!(output.contains("readable-content"), "{output}");
+    assert!(output.contains("/usr/bin/env"), "reads elsewhere: {output}");
+    assert!(!project.path().join("new.txt").exists(), "{output}");
+    assert!(project.path().join("notes.txt").exists(), "{output}");
+    assert_eq!(polled["sandbox"]["profile"], "read-only", "{polled}");
+}
+
+#[test]
+fn network_none_refuses_tcp_and_udp_that_an_unsandboxed_session_reaches() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = tcp.local_addr().expect("addr").port();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    let udp_port = udp.local_addr().expect("addr").port();
+    let probe = format!(
+        "{}; (echo datagram > /dev/udp/127.0.0.1/{udp_port}) 2>/dev/null && echo udp-sent || echo udp-refused",
+        tcp_probe(port)
+    );
+
+    let (output, _) = run(&d, cwd.path(), Value::Null, &probe);
+    assert!(output.contains(&format!("tcp-{port}-open")), "{output}");
+    assert_eq!(
+        accepted(&tcp),
+        1,
+        "the unsandboxed session reaches the listener"
+    );
+    udp.set_nonblocking(true).expect("nonblocking");
+    let mut buf = [0u8; 64];
+    assert!(udp.recv(&mut buf).is_ok(), "its datagram arrives: {output}");
+
+    let (output, polled) = run(&d, cwd.path(), json!({"network": "none"}), &probe);
+    assert!(output.contains(&format!("tcp-{port}-refused")), "{output}");
+    assert!(output.contains("udp-refused"), "{output}");
+    assert_eq!(
+        accepted(&tcp),
+        0,
+        "a sandboxed session reached the listener"
+    );
+    assert!(udp.recv(&mut buf).is_err(), "a sandboxed datagram arrived");
+    assert_eq!(polled["sandbox"]["profile"], "custom", "{polled}");
+}
+
+#[test]
+fn port_rules_allow_one_port_and_refuse_another() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    let allowed = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let other = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let (a, b) = (
+        allowed.local_addr().expect("addr").port(),
+        other.local_addr().expect("addr").port(),
+    );
+    let out = d.cli(&[
+        "--json",
+        "spawn",
+        "--cwd",
+        cwd.path().to_str().expect("utf-8"),
+        "--sandbox",
+        "workspace-write",
+        "--network",
+        &format!("connect={a}"),
+        "--",
+        &format!("{}; {}", tcp_probe(a), tcp_probe(b)),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let id: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let id = id["session_id"].as_str().expect("id").to_string();
+    d.ok("wait", json!({"session_id": id, "timeout_s": 20}));
+    let output = d.ok("log", json!({"session_id": id}))["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(output.contains(&format!("tcp-{a}-open")), "{output}");
+    assert!(output.contains(&format!("tcp-{b}-refused")), "{output}");
+    assert_eq!(accepted(&allowed), 1, "{output}");
+    assert_eq!(accepted(&other), 0, "{output}");
+    let polled = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(
+        polled["sandbox"]["network"],
+        json!({"connect": [a], "bind": []})
+    );
+}
+
+#[test]
+fn the_sandbox_holds_after_a_daemon_sigkill() {
+    let d = Daemon::start();
+    let project = tempfile::tempdir().expect("project");
+    let outside = tempfile::tempdir().expect("outside");
+    let target = outside.path().join("f");
+    let command = format!(
+        "while read -r line; do (echo \"$line\" > {}) 2>/dev/null && echo wrote-$line || echo denied-$line; done",
+        target.display()
+    );
+    let id = d.ok(
+        "spawn",
+        json!({"command": command, "cwd": project.path().to_str().expect("utf-8"),
+               "sandbox": "workspace-write"}),
+    )["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    d.kill_daemon();
+    // The kernel keeps the sandbox; the next daemon reports it from the
+    // checkpoint.
+    let polled = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(polled["sandbox"]["profile"], "workspace-write", "{polled}");
+    d.ok(
+        "submit_stdin",
+        json!({"session_id": id, "data": "after-crash"}),
+    );
+    wait_until("the session answers", || {
+        d.ok("log", json!({"session_id": id}))["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("-after-crash"))
+    });
+    let output = d.ok("log", json!({"session_id": id}))["output"].to_string();
+    assert!(output.contains("denied-after-crash"), "{output}");
+    assert!(!target.exists());
+    d.ok("kill", json!({"session_id": id}));
+}
+
+#[test]
+fn an_unknown_profile_and_a_missing_kernel_feature_are_refused() {
+    let d = Daemon::start();
+    for (sandbox, names) in [
+        (json!("sandboxy"), "sandboxy"),
+        (json!({"writeable": ["."]}), "writeable"),
+        (json!({"network": {"connect": [0]}}), "network"),
+        (json!(7), "sandbox"),
+    ] {
+        let r = d.call("spawn", json!({"command": "true", "sandbox": sandbox}));
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        let message = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(names), "{r}");
+    }
+    let r = d.call(
+        "spawn",
+        json!({"command": "true", "sandbox": {"writable": ["/no/such/dir"]}}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(r.to_string().contains("/no/such/dir"), "{r}");
+
+    // A kernel without what it needs (debug builds take the ABI from
+    // PROCD_TEST_LANDLOCK_ABI): -32002 naming it, and nothing started.
+    let old = Daemon::with_env("", &[("PROCD_TEST_LANDLOCK_ABI", "3")]);
+    let r = old.call(
+        "spawn",
+        json!({"command": "touch started", "sandbox": {"network": {"connect": [80]}}}),
+    );
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Landlock ABI 4 needed for network rules, kernel has 3")),
+        "{r}"
+    );
+    let listed = old.ok("list", json!({}));
+    assert_eq!(listed["processes"], json!([]), "{listed}");
+    let none = Daemon::with_env("", &[("PROCD_TEST_LANDLOCK_ABI", "0")]);
+    let r = none.call("spawn", json!({"command": "true", "sandbox": "read-only"}));
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    assert!(r.to_string().contains("Landlock is needed"), "{r}");
+}
