@@ -289,7 +289,7 @@ fn readme_tour_runs() {
             .ok_or(format!("no {what:?} in {text:?}"))
     }
     // (the line's command, what its comment says, as a check)
-    let checks: [(&str, Check); 10] = [
+    let checks: [(&str, Check); 11] = [
         ("procd spawn --ready-output ready -- npm run dev", |o, _| {
             has(o, "proc_")?;
             has(o, "\nready")
@@ -311,6 +311,11 @@ fn readme_tour_runs() {
         // Printed a second after the spawn: only a follower sees it.
         ("procd logs -f proc_9b1c", |o, _| has(o, "done")),
         ("procd wait proc_9b1c --timeout 60", |o, _| code(o, 3)),
+        // What it did is looked at below, once it has ended.
+        (
+            "procd spawn --sandbox workspace-write -- 'touch ok /etc/no'",
+            |o, _| has(o, "proc_"),
+        ),
         ("procd status", |o, _| has(o, "running")),
     ];
     let commands: Vec<&str> = lines
@@ -358,6 +363,18 @@ fn readme_tour_runs() {
             ids.push((placeholder, id));
         }
     }
+    let (_, sandboxed) = ids.last().expect("the sandboxed spawn");
+    let waited = d.ok("wait", json!({"session_id": sandboxed, "timeout_s": 20}));
+    assert_eq!(waited["status"], "exited", "{waited}");
+    let log = d.ok("log", json!({"session_id": sandboxed}));
+    assert!(
+        project.path().join("ok").exists() && !Path::new("/etc/no").exists(),
+        "the sandboxed line: {log}"
+    );
+    assert!(
+        log["output"].to_string().contains("Permission denied"),
+        "{log}"
+    );
 }
 
 /// Keys whose values differ from run to run (or machine to machine): for

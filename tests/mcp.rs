@@ -170,6 +170,27 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     let kept = &seen["kept"]["result"];
     let kept_pid = kept["pid"].as_i64().unwrap() as i32;
     wait_until("the agent's process ends with it", || !alive(slow_pid));
+    // A sandbox through start: the write is refused, and a bad profile is
+    // a tool error naming it.
+    let sandboxed = &seen["sandboxed"]["result"];
+    assert!(
+        sandboxed["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("Permission denied") && o.contains("refused")),
+        "{sandboxed}"
+    );
+    assert_eq!(
+        seen["bad_sandbox"]["is_error"], true,
+        "{}",
+        seen["bad_sandbox"]
+    );
+    assert!(
+        seen["bad_sandbox"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("sandbox: unknown profile \"loose\"")),
+        "{}",
+        seen["bad_sandbox"]
+    );
     // A restarting one ends with its agent too, and is not started again.
     assert_eq!(seen["bad_restart"]["is_error"], true);
     assert!(

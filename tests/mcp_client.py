@@ -95,6 +95,9 @@ async def main(procd: str, home: str) -> None:
             # A restart policy through start; a bad one is a tool error.
             out["restarting"] = await call("start", {"command": "exec sleep 304", "restart": "always", "yield_ms": 0})
             out["bad_restart"] = await call("start", {"command": "true", "restart": "sometimes", "yield_ms": 0})
+            # A sandbox through start: the kernel refuses the write.
+            out["sandboxed"] = await call("start", {"command": "touch " + os.path.join(project, "sandboxed.txt") + " || echo refused", "sandbox": "read-only"})
+            out["bad_sandbox"] = await call("start", {"command": "true", "sandbox": "loose", "yield_ms": 0})
             with open(os.path.join(project, "procd.toml"), "w") as f:
                 f.write('[service.api]\ncommand = "echo api up; exec sleep 300"\nready = { output = "api up" }\n')
             out["up"] = await call("up", {"wait_s": 20})

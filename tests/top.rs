@@ -31,11 +31,12 @@ fn row<'a>(screen: &'a str, label: &str) -> &'a str {
 }
 
 /// A shell line for tmux: the terminal's settings before and after `top`
-/// and its exit status, written to files in `dir`.
+/// and its exit status, written to files in `dir` (the status last, so
+/// that once it is there the others are complete).
 fn top_script(d: &Daemon, dir: &Path, extra: &str) -> String {
     let dir = dir.display();
     format!(
-        "stty -a > {dir}/before; {BIN} --home {} {extra} top; echo $? > {dir}/rc; stty -a > {dir}/after; sleep 60",
+        "stty -a > {dir}/before; {BIN} --home {} {extra} top; rc=$?; stty -a > {dir}/after; echo $rc > {dir}/rc; sleep 60",
         d.home.path().display()
     )
 }

@@ -635,7 +635,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     let d = || shared.get_or_init(Daemon::start);
     let groups: [(&str, &dyn Fn() -> Vec<Row>); 15] = [
         ("spawn", &|| {
-            let mut rows = vec![spawn_wait(d(), s)];
+            let mut rows = vec![spawn_wait(d(), s), spawn_wait_sandboxed(d(), s)];
             rows.extend(spawn_wait_slow_rc(s));
             rows
         }),
@@ -676,6 +676,48 @@ fn spawn_wait(d: &Daemon, s: &Sizes) -> Row {
         "no login scripts (an empty HOME)",
         &["-c", "true"],
         Ratio::AtMost(1.5),
+    )
+}
+
+/// docs/SECURITY.md: a sandbox (the Landlock ruleset made per spawn, the
+/// child entering it) costs little beside the same spawn without one.
+fn spawn_wait_sandboxed(d: &Daemon, s: &Sizes) -> Row {
+    let mut c = d.connect();
+    let dir = d.home.join("sandboxed");
+    std::fs::create_dir_all(&dir).expect("cwd");
+    let cwd = dir.to_str().expect("utf-8").to_string();
+    let mut one = |sandbox: Option<&str>| {
+        let mut params = json!({"command": "true", "cwd": cwd});
+        if let Some(profile) = sandbox {
+            params["sandbox"] = json!(profile);
+        }
+        let t = Instant::now();
+        let id = c.call("spawn", params)["session_id"].clone();
+        let w = c.call("wait", json!({"session_id": id, "timeout_s": 30}));
+        assert_eq!(w["status"], "exited", "{w}");
+        assert_eq!(w["exit_code"], 0, "{w}");
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for round in 0..s.rounds {
+        if round % 2 == 0 {
+            ours.push(one(Some("workspace-write")));
+            base.push(one(None));
+        } else {
+            base.push(one(None));
+            ours.push(one(Some("workspace-write")));
+        }
+    }
+    Row::against(
+        "spawn + wait of `true` under workspace-write".into(),
+        median(&ours),
+        median(&base),
+        "ms",
+        Ratio::AtMost(1.2),
+        format!(
+            "median of {} rounds, alternating; baseline: the same spawn + wait without a sandbox",
+            s.rounds
+        ),
     )
 }
 
