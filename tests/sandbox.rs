@@ -280,3 +280,83 @@ fn an_unknown_profile_and_a_missing_kernel_feature_are_refused() {
     assert_eq!(r["error"]["code"], -32002, "{r}");
     assert!(r.to_string().contains("Landlock is needed"), "{r}");
 }
+
+#[test]
+fn temp_dirs_go_with_their_sessions_and_a_new_daemon_sweeps_stale_ones() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = short_tempdir();
+    let tmp = home.path().join("state/tmp");
+    std::fs::create_dir_all(tmp.join("sandbox-0123abcd/inner")).expect("stale dir");
+    std::fs::create_dir_all(tmp.join("not-a-sandbox")).expect("other dir");
+    for dir in [home.path().join("state"), tmp.clone()] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    }
+    let d = Daemon::in_home(home, "");
+    // Recovery ran before the daemon served: no session uses the stale one.
+    assert!(!tmp.join("sandbox-0123abcd").exists());
+    assert!(
+        tmp.join("not-a-sandbox").exists(),
+        "only procd's own are swept"
+    );
+
+    // A running session's temp dir outlives a daemon SIGKILL, and goes
+    // when the session ends.
+    let cwd = tempfile::tempdir().expect("cwd");
+    let id = d.ok(
+        "spawn",
+        json!({"command": "sleep 300", "cwd": cwd.path().to_str().expect("utf-8"),
+               "sandbox": "read-only"}),
+    )["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let polled = d.ok("poll", json!({"session_id": id}));
+    let own = std::path::PathBuf::from(
+        polled["sandbox"]["writable"][0]
+            .as_str()
+            .expect("its temp dir"),
+    );
+    assert!(own.is_dir(), "{polled}");
+    d.kill_daemon();
+    assert!(own.is_dir(), "a running session's temp dir was swept");
+    d.ok("kill", json!({"session_id": id}));
+    wait_until("the ended session's temp dir is removed", || !own.exists());
+}
+
+#[test]
+fn the_configured_default_sandboxes_a_session_that_asks_for_none() {
+    let d = Daemon::with_config("sandbox = \"read-only\"\n");
+    let project = tempfile::tempdir().expect("project");
+    let (output, polled) = run(
+        &d,
+        project.path(),
+        Value::Null,
+        "touch made || echo refused",
+    );
+    assert!(output.contains("refused"), "{output}");
+    assert!(!project.path().join("made").exists());
+    assert_eq!(polled["sandbox"]["profile"], "read-only", "{polled}");
+    // `full` asks for none, whatever the default; list shows both.
+    let (output, _) = run(&d, project.path(), json!("full"), "touch made && echo made");
+    assert!(output.contains("made"), "{output}");
+    let listed = d.ok("list", json!({}));
+    let profiles: Vec<Value> = listed["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| p["sandbox"]["profile"].clone())
+        .collect();
+    assert!(profiles.contains(&json!("read-only")), "{listed}");
+    assert!(profiles.contains(&Value::Null), "{listed}");
+    // A default that is not a profile is refused at start, naming the key.
+    let out = std::process::Command::new(BIN)
+        .args(["daemon", "--set", "sandbox=\"loose\""])
+        .env("PROCD_HOME", short_tempdir().path())
+        .output()
+        .expect("procd daemon");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("loose"),
+        "{out:?}"
+    );
+}

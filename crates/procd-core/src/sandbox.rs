@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 /// The variable a sandboxed command finds its temp dir in.
 pub const TMPDIR: &str = "TMPDIR";
+/// How a session's temp dir is named, below the registry's `tmp_dir`.
+pub const TMP_PREFIX: &str = "sandbox-";
 
 /// A session's sandbox, fixed at its spawn (and recorded in procs.json).
 #[derive(Debug, Clone, PartialEq)]
@@ -37,7 +39,7 @@ impl SandboxPlan {
             return Ok(None);
         }
         let name = crate::random::hex(8).map_err(|e| Error::Internal(e.to_string()))?;
-        let tmp = tmp_root.join(format!("sandbox-{name}"));
+        let tmp = tmp_root.join(format!("{TMP_PREFIX}{name}"));
         let tmp_s = tmp.display().to_string();
         let info = match spec {
             SandboxSpec::Profile(SandboxProfile::Full) => return Ok(None),
@@ -117,9 +119,28 @@ impl SandboxPlan {
         }
     }
 
-    /// Makes its temp dir (0700) and what the child hands the kernel.
-    pub fn enforcement(&self) -> std::io::Result<procd_sys::sandbox::Enforcement> {
+    /// Whether its temp dir is one procd made below `root`: a recorded
+    /// plan comes from procs.json, and a corrupt or planted one must not
+    /// make procd create or remove a directory elsewhere.
+    pub fn is_own_tmp(&self, root: &Path) -> bool {
+        self.tmp.parent() == Some(root)
+            && self
+                .tmp
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(TMP_PREFIX) && n.len() > TMP_PREFIX.len())
+    }
+
+    /// Makes its temp dir (0700, below `root`) and what the child hands
+    /// the kernel.
+    pub fn enforcement(&self, root: &Path) -> std::io::Result<procd_sys::sandbox::Enforcement> {
         use std::os::unix::fs::DirBuilderExt;
+        if !self.is_own_tmp(root) {
+            return Err(std::io::Error::other(format!(
+                "the sandbox's temp dir {} is not procd's",
+                self.tmp.display()
+            )));
+        }
         match std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -132,8 +153,12 @@ impl SandboxPlan {
         procd_sys::sandbox::prepare(&self.rules()).map_err(std::io::Error::other)
     }
 
-    /// Removes its temp dir (its session has ended), off the event loop.
-    pub fn remove_tmp(&self) {
+    /// Removes its temp dir (its session has ended), off the event loop;
+    /// only one procd made below `root`.
+    pub fn remove_tmp(&self, root: &Path) {
+        if !self.is_own_tmp(root) {
+            return;
+        }
         let tmp = self.tmp.clone();
         tokio::task::spawn_blocking(move || {
             let _ = std::fs::remove_dir_all(tmp);
@@ -159,5 +184,39 @@ fn paths(readable: &Readable) -> &[String] {
     match readable {
         Readable::All => &[],
         Readable::Paths(p) => p,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_with_tmp(tmp: &str) -> SandboxPlan {
+        SandboxPlan::recovered(SandboxInfo {
+            profile: "read-only".into(),
+            writable: vec![tmp.into()],
+            readable: Readable::All,
+            network: NetworkSpec::None,
+        })
+        .expect("a plan")
+    }
+
+    #[test]
+    fn only_a_temp_dir_procd_made_is_made_or_removed() {
+        let root = Path::new("/home/u/.procd/state/tmp");
+        assert!(plan_with_tmp("/home/u/.procd/state/tmp/sandbox-0a1b").is_own_tmp(root));
+        // What a corrupt or planted procs.json could name instead.
+        for planted in [
+            "/home/u",
+            "/home/u/.procd/state/tmp",
+            "/home/u/.procd/state/tmp/sandbox-",
+            "/home/u/.procd/state/tmp/other",
+            "/home/u/.procd/state/tmp/sandbox-x/deeper",
+            "/home/u/.procd/state/tmp/../../../projects",
+        ] {
+            let plan = plan_with_tmp(planted);
+            assert!(!plan.is_own_tmp(root), "{planted}");
+            assert!(plan.enforcement(root).is_err(), "{planted}");
+        }
     }
 }

@@ -51,7 +51,9 @@ impl Registry {
         }
         session.mark_exited(record);
         if let Some(plan) = &session.spec.sandbox {
-            plan.remove_tmp();
+            if let Some(reg) = &reg {
+                plan.remove_tmp(&reg.tmp_dir);
+            }
         }
         if let Some(reg) = reg {
             reg.release_from_keeper(&session.id);

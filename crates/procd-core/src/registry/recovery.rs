@@ -251,10 +251,39 @@ impl Registry {
             self.release_from_keeper(&id);
         }
         self.end_unrecorded().await;
+        self.sweep_sandbox_tmp().await;
         // A checkpoint that cannot be written now is a fault to live with
         // (retried by the monitor), not a reason to refuse to serve.
         let _ = self.write_checkpoint().await;
         Ok((recovered, dropped))
+    }
+
+    /// Removes the temp dirs of sandboxed sessions that no running session
+    /// uses: theirs ended while no daemon saw it, or were lost.
+    async fn sweep_sandbox_tmp(&self) {
+        let keep: Vec<PathBuf> = self
+            .all_sessions()
+            .iter()
+            .filter(|s| s.is_running())
+            .filter_map(|s| s.spec.sandbox.as_ref())
+            .map(|plan| plan.tmp.clone())
+            .collect();
+        let root = self.tmp_dir.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let Ok(dir) = std::fs::read_dir(&root) else {
+                return;
+            };
+            for entry in dir.flatten() {
+                let name = entry.file_name();
+                let ours = name
+                    .to_str()
+                    .is_some_and(|n| n.starts_with(crate::sandbox::TMP_PREFIX));
+                if ours && !keep.contains(&entry.path()) {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        })
+        .await;
     }
 
     /// The value of `PROCD_INSTANCE` in this daemon's children: its logs

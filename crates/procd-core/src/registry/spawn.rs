@@ -647,7 +647,7 @@ impl Registry {
                     crate::sandbox::TMPDIR.into(),
                     plan.tmp.display().to_string(),
                 );
-                Some(plan.enforcement()?)
+                Some(plan.enforcement(&self.tmp_dir)?)
             }
             None => None,
         };
