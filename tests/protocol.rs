@@ -717,3 +717,115 @@ fn fast_poll_answers_byte_for_byte_as_jsonrpsee_does() {
         "{common_shape} requests in poll's common shape"
     );
 }
+
+/// `read` in its common shape (session_id, and cursor and max_bytes if
+/// any) is answered by the fast path too, when it can answer at once.
+/// 10 000 generated reads, valid and not, some of them from a log file
+/// (the general path's), each sent as it is and with a leading space,
+/// and the two answers compared byte for byte.
+#[test]
+fn fast_read_answers_byte_for_byte_as_jsonrpsee_does() {
+    let d = Daemon::start();
+    let sessions: Vec<String> = [
+        json!({"command": "printf 'h\\303\\251llo \"quoted\" \\t tab \\\\ back \\001 ctrl\\n'; exit 3"}),
+        json!({"command": "echo on a terminal; exit 0", "pty": true}),
+        json!({"command": "seq 1 5000"}),
+        // Past the memory tail: its start is read from the log file.
+        json!({"command": "seq 1 100000"}),
+        json!({"command": "echo token ghp_abcdefghijklmnopqrstuvwxyz0123456789 here"}),
+    ]
+    .into_iter()
+    .map(|p| d.spawn_with(p))
+    .collect();
+    for id in &sessions {
+        d.wait_exit(id);
+    }
+    let running = d.spawn_with(json!({"command": "echo live; exec sleep 300"}));
+    let mut sids: Vec<String> = sessions.iter().map(|s| format!("\"{s}\"")).collect();
+    sids.push(format!("\"{running}\""));
+    sids.extend(["\"proc_000000000000\"", "\"\"", "5", "null"].map(String::from));
+    let numbers = [
+        "0",
+        "1",
+        "7",
+        "4096",
+        "65536",
+        "600000",
+        "9007199254740993",
+        "-1",
+        "1.5",
+        "\"3\"",
+        "null",
+    ];
+    let ids = [
+        "0",
+        "9",
+        "18446744073709551615",
+        "-1",
+        "\"a\"",
+        "\"q\\\"q\"",
+        "null",
+    ];
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut fast = d.connect();
+    let mut general = d.connect();
+    let mut common_shape = 0;
+    for _ in 0..10_000 {
+        let id = ids[next(ids.len())];
+        let sid = &sids[next(sids.len())];
+        let mut params = vec![format!("\"session_id\":{sid}")];
+        let mut common = true;
+        if next(3) > 0 {
+            params.push(format!("\"cursor\":{}", numbers[next(numbers.len())]));
+        }
+        if next(3) > 0 {
+            params.push(format!("\"max_bytes\":{}", numbers[next(numbers.len())]));
+        }
+        match next(10) {
+            0 => params.push("\"wait_ms\":0".into()),
+            1 => params.push("\"max_output_chars\":50".into()),
+            2 => params.push("\"cursr\":1".into()),
+            3 => params.push(format!("\"session_id\":{sid}")),
+            _ => {}
+        }
+        if params.len() > 3
+            || params
+                .iter()
+                .any(|p| p.contains("wait_ms") || p.contains("max_output") || p.contains("cursr"))
+        {
+            common = false;
+        }
+        for i in (1..params.len()).rev() {
+            params.swap(i, next(i + 1));
+        }
+        let method = ["\"read\"", "\"read\"", "\"read\"", "\"Read\""][next(4)];
+        let mut fields = [
+            "\"jsonrpc\":\"2.0\"".to_string(),
+            format!("\"id\":{id}"),
+            format!("\"method\":{method}"),
+            format!("\"params\":{{{}}}", params.join(",")),
+        ];
+        for i in (1..fields.len()).rev() {
+            fields.swap(i, next(i + 1));
+        }
+        let line = format!("{{{}}}", fields.join([",", ", "][next(2)]));
+        if common && method == "\"read\"" {
+            common_shape += 1;
+        }
+        fast.send_raw(&line);
+        general.send_raw(&format!(" {line}"));
+        let (a, b) = (fast.recv_raw(), general.recv_raw());
+        assert_eq!(a, b, "the two paths answer {line} differently");
+    }
+    assert!(
+        common_shape > 3000,
+        "{common_shape} requests in read's common shape"
+    );
+    d.ok("kill", json!({"session_id": running}));
+}

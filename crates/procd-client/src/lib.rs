@@ -108,6 +108,20 @@ pub async fn open_socket(socket: &Path) -> io::Result<UnixStream> {
     Ok(stream)
 }
 
+/// Where a session's output ends now: the cursor after its last byte
+/// (`procd attach` and `procd top`'s log pane start a little before it).
+pub async fn output_end(
+    client: &Client,
+    session_id: &str,
+) -> Result<u64, jsonrpsee::core::client::Error> {
+    let end = Some(procd_proto::Cursor::new(procd_proto::MAX_COUNT));
+    let one = Some(procd_proto::MaxBytes::new(1));
+    Ok(client
+        .read(session_id.to_string(), end, one, None, None, None)
+        .await?
+        .next_cursor)
+}
+
 /// The session id `arg` stands for: a full id as given (no round trip);
 /// else an id prefix, a name (`NAME`) or `PROJECT/NAME`, looked up once
 /// with `poll` (docs/stacks.md). An argument that is both a hex prefix and

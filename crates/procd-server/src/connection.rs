@@ -141,7 +141,7 @@ pub async fn serve(
 pub struct Protocol {
     pub dispatch: Dispatch,
     /// Agents' most frequent call, in its common shape.
-    pub fast: Arc<crate::fast::FastPoll>,
+    pub fast: Arc<crate::fast::FastPath>,
     pub max_request_bytes: usize,
     pub max_response_bytes: usize,
 }

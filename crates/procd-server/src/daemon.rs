@@ -400,7 +400,7 @@ async fn serve_claimed(
             methods,
             registry: Some(daemon.registry.clone()),
         },
-        fast: Arc::new(crate::fast::FastPoll::new(
+        fast: Arc::new(crate::fast::FastPath::new(
             daemon.registry.clone(),
             options.config.max_response_bytes,
         )),

@@ -1,28 +1,33 @@
-//! The fast path for `poll`, agents' most frequent call (issue "the
-//! request path at socket speed"). Through jsonrpsee a poll costs ~39k
-//! instructions, most of them around the 2.5 µs poll itself: the request
-//! parsed into raw values and again into typed params, the answer written
-//! piece by piece through a bounded writer and then re-parsed into a
-//! `RawValue`. Here a request in the one shape agents send —
-//! `{"jsonrpc":"2.0","id":N,"method":"poll","params":{"session_id":"…"}}`,
-//! any key order, starting with `{` — is parsed once into borrowed fields
+//! The fast path for `poll` and `read`, agents' most frequent calls
+//! (issue "the request path at socket speed"). Through jsonrpsee a poll
+//! costs ~39k instructions, most of them around the 2.5 µs poll itself:
+//! the request parsed into raw values and again into typed params, the
+//! answer written piece by piece through a bounded writer and then
+//! re-parsed into a `RawValue` — for a 4 KiB `read`, that re-parse of the
+//! escaped output is a third of the call. Here a request in the shape
+//! agents send — `{"jsonrpc":"2.0","id":N,"method":"poll","params":{"session_id":"…"}}`,
+//! or `read` with `session_id` and, optionally, `cursor` and `max_bytes` —
+//! any key order, starting with `{`, is parsed once into borrowed fields
 //! and answered with one serialization.
 //!
 //! Anything else goes the general way, untouched: another method, another
 //! param, a duplicate or unknown key, an id that is not a plain number or
 //! an escape-free string, a line that does not start with `{`, an error
-//! from the poll (the general path then answers it, so every error is
-//! jsonrpsee's own). The answer is byte for byte what jsonrpsee writes:
-//! `tests/protocol.rs` sends 10 000 generated requests both ways and
-//! compares every byte (docs/decisions.md).
+//! from the call, a read that cannot answer at once (from the log file
+//! rather than memory): the general path then answers it, so every error
+//! is jsonrpsee's own. The answer is byte for byte what jsonrpsee writes:
+//! `tests/protocol.rs` sends 10 000 generated requests of each method both
+//! ways and compares every byte (docs/decisions.md).
 
+use futures::FutureExt;
 use procd_core::registry::Registry;
+use procd_proto::{Cursor, MaxBytes};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
 
-/// Answers the common `poll` request without jsonrpsee.
-pub struct FastPoll {
+/// Answers the common `poll` and `read` requests without jsonrpsee.
+pub struct FastPath {
     registry: Arc<Registry>,
     max_response_bytes: usize,
 }
@@ -35,39 +40,77 @@ struct Request<'a> {
     id: &'a RawValue,
     method: &'a str,
     #[serde(borrow)]
-    params: Params<'a>,
+    params: &'a RawValue,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Params<'a> {
+struct PollParams<'a> {
     session_id: &'a str,
 }
 
-impl FastPoll {
-    pub fn new(registry: Arc<Registry>, max_response_bytes: usize) -> FastPoll {
-        FastPoll {
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadParams<'a> {
+    session_id: &'a str,
+    #[serde(default)]
+    cursor: Option<Cursor>,
+    #[serde(default)]
+    max_bytes: Option<MaxBytes>,
+}
+
+impl FastPath {
+    pub fn new(registry: Arc<Registry>, max_response_bytes: usize) -> FastPath {
+        FastPath {
             registry,
             max_response_bytes,
         }
     }
 
-    /// The answer to `line` if it is a poll in the common shape that the
-    /// poll answers without an error; None sends it the general way.
+    /// The answer to `line` if it is a poll or read in the common shape
+    /// that is answered at once without an error; None sends it the
+    /// general way.
     pub fn answer(&self, line: &str) -> Option<String> {
-        if !line.starts_with('{') || !line.contains("\"poll\"") {
+        if !line.starts_with('{') || !(line.contains("\"poll\"") || line.contains("\"read\"")) {
             return None;
         }
         let request: Request = serde_json::from_str(line).ok()?;
-        if request.jsonrpc != "2.0" || request.method != "poll" || !plain_id(request.id.get()) {
+        // Named params only: serde would take an array for a struct too.
+        if request.jsonrpc != "2.0"
+            || !plain_id(request.id.get())
+            || !request.params.get().starts_with('{')
+        {
             return None;
         }
-        let result = self.registry.poll(request.params.session_id, None).ok()?;
         let mut out = Vec::with_capacity(512);
         out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
         out.extend_from_slice(request.id.get().as_bytes());
         out.extend_from_slice(b",\"result\":");
-        serde_json::to_writer(&mut out, &result).ok()?;
+        match request.method {
+            "poll" => {
+                let params: PollParams = serde_json::from_str(request.params.get()).ok()?;
+                let result = self.registry.poll(params.session_id, None).ok()?;
+                serde_json::to_writer(&mut out, &result).ok()?;
+            }
+            "read" => {
+                let params: ReadParams = serde_json::from_str(request.params.get()).ok()?;
+                // No wait was asked for, so only a read from the log file
+                // (off the event loop) is not ready at once.
+                let result = self
+                    .registry
+                    .read(
+                        params.session_id,
+                        params.cursor.map(Cursor::get),
+                        params.max_bytes.map(MaxBytes::get),
+                        None,
+                        None,
+                    )
+                    .now_or_never()?
+                    .ok()?;
+                serde_json::to_writer(&mut out, &result).ok()?;
+            }
+            _ => return None,
+        }
         out.push(b'}');
         if out.len() > self.max_response_bytes {
             return None;

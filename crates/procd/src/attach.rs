@@ -8,7 +8,7 @@ use jsonrpsee::core::client::{Client, Error as ClientError};
 use nix::sys::termios::{self, SetArg, Termios};
 use procd_client::ProcdApiClient;
 use procd_proto::OutputItem;
-use procd_proto::{Cols, Cursor, MaxBytes, Rows};
+use procd_proto::{Cols, Cursor, Rows};
 use std::io::Write;
 use std::os::fd::AsFd;
 
@@ -52,17 +52,7 @@ pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, C
         return Ok(EXIT_FAILED);
     }
     // Start a little before the end, so the screen has some context.
-    let end = client
-        .read(
-            id.clone(),
-            Some(Cursor::new(procd_proto::MAX_COUNT)),
-            Some(MaxBytes::new(1)),
-            None,
-            None,
-            None,
-        )
-        .await?
-        .next_cursor;
+    let end = procd_client::output_end(&client, &id).await?;
     let start = end.saturating_sub(REPLAY_BYTES);
     let mut output = client
         .subscribe_output(id.clone(), Some(Cursor::new(start)))

@@ -60,7 +60,7 @@ impl Registry {
             let eof = exited && window.end() >= s.output.end();
             let now = tokio::time::Instant::now();
             if !window.bytes.is_empty() || eof || now >= deadline {
-                let text = String::from_utf8_lossy(&window.bytes);
+                let text = crate::text::lossy(&window.bytes);
                 let data =
                     self.redactor
                         .excerpt(&text, &window.before, is_env_dump(&s.spec.command));

@@ -423,28 +423,16 @@ async fn follow_log(
     from: Option<u64>,
     tx: mpsc::Sender<Msg>,
 ) {
-    use procd_proto::{Cursor, MaxBytes, WaitMs};
+    use procd_proto::{Cursor, WaitMs};
     let mut cursor = match from {
         Some(cursor) => cursor,
-        None => {
-            let end = client
-                .read(
-                    session_id.clone(),
-                    Some(Cursor::new(procd_proto::MAX_COUNT)),
-                    Some(MaxBytes::new(1)),
-                    None,
-                    None,
-                    None,
-                )
-                .await;
-            match end {
-                Ok(r) => r.next_cursor.saturating_sub(LOG_BACKLOG),
-                Err(e) => {
-                    let _ = tx.send(Msg::Notice(format!("log: {}", describe(&e)))).await;
-                    return;
-                }
+        None => match procd_client::output_end(&client, &session_id).await {
+            Ok(end) => end.saturating_sub(LOG_BACKLOG),
+            Err(e) => {
+                let _ = tx.send(Msg::Notice(format!("log: {}", describe(&e)))).await;
+                return;
             }
-        }
+        },
     };
     loop {
         let r = client
