@@ -208,11 +208,14 @@ impl Registry {
                 },
             );
         }
-        self.supervise_in_background(next.clone(), reader, exit_rx);
-        self.watch_oom(&next);
+        // Recorded before its output can be read (the supervisor stores
+        // it): whoever sees the new run can count on a daemon that dies
+        // next finding it in procs.json, not the run before.
         if let Err(e) = self.write_running_checkpoint().await {
             tracing::warn!(session = %id, %e, "the checkpoint does not hold the restarted run yet");
         }
+        self.supervise_in_background(next.clone(), reader, exit_rx);
+        self.watch_oom(&next);
         if let Some(t) = crate::session::termination_of(run) {
             let grace = self.grace(None);
             self.terminate(&next, libc::SIGTERM, grace, t.reason, &t.source)
