@@ -614,6 +614,27 @@ fn idle_connections_do_not_keep_a_new_client_out() {
     assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
 }
 
+/// A repeatable pick below `n` (xorshift64 from `seed`), so that a
+/// generated request that fails is the same on the next run.
+fn picker(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    }
+}
+
+/// Sends `line` down the fast path and, with a leading space (which
+/// always takes the general path), down the general one; the answers
+/// must be the same bytes.
+fn both_paths_agree(fast: &mut Conn, general: &mut Conn, line: &str) {
+    fast.send_raw(line);
+    general.send_raw(&format!(" {line}"));
+    let (a, b) = (fast.recv_raw(), general.recv_raw());
+    assert_eq!(a, b, "the two paths answer {line} differently");
+}
+
 /// Requests in poll's common shape are answered by a fast path, not by
 /// jsonrpsee (crates/procd-server/src/fast.rs). Whatever the request, the
 /// answer must be byte for byte jsonrpsee's: 10 000 generated polls, valid
@@ -663,13 +684,7 @@ fn fast_poll_answers_byte_for_byte_as_jsonrpsee_does() {
         "null",
         "true",
     ];
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
+    let mut next = picker(0x9e37_79b9_7f4a_7c15);
     let mut fast = d.connect();
     let mut general = d.connect();
     let mut common_shape = 0;
@@ -707,10 +722,7 @@ fn fast_poll_answers_byte_for_byte_as_jsonrpsee_does() {
         if jsonrpc == "\"2.0\"" && method == "\"poll\"" && params.len() == 1 {
             common_shape += 1;
         }
-        fast.send_raw(&line);
-        general.send_raw(&format!(" {line}"));
-        let (a, b) = (fast.recv_raw(), general.recv_raw());
-        assert_eq!(a, b, "the two paths answer {line} differently");
+        both_paths_agree(&mut fast, &mut general, &line);
     }
     assert!(
         common_shape > 1000,
@@ -766,13 +778,7 @@ fn fast_read_answers_byte_for_byte_as_jsonrpsee_does() {
         "\"q\\\"q\"",
         "null",
     ];
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
+    let mut next = picker(0x2545_f491_4f6c_dd1d);
     let mut fast = d.connect();
     let mut general = d.connect();
     let mut common_shape = 0;
@@ -818,10 +824,7 @@ fn fast_read_answers_byte_for_byte_as_jsonrpsee_does() {
         if common && method == "\"read\"" {
             common_shape += 1;
         }
-        fast.send_raw(&line);
-        general.send_raw(&format!(" {line}"));
-        let (a, b) = (fast.recv_raw(), general.recv_raw());
-        assert_eq!(a, b, "the two paths answer {line} differently");
+        both_paths_agree(&mut fast, &mut general, &line);
     }
     assert!(
         common_shape > 3000,

@@ -441,7 +441,9 @@ fn not_running(target: &Target) -> i32 {
     EXIT_FAILED
 }
 
-fn describe(err: &ClientError) -> String {
+/// A client error as a person reads it: the daemon's message, or what
+/// went wrong with the connection.
+pub fn describe(err: &ClientError) -> String {
     match err {
         ClientError::Call(obj) => obj.message().to_string(),
         other => other.to_string(),

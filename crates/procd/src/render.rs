@@ -29,7 +29,7 @@ fn ended(exit_code: Option<i32>, signal: Option<&str>, reason: CompletionReason)
 
 /// `ended` in a table column: "exit 3", "SIGKILL" (a list's exit code is
 /// -N for a death by signal N), "exited".
-pub fn ended_short(exit_code: Option<i32>) -> String {
+fn ended_short(exit_code: Option<i32>) -> String {
     match exit_code {
         Some(code) if code < 0 => nix::sys::signal::Signal::try_from(-code)
             .map(|s| s.as_str().to_string())
@@ -189,14 +189,20 @@ pub fn table(r: &ListResult) -> String {
     out
 }
 
-fn row(p: &procd_proto::ProcessEntry) -> String {
-    let status = match (p.status, p.exit_code) {
+/// A session's state in a table column: "running", "backoff" (between
+/// two runs), or how it ended ("exit 3", "SIGKILL").
+pub fn state(p: &procd_proto::ProcessEntry) -> String {
+    match (p.status, p.exit_code) {
         (SessionStatus::Running, _) if p.restart.as_ref().is_some_and(|r| r.restarting) => {
             "backoff".to_string()
         }
         (SessionStatus::Running, _) => "running".to_string(),
         (SessionStatus::Exited, code) => ended_short(code),
-    };
+    }
+}
+
+fn row(p: &procd_proto::ProcessEntry) -> String {
+    let status = state(p);
     let command: String = p.command.chars().take(60).collect();
     let running = p.status == SessionStatus::Running;
     let (cpu, mem) = if running {

@@ -10,6 +10,7 @@ mod model;
 mod view;
 
 use crate::base::{EXIT_FAILED, EXIT_OK};
+use crate::cli::describe;
 use crossterm::event::{Event as TermEvent, EventStream, KeyEventKind};
 use futures::{FutureExt, StreamExt};
 use jsonrpsee::core::client::Client;
@@ -328,13 +329,6 @@ impl Top {
             Err(e) => Some(format!("attach: {}", describe(&e))),
         };
         self.refresh.notify_one();
-    }
-}
-
-fn describe(err: &jsonrpsee::core::client::Error) -> String {
-    match err {
-        jsonrpsee::core::client::Error::Call(obj) => obj.message().to_string(),
-        other => other.to_string(),
     }
 }
 

@@ -149,11 +149,7 @@ fn footer_line(model: &Model) -> Line<'static> {
 
 fn row(r: &Row) -> TableRow<'static> {
     let e = &r.entry;
-    let state = match (r.running(), e.exit_code) {
-        (true, _) if e.restart.as_ref().is_some_and(|x| x.restarting) => "backoff".to_string(),
-        (true, _) => "running".to_string(),
-        (false, code) => crate::render::ended_short(code),
-    };
+    let state = crate::render::state(e);
     let ready = match e.activity.ready {
         Some(true) => "yes",
         Some(false) => "no",
