@@ -7,6 +7,7 @@
 //! written as they complete.
 
 use crate::ends::{Reader, Writer};
+use crate::lines::{LineCodec, LineError};
 use futures::{FutureExt, StreamExt};
 use jsonrpsee::types::{ErrorCode, ErrorObject, Id, Response, ResponsePayload};
 use jsonrpsee::Methods;
@@ -18,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
-use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 /// Requests of one connection that may run at once.
@@ -113,12 +114,7 @@ pub async fn serve(
     };
     // Framed on bytes, not str: a line that is not UTF-8 gets a parse
     // error and the connection carries on (a str codec would end it).
-    let codec = AnyDelimiterCodec::new_with_max_length(
-        b"\n".to_vec(),
-        Vec::new(),
-        protocol.max_request_bytes,
-    );
-    let mut lines = FramedRead::new(read_half, codec);
+    let mut lines = FramedRead::new(read_half, LineCodec::new(protocol.max_request_bytes));
     let (out_tx, out_rx) = mpsc::channel::<String>(MAX_IN_FLIGHT);
     let mut conn = Connection {
         writer,
@@ -206,18 +202,18 @@ impl Connection {
                     None => break End::Eof,
                     Some(Ok(bytes)) => {
                         self.handle.touch();
-                        match self.take(bytes.to_vec()).await {
+                        match self.take(bytes).await {
                             Taken::Done => {}
                             Taken::Queued(request) => queued = Some(request),
                             Taken::Broken => break End::Broken,
                         }
                     }
-                    Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
+                    Some(Err(LineError::TooLong)) => {
                         let msg = format!("request line exceeds max_request_bytes ({}); closing the connection", self.protocol.max_request_bytes);
                         let _ = self.write(error_response(Id::Null, INVALID_REQUEST, &msg)).await;
                         break End::Refused;
                     }
-                    Some(Err(AnyDelimiterCodecError::Io(_))) => break End::Eof,
+                    Some(Err(LineError::Io)) => break End::Eof,
                 },
                 Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
             }
@@ -369,7 +365,7 @@ impl Connection {
 }
 
 /// A connection's request lines.
-type Lines = FramedRead<Reader, AnyDelimiterCodec>;
+type Lines = FramedRead<Reader, LineCodec>;
 
 type PendingRequest = std::pin::Pin<
     Box<dyn std::future::Future<Output = (Option<String>, Option<Notifications>)> + Send>,

@@ -9,6 +9,7 @@ mod daemon;
 mod ends;
 mod fast;
 mod lane;
+mod lines;
 mod listener;
 mod rpc;
 mod shared;
