@@ -236,6 +236,9 @@ pub struct Session {
     pub cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
     /// OOM kills in its cgroup already reported as `oom` events.
     pub oom_reported: std::sync::atomic::AtomicU64,
+    /// Whether its command dumps the environment, so that its output gets
+    /// the `NAME=value` redaction pass; worked out once, not per poll.
+    pub env_dump: bool,
     /// The command as callers see it, redacted on first use (see
     /// `shown_command`).
     shown_command: OnceLock<String>,
@@ -327,6 +330,7 @@ impl Session {
             systemd_unit: None,
             cgroup: None,
             oom_reported: std::sync::atomic::AtomicU64::new(0),
+            env_dump: crate::redact::is_env_dump(&spec.command),
             shown_command: OnceLock::new(),
             adopted: watch::channel(None).0,
             slot: Mutex::new(None),

@@ -3,7 +3,7 @@
 use super::{Registry, LIST_PREVIEW_CHARS, PREVIEW_CHARS, WAIT_OUTPUT_CHARS};
 use crate::clock::rfc3339;
 use crate::kill::signal_name;
-use crate::redact::{is_env_dump, Redactor};
+use crate::redact::Redactor;
 use crate::session::{self, ExitRecord, Session};
 use crate::text::{first_chars, last_chars};
 use crate::watch::WatchOutcome;
@@ -58,9 +58,9 @@ pub(super) fn uptime(s: &Session) -> f64 {
 }
 
 /// The last `chars` characters of a session's output, redacted.
-pub(super) fn redacted_tail(r: &Redactor, s: &Session, chars: usize, env_dump: bool) -> String {
+pub(super) fn redacted_tail(r: &Redactor, s: &Session, chars: usize) -> String {
     let tail = s.output.tail_text(chars);
-    r.excerpt(&tail.text, &tail.before, env_dump).into_owned()
+    r.excerpt(&tail.text, &tail.before, s.env_dump).into_owned()
 }
 
 /// Ports, resources, readiness and waiting-for-input, for poll and list.
@@ -99,7 +99,6 @@ pub(super) fn spawn_result(r: &Redactor, s: &Session) -> SpawnResult {
 
 pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
     let state = s.state();
-    let env_dump = is_env_dump(&s.spec.command);
     PollResult {
         session_id: s.id.clone(),
         name: s.spec.name.as_ref().map(|n| n.to_string()),
@@ -109,7 +108,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         pid: s.pid(),
         started_at: rfc3339(s.started_at),
         uptime_seconds: uptime(s),
-        output_preview: redacted_tail(r, s, PREVIEW_CHARS, env_dump),
+        output_preview: redacted_tail(r, s, PREVIEW_CHARS),
         activity: activity(s),
         note: s.note.clone(),
         original_chars: None,
@@ -122,7 +121,6 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
 
 pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> ProcessEntry {
     let state = s.state();
-    let env_dump = is_env_dump(&s.spec.command);
     ProcessEntry {
         session_id: s.id.clone(),
         name: s.spec.name.as_ref().map(|n| n.to_string()),
@@ -135,7 +133,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         exit_code: state.exit().and_then(|e| e.exit_code),
         started_at: rfc3339(s.started_at),
         uptime_seconds: uptime(s),
-        output_preview: redacted_tail(r, s, LIST_PREVIEW_CHARS, env_dump),
+        output_preview: redacted_tail(r, s, LIST_PREVIEW_CHARS),
         task_id: s.spec.task_id.clone(),
         session_key: s.spec.session_key.clone(),
         pty: s.spec.pty,
@@ -151,7 +149,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
 }
 
 pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Event {
-    let output = redacted_tail(r, s, WAIT_OUTPUT_CHARS, is_env_dump(&s.spec.command));
+    let output = redacted_tail(r, s, WAIT_OUTPUT_CHARS);
     let command = s.shown_command(r).to_string();
     let how = match (e.reason, e.exit_code) {
         (CompletionReason::Exited, Some(0)) => "completed normally (exit code 0)".to_string(),
@@ -203,10 +201,7 @@ impl Registry {
                 output,
                 suppressed,
             } => {
-                let output = self
-                    .redactor
-                    .output(&output, is_env_dump(&s.spec.command))
-                    .into_owned();
+                let output = self.redactor.output(&output, s.env_dump).into_owned();
                 let text = format!(
                     "Background process {} printed a line matching {pattern:?}{}: {}",
                     s.id,

@@ -5,7 +5,6 @@ use super::{
     Registry, DEFAULT_READ_BYTES, MAX_READ_BYTES, MAX_READ_WAIT, WAIT_OUTPUT_CHARS,
 };
 use crate::error::Error;
-use crate::redact::is_env_dump;
 use crate::session;
 use crate::text::strip_ansi;
 use procd_proto::{LogResult, PollResult, ReadResult, TimeoutS, WaitMs, WaitResult, WaitStatus};
@@ -61,9 +60,7 @@ impl Registry {
             let now = tokio::time::Instant::now();
             if !window.bytes.is_empty() || eof || now >= deadline {
                 let text = crate::text::lossy(&window.bytes);
-                let data =
-                    self.redactor
-                        .excerpt(&text, &window.before, is_env_dump(&s.spec.command));
+                let data = self.redactor.excerpt(&text, &window.before, s.env_dump);
                 let fetch = format!(
                     "read from cursor {} with a smaller max_bytes to see all of it",
                     window.start
@@ -125,9 +122,7 @@ impl Registry {
         if n > 0 {
             output.push('\n');
         }
-        let output = self
-            .redactor
-            .excerpt(&output, &before, is_env_dump(&s.spec.command));
+        let output = self.redactor.excerpt(&output, &before, s.env_dump);
         let cut = crate::budget::apply(
             &output,
             budget,
@@ -160,12 +155,7 @@ impl Registry {
         let exited = s.wait_exited(timeout).await;
         let s = s.current();
         let poll = poll_result(&self.redactor, &s);
-        let output = redacted_tail(
-            &self.redactor,
-            &s,
-            WAIT_OUTPUT_CHARS,
-            is_env_dump(&s.spec.command),
-        );
+        let output = redacted_tail(&self.redactor, &s, WAIT_OUTPUT_CHARS);
         let cut = crate::budget::apply(
             &output,
             budget,

@@ -196,7 +196,7 @@ impl Registry {
     /// The last unfinished line of a session's output (redacted, ANSI
     /// stripped, at most 200 chars): what it asks.
     pub(super) fn prompt_of(&self, s: &Session) -> String {
-        let tail = redacted_tail(&self.redactor, s, 1000, false);
+        let tail = redacted_tail(&self.redactor, s, 1000);
         let tail = strip_ansi(&tail);
         let line = tail
             .trim_end()
