@@ -745,6 +745,8 @@ fn fast_read_answers_byte_for_byte_as_jsonrpsee_does() {
         // Past the memory tail: its start is read from the log file.
         json!({"command": "seq 1 100000"}),
         json!({"command": "echo token ghp_abcdefghijklmnopqrstuvwxyz0123456789 here"}),
+        // Every control byte, each escaped its own way.
+        json!({"command": "printf 'a\\000\\001\\002\\003\\004\\005\\006\\007\\010\\011\\013\\014\\015\\016\\017\\020\\021\\022\\023\\024\\025\\026\\027\\030\\031\\032\\033\\034\\035\\036\\037\\177 z\\n'"}),
     ]
     .into_iter()
     .map(|p| d.spawn_with(p))
