@@ -51,6 +51,25 @@ fn quit(tmux: &Tmux, dir: &Path) -> String {
     std::fs::read_to_string(rc).expect("rc").trim().to_string()
 }
 
+/// An exit shows from its event alone: the quiet refresh is an hour here,
+/// and the line that ends the session is sent from outside top.
+#[test]
+fn an_exit_shows_from_its_event_without_a_refresh() {
+    let d = Daemon::start();
+    let (id, _) = spawn(&d, &["--", "read line; exit 5"]);
+    let dir = short_tempdir();
+    let script = top_script(&d, dir.path(), "").replace(
+        &format!("{BIN} --home"),
+        &format!("PROCD_TEST_TOP_REFRESH_S=3600 {BIN} --home"),
+    );
+    let tmux = Tmux::start(&script, 150, 20);
+    tmux.wait_until("the session runs", |s| row(s, &id).contains("running"));
+    let sent = d.cli(&["send", &id, "go"]);
+    assert!(sent.status.success(), "{sent:?}");
+    tmux.wait_until("its exit shows", |s| row(s, &id).contains("exit 5"));
+    assert_eq!(quit(&tmux, dir.path()), "0");
+}
+
 #[test]
 fn top_shows_sessions_and_acts_on_them_then_quits_cleanly() {
     let d = Daemon::start();

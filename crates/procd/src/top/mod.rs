@@ -24,6 +24,20 @@ use tokio::sync::{mpsc, Notify};
 
 /// The refresh without events: CPU, memory and uptime change quietly.
 const REFRESH: Duration = Duration::from_secs(1);
+/// The period of the quiet list: REFRESH, or in debug builds what
+/// `PROCD_TEST_TOP_REFRESH_S` says, so that the suite can show that an
+/// event alone updates the screen.
+fn list_refresh() -> Duration {
+    #[cfg(debug_assertions)]
+    if let Some(s) = std::env::var("PROCD_TEST_TOP_REFRESH_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return Duration::from_secs(s);
+    }
+    REFRESH
+}
+
 /// The shortest gap between lists that events ask for (a burst of events
 /// is one list).
 const EVENT_GAP: Duration = Duration::from_millis(100);
@@ -378,7 +392,7 @@ async fn connection(endpoint: Endpoint, refresh: Arc<Notify>, tx: mpsc::Sender<M
         if tx.send(Msg::Connected(client.clone())).await.is_err() {
             return;
         }
-        let mut tick = tokio::time::interval(REFRESH);
+        let mut tick = tokio::time::interval(list_refresh());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut listed = Instant::now() - EVENT_GAP;
         loop {
