@@ -105,7 +105,17 @@ pub fn landlock_abi() -> i32 {
 /// What `rules` needs of the kernel, or what is missing (checked before
 /// anything starts).
 pub fn check(rules: &Rules) -> Result<(), SandboxError> {
-    let abi = landlock_abi();
+    kernel_has(rules, landlock_abi())?;
+    for path in rules.writable.iter().chain(rules.readable.iter().flatten()) {
+        if let Err(e) = std::fs::metadata(path) {
+            return Err(SandboxError::Path(format!("{}: {e}", path.display())));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a kernel of Landlock ABI `abi` can enforce `rules`.
+fn kernel_has(rules: &Rules, abi: i32) -> Result<(), SandboxError> {
     if abi < 1 {
         return Err(SandboxError::Missing(
             "Landlock is needed for a sandbox; this kernel has none (or it is not enabled)".into(),
@@ -116,18 +126,16 @@ pub fn check(rules: &Rules) -> Result<(), SandboxError> {
             "Landlock ABI 4 needed for network rules, kernel has {abi}"
         )));
     }
-    for path in rules.writable.iter().chain(rules.readable.iter().flatten()) {
-        if let Err(e) = std::fs::metadata(path) {
-            return Err(SandboxError::Path(format!("{}: {e}", path.display())));
-        }
-    }
     Ok(())
 }
 
 /// Makes the ruleset and the filter for `rules`.
+/// The paths were checked when the plan was (`check`); one gone since
+/// fails its open below, with the same kind of error.
 pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
-    check(rules)?;
-    let abi = ABI::from(landlock_abi());
+    let abi = landlock_abi();
+    kernel_has(rules, abi)?;
+    let abi = ABI::from(abi);
     let fs_all = AccessFs::from_all(abi);
     let read = AccessFs::from_read(abi);
     let file = AccessFs::from_file(abi) & !AccessFs::Execute;
