@@ -9,7 +9,9 @@
 //! requests, its start-up and shutdown cancelling out. The baseline is the
 //! bench's line echo server (blocking reads, a 332-byte answer, as poll's)
 //! measured the same way. The monitor is slowed to once an hour so that no
-//! tick falls in one run and not the other.
+//! tick falls in one run and not the other. Each row's detail also gives
+//! the same echo served on a multi-thread Tokio runtime, as the daemon's
+//! requests are: what of the daemon's count is the runtime's, not procd's.
 
 use super::Row;
 use serde_json::json;
@@ -29,7 +31,8 @@ enum Ask {
 
 /// The rows, from runs of `n` and `m` requests.
 pub(super) fn instruction_rows((n, m): (u64, u64)) -> Vec<Row> {
-    let echo = echo_per_request(n, m);
+    let echo = echo_per_request(Echo::Blocking, n, m);
+    let tokio_echo = echo_per_request(Echo::Tokio, n, m);
     [
         (Ask::Poll, "instructions per poll request"),
         (Ask::Read4k, "instructions per read of 4 KiB"),
@@ -44,7 +47,7 @@ pub(super) fn instruction_rows((n, m): (u64, u64)) -> Vec<Row> {
             "instructions",
             super::Ratio::AtMost(2.0),
             format!(
-                "callgrind: the daemon's instructions for {m} requests on one connection minus those for {n}, per request; baseline: the line echo server answering a 332-byte line, counted the same way"
+                "callgrind: the daemon's instructions for {m} requests on one connection minus those for {n}, per request; baseline: the line echo server answering a 332-byte line, counted the same way; the same echo on Tokio: {tokio_echo:.0}"
             ),
         )
     })
@@ -127,14 +130,23 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
     total_of(&home.path().join(format!("cg.{pid}")))
 }
 
+/// Which line echo server.
+#[derive(Clone, Copy)]
+enum Echo {
+    /// Blocking reads on one thread: the baseline.
+    Blocking,
+    /// A multi-thread Tokio runtime, as the daemon's.
+    Tokio,
+}
+
 /// The echo server's instructions per request.
-fn echo_per_request(n: u64, m: u64) -> f64 {
-    let a = echo_total(n);
-    let b = echo_total(m);
+fn echo_per_request(echo: Echo, n: u64, m: u64) -> f64 {
+    let a = echo_total(echo, n);
+    let b = echo_total(echo, m);
     (b.saturating_sub(a)) as f64 / (m - n) as f64
 }
 
-fn echo_total(count: u64) -> u64 {
+fn echo_total(echo: Echo, count: u64) -> u64 {
     let dir = tempfile::Builder::new()
         .prefix("pbe")
         .tempdir_in("/tmp")
@@ -143,7 +155,10 @@ fn echo_total(count: u64) -> u64 {
     let out = dir.path().join("cg.echo");
     let mut server = callgrind(&out)
         .arg(std::env::current_exe().expect("own path"))
-        .arg("--echo-child")
+        .arg(match echo {
+            Echo::Blocking => "--echo-child",
+            Echo::Tokio => "--tokio-echo-child",
+        })
         .arg(&socket)
         .spawn()
         .expect("valgrind (apt-get install valgrind)");
@@ -173,6 +188,42 @@ pub(super) fn run_echo(socket: &Path) -> i32 {
         super::answer_lines(stream, &super::line_of_len(332, "result"));
     }
     0
+}
+
+/// Serves one connection as `run_echo` does, on a multi-thread Tokio
+/// runtime (what `--tokio-echo-child SOCKET` runs under callgrind).
+pub(super) fn run_tokio_echo(socket: &Path) -> i32 {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let answer = super::line_of_len(332, "result");
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("procd-bench tokio echo: {e}");
+            return 2;
+        }
+    };
+    runtime.block_on(async {
+        let listener = match tokio::net::UnixListener::bind(socket) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("procd-bench tokio echo: {e}");
+                return 2;
+            }
+        };
+        if let Ok((stream, _)) = listener.accept().await {
+            let (r, mut w) = stream.into_split();
+            let mut lines = tokio::io::BufReader::new(r).lines();
+            while let Ok(Some(_)) = lines.next_line().await {
+                if w.write_all(answer.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+        }
+        0
+    })
 }
 
 struct Conn {

@@ -236,6 +236,9 @@ struct Args {
     /// Internal: run the line echo server on SOCKET (one connection).
     #[arg(long, value_name = "SOCKET", hide = true)]
     echo_child: Option<PathBuf>,
+    /// Internal: the same echo on a multi-thread Tokio runtime.
+    #[arg(long, value_name = "SOCKET", hide = true)]
+    tokio_echo_child: Option<PathBuf>,
 }
 
 fn main() {
@@ -246,6 +249,9 @@ fn main() {
     }
     if let Some(socket) = &args.echo_child {
         std::process::exit(instructions::run_echo(socket));
+    }
+    if let Some(socket) = &args.tokio_echo_child {
+        std::process::exit(instructions::run_tokio_echo(socket));
     }
     let (quick, as_json) = (args.quick, args.json);
     if args.reliability {
