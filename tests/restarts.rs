@@ -229,6 +229,56 @@ fn restarts_go_on_across_a_daemon_sigkill_with_the_same_environment() {
     assert!(session_pids(&id).is_empty());
 }
 
+/// A daemon SIGKILLed while a session waits out its backoff: the run that
+/// ended was that daemon's child, so no keeper reports its end; the
+/// checkpoint says which run is next and when, and the next daemon starts
+/// it then (before, the session stayed "running" for good, on a dead pid).
+#[test]
+fn a_backoff_goes_on_across_a_daemon_sigkill() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let id = d.spawn_with(json!({
+        "command": counting(dir.path(), "exit 1"),
+        "restart": {"policy": "on-failure", "backoff_s": 3},
+    }));
+    let procs = d.state_dir().join("procs.json");
+    let next_run = || {
+        std::fs::read_to_string(&procs)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|v| v.as_array().cloned())
+            .and_then(|entries| {
+                entries
+                    .into_iter()
+                    .find(|e| e["session_id"] == id.as_str())
+                    .map(|e| e["restart"]["next_run"].clone())
+            })
+            .filter(|n| !n.is_null())
+    };
+    wait_until("procs.json holds the backoff", || next_run().is_some());
+    let recorded = next_run().expect("next_run");
+    assert_eq!(recorded["run"], 2, "{recorded}");
+    let first_pid = d.ok("poll", json!({"session_id": id}))["pid"].clone();
+    d.kill_daemon();
+    let poll = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(poll["status"], "running", "{poll}");
+    assert_eq!(poll["restarting"], true, "{poll}");
+    assert_eq!(poll["last_exit"]["exit_code"], 1, "{poll}");
+    wait_until("run 2 started under the next daemon", || {
+        runs(dir.path()) >= 2
+    });
+    d.read_until(&id, "run 2");
+    let poll = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(poll["restarts"], 1, "{poll}");
+    assert_ne!(poll["pid"], first_pid, "{poll}");
+    // When the first daemon said it would, not at once.
+    let at = recorded["at"].as_str().expect("at");
+    let started = poll["started_at"].as_str().expect("started_at");
+    assert!(started >= at, "run 2 started at {started}, due at {at}");
+    d.ok("kill", json!({"session_id": id}));
+    assert!(session_pids(&id).is_empty());
+}
+
 #[test]
 fn a_bad_restart_is_refused_by_name() {
     let d = Daemon::start();

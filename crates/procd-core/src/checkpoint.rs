@@ -106,6 +106,19 @@ pub struct RestartRecord {
     /// How the previous run ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_exit: Option<EndedExit>,
+    /// Set while it waits out a backoff: the run that starts next, and
+    /// when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_run: Option<NextRunRecord>,
+}
+
+/// A restarting session's next run, as a checkpoint keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextRunRecord {
+    pub run: u32,
+    pub streak: u32,
+    /// RFC 3339.
+    pub at: String,
 }
 
 impl CheckpointEntry {

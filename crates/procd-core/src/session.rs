@@ -95,8 +95,11 @@ pub struct Restarts {
     pub launch_memfd: Option<std::os::fd::OwnedFd>,
     /// The run now going, and how the one before it ended.
     runs: Mutex<(crate::restart::RunCount, Option<Arc<ExitRecord>>)>,
-    /// Set from a run's end until the next run starts (its backoff).
-    restarting: AtomicBool,
+    /// From a run's end until the next run starts (its backoff): which
+    /// run is next and when it starts. A checkpoint keeps it, so that the
+    /// next daemon starts that run itself: the one that ended was this
+    /// daemon's child, reaped here, and no keeper will report its exit.
+    next_run: Mutex<Option<NextRun>>,
     /// Woken by a termination request: a restart waiting out its backoff
     /// gives up (`notify_one` keeps the wake-up if none waits yet).
     pub stop: tokio::sync::Notify,
@@ -115,7 +118,7 @@ impl Restarts {
             launch,
             launch_memfd: launch_memfd.flatten(),
             runs: Mutex::new((runs, last_exit)),
-            restarting: AtomicBool::new(false),
+            next_run: Mutex::new(None),
             stop: tokio::sync::Notify::new(),
         }
     }
@@ -132,13 +135,21 @@ impl Restarts {
     }
 
     pub fn is_restarting(&self) -> bool {
-        self.restarting.load(Ordering::SeqCst)
+        self.next_run().is_some()
     }
 
-    /// A run ended and the next is due: it is restarting until it starts.
-    pub fn run_ended(&self, record: Arc<ExitRecord>) {
-        self.lock().1 = Some(record);
-        self.restarting.store(true, Ordering::SeqCst);
+    /// The run its backoff waits for, if it is in one.
+    pub fn next_run(&self) -> Option<NextRun> {
+        *self.next_run.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A run ended (`record`, unless a previous daemon already recorded
+    /// it) and `next` is due: it is restarting until that starts.
+    pub fn run_ended(&self, record: Option<Arc<ExitRecord>>, next: NextRun) {
+        if let Some(record) = record {
+            self.lock().1 = Some(record);
+        }
+        *self.next_run.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
     }
 
     /// The next run started (or none will: the session ends).
@@ -146,8 +157,17 @@ impl Restarts {
         if let Some(count) = count {
             self.lock().0 = count;
         }
-        self.restarting.store(false, Ordering::SeqCst);
+        *self.next_run.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
+}
+
+/// The run a backoff waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextRun {
+    pub count: crate::restart::RunCount,
+    /// When it starts (wall clock: a checkpoint carries it to the next
+    /// daemon).
+    pub at: SystemTime,
 }
 
 /// How a session ended.

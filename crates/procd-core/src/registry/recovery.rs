@@ -102,6 +102,11 @@ impl Registry {
                         run: count.run,
                         streak: count.streak,
                         last_exit: last_exit.as_deref().map(EndedExit::of),
+                        next_run: r.next_run().map(|n| crate::checkpoint::NextRunRecord {
+                            run: n.count.run,
+                            streak: n.count.streak,
+                            at: crate::clock::rfc3339(n.at),
+                        }),
                     }
                 }),
                 session_id: s.id.clone(),

@@ -10,7 +10,7 @@ use crate::clock::rfc3339;
 use crate::error::Error;
 use crate::kill;
 use crate::restart::{Next, RunCount};
-use crate::session::{ExitRecord, Launch, Restarts, Session};
+use crate::session::{ExitRecord, Launch, NextRun, Restarts, Session};
 use procd_proto::{CompletionReason, Event};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -74,13 +74,60 @@ impl Registry {
             next_count.run,
             delay.as_secs_f64()
         ));
-        restarts.run_ended(record);
-        self.checkpoint_soon();
+        restarts.run_ended(
+            Some(record),
+            NextRun {
+                count: next_count,
+                at: SystemTime::now() + delay,
+            },
+        );
         let Some(me) = self.me.upgrade() else {
             return Ok(());
         };
-        tokio::spawn(async move { me.restart_after(current, launch, delay, next_count).await });
+        tokio::spawn(async move {
+            // Recorded before the wait: a daemon that dies in the backoff
+            // leaves the next one to start this run (no keeper saw the
+            // last one end: it was this daemon's child).
+            if let Err(e) = me.write_running_checkpoint().await {
+                tracing::warn!(session = %current.id, %e, "the checkpoint does not hold the backoff yet");
+            }
+            me.restart_after(current, launch, delay, next_count).await
+        });
         Ok(())
+    }
+
+    /// Takes up the backoff of a session a previous daemon left in one
+    /// (its checkpoint said which run is next, and when): that run starts
+    /// when it would have. Without the launch it cannot, and ends.
+    pub(super) fn resume_backoff(&self, session: Arc<Session>, next: NextRun) {
+        let (Some(me), Some(launch)) = (
+            self.me.upgrade(),
+            session.restarts.as_ref().and_then(|r| r.launch.clone()),
+        ) else {
+            session.output.mark_restart(
+                "[procd] not restarting: this daemon does not know how the command was started (see docs/stacks.md)",
+            );
+            if let Some(r) = &session.restarts {
+                r.run_started(None);
+            }
+            let (_, last) = session.restarts.as_ref().map(|r| r.runs()).unzip();
+            let last = last.flatten();
+            let record = Arc::new(ExitRecord {
+                exit_code: last.as_ref().and_then(|l| l.exit_code),
+                signal: last.as_ref().and_then(|l| l.signal),
+                reason: last.as_ref().map_or(CompletionReason::Lost, |l| l.reason),
+                source: last.as_ref().and_then(|l| l.source.clone()),
+                exited_at: SystemTime::now(),
+                exited_instant: Instant::now(),
+            });
+            Registry::record_end(&self.me, &session, record);
+            return;
+        };
+        let delay = next
+            .at
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        tokio::spawn(async move { me.restart_after(session, launch, delay, next.count).await });
     }
 
     /// Waits out the backoff, then starts the next run; or ends the
@@ -276,7 +323,24 @@ impl Registry {
             streak: record.streak,
         };
         let last = record.last_exit.as_ref().map(|l| Arc::new(l.record()));
-        Some(Arc::new(Restarts::new(plan, launch, count, last)))
+        let restarts = Restarts::new(plan, launch, count, last);
+        if let Some(next) = &record.next_run {
+            let at = crate::clock::parse_rfc3339(&next.at).unwrap_or_else(SystemTime::now);
+            // A planted time far ahead waits no longer than the longest
+            // backoff a policy can ask for.
+            let at = at.min(SystemTime::now() + crate::restart::MAX_BACKOFF);
+            restarts.run_ended(
+                None,
+                NextRun {
+                    count: RunCount {
+                        run: next.run.max(1),
+                        streak: next.streak,
+                    },
+                    at,
+                },
+            );
+        }
+        Some(Arc::new(restarts))
     }
 }
 
