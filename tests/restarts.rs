@@ -23,6 +23,20 @@ fn runs(dir: &Path) -> u32 {
         .unwrap_or(0)
 }
 
+/// Whether every thread of `pid` is in the stopped state ('T').
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command's closing parenthesis.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+    })
+}
+
 fn restarted_events(d: &Daemon, id: &str, key: &str) -> Vec<Value> {
     d.ok("drain_notifications", json!({"session_key": key}))["events"]
         .as_array()
@@ -210,6 +224,11 @@ fn restarts_go_on_across_a_daemon_sigkill_with_the_same_environment() {
     let third = root(&d);
     let daemon = nix::unistd::Pid::from_raw(d.pid() as i32);
     nix::sys::signal::kill(daemon, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    // Stopped for real before the root dies: a thread still running could
+    // reap it, and then the daemon would have seen the crash after all.
+    wait_until("every thread of the daemon is stopped", || {
+        all_threads_stopped(d.pid() as i32)
+    });
     kill_pid(third);
     d.kill_daemon();
     d.read_until(&id, "run 4 kept");
