@@ -193,7 +193,6 @@ pub(super) fn run_echo(socket: &Path) -> i32 {
 /// Serves one connection as `run_echo` does, on a multi-thread Tokio
 /// runtime (what `--tokio-echo-child SOCKET` runs under callgrind).
 pub(super) fn run_tokio_echo(socket: &Path) -> i32 {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let answer = super::line_of_len(332, "result");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -214,13 +213,7 @@ pub(super) fn run_tokio_echo(socket: &Path) -> i32 {
             }
         };
         if let Ok((stream, _)) = listener.accept().await {
-            let (r, mut w) = stream.into_split();
-            let mut lines = tokio::io::BufReader::new(r).lines();
-            while let Ok(Some(_)) = lines.next_line().await {
-                if w.write_all(answer.as_bytes()).await.is_err() {
-                    break;
-                }
-            }
+            super::echo_lines(stream, &answer).await;
         }
         0
     })

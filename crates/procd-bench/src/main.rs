@@ -882,7 +882,6 @@ fn line_of_len(len: usize, key: &str) -> String {
 
 /// The line echo on a multi-thread Tokio runtime, as the daemon runs.
 fn tokio_echo_server(dir: &Path, answer: &str) -> PathBuf {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let path = dir.join("tokio-echo.sock");
     let answer: std::sync::Arc<str> = answer.into();
     let std_listener = UnixListener::bind(&path).expect("tokio echo socket");
@@ -896,19 +895,24 @@ fn tokio_echo_server(dir: &Path, answer: &str) -> PathBuf {
             let listener = tokio::net::UnixListener::from_std(std_listener).expect("listener");
             while let Ok((stream, _)) = listener.accept().await {
                 let answer = answer.clone();
-                tokio::spawn(async move {
-                    let (r, mut w) = stream.into_split();
-                    let mut lines = tokio::io::BufReader::new(r).lines();
-                    while let Ok(Some(_)) = lines.next_line().await {
-                        if w.write_all(answer.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                });
+                tokio::spawn(async move { echo_lines(stream, &answer).await });
             }
         });
     });
     path
+}
+
+/// Answers every line read from `stream` with `answer`, until EOF: the
+/// Tokio echo's connection (here and under callgrind).
+async fn echo_lines(stream: tokio::net::UnixStream, answer: &str) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (r, mut w) = stream.into_split();
+    let mut lines = tokio::io::BufReader::new(r).lines();
+    while let Ok(Some(_)) = lines.next_line().await {
+        if w.write_all(answer.as_bytes()).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Round trips on each connection in turn, in microseconds: `rounds`

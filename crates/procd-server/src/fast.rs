@@ -8,7 +8,8 @@
 //! agents send — `{"jsonrpc":"2.0","id":N,"method":"poll","params":{"session_id":"…"}}`,
 //! or `read` with `session_id` and, optionally, `cursor` and `max_bytes` —
 //! any key order, starting with `{`, is parsed once into borrowed fields
-//! and answered with one serialization.
+//! and answered with one serialization (a read's output escaped by
+//! `escape_into`, the rest by serde).
 //!
 //! Anything else goes the general way, untouched: another method, another
 //! param, a duplicate or unknown key, an id that is not a plain number or

@@ -195,10 +195,12 @@ impl Registry {
         self.watch_oom(&session);
         // In a backoff its last run is over (reaped by the daemon before):
         // no exit will come for it, the next run is due instead.
-        if let Some(next) = session.restarts.as_ref().and_then(|r| r.next_run()) {
-            drop(reader);
-            self.resume_backoff(session, next);
-            return Some(());
+        if let Some(restarts) = session.restarts.clone() {
+            if let Some(next) = restarts.next_run() {
+                drop(reader);
+                self.resume_backoff(session, &restarts, next);
+                return Some(());
+            }
         }
         let exit_rx = keeper.exit_of(e.pid);
         self.supervise_in_background(session, reader, exit_rx);

@@ -99,26 +99,23 @@ impl Registry {
     /// Takes up the backoff of a session a previous daemon left in one
     /// (its checkpoint said which run is next, and when): that run starts
     /// when it would have. Without the launch it cannot, and ends.
-    pub(super) fn resume_backoff(&self, session: Arc<Session>, next: NextRun) {
-        let (Some(me), Some(launch)) = (
-            self.me.upgrade(),
-            session.restarts.as_ref().and_then(|r| r.launch.clone()),
-        ) else {
+    pub(super) fn resume_backoff(&self, session: Arc<Session>, restarts: &Restarts, next: NextRun) {
+        let (Some(me), Some(launch)) = (self.me.upgrade(), restarts.launch.clone()) else {
             session.output.mark_restart(
                 "[procd] not restarting: this daemon does not know how the command was started (see docs/stacks.md)",
             );
-            if let Some(r) = &session.restarts {
-                r.run_started(None);
-            }
-            let (_, last) = session.restarts.as_ref().map(|r| r.runs()).unzip();
-            let last = last.flatten();
-            let record = Arc::new(ExitRecord {
-                exit_code: last.as_ref().and_then(|l| l.exit_code),
-                signal: last.as_ref().and_then(|l| l.signal),
-                reason: last.as_ref().map_or(CompletionReason::Lost, |l| l.reason),
-                source: last.as_ref().and_then(|l| l.source.clone()),
-                exited_at: SystemTime::now(),
-                exited_instant: Instant::now(),
+            restarts.run_started(None);
+            // It ends as its last run did (the checkpoint kept that exit).
+            let (_, last) = restarts.runs();
+            let record = last.unwrap_or_else(|| {
+                Arc::new(ExitRecord {
+                    exit_code: None,
+                    signal: None,
+                    reason: CompletionReason::Lost,
+                    source: Some("recovery".into()),
+                    exited_at: SystemTime::now(),
+                    exited_instant: Instant::now(),
+                })
             });
             Registry::record_end(&self.me, &session, record);
             return;
@@ -132,8 +129,8 @@ impl Registry {
 
     /// Waits out the backoff, then starts the next run; or ends the
     /// session when it is killed meanwhile or the run cannot start. A
-    /// daemon handing over leaves it as it is: the next daemon learns of
-    /// the run's end from the keeper and decides again.
+    /// daemon handing over leaves it as it is: procs.json holds the
+    /// backoff, and the next daemon takes it up (`resume_backoff`).
     async fn restart_after(
         self: Arc<Self>,
         run: Arc<Session>,
