@@ -1185,25 +1185,37 @@ fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
     let d = Daemon::in_home(home, "monitor_interval_s = 0.1");
     assert!(faults(&d).is_empty());
     let ticker = d.spawn("i=0; while true; do i=$((i+1)); echo tick-$i; sleep 0.01; done");
+    // A session whose record is long, started while there is room.
+    let long = format!("sleep 1000 # {}", "x".repeat(20_000));
+    let sleeper = d.ok("spawn", json!({"command": long}))["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_string();
     d.read_until(&ticker, "tick-5");
     let filler = disk.fill();
     // Writes now fail: the log and the checkpoint are faults, and the
-    // daemon keeps serving from memory. (The checkpoint is rewritten in
-    // the pages its spare already has, so a session whose record needs
-    // more of them is the one that cannot be recorded.)
-    let long = format!("true # {}", "x".repeat(20_000));
-    let short = d.call("spawn", json!({"command": long}));
+    // daemon keeps serving from memory. (Each checkpoint file is
+    // rewritten in the pages its spare already has, so a write is refused
+    // only when it needs more of them: a second long record in
+    // `procs.json` now, the sleeper's exit in `ended.json` below, which
+    // stays unwritable until there is room.)
+    let refused = d.call("spawn", json!({"command": long}));
     assert_eq!(
-        short["error"]["code"], -32003,
-        "no checkpoint, no new session: {short}"
+        refused["error"]["code"], -32003,
+        "no checkpoint, no new session: {refused}"
     );
+    let listed: Vec<String> = d.ok("list", json!({}))["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| p["session_id"].as_str().unwrap_or_default().to_string())
+        .collect();
     assert_eq!(
-        d.ok("list", json!({}))["processes"]
-            .as_array()
-            .map(Vec::len),
-        Some(1),
-        "only the ticker is listed"
+        listed.len(),
+        2,
+        "only the ticker and the sleeper: {listed:?}"
     );
+    d.ok("kill", json!({"session_id": sleeper}));
     wait_until("the log and the checkpoint are reported", || {
         let f = faults(&d);
         f.contains(&"checkpoint".to_string()) && f.contains(&format!("log {ticker}"))
@@ -1223,6 +1235,14 @@ fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
     assert!(
         checkpoint_ids(&d).contains(&ticker),
         "the checkpoint was rewritten"
+    );
+    let ended = std::fs::read_to_string(d.state_dir().join("ended.json")).expect("ended.json");
+    let ended: Value = serde_json::from_str(&ended).expect("ended.json is JSON");
+    assert!(
+        ended
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["session_id"] == sleeper.as_str())),
+        "the sleeper's exit was written once there was room: {ended}"
     );
     d.ok("kill", json!({"session_id": ticker}));
 }

@@ -496,6 +496,22 @@ impl OutputStore {
             .flatten()
     }
 
+    /// Tries the disk again for a finished session whose log failed: no
+    /// more output comes to make the next try (`write_out`), and what
+    /// memory holds should reach the file once there is room. Only a
+    /// finished store: its appender is gone, so nothing is accounted
+    /// between the reopen and a write. Blocking file I/O.
+    pub fn retry_finished_log(&self) {
+        let mut inner = self.lock();
+        let due = inner
+            .log_error
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() >= LOG_RETRY);
+        if inner.finished && inner.log.is_none() && due {
+            self.reopen_log(&mut inner);
+        }
+    }
+
     /// After a failed write: a new log file holding what memory still has
     /// (the tail), so that nothing still in memory is lost once the disk
     /// works again. On failure the next try is a second later.

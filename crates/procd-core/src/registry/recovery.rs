@@ -70,14 +70,19 @@ impl Registry {
         written
     }
 
-    /// Called by the monitor: retries what failed (the checkpoint), and
-    /// reports sessions whose log cannot be written.
+    /// Called by the monitor: retries what failed (the checkpoint, the log
+    /// of a session that ended while it could not be written), and reports
+    /// sessions whose log cannot be written.
     pub async fn retry_faults(&self) {
         if self.faults.has("checkpoint") {
             let _ = self.write_checkpoint().await;
         }
         for s in self.all_sessions() {
             let what = format!("log {}", s.id);
+            if s.output.log_fault().is_some() {
+                let output = s.output.clone();
+                let _ = tokio::task::spawn_blocking(move || output.retry_finished_log()).await;
+            }
             match s.output.log_fault() {
                 Some(err) => self.faults.set(&what, &err),
                 None => self.faults.clear(&what),
