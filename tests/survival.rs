@@ -264,6 +264,55 @@ fn restart_hands_every_session_to_the_new_daemon() {
     assert!(!alive(after), "the daemon is gone");
 }
 
+/// The daemon dies right after it reaped a session's root, before it
+/// recorded the exit anywhere: a crash point only a test can place
+/// (`PROCD_TEST_CRASH_AFTER_REAP`, armed by making its file). The keeper
+/// learns the exit from the root's pidfd; the next daemon ends the session
+/// with it, and a restarting session starts its next run.
+#[test]
+fn an_exit_the_daemon_reaped_as_it_died_is_not_lost() {
+    let dir = tempfile::tempdir().expect("dir");
+    let crash = dir.path().join("crash");
+    let d = Daemon::with_env(
+        "",
+        &[("PROCD_TEST_CRASH_AFTER_REAP", crash.to_str().expect("path"))],
+    );
+    // Each ends when told, reaped by the daemon that started it (a root
+    // handed over is the keeper's child, reaped by the keeper).
+    let crash_at_the_exit_of = |id: &str| {
+        let before = d.pid();
+        std::fs::write(&crash, "").expect("arm the crash");
+        // Unanswered: the daemon may die before it replies.
+        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "submit_stdin",
+            "params": {"session_id": id, "data": ""}});
+        let mut conn = d.connect();
+        conn.send_raw(&request.to_string());
+        d.next_daemon_after(before);
+        drop(conn);
+        assert!(!crash.exists(), "the daemon died at the crash point");
+    };
+    let once = d.spawn("read _; exit 7");
+    crash_at_the_exit_of(&once);
+    let runs = dir.path().join("runs");
+    let restarting = d.spawn_with(json!({
+        "command": format!(
+            "n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; \
+             [ $n -ge 2 ] && exit 0; read _; exit 3",
+            runs = runs.display()
+        ),
+        "restart": {"policy": "on-failure", "max_restarts": 2, "backoff_s": 0.1},
+    }));
+    wait_until("the first run started", || runs.exists());
+    crash_at_the_exit_of(&restarting);
+    let w = d.wait_exit(&once);
+    assert_eq!(w["exit_code"], 7, "{w}");
+    assert_eq!(w["completion_reason"], "exited", "{w}");
+    let w = d.wait_exit(&restarting);
+    assert_eq!(w["exit_code"], 0, "its second run ended it: {w}");
+    assert_eq!(std::fs::read_to_string(&runs).expect("runs").trim(), "2");
+    d.read_until(&restarting, "it exited with code 3; run 2 starts");
+}
+
 #[test]
 fn a_killed_keeper_leaves_the_daemon_serving_and_says_so() {
     let mut d = Daemon::start();

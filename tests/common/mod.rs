@@ -286,9 +286,15 @@ impl Daemon {
             nix::unistd::Pid::from_raw(old as i32),
             nix::sys::signal::Signal::SIGKILL,
         );
+        self.next_daemon_after(old)
+    }
+
+    /// Waits until the daemon `old` is gone (however it died) and a new
+    /// one serves; returns the new daemon's pid.
+    pub fn next_daemon_after(&self, old: u32) -> u32 {
         // Until it is dead it may still accept a connection (it shares the
         // listening socket with its keeper) and then drop it.
-        wait_until("the killed daemon let go of its socket", || {
+        wait_until("the dead daemon let go of its socket", || {
             released(old as i32)
         });
         let mut new = 0;

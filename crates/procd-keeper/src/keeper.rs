@@ -84,7 +84,7 @@ impl Held {
         }
     }
 
-    /// The exit of a foreign root, once its parent has reaped it.
+    /// The root's exit, once its parent (not this keeper) has reaped it.
     fn reaped_exit(&self) -> Option<Exit> {
         let pidfd = self.fd(FdKind::Process)?;
         let raw = procd_sys::pidfd::reaped_status(pidfd.as_fd()).ok()??;
@@ -233,6 +233,7 @@ pub fn run(launch: Launch) -> i32 {
         };
         // Whatever it sent before it died still counts.
         keeper.take_messages(&mut d);
+        keeper.reaped_by_the_daemon();
         match keeper.after_daemon(&launch, nofile, &d, status, &mut failed_starts) {
             Next::Exit(code) => return code,
             Next::Restart(after) => restart_at = Some(Instant::now() + after),
@@ -312,6 +313,18 @@ impl Keeper {
             .filter(|(fd, _)| fd.revents().is_some_and(|r| !r.is_empty()))
             .map(|(_, (id, _))| (*id).clone())
             .collect())
+    }
+
+    /// After the daemon died: the roots it reaped and had not yet released
+    /// (it died between the reap and its record). Their pidfds say how
+    /// they ended; without this the next daemon would wait for an exit
+    /// that never comes.
+    fn reaped_by_the_daemon(&mut self) {
+        for held in self.sessions.values_mut() {
+            if held.exit.is_none() && !held.foreign {
+                held.exit = held.reaped_exit();
+            }
+        }
     }
 
     /// Records the exits of the foreign roots in `woke` that have been

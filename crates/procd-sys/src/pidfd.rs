@@ -160,7 +160,11 @@ pub fn reaped_status(pidfd: BorrowedFd<'_>) -> io::Result<Option<i32>> {
 /// Whether this kernel gives a pidfd's holder the exit status
 /// (`reaped_status`; Linux 6.15 and later).
 pub fn exits_visible() -> bool {
-    PidFd::open(std::process::id() as i32).is_ok_and(|me| reaped_status(me.as_fd()).is_ok())
+    // Asked once: the kernel does not change under a running process.
+    static VISIBLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VISIBLE.get_or_init(|| {
+        PidFd::open(std::process::id() as i32).is_ok_and(|me| reaped_status(me.as_fd()).is_ok())
+    })
 }
 
 impl PidFd {

@@ -57,10 +57,15 @@ impl Registry {
                 std::os::fd::AsFd::as_fd(memfd),
             ));
         }
-        // Under systemd the next keeper learns the root's exit from its
-        // pidfd (the user manager reaps it once no procd process is left).
-        // Opened while the root is our unreaped child, start time checked.
-        let pidfd = keeper.fd_store().then(|| root.open(&self.procfs)).flatten();
+        // The keeper learns from the root's pidfd how it ended when this
+        // daemon reaped it but died before saying so (else the next daemon
+        // would wait for an exit nobody reports). Under systemd the next
+        // keeper learns it there too (the user manager reaps it once no
+        // procd process is left), even on a kernel that cannot tell a
+        // pidfd's holder: that is the only way it could. Opened while the
+        // root is our unreaped child, start time checked.
+        let wanted = keeper.fd_store() || procd_sys::pidfd::exits_visible();
+        let pidfd = wanted.then(|| root.open(&self.procfs)).flatten();
         if let Some(pidfd) = &pidfd {
             fds.push((procd_keeper::FdKind::Process, pidfd.as_fd()));
         }
