@@ -503,13 +503,23 @@ impl OutputStore {
     /// between the reopen and a write. Blocking file I/O.
     pub fn retry_finished_log(&self) {
         let mut inner = self.lock();
+        if Self::finished_log_due(&inner) {
+            self.reopen_log(&mut inner);
+        }
+    }
+
+    /// Whether `retry_finished_log` would try the disk now (cheap: for
+    /// the caller to decide whether to leave the event loop for it).
+    pub fn finished_log_retry_due(&self) -> bool {
+        Self::finished_log_due(&self.lock())
+    }
+
+    fn finished_log_due(inner: &Inner) -> bool {
         let due = inner
             .log_error
             .as_ref()
             .is_some_and(|(_, at)| at.elapsed() >= LOG_RETRY);
-        if inner.finished && inner.log.is_none() && due {
-            self.reopen_log(&mut inner);
-        }
+        inner.finished && inner.log.is_none() && due
     }
 
     /// After a failed write: a new log file holding what memory still has

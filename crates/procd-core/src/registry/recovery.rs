@@ -79,7 +79,7 @@ impl Registry {
         }
         for s in self.all_sessions() {
             let what = format!("log {}", s.id);
-            if s.output.log_fault().is_some() {
+            if s.output.finished_log_retry_due() {
                 let output = s.output.clone();
                 let _ = tokio::task::spawn_blocking(move || output.retry_finished_log()).await;
             }
