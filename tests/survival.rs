@@ -264,11 +264,48 @@ fn restart_hands_every_session_to_the_new_daemon() {
     assert!(!alive(after), "the daemon is gone");
 }
 
+/// A daemon whose crash points (`PROCD_TEST_CRASH_FILE`) are armed by
+/// writing a point's name into `crash`.
+fn crashable(crash: &std::path::Path) -> Daemon {
+    Daemon::with_env(
+        "",
+        &[("PROCD_TEST_CRASH_FILE", crash.to_str().expect("path"))],
+    )
+}
+
+/// Arms the crash at `point`, ends `id` (it waits in `read`), and waits
+/// for the next daemon. The request is not answered: the daemon may die
+/// before it replies.
+fn crash_at(d: &Daemon, crash: &std::path::Path, point: &str, id: &str) {
+    let before = d.pid();
+    std::fs::write(crash, point).expect("arm the crash");
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "submit_stdin",
+        "params": {"session_id": id, "data": ""}});
+    let mut conn = d.connect();
+    conn.send_raw(&request.to_string());
+    d.next_daemon_after(before);
+    drop(conn);
+    assert!(!crash.exists(), "the daemon died at {point}");
+}
+
+/// A restarting session counting its runs in `runs`: the first waits in
+/// `read` and exits 3, later ones wait in `read` and exit 0.
+fn restarting(d: &Daemon, runs: &std::path::Path) -> String {
+    d.spawn_with(json!({
+        "command": format!(
+            "n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; \
+             echo run $n; read _; [ $n -ge 2 ] && exit 0; exit 3",
+            runs = runs.display()
+        ),
+        "restart": {"policy": "on-failure", "max_restarts": 2, "backoff_s": 0.1},
+    }))
+}
+
 /// The daemon dies right after it reaped a session's root, before it
-/// recorded the exit anywhere: a crash point only a test can place
-/// (`PROCD_TEST_CRASH_AFTER_REAP`, armed by making its file). The keeper
-/// learns the exit from the root's pidfd; the next daemon ends the session
-/// with it, and a restarting session starts its next run.
+/// recorded the exit anywhere. The keeper learns the exit from the root's
+/// pidfd; the next daemon ends the session with it, and a restarting
+/// session starts its next run. (Each root is reaped by the daemon that
+/// started it: a root handed over is the keeper's child.)
 #[test]
 fn an_exit_the_daemon_reaped_as_it_died_is_not_lost() {
     assert!(
@@ -277,44 +314,55 @@ fn an_exit_the_daemon_reaped_as_it_died_is_not_lost() {
     );
     let dir = tempfile::tempdir().expect("dir");
     let crash = dir.path().join("crash");
-    let d = Daemon::with_env(
-        "",
-        &[("PROCD_TEST_CRASH_AFTER_REAP", crash.to_str().expect("path"))],
-    );
-    // Each ends when told, reaped by the daemon that started it (a root
-    // handed over is the keeper's child, reaped by the keeper).
-    let crash_at_the_exit_of = |id: &str| {
-        let before = d.pid();
-        std::fs::write(&crash, "").expect("arm the crash");
-        // Unanswered: the daemon may die before it replies.
-        let request = json!({"jsonrpc": "2.0", "id": 1, "method": "submit_stdin",
-            "params": {"session_id": id, "data": ""}});
-        let mut conn = d.connect();
-        conn.send_raw(&request.to_string());
-        d.next_daemon_after(before);
-        drop(conn);
-        assert!(!crash.exists(), "the daemon died at the crash point");
-    };
+    let d = crashable(&crash);
     let once = d.spawn("read _; exit 7");
-    crash_at_the_exit_of(&once);
+    crash_at(&d, &crash, "after-reap", &once);
     let runs = dir.path().join("runs");
-    let restarting = d.spawn_with(json!({
-        "command": format!(
-            "n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; \
-             [ $n -ge 2 ] && exit 0; read _; exit 3",
-            runs = runs.display()
-        ),
-        "restart": {"policy": "on-failure", "max_restarts": 2, "backoff_s": 0.1},
-    }));
-    wait_until("the first run started", || runs.exists());
-    crash_at_the_exit_of(&restarting);
+    let id = restarting(&d, &runs);
+    d.read_until(&id, "run 1\n");
+    crash_at(&d, &crash, "after-reap", &id);
     let w = d.wait_exit(&once);
     assert_eq!(w["exit_code"], 7, "{w}");
     assert_eq!(w["completion_reason"], "exited", "{w}");
-    let w = d.wait_exit(&restarting);
+    d.read_until(&id, "run 2\n");
+    d.ok("submit_stdin", json!({"session_id": id, "data": ""}));
+    let w = d.wait_exit(&id);
     assert_eq!(w["exit_code"], 0, "its second run ended it: {w}");
     assert_eq!(std::fs::read_to_string(&runs).expect("runs").trim(), "2");
-    d.read_until(&restarting, "it exited with code 3; run 2 starts");
+    d.read_until(&id, "it exited with code 3; run 2 starts");
+}
+
+/// The daemon dies after it started a restarted run and gave the keeper
+/// its descriptors, before the checkpoint named the run (it still names
+/// the run before, in its backoff). The next daemon takes the new run
+/// back instead of ending it as unrecorded, and announces the restart
+/// once.
+#[test]
+fn a_restarted_run_the_checkpoint_did_not_name_yet_is_taken_back() {
+    let dir = tempfile::tempdir().expect("dir");
+    let crash = dir.path().join("crash");
+    let d = crashable(&crash);
+    let runs = dir.path().join("runs");
+    let id = restarting(&d, &runs);
+    d.read_until(&id, "run 1\n");
+    crash_at(&d, &crash, "after-restart-hold", &id);
+    d.read_until(&id, "run 2\n");
+    let polled = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(polled["status"], "running", "{polled}");
+    let pid = polled["pid"].as_i64().expect("pid") as i32;
+    assert!(alive(pid), "run 2 was not ended as unrecorded");
+    let restarted: Vec<_> = d.ok("drain_notifications", json!({}))["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["type"] == "restarted" && e["session_id"] == id.as_str())
+        .map(|e| e["run"].clone())
+        .collect();
+    assert_eq!(restarted, vec![json!(2)], "announced once");
+    d.ok("submit_stdin", json!({"session_id": id, "data": ""}));
+    let w = d.wait_exit(&id);
+    assert_eq!(w["exit_code"], 0, "run 2 ended it: {w}");
+    assert_eq!(std::fs::read_to_string(&runs).expect("runs").trim(), "2");
 }
 
 #[test]

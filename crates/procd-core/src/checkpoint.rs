@@ -141,6 +141,41 @@ impl CheckpointEntry {
         )
     }
 
+    /// The record of a restarting session's next run, rooted at `root`,
+    /// when the daemon died after starting that run (the keeper holds it)
+    /// but before the checkpoint named it: this entry then still names
+    /// the run before, waiting out its backoff (`next_run`). The run is in
+    /// the same cgroup, scope and log (all named after the session); its
+    /// root leads its own group and started after the recorded one. Its
+    /// `started_at` is unknown here: now, a fraction of a second late.
+    pub fn as_next_run(
+        &self,
+        root: procd_sys::identity::ProcessIdentity,
+    ) -> Option<CheckpointEntry> {
+        let record = self.restart.as_ref()?;
+        let next = record.next_run.as_ref()?;
+        if self.exit.is_some() || root.start_time <= self.start_time || root.pid <= 1 {
+            return None;
+        }
+        let mut entry = self.clone();
+        entry.pid = root.pid;
+        entry.start_time = root.start_time;
+        entry.pgid = root.pid;
+        entry.identity = Some(procd_sys::identity::RecordedIdentity {
+            pgid: root.pid,
+            start_time: Some(root.start_time),
+        });
+        entry.started_at = procd_sys::clock::rfc3339(std::time::SystemTime::now());
+        entry.ready_after_ms = None;
+        entry.restart = Some(RestartRecord {
+            run: next.run,
+            streak: next.streak,
+            next_run: None,
+            ..record.clone()
+        });
+        Some(entry)
+    }
+
     /// The session's root as recorded.
     pub fn root(&self) -> procd_sys::identity::ProcessIdentity {
         procd_sys::identity::ProcessIdentity {
@@ -333,6 +368,45 @@ mod tests {
             });
         }
         serde_json::from_value(v).expect("an entry")
+    }
+
+    /// Only a restarting session in its backoff has a next run, and only
+    /// a root started after the recorded one can be it; it takes the
+    /// run's count and leaves the backoff.
+    #[test]
+    fn a_next_run_is_only_of_a_backoff_and_a_later_root() {
+        use procd_sys::identity::ProcessIdentity;
+        let mut e = entry("proc_000000000001", None);
+        e.start_time = 100;
+        let later = ProcessIdentity {
+            pid: 42,
+            start_time: 200,
+        };
+        assert!(e.as_next_run(later).is_none(), "no restart policy");
+        let mut record: RestartRecord = serde_json::from_value(serde_json::json!({
+            "policy": {"policy": "always"}, "run": 1, "streak": 0,
+        }))
+        .expect("a record");
+        e.restart = Some(record.clone());
+        assert!(e.as_next_run(later).is_none(), "not in a backoff");
+        record.next_run = Some(NextRunRecord {
+            run: 2,
+            streak: 1,
+            at: "2026-01-01T00:00:02Z".into(),
+        });
+        e.restart = Some(record);
+        let earlier = ProcessIdentity {
+            pid: 42,
+            start_time: 100,
+        };
+        assert!(e.as_next_run(earlier).is_none(), "not started after it");
+        let next = e.as_next_run(later).expect("the next run");
+        assert_eq!((next.pid, next.pgid, next.start_time), (42, 42, 200));
+        let r = next.restart.expect("restart");
+        assert_eq!((r.run, r.streak, r.next_run), (2, 1, None));
+        let mut ended = e.clone();
+        ended.exit = entry("proc_000000000001", Some(0)).exit;
+        assert!(ended.as_next_run(later).is_none(), "it ended");
     }
 
     fn ids(path: &Path) -> Vec<String> {

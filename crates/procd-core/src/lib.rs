@@ -8,6 +8,7 @@
 pub mod budget;
 pub mod checkpoint;
 pub mod containment;
+mod crash;
 pub mod env;
 mod error;
 pub mod fairness;

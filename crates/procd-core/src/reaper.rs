@@ -125,7 +125,7 @@ impl Reaper {
                     };
                     let sender = self.lock().waiting.remove(&pid.as_raw());
                     if let Some(sender) = sender {
-                        crash_point_after_reap();
+                        crate::crash::at(crate::crash::Point::AfterReap);
                         let _ = sender.send(exit);
                     }
                 }
@@ -149,24 +149,5 @@ impl Reaper {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// A crash a test asks for (docs/testing.md), in debug builds only: when
-/// `PROCD_TEST_CRASH_AFTER_REAP` names a file that exists, it is removed
-/// and this process is SIGKILLed right after reaping a session's root,
-/// before anyone hears how it ended. Once per file, so the next daemon
-/// (which inherits the variable) lives. A real system cannot die on
-/// demand at exactly this point.
-#[cfg(not(debug_assertions))]
-fn crash_point_after_reap() {}
-
-#[cfg(debug_assertions)]
-fn crash_point_after_reap() {
-    let Some(path) = std::env::var_os("PROCD_TEST_CRASH_AFTER_REAP") else {
-        return;
-    };
-    if std::fs::remove_file(path).is_ok() {
-        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     }
 }

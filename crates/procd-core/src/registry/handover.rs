@@ -125,15 +125,28 @@ impl Registry {
     /// record): its log reopened at its end, a supervisor reading the same
     /// pipe or PTY master on, stdin writable again, its exit from the
     /// keeper (exact, also when it ended while no daemon ran). None when
-    /// the two do not describe the same process.
+    /// the two do not describe the same process, unless the keeper's is
+    /// the next run of a restarting session the checkpoint has in its
+    /// backoff (the daemon died between starting it and recording it).
     pub(super) async fn adopt_handed(
         &self,
         e: &CheckpointEntry,
         mut handed: HandedSession,
     ) -> Option<()> {
-        if !e.has_session_id() || handed.pid != e.pid || handed.start_time != e.start_time {
+        if !e.has_session_id() {
             return None;
         }
+        let next_run;
+        let (e, unrecorded_run) = if handed.pid == e.pid && handed.start_time == e.start_time {
+            (e, false)
+        } else {
+            let root = crate::identity::ProcessIdentity {
+                pid: handed.pid,
+                start_time: handed.start_time,
+            };
+            next_run = e.as_next_run(root)?;
+            (&next_run, true)
+        };
         let keeper = self.keeper.clone()?;
         let log_path = PathBuf::from(&e.log_path);
         if log_path.parent() != Some(self.logs_dir.as_path()) {
@@ -205,6 +218,10 @@ impl Registry {
                 drop(reader);
                 self.resume_backoff(session, &restarts, next);
                 return Some(());
+            }
+            if unrecorded_run {
+                tracing::info!(session = %session.id, pid = e.pid, "took back a run the checkpoint did not name yet");
+                self.announce_restart(&session, &restarts);
             }
         }
         let exit_rx = keeper.exit_of(e.pid);

@@ -96,6 +96,29 @@ impl Registry {
         Ok(())
     }
 
+    /// Queues the `restarted` event of `next`, the run going now, once
+    /// across daemons (a daemon that took back a run the one before had
+    /// no time to announce announces it).
+    pub(super) fn announce_restart(&self, next: &Session, restarts: &Restarts) {
+        let (count, last) = restarts.runs();
+        let Some(last) = last else {
+            return;
+        };
+        let text = format!(
+            "{}; procd started it again (run {})",
+            how_it_ended(&last),
+            count.run
+        );
+        self.notifications.push_once(
+            Some(format!("restarted {} {}", next.id, count.run)),
+            Event::Restarted {
+                about: self.about_event(next, &text),
+                run: count.run,
+                last_exit: super::present::exit_info_of(&last),
+            },
+        );
+    }
+
     /// Takes up the backoff of a session a previous daemon left in one
     /// (its checkpoint said which run is next, and when): that run starts
     /// when it would have. Without the launch it cannot, and ends.
@@ -214,6 +237,7 @@ impl Registry {
             .launch(&id, &mut spec, &launch.env, &launch.argv)
             .await?;
         self.hold_in_keeper(&id, started.identity, &started.io, Some(restarts));
+        crate::crash::at(crate::crash::Point::AfterRestartHold);
         let slot = run.take_slot().unwrap_or_else(|| self.running.take());
         let (next, reader, exit_rx) = self.open_session(
             id.clone(),
@@ -237,21 +261,7 @@ impl Registry {
             pty: next.spec.pty,
             started_at: rfc3339(next.started_at),
         });
-        if let Some(last) = &last {
-            let text = format!(
-                "{}; procd started it again (run {})",
-                how_it_ended(last),
-                count.run
-            );
-            self.notifications.push_once(
-                Some(format!("restarted {id} {}", count.run)),
-                Event::Restarted {
-                    about: self.about_event(&next, &text),
-                    run: count.run,
-                    last_exit: super::present::exit_info_of(last),
-                },
-            );
-        }
+        self.announce_restart(&next, restarts);
         // Recorded before its output can be read (the supervisor stores
         // it): whoever sees the new run can count on a daemon that dies
         // next finding it in procs.json, not the run before.
