@@ -170,6 +170,14 @@ fn always_restarts_after_success_and_kill_stops_it_in_a_run_or_a_backoff() {
     let pid = d.ok("poll", json!({"session_id": id}))["pid"]
         .as_i64()
         .expect("pid") as i32;
+    // No run reads its stdin meanwhile, and the refusal says why.
+    let wrote = d.call("write_stdin", json!({"session_id": id, "data": "x"}));
+    assert_eq!(wrote["error"]["code"], -32002, "{wrote}");
+    let why = wrote["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("between runs") && why.contains("run 2"),
+        "{wrote}"
+    );
     let started = std::time::Instant::now();
     let killed = d.ok("kill", json!({"session_id": id}));
     assert_eq!(killed["status"], "killed", "{killed}");

@@ -47,6 +47,12 @@ impl Registry {
                 s.id
             )));
         }
+        if let Some(next) = s.restarts.as_ref().and_then(|r| r.next_run()) {
+            return Err(Error::WrongState(format!(
+                "session {} is between runs (restart backoff): no run reads its stdin until run {} starts",
+                s.id, next.count.run
+            )));
+        }
         let tx = self.stdin_of(s)?;
         let mut bytes = data.as_bytes().to_vec();
         if submit {
