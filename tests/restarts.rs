@@ -5,23 +5,6 @@
 
 use crate::common::*;
 use serde_json::{json, Value};
-use std::path::Path;
-
-/// A command that counts its runs in `dir/runs`, prints "run N <VAR>" and
-/// then does `then`.
-fn counting(dir: &Path, then: &str) -> String {
-    format!(
-        "n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; echo \"run $n ${{PROCD_TEST_VAR:-}}\"; {then}",
-        runs = dir.join("runs").display()
-    )
-}
-
-fn runs(dir: &Path) -> u32 {
-    std::fs::read_to_string(dir.join("runs"))
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(0)
-}
 
 /// Whether every thread of `pid` is in the stopped state ('T').
 fn all_threads_stopped(pid: i32) -> bool {

@@ -288,15 +288,11 @@ fn crash_at(d: &Daemon, crash: &std::path::Path, point: &str, id: &str) {
     assert!(!crash.exists(), "the daemon died at {point}");
 }
 
-/// A restarting session counting its runs in `runs`: the first waits in
-/// `read` and exits 3, later ones wait in `read` and exit 0.
-fn restarting(d: &Daemon, runs: &std::path::Path) -> String {
+/// A restarting session counting its runs in `dir` (`counting`): each
+/// waits in `read`, then the first exits 3 and later ones 0.
+fn restarting(d: &Daemon, dir: &std::path::Path) -> String {
     d.spawn_with(json!({
-        "command": format!(
-            "n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; \
-             echo run $n; read _; [ $n -ge 2 ] && exit 0; exit 3",
-            runs = runs.display()
-        ),
+        "command": counting(dir, "read _; [ $n -ge 2 ] && exit 0; exit 3"),
         "restart": {"policy": "on-failure", "max_restarts": 2, "backoff_s": 0.1},
     }))
 }
@@ -317,18 +313,17 @@ fn an_exit_the_daemon_reaped_as_it_died_is_not_lost() {
     let d = crashable(&crash);
     let once = d.spawn("read _; exit 7");
     crash_at(&d, &crash, "after-reap", &once);
-    let runs = dir.path().join("runs");
-    let id = restarting(&d, &runs);
-    d.read_until(&id, "run 1\n");
+    let id = restarting(&d, dir.path());
+    d.read_until(&id, "run 1 ");
     crash_at(&d, &crash, "after-reap", &id);
     let w = d.wait_exit(&once);
     assert_eq!(w["exit_code"], 7, "{w}");
     assert_eq!(w["completion_reason"], "exited", "{w}");
-    d.read_until(&id, "run 2\n");
+    d.read_until(&id, "\nrun 2 \n");
     d.ok("submit_stdin", json!({"session_id": id, "data": ""}));
     let w = d.wait_exit(&id);
     assert_eq!(w["exit_code"], 0, "its second run ended it: {w}");
-    assert_eq!(std::fs::read_to_string(&runs).expect("runs").trim(), "2");
+    assert_eq!(runs(dir.path()), 2);
     d.read_until(&id, "it exited with code 3; run 2 starts");
 }
 
@@ -342,11 +337,10 @@ fn a_restarted_run_the_checkpoint_did_not_name_yet_is_taken_back() {
     let dir = tempfile::tempdir().expect("dir");
     let crash = dir.path().join("crash");
     let d = crashable(&crash);
-    let runs = dir.path().join("runs");
-    let id = restarting(&d, &runs);
-    d.read_until(&id, "run 1\n");
+    let id = restarting(&d, dir.path());
+    d.read_until(&id, "run 1 ");
     crash_at(&d, &crash, "after-restart-hold", &id);
-    d.read_until(&id, "run 2\n");
+    d.read_until(&id, "\nrun 2 \n");
     let polled = d.ok("poll", json!({"session_id": id}));
     assert_eq!(polled["status"], "running", "{polled}");
     let pid = polled["pid"].as_i64().expect("pid") as i32;
@@ -362,7 +356,7 @@ fn a_restarted_run_the_checkpoint_did_not_name_yet_is_taken_back() {
     d.ok("submit_stdin", json!({"session_id": id, "data": ""}));
     let w = d.wait_exit(&id);
     assert_eq!(w["exit_code"], 0, "run 2 ended it: {w}");
-    assert_eq!(std::fs::read_to_string(&runs).expect("runs").trim(), "2");
+    assert_eq!(runs(dir.path()), 2);
 }
 
 #[test]

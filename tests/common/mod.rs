@@ -679,6 +679,23 @@ pub fn start_time(pid: i32) -> Option<u64> {
 }
 
 /// Whether `pid` is a live (non-zombie) process.
+/// A command that counts its runs in `dir/runs` (a restarting session's
+/// runs; `$n` is this one), prints "run N <VAR>" and then does `then`.
+pub fn counting(dir: &Path, then: &str) -> String {
+    format!(
+        "n=$(( $(cat {runs} 2>/dev/null || echo 0) + 1 )); echo $n > {runs}; echo \"run $n ${{PROCD_TEST_VAR:-}}\"; {then}",
+        runs = dir.join("runs").display()
+    )
+}
+
+/// How many runs `counting` has counted in `dir`.
+pub fn runs(dir: &Path) -> u32 {
+    std::fs::read_to_string(dir.join("runs"))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 pub fn alive(pid: i32) -> bool {
     matches!(stat_fields(pid), Some((state, _)) if state != 'Z' && state != 'X')
 }

@@ -323,12 +323,7 @@ impl OutputStore {
     fn write_out(&self, bytes: &[u8]) {
         let log = {
             let mut inner = self.lock();
-            if inner.log.is_none()
-                && inner
-                    .log_error
-                    .as_ref()
-                    .is_some_and(|(_, at)| at.elapsed() >= LOG_RETRY)
-            {
+            if Self::log_retry_due(&inner) {
                 self.reopen_log(&mut inner);
             }
             inner.log.clone().map(|f| (f, inner.file_end()))
@@ -503,7 +498,7 @@ impl OutputStore {
     /// between the reopen and a write. Blocking file I/O.
     pub fn retry_finished_log(&self) {
         let mut inner = self.lock();
-        if Self::finished_log_due(&inner) {
+        if inner.finished && Self::log_retry_due(&inner) {
             self.reopen_log(&mut inner);
         }
     }
@@ -511,15 +506,17 @@ impl OutputStore {
     /// Whether `retry_finished_log` would try the disk now (cheap: for
     /// the caller to decide whether to leave the event loop for it).
     pub fn finished_log_retry_due(&self) -> bool {
-        Self::finished_log_due(&self.lock())
+        let inner = self.lock();
+        inner.finished && Self::log_retry_due(&inner)
     }
 
-    fn finished_log_due(inner: &Inner) -> bool {
-        let due = inner
-            .log_error
-            .as_ref()
-            .is_some_and(|(_, at)| at.elapsed() >= LOG_RETRY);
-        inner.finished && inner.log.is_none() && due
+    /// The log failed, and `LOG_RETRY` has passed since.
+    fn log_retry_due(inner: &Inner) -> bool {
+        inner.log.is_none()
+            && inner
+                .log_error
+                .as_ref()
+                .is_some_and(|(_, at)| at.elapsed() >= LOG_RETRY)
     }
 
     /// After a failed write: a new log file holding what memory still has

@@ -57,12 +57,9 @@ impl Registry {
                 std::os::fd::AsFd::as_fd(memfd),
             ));
         }
-        // The keeper learns from the root's pidfd how it ended when this
-        // daemon reaped it but died before saying so (else the next daemon
-        // would wait for an exit nobody reports). Under systemd the next
-        // keeper learns it there too (the user manager reaps it once no
-        // procd process is left), even on a kernel that cannot tell a
-        // pidfd's holder: that is the only way it could. Opened while the
+        // From the root's pidfd the keeper learns how it ended when this
+        // daemon reaped it and died before saying so; under systemd, the
+        // next keeper too (the user manager reaps it). Opened while the
         // root is our unreaped child, start time checked.
         let wanted = keeper.fd_store() || procd_sys::pidfd::exits_visible();
         let pidfd = wanted.then(|| root.open(&self.procfs)).flatten();
