@@ -360,3 +360,54 @@ fn the_configured_default_sandboxes_a_session_that_asks_for_none() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_sandboxed_command_cannot_signal_the_users_other_processes() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    // A process of the user's, outside any session.
+    let mut other = Stand::sleep();
+    let pid = other.pid();
+    let probe = |signal: &str| {
+        format!(
+            "kill -{signal} {pid} 2>/dev/null && echo signal-sent || echo signal-refused; \
+             sleep 100 & kill $!; wait $!; echo own-child-ended-$?"
+        )
+    };
+    // Unsandboxed, the same user's process can be signalled (signal 0
+    // only, so that it lives on for the sandboxed probe).
+    let (output, _) = run(&d, cwd.path(), Value::Null, &probe("0"));
+    assert!(output.contains("signal-sent"), "{output}");
+
+    let (output, _) = run(&d, cwd.path(), json!("workspace-write"), &probe("TERM"));
+    assert!(output.contains("signal-refused"), "{output}");
+    assert!(
+        other.0.try_wait().expect("try_wait").is_none(),
+        "a sandboxed command's SIGTERM reached the user's process: {output}"
+    );
+    // Inside its own session a command signals as it always did.
+    assert!(output.contains("own-child-ended-143"), "{output}");
+}
+
+#[test]
+fn network_none_refuses_an_abstract_unix_socket_that_network_all_reaches() {
+    use std::os::linux::net::SocketAddrExt;
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    let name = format!("procd-test-abstract-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("addr");
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).expect("abstract listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let accepted = || std::iter::from_fn(|| listener.accept().ok()).count();
+    let probe = format!(
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"\\0{name}\")' 2>/dev/null \
+         && echo abstract-reached || echo abstract-refused"
+    );
+    let (output, _) = run(&d, cwd.path(), json!({"network": "all"}), &probe);
+    assert!(output.contains("abstract-reached"), "{output}");
+    assert_eq!(accepted(), 1, "a sandbox with network all reaches it");
+
+    let (output, _) = run(&d, cwd.path(), json!("workspace-write"), &probe);
+    assert!(output.contains("abstract-refused"), "{output}");
+    assert_eq!(accepted(), 0, "network none reached an abstract socket");
+}

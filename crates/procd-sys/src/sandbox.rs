@@ -6,8 +6,8 @@
 //! syscalls, and every process the command starts inherits them.
 
 use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, ABI,
 };
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -133,9 +133,9 @@ fn kernel_has(rules: &Rules, abi: i32) -> Result<(), SandboxError> {
 /// The paths were checked when the plan was (`check`); one gone since
 /// fails its open below, with the same kind of error.
 pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
-    let abi = landlock_abi();
-    kernel_has(rules, abi)?;
-    let abi = ABI::from(abi);
+    let kernel_abi = landlock_abi();
+    kernel_has(rules, kernel_abi)?;
+    let abi = ABI::from(kernel_abi);
     let fs_all = AccessFs::from_all(abi);
     let read = AccessFs::from_read(abi);
     let file = AccessFs::from_file(abi) & !AccessFs::Execute;
@@ -148,6 +148,10 @@ pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
         ruleset = ruleset
             .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
             .map_err(landlock)?;
+    }
+    let scopes = scopes(rules, kernel_abi);
+    if !scopes.is_empty() {
+        ruleset = ruleset.scope(scopes).map_err(landlock)?;
     }
     let mut created = ruleset.create().map_err(landlock)?;
     let open = |path: &std::path::Path| {
@@ -200,6 +204,22 @@ pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
         _ => None,
     };
     Ok(Enforcement { ruleset, filter })
+}
+
+/// What the domain is scoped to, where the kernel can (Landlock ABI 6):
+/// no signal to a process outside the session, whatever the rules, and
+/// under `network: none` no connection to an abstract unix socket made
+/// outside it (D-Bus, X11 and other local services listen on those).
+/// An older kernel gives neither; the spec's sandbox does not need them,
+/// so the spawn is not refused for it (docs/SECURITY.md says so).
+fn scopes(rules: &Rules, abi: i32) -> BitFlags<Scope> {
+    if abi < 6 {
+        return BitFlags::empty();
+    }
+    match rules.network {
+        Network::None => Scope::Signal | Scope::AbstractUnixSocket,
+        _ => Scope::Signal.into(),
+    }
 }
 
 /// Under `network: none`: `socket` and `socketpair` of any family but
