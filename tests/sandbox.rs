@@ -411,3 +411,93 @@ fn network_none_refuses_an_abstract_unix_socket_that_network_all_reaches() {
     assert!(output.contains("abstract-refused"), "{output}");
     assert_eq!(accepted(), 0, "network none reached an abstract socket");
 }
+
+#[test]
+fn a_sandboxed_command_cannot_ask_procd_for_anything() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    let outside = tempfile::tempdir().expect("outside");
+    let escaped = outside.path().join("escaped");
+    // A raw spawn on the socket (what a hostile command would send; the
+    // CLI's spawn would first need a lease file written), then the CLI.
+    std::fs::write(
+        cwd.path().join("ask.py"),
+        "import json, socket, sys\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         s.connect(sys.argv[1])\n\
+         ask = {'jsonrpc': '2.0', 'id': 7, 'method': 'spawn', 'params': {'command': sys.argv[2]}}\n\
+         s.sendall((json.dumps(ask) + '\\n').encode())\n\
+         print(s.makefile().readline(), end='')\n",
+    )
+    .expect("probe");
+    let probe = |mark: &str| {
+        format!(
+            "python3 ask.py {socket} 'echo {mark} > {escaped}'; {bin} --home {home} ps; echo cli-exit-$?",
+            socket = d.socket().display(),
+            escaped = escaped.display(),
+            bin = BIN,
+            home = d.home.path().display(),
+        )
+    };
+    // Unsandboxed, the command is served: its spawn runs.
+    let (output, _) = run(&d, cwd.path(), Value::Null, &probe("served"));
+    assert!(output.contains("\"result\""), "{output}");
+    assert!(output.contains("cli-exit-0"), "{output}");
+    wait_until("the unsandboxed command's spawn ran", || {
+        std::fs::read_to_string(&escaped).is_ok_and(|t| t == "served\n")
+    });
+    std::fs::remove_file(&escaped).expect("remove");
+    let before = d.ok("list", json!({}))["processes"]
+        .as_array()
+        .expect("processes")
+        .len();
+
+    // Sandboxed (network all, so that only this rule can refuse it):
+    // every request is -32005 naming the session, and nothing starts.
+    let id = d.ok(
+        "spawn",
+        json!({"command": format!("{}; sleep 300", probe("escaped")),
+               "cwd": cwd.path().to_str().expect("utf-8"), "sandbox": {"network": "all"}}),
+    )["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    wait_until("the sandboxed probe ran", || {
+        d.ok("log", json!({"session_id": id}))["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("cli-exit-"))
+    });
+    let output = d.ok("log", json!({"session_id": id}))["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let answer: Value = serde_json::from_str(output.lines().next().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("one JSON-RPC line first, not {output:?}: {e}"));
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["error"]["code"], -32005, "{answer}");
+    let refusal = format!("sandboxed session {id}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&refusal)),
+        "{answer}"
+    );
+    assert!(
+        output.contains(&format!(
+            "procd: permission denied: this connection comes from {refusal}"
+        )),
+        "the CLI says why: {output}"
+    );
+    assert!(output.contains("cli-exit-1"), "{output}");
+    // The test's own connection, meanwhile, is served.
+    let listed = d.ok("list", json!({}))["processes"]
+        .as_array()
+        .expect("processes")
+        .len();
+    assert_eq!(listed, before + 1, "a sandboxed spawn started something");
+    assert!(
+        !escaped.exists(),
+        "a sandboxed command escaped through procd"
+    );
+    d.ok("kill", json!({"session_id": id}));
+}

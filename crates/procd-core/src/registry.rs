@@ -309,6 +309,54 @@ impl Registry {
         }
     }
 
+    // ----- who asks ----------------------------------------------------------
+
+    /// Whether a sandboxed session is tracked: only then is a connection's
+    /// peer looked at (`sandboxed_session_of`).
+    pub fn has_sandboxed(&self) -> bool {
+        self.table().values().any(|s| s.spec.sandbox.is_some())
+    }
+
+    /// The sandboxed session whose tree holds process `pid`, if one does.
+    /// Its processes are not served (docs/SECURITY.md): through procd a
+    /// sandboxed command could otherwise start an unsandboxed one, or type
+    /// into another session's shell. Reads /proc: call it off the event
+    /// loop.
+    pub fn sandboxed_session_of(&self, pid: i32) -> Option<String> {
+        let sandboxed: Vec<Arc<Session>> = self
+            .table()
+            .values()
+            .filter(|s| s.spec.sandbox.is_some())
+            .cloned()
+            .collect();
+        if sandboxed.is_empty() {
+            return None;
+        }
+        let dir = procd_sys::cgroup::v2_dir_of(&pid.to_string());
+        let holds = |s: &Session| {
+            if let Some(cgroup) = &s.cgroup {
+                // Moving out of it takes a write the sandbox refuses.
+                return dir.as_deref().is_some_and(|d| d.starts_with(cgroup.path()));
+            }
+            if let Some(unit) = &s.systemd_unit {
+                return dir
+                    .as_deref()
+                    .is_some_and(|d| d.iter().any(|part| part == unit.as_str()));
+            }
+            // Process group and marker only: as the kill finds its tree
+            // (a process that drops both escapes this too; docs/SECURITY.md).
+            s.is_running()
+                && (self
+                    .procfs
+                    .stat(pid)
+                    .is_ok_and(|st| st.pgrp == s.pid() || st.session == s.pid())
+                    || self
+                        .procfs
+                        .environ_has(pid, format!("PROCD_SESSION_ID={}", s.id).as_bytes()))
+        };
+        sandboxed.iter().find(|s| holds(s)).map(|s| s.id.clone())
+    }
+
     // ----- listing -----------------------------------------------------------
 
     pub fn list(

@@ -11,7 +11,7 @@ use crate::lines::{LineCodec, LineError};
 use futures::{FutureExt, StreamExt};
 use jsonrpsee::types::{ErrorCode, ErrorObject, Id, Response, ResponsePayload};
 use jsonrpsee::Methods;
-use procd_proto::error::{INVALID_REQUEST, PARSE_ERROR};
+use procd_proto::error::{INVALID_REQUEST, PARSE_ERROR, PERMISSION_DENIED};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
@@ -100,10 +100,12 @@ enum End {
 /// answer is ready at once is answered inline, without a task hand-off.
 pub async fn serve(
     stream: UnixStream,
+    peer: crate::peer::Peer,
     protocol: Protocol,
     mut shutdown: watch::Receiver<bool>,
     handle: Arc<ConnectionHandle>,
 ) {
+    let refusal = peer.refusal(protocol.dispatch.registry.as_ref()).await;
     // The socket's two halves, or the pipes a dial-stdio handed over. The
     // first byte may be long in coming: the connection can be evicted or
     // the daemon stop meanwhile.
@@ -126,6 +128,7 @@ pub async fn serve(
         in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         tasks: JoinSet::new(),
         client_gone: CancellationToken::new(),
+        refusal,
     };
     let end = conn.read_requests(&mut lines).await;
     conn.finish(end, lines).await;
@@ -165,6 +168,9 @@ struct Connection {
     /// (their receivers drop, which frees the subscription tasks in
     /// jsonrpsee).
     client_gone: CancellationToken,
+    /// Set for a peer that is not served (`peer.rs`): every request gets
+    /// this as its -32005 answer, and nothing runs.
+    refusal: Option<String>,
 }
 
 /// What became of one request line.
@@ -239,6 +245,12 @@ impl Connection {
                 .written(error_response(Id::Null, PARSE_ERROR, msg))
                 .await;
         };
+        if let Some(why) = &self.refusal {
+            let id = request_id(&line).unwrap_or(Id::Null);
+            return self
+                .written(error_response(id, PERMISSION_DENIED, why))
+                .await;
+        }
         if let Some(answer) = self.protocol.fast.answer(&line) {
             return self.written(answer).await;
         }

@@ -11,6 +11,7 @@ mod fast;
 mod lane;
 mod lines;
 mod listener;
+mod peer;
 mod rpc;
 mod shared;
 

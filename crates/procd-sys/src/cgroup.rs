@@ -106,9 +106,16 @@ pub fn in_procd_unit(pid: &str) -> bool {
 /// This process's own cgroup2 directory (on a hybrid host, below the
 /// cgroup2 mount `/sys/fs/cgroup/unified`, not `/sys/fs/cgroup`).
 pub fn own_v2_dir() -> Option<PathBuf> {
+    v2_dir_of("self")
+}
+
+/// The cgroup2 directory of process `pid` (`"self"` for this one), as
+/// this process's view of the hierarchy names it (None: no such process,
+/// or no cgroup2 mounted).
+pub fn v2_dir_of(pid: &str) -> Option<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let v2 = hierarchies(&mounts, &own).0?;
+    let of = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let v2 = hierarchies(&mounts, &of).0?;
     Some(v2.mount.join(v2.own.strip_prefix("/").unwrap_or(&v2.own)))
 }
 

@@ -35,6 +35,37 @@ impl PidFd {
         Ok(PidFd { fd, pid })
     }
 
+    /// The pidfd of the process at the other end of a unix socket, as
+    /// the kernel recorded it at connect (`SO_PEERPIDFD`, Linux 6.5):
+    /// unlike the peer's pid number, it cannot come to name another
+    /// process. `pid` is that peer's pid (from `SO_PEERCRED`).
+    pub fn of_peer(socket: BorrowedFd<'_>, pid: i32) -> io::Result<PidFd> {
+        let mut fd: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `socket` is an open descriptor for the whole call; the
+        // kernel writes at most `len` (an int's size) bytes into `fd`, a
+        // live local of that size, and sets `len` to what it wrote.
+        let rc = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERPIDFD,
+                (&mut fd as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if rc == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        if fd < 0 || len as usize != std::mem::size_of::<libc::c_int>() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the kernel just installed `fd` as a new descriptor of
+        // this process's (close-on-exec), owned by nothing else.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(PidFd { fd, pid })
+    }
+
     pub fn pid(&self) -> i32 {
         self.pid
     }
