@@ -414,7 +414,20 @@ fn network_none_refuses_an_abstract_unix_socket_that_network_all_reaches() {
 
 #[test]
 fn a_sandboxed_command_cannot_ask_procd_for_anything() {
-    let d = Daemon::start();
+    // Its cgroup says whose it is; without cgroups, its process group.
+    for config in ["", "containment = \"group\"\n"] {
+        let d = Daemon::with_config(config);
+        let kind = d.ok("status", json!({}))["containment"].clone();
+        assert_eq!(
+            kind,
+            if config.is_empty() { "cgroup" } else { "group" },
+            "{config}"
+        );
+        refused_from_a_sandbox(&d);
+    }
+}
+
+fn refused_from_a_sandbox(d: &Daemon) {
     let cwd = tempfile::tempdir().expect("cwd");
     let outside = tempfile::tempdir().expect("outside");
     let escaped = outside.path().join("escaped");
@@ -440,7 +453,7 @@ fn a_sandboxed_command_cannot_ask_procd_for_anything() {
         )
     };
     // Unsandboxed, the command is served: its spawn runs.
-    let (output, _) = run(&d, cwd.path(), Value::Null, &probe("served"));
+    let (output, _) = run(d, cwd.path(), Value::Null, &probe("served"));
     assert!(output.contains("\"result\""), "{output}");
     assert!(output.contains("cli-exit-0"), "{output}");
     wait_until("the unsandboxed command's spawn ran", || {
