@@ -251,22 +251,10 @@ fn a_backoff_goes_on_across_a_daemon_sigkill() {
         "command": counting(dir.path(), "exit 1"),
         "restart": {"policy": "on-failure", "backoff_s": 3},
     }));
-    let procs = d.state_dir().join("procs.json");
-    let next_run = || {
-        std::fs::read_to_string(&procs)
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|v| v.as_array().cloned())
-            .and_then(|entries| {
-                entries
-                    .into_iter()
-                    .find(|e| e["session_id"] == id.as_str())
-                    .map(|e| e["restart"]["next_run"].clone())
-            })
-            .filter(|n| !n.is_null())
-    };
-    wait_until("procs.json holds the backoff", || next_run().is_some());
-    let recorded = next_run().expect("next_run");
+    wait_until("procs.json holds the backoff", || {
+        next_run(&d, &id).is_some()
+    });
+    let recorded = next_run(&d, &id).expect("next_run");
     assert_eq!(recorded["run"], 2, "{recorded}");
     let first_pid = d.ok("poll", json!({"session_id": id}))["pid"].clone();
     d.kill_daemon();
@@ -287,6 +275,52 @@ fn a_backoff_goes_on_across_a_daemon_sigkill() {
     assert!(started >= at, "run 2 started at {started}, due at {at}");
     d.ok("kill", json!({"session_id": id}));
     assert!(session_pids(&id).is_empty());
+}
+
+/// The backoff procs.json records for session `id` (its `next_run`).
+fn next_run(d: &Daemon, id: &str) -> Option<Value> {
+    std::fs::read_to_string(d.state_dir().join("procs.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| v.as_array().cloned())
+        .and_then(|entries| {
+            entries
+                .into_iter()
+                .find(|e| e["session_id"] == id)
+                .map(|e| e["restart"]["next_run"].clone())
+        })
+        .filter(|n| !n.is_null())
+}
+
+/// The keeper and the daemon SIGKILLed together while a session waits out
+/// its backoff: how its runs start (a sealed memfd only the keeper held)
+/// is gone with the keeper, so the next daemon cannot start run 2. The
+/// session ends as run 1 did and says why, rather than "running" for good.
+#[test]
+fn a_backoff_whose_launch_died_with_the_keeper_ends_as_its_last_run() {
+    let mut d = Daemon::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let id = d.spawn_with(json!({
+        "command": counting(dir.path(), "exit 1"),
+        "restart": {"policy": "on-failure", "backoff_s": 3},
+    }));
+    wait_until("procs.json holds the backoff", || {
+        next_run(&d, &id).is_some()
+    });
+    d.crash();
+    d.restart();
+    let waited = d.wait_exit(&id);
+    assert_eq!(waited["exit_code"], 1, "as run 1 ended: {waited}");
+    let poll = d.ok("poll", json!({"session_id": id}));
+    assert!(poll.get("restarting").is_none(), "{poll}");
+    let output = d.ok("log", json!({"session_id": id}))["output"].to_string();
+    assert!(
+        output.contains(
+            "[procd] not restarting: this daemon does not know how the command was started"
+        ),
+        "{output}"
+    );
+    assert_eq!(runs(dir.path()), 1, "no run started after the crash");
 }
 
 #[test]

@@ -232,7 +232,9 @@ impl Registry {
                 Some(()) => recovered += 1,
                 None => {
                     dropped += 1;
-                    self.list_lost(&entry).await;
+                    if !self.end_backoff(&entry).await {
+                        self.list_lost(&entry).await;
+                    }
                     // A dead session's scope is stopped; if that fails the
                     // entry stays in the checkpoint to be retried next start.
                     if let Some(unit) = &entry.systemd_unit {
@@ -362,10 +364,29 @@ impl Registry {
         let Some(exit) = &e.exit else {
             return;
         };
-        let Some(session) = self.listed_exited(e, None).await else {
+        let Some(session) = self.listed_exited(e, None, None).await else {
             return;
         };
         Registry::record_listed_end(&session, exit.record());
+    }
+
+    /// A session that waited out a restart backoff when the daemon and its
+    /// keeper died: its last run is over (the daemon reaped and recorded
+    /// it), and how its runs start (a memfd only the keeper held) is gone.
+    /// It ends as that run did and says why (`resume_backoff`); false for
+    /// an entry that is not in a backoff.
+    async fn end_backoff(&self, e: &CheckpointEntry) -> bool {
+        let Some(restarts) = self.recovered_restarts(e, None) else {
+            return false;
+        };
+        let Some(next) = restarts.next_run() else {
+            return false;
+        };
+        let Some(session) = self.listed_exited(e, None, Some(restarts.clone())).await else {
+            return false;
+        };
+        self.resume_backoff(session, &restarts, next);
+        true
     }
 
     /// Lists a session whose process ended while no daemon watched it:
@@ -373,7 +394,7 @@ impl Registry {
     /// is readable. A completion is queued if it was asked for.
     pub(super) async fn list_lost(&self, e: &CheckpointEntry) {
         let note = "its process ended while no procd was running: the exit code is unknown; output up to then is in the log";
-        let Some(session) = self.listed_exited(e, Some(note.into())).await else {
+        let Some(session) = self.listed_exited(e, Some(note.into()), None).await else {
             return;
         };
         let now = std::time::SystemTime::now();
@@ -389,12 +410,13 @@ impl Registry {
     }
 
     /// A session of a previous daemon, listed (not yet marked exited) with
-    /// its log and `note`; None when the entry is not a procd session or
-    /// is listed already.
+    /// its log, `note` and `restarts`; None when the entry is not a procd
+    /// session or is listed already.
     async fn listed_exited(
         &self,
         e: &CheckpointEntry,
         note: Option<String>,
+        restarts: Option<Arc<crate::session::Restarts>>,
     ) -> Option<Arc<Session>> {
         if !e.has_session_id() || self.table().contains_key(&e.session_id) {
             return None;
@@ -421,6 +443,7 @@ impl Registry {
             e.started_at(),
         );
         session.note = note;
+        session.restarts = restarts;
         session.set_adopted(Vec::new());
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
