@@ -27,12 +27,6 @@ fn cgroup_daemon(config: &str) -> Option<Daemon> {
     Some(d)
 }
 
-fn pid_of(d: &Daemon, id: &str) -> i32 {
-    d.ok("poll", json!({"session_id": id}))["pid"]
-        .as_i64()
-        .expect("pid") as i32
-}
-
 fn environ_has(pid: i32, entry: &str) -> bool {
     std::fs::read(format!("/proc/{pid}/environ"))
         .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == entry.as_bytes()))

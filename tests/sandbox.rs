@@ -514,3 +514,54 @@ fn refused_from_a_sandbox(d: &Daemon) {
     );
     d.ok("kill", json!({"session_id": id}));
 }
+
+#[test]
+fn a_sandboxed_command_reaches_its_own_terminal_and_no_other() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    // Another session's terminal, and its name.
+    let other = d.ok("spawn", json!({"command": "sleep 300", "pty": true}))["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let pid = pid_of(&d, &other);
+    let tty = std::fs::read_link(format!("/proc/{pid}/fd/0")).expect("its terminal");
+    assert!(tty.starts_with("/dev/pts"), "{}", tty.display());
+    let write_other = format!(
+        "(echo injected-text > {}) 2>/dev/null && echo other-written || echo other-refused",
+        tty.display()
+    );
+    // A sandboxed command, with a terminal of its own or not, cannot
+    // write into the other's (its output, which an agent reads) nor open
+    // it for a TIOCSTI (its input).
+    let (output, _) = run(&d, cwd.path(), json!("workspace-write"), &write_other);
+    assert!(output.contains("other-refused"), "{output}");
+    let own = d.ok(
+        "spawn",
+        json!({"command": format!("{write_other}; echo own-$(tty) > \"$(tty)\" && stty size"),
+               "pty": true, "rows": 33, "cols": 101,
+               "cwd": cwd.path().to_str().expect("utf-8"), "sandbox": "workspace-write"}),
+    )["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    d.wait_exit(&own);
+    let output = d.ok("log", json!({"session_id": own}))["output"].to_string();
+    assert!(output.contains("other-refused"), "{output}");
+    assert!(
+        output.contains("own-/dev/pts/"),
+        "its own terminal, reopened by name: {output}"
+    );
+    assert!(output.contains("33 101"), "{output}");
+    let seen = d.ok("log", json!({"session_id": other}))["output"].to_string();
+    assert!(!seen.contains("injected-text"), "{seen}");
+    // Unsandboxed, the same write gets through: the check can fail.
+    let (output, _) = run(&d, cwd.path(), Value::Null, &write_other);
+    assert!(output.contains("other-written"), "{output}");
+    wait_until("the unsandboxed write shows in the other's output", || {
+        d.ok("log", json!({"session_id": other}))["output"]
+            .to_string()
+            .contains("injected-text")
+    });
+    d.ok("kill", json!({"session_id": other}));
+}

@@ -42,12 +42,6 @@ fn assert_echo_answers_and_exits_3(d: &Daemon, echo: &str) {
     assert_eq!(d.wait_exit(echo)["exit_code"], 3);
 }
 
-fn pid_of(d: &Daemon, id: &str) -> i32 {
-    d.ok("poll", json!({"session_id": id}))["pid"]
-        .as_i64()
-        .expect("pid") as i32
-}
-
 #[test]
 fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
     let d = Daemon::start();

@@ -696,6 +696,13 @@ pub fn runs(dir: &Path) -> u32 {
         .unwrap_or(0)
 }
 
+/// The pid `poll` shows for session `id`.
+pub fn pid_of(d: &Daemon, id: &str) -> i32 {
+    d.ok("poll", serde_json::json!({"session_id": id}))["pid"]
+        .as_i64()
+        .expect("pid") as i32
+}
+
 pub fn alive(pid: i32) -> bool {
     matches!(stat_fields(pid), Some((state, _)) if state != 'Z' && state != 'X')
 }

@@ -100,9 +100,11 @@ impl SandboxPlan {
         Some(SandboxPlan { info, tmp })
     }
 
-    /// What the kernel is to enforce.
-    pub fn rules(&self) -> Rules {
+    /// What the kernel is to enforce, for a session whose terminal (if it
+    /// has one) is `terminal`.
+    pub fn rules(&self, terminal: Option<&Path>) -> Rules {
         Rules {
+            terminal: terminal.map(Path::to_path_buf),
             readable: match &self.info.readable {
                 Readable::All => None,
                 Readable::Paths(p) => Some(p.iter().map(PathBuf::from).collect()),
@@ -133,7 +135,11 @@ impl SandboxPlan {
 
     /// Makes its temp dir (0700, below `root`) and what the child hands
     /// the kernel.
-    pub fn enforcement(&self, root: &Path) -> std::io::Result<procd_sys::sandbox::Enforcement> {
+    pub fn enforcement(
+        &self,
+        root: &Path,
+        terminal: Option<&Path>,
+    ) -> std::io::Result<procd_sys::sandbox::Enforcement> {
         use std::os::unix::fs::DirBuilderExt;
         if !self.is_own_tmp(root) {
             return Err(std::io::Error::other(format!(
@@ -150,7 +156,7 @@ impl SandboxPlan {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        procd_sys::sandbox::prepare(&self.rules()).map_err(std::io::Error::other)
+        procd_sys::sandbox::prepare(&self.rules(terminal)).map_err(std::io::Error::other)
     }
 
     /// Removes its temp dir (its session has ended), off the event loop;
@@ -168,7 +174,7 @@ impl SandboxPlan {
     /// -32002 for what the kernel lacks, -32602 for a path that is not
     /// there (its temp dir is made at the start, so it is not checked).
     fn check(&self) -> Result<(), Error> {
-        let mut rules = self.rules();
+        let mut rules = self.rules(None);
         rules.writable.retain(|p| p != &self.tmp);
         procd_sys::sandbox::check(&rules).map_err(|e| match e {
             procd_sys::sandbox::SandboxError::Missing(m) => Error::WrongState(m),
@@ -216,7 +222,7 @@ mod tests {
         ] {
             let plan = plan_with_tmp(planted);
             assert!(!plan.is_own_tmp(root), "{planted}");
-            assert!(plan.enforcement(root).is_err(), "{planted}");
+            assert!(plan.enforcement(root, None).is_err(), "{planted}");
         }
     }
 }

@@ -20,6 +20,10 @@ pub struct Rules {
     /// Where it may also write, create and remove (directories or files).
     pub writable: Vec<PathBuf>,
     pub network: Network,
+    /// The session's own terminal (its PTY's slave): the one entry of
+    /// `/dev/pts` it may open. Another session's would let it write into
+    /// that session's output, and (as root) TIOCSTI into its input.
+    pub terminal: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -49,14 +53,9 @@ pub enum SandboxError {
 }
 
 /// Devices every sandboxed command may write (a shell redirects to
-/// /dev/null; a terminal program opens /dev/tty), where they exist.
-const DEVICES: [&str; 5] = [
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/tty",
-    "/dev/pts",
-];
+/// /dev/null; a terminal program opens /dev/tty, which is its own
+/// terminal or none), where they exist.
+const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 
 /// A sandbox ready for the child: the ruleset's descriptor and the filter.
 pub struct Enforcement {
@@ -185,6 +184,11 @@ pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
             created = created.add_rule(beneath(device, file)?).map_err(landlock)?;
         }
     }
+    if let Some(terminal) = &rules.terminal {
+        created = created
+            .add_rule(beneath(terminal, file)?)
+            .map_err(landlock)?;
+    }
     if let Network::Ports { connect, bind } = &rules.network {
         for port in connect {
             created = created
@@ -271,6 +275,7 @@ mod tests {
             readable: None,
             writable: vec!["/no/such/dir".into()],
             network: Network::All,
+            terminal: None,
         };
         let err = check(&rules)
             .err()

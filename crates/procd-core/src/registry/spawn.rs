@@ -641,13 +641,22 @@ impl Registry {
             argv = scopes.wrap(unit, &argv);
         }
         let mut env = terminal_env(spec, env);
+        // A PTY session's terminal comes first: its sandbox names the slave.
+        let terminal = match spec.pty {
+            true => Some(pty_process::open().map_err(std::io::Error::other)?),
+            false => None,
+        };
         let sandbox = match &spec.sandbox {
             Some(plan) => {
                 env.insert(
                     crate::sandbox::TMPDIR.into(),
                     plan.tmp.display().to_string(),
                 );
-                Some(plan.enforcement(&self.tmp_dir)?)
+                let slave = match &terminal {
+                    Some((pty, _)) => Some(slave_path(pty)?),
+                    None => None,
+                };
+                Some(plan.enforcement(&self.tmp_dir, slave.as_deref())?)
             }
             None => None,
         };
@@ -661,8 +670,7 @@ impl Registry {
             self.reaper
                 .start(|| procd_sys::spawn::spawn(&launch), inspect)
         };
-        let (pid, start_time, exit_rx, io) = if spec.pty {
-            let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
+        let (pid, start_time, exit_rx, io) = if let Some((pty, pts)) = terminal {
             pty.resize(pty_process::Size::new(spec.rows, spec.cols))
                 .map_err(std::io::Error::other)?;
             // Made before the start, so nothing can fail after it.
@@ -883,6 +891,14 @@ const SESSION_VARS: [&str; 6] = [
 
 /// The environment, and for a PTY session a terminal type and pagers that
 /// do not wait for a key (unless the caller set them).
+/// The path of `pty`'s slave (`/dev/pts/N`).
+fn slave_path(pty: &pty_process::Pty) -> std::io::Result<std::path::PathBuf> {
+    use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStringExt;
+    let name = rustix::pty::ptsname(pty.as_fd(), Vec::new())?;
+    Ok(std::ffi::OsString::from_vec(name.into_bytes()).into())
+}
+
 fn terminal_env(spec: &SessionSpec, env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut env = env.clone();
     if spec.pty {
