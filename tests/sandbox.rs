@@ -565,3 +565,33 @@ fn a_sandboxed_command_reaches_its_own_terminal_and_no_other() {
     });
     d.ok("kill", json!({"session_id": other}));
 }
+
+#[test]
+fn a_sandbox_may_not_make_procds_own_files_writable() {
+    let d = Daemon::with_config("# the daemon's config file\n");
+    let home = d.home.path().to_path_buf();
+    let project = tempfile::tempdir().expect("project");
+    std::os::unix::fs::symlink(&home, project.path().join("link")).expect("symlink");
+    let home_s = home.to_str().expect("utf-8");
+    let cases = [
+        // The home holds the state, the socket's dir and the config.
+        json!({"command": "touch x", "cwd": home_s, "sandbox": "workspace-write"}),
+        json!({"command": "touch x", "cwd": project.path().to_str().expect("utf-8"),
+               "sandbox": {"writable": [d.state_dir().join("logs")]}}),
+        json!({"command": "touch x", "cwd": project.path().to_str().expect("utf-8"),
+               "sandbox": {"writable": ["link"]}}),
+        json!({"command": "touch x", "cwd": project.path().to_str().expect("utf-8"),
+               "sandbox": {"writable": [home.join("config.toml")]}}),
+    ];
+    for params in cases {
+        let (code, msg) = d.err("spawn", params.clone());
+        assert_eq!(code, -32602, "{params}: {msg}");
+        assert!(msg.contains("would make procd's own"), "{params}: {msg}");
+    }
+    assert_eq!(d.ok("list", json!({}))["processes"], json!([]));
+    assert!(!home.join("x").exists() && !project.path().join("x").exists());
+    // Beside them, a project is writable as ever.
+    let (_, polled) = run(&d, project.path(), json!("workspace-write"), "touch x");
+    assert_eq!(polled["exit_code"], 0, "{polled}");
+    assert!(project.path().join("x").exists());
+}

@@ -77,6 +77,9 @@ pub struct RegistryOptions {
     pub logs_dir: PathBuf,
     /// Where sandboxed sessions' own temp dirs go (docs/SECURITY.md).
     pub tmp_dir: PathBuf,
+    /// procd's own files and dirs (state, runtime dir, config file), which
+    /// no sandbox may make writable (docs/SECURITY.md).
+    pub own_paths: Vec<PathBuf>,
     /// Default cwd of sessions (the user's home).
     pub default_cwd: PathBuf,
     /// The environment children inherit before sanitising.
@@ -113,6 +116,8 @@ pub struct Registry {
     logs_dir: PathBuf,
     /// Sandboxed sessions' temp dirs (`sandbox.rs`).
     tmp_dir: PathBuf,
+    /// What no sandbox may make writable (`RegistryOptions::own_paths`).
+    own_paths: Vec<PathBuf>,
     default_cwd: PathBuf,
     procfs: ProcFs,
     env_policy: EnvPolicy,
@@ -198,6 +203,7 @@ impl Registry {
             config: options.config,
             logs_dir: options.logs_dir,
             tmp_dir: options.tmp_dir,
+            own_paths: options.own_paths,
             default_cwd: options.default_cwd,
             procfs: options.procfs,
             inherited_env,

@@ -27,12 +27,14 @@ pub struct SandboxPlan {
 impl SandboxPlan {
     /// The plan for `asked` (else the configured `default`) in `cwd`;
     /// None for no sandbox. Its temp dir is named below `tmp_root`
-    /// (before the session has an id).
+    /// (before the session has an id). No writable path may hold, or lie
+    /// in, one of procd's own (`protected`).
     pub fn new(
         asked: Option<&SandboxSpec>,
         default: SandboxProfile,
         cwd: &Path,
         tmp_root: &Path,
+        protected: &[PathBuf],
     ) -> Result<Option<SandboxPlan>, Error> {
         let spec = asked.cloned().unwrap_or(SandboxSpec::Profile(default));
         if spec == SandboxSpec::Profile(SandboxProfile::Full) {
@@ -90,6 +92,7 @@ impl SandboxPlan {
         }
         let plan = SandboxPlan { info, tmp };
         plan.check()?;
+        plan.spares(protected)?;
         Ok(Some(plan))
     }
 
@@ -180,6 +183,47 @@ impl SandboxPlan {
             procd_sys::sandbox::SandboxError::Missing(m) => Error::WrongState(m),
             other => Error::InvalidParams(format!("sandbox: {other}")),
         })
+    }
+}
+
+impl SandboxPlan {
+    /// -32602 when a writable path holds one of procd's own, or lies in
+    /// one: Landlock cannot take a path back out of a writable one, and a
+    /// command that could write procd's state (the shell snapshot every
+    /// session sources, procs.json), its socket's directory or its config
+    /// could change what unsandboxed sessions run. Both sides are compared
+    /// with their links resolved, as Landlock opens them.
+    fn spares(&self, protected: &[PathBuf]) -> Result<(), Error> {
+        let own: Vec<PathBuf> = protected.iter().map(|p| resolved(p)).collect();
+        for writable in self.info.writable.iter().map(Path::new) {
+            if writable == self.tmp {
+                continue;
+            }
+            let writable = resolved(writable);
+            if let Some(own) = own
+                .iter()
+                .find(|own| own.starts_with(&writable) || writable.starts_with(own))
+            {
+                return Err(Error::InvalidParams(format!(
+                    "sandbox: writable path {} would make procd's own {} writable (its state, socket or config), through which a sandboxed command could change what other sessions run; give a writable path that neither holds nor lies in it",
+                    writable.display(),
+                    own.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `path` with its links resolved, as far as it exists (the rest kept as
+/// written, for a file not made yet).
+fn resolved(path: &Path) -> PathBuf {
+    if let Ok(real) = path.canonicalize() {
+        return real;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => resolved(parent).join(name),
+        _ => path.to_path_buf(),
     }
 }
 

@@ -476,6 +476,11 @@ fn new_registry(
         config: options.config.clone(),
         logs_dir: options.paths.logs_dir(),
         tmp_dir: options.paths.state_dir.join("tmp"),
+        own_paths: vec![
+            options.paths.state_dir.clone(),
+            options.paths.runtime_dir.clone(),
+            options.paths.config_file.clone(),
+        ],
         // $HOME, else the password database's entry; / when neither.
         default_cwd: dirs::home_dir().unwrap_or_else(|| "/".into()),
         inherited_env: std::env::vars().collect(),

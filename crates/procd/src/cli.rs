@@ -450,10 +450,17 @@ pub fn describe(err: &ClientError) -> String {
     }
 }
 
-fn run_daemon(paths: Paths, config_path: Option<PathBuf>, background: bool, set: &[String]) -> i32 {
+fn run_daemon(
+    mut paths: Paths,
+    config_path: Option<PathBuf>,
+    background: bool,
+    set: &[String],
+) -> i32 {
     init_tracing();
     let explicit = config_path.is_some();
     let config_path = config_path.unwrap_or_else(|| paths.config_file.clone());
+    // The file the daemon runs by (no sandbox may make it writable).
+    paths.config_file = config_path.clone();
     let config = match procd_gateway::config::load_with(&config_path, explicit, set) {
         Ok(c) => c,
         Err(err) => {

@@ -166,6 +166,7 @@ impl Registry {
             self.config.sandbox,
             &cwd,
             &self.tmp_dir,
+            &self.own_paths,
         )?;
         Ok(SessionSpec {
             command: req.command.clone(),
