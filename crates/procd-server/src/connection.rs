@@ -90,7 +90,8 @@ enum End {
 }
 
 /// Serves one connection until the client leaves, the daemon stops, or the
-/// listener evicts it.
+/// listener evicts it. `peer_pid` is the connecting process's (from its
+/// credentials): one of a sandboxed session's has every request refused.
 ///
 /// The loop never blocks on one thing while another needs it: answers are
 /// written as they come (a write that the client does not read blocks only
@@ -100,12 +101,13 @@ enum End {
 /// answer is ready at once is answered inline, without a task hand-off.
 pub async fn serve(
     stream: UnixStream,
-    peer: crate::peer::Peer,
+    peer_pid: Option<i32>,
     protocol: Protocol,
     mut shutdown: watch::Receiver<bool>,
     handle: Arc<ConnectionHandle>,
 ) {
-    let refusal = peer.refusal(protocol.dispatch.registry.as_ref()).await;
+    let refusal =
+        crate::peer::refusal(&stream, peer_pid, protocol.dispatch.registry.as_ref()).await;
     // The socket's two halves, or the pipes a dial-stdio handed over. The
     // first byte may be long in coming: the connection can be evicted or
     // the daemon stop meanwhile.

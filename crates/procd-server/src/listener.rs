@@ -68,8 +68,8 @@ pub async fn serve(
                 }
             },
         };
-        let peer = match stream.peer_cred() {
-            Ok(cred) if cred.uid() == my_uid => crate::peer::Peer::of(&stream, cred.pid()),
+        let peer_pid = match stream.peer_cred() {
+            Ok(cred) if cred.uid() == my_uid => cred.pid(),
             Ok(cred) => {
                 tracing::warn!(uid = cred.uid(), "refused a connection from another user");
                 // One line saying why (best effort: a fresh socket's buffer
@@ -95,7 +95,7 @@ pub async fn serve(
         live.lock().insert(id, handle.clone());
         let live = live.clone();
         connections.spawn(async move {
-            crate::connection::serve(stream, peer, protocol, shutdown, handle).await;
+            crate::connection::serve(stream, peer_pid, protocol, shutdown, handle).await;
             live.lock().remove(&id);
         });
         // Reap finished connection tasks so the set does not grow.

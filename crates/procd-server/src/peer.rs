@@ -10,42 +10,35 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use tokio::net::UnixStream;
 
-/// The connecting process, as the kernel recorded it at connect.
-pub struct Peer {
+/// Why the process that connected `stream` (`pid`, from its credentials)
+/// is not served, if it is not: the answer every one of its requests
+/// gets. Costs one look at the session table while no sandboxed session
+/// is tracked; else /proc is read, off the event loop.
+pub async fn refusal(
+    stream: &UnixStream,
     pid: Option<i32>,
-    /// None on a kernel before 6.5 (no `SO_PEERPIDFD`): the pid alone is
-    /// looked at then, and could be reused by the time it is.
-    pidfd: Option<PidFd>,
-}
-
-impl Peer {
-    pub fn of(stream: &UnixStream, pid: Option<i32>) -> Peer {
-        let pidfd = pid.and_then(|pid| PidFd::of_peer(stream.as_fd(), pid).ok());
-        Peer { pid, pidfd }
-    }
-
-    /// Why this peer is not served, if it is not: the answer every one of
-    /// its requests gets. Costs nothing while no sandboxed session is
-    /// tracked; else /proc is read, off the event loop.
-    pub async fn refusal(self, registry: Option<&Arc<Registry>>) -> Option<String> {
-        let registry = registry.filter(|r| r.has_sandboxed())?.clone();
-        let verdict = tokio::task::spawn_blocking(move || {
-            let pid = self.pid?;
-            let session = registry.sandboxed_session_of(pid);
-            // Looked at after the read, so that the pid read was the peer's.
-            let gone = self.pidfd.as_ref().is_some_and(PidFd::has_exited);
-            Some((session, gone))
-        })
-        .await;
-        let why = match verdict {
-            Ok(Some((Some(id), _))) => format!(
-                "permission denied: this connection comes from sandboxed session {id}, and a sandboxed command cannot ask procd for anything"
-            ),
-            Ok(Some((None, false))) => return None,
-            // Who it was can no longer be told.
-            _ => "permission denied: the connecting process could not be told apart from a sandboxed session's".into(),
-        };
-        tracing::warn!(%why, "refused a connection's requests");
-        Some(why)
-    }
+    registry: Option<&Arc<Registry>>,
+) -> Option<String> {
+    let registry = registry.filter(|r| r.has_sandboxed())?.clone();
+    // The kernel's pidfd of the peer as it connected: unlike the pid, it
+    // cannot come to name another process. None before Linux 6.5, when
+    // the pid alone is looked at.
+    let pidfd = pid.and_then(|pid| PidFd::of_peer(stream.as_fd(), pid).ok());
+    let verdict = tokio::task::spawn_blocking(move || {
+        let session = registry.sandboxed_session_of(pid?);
+        // Looked at after the read, so that the pid read was the peer's.
+        let gone = pidfd.as_ref().is_some_and(PidFd::has_exited);
+        Some((session, gone))
+    })
+    .await;
+    let why = match verdict {
+        Ok(Some((Some(id), _))) => format!(
+            "permission denied: this connection comes from sandboxed session {id}, and a sandboxed command cannot ask procd for anything"
+        ),
+        Ok(Some((None, false))) => return None,
+        // Who it was can no longer be told.
+        _ => "permission denied: the connecting process could not be told apart from a sandboxed session's".into(),
+    };
+    tracing::warn!(%why, "refused a connection's requests");
+    Some(why)
 }
