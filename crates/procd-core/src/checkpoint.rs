@@ -147,7 +147,9 @@ impl CheckpointEntry {
     /// the run before, waiting out its backoff (`next_run`). The run is in
     /// the same cgroup, scope and log (all named after the session); its
     /// root leads its own group and started after the recorded one. Its
-    /// `started_at` is unknown here: now, a fraction of a second late.
+    /// `started_at` is the recorded one's moved on by the distance between
+    /// the two roots' start times (clock ticks since boot), so exact to a
+    /// tick as far as the recorded one was.
     pub fn as_next_run(
         &self,
         root: procd_sys::identity::ProcessIdentity,
@@ -165,7 +167,11 @@ impl CheckpointEntry {
             pgid: root.pid,
             start_time: Some(root.start_time),
         });
-        entry.started_at = procd_sys::clock::rfc3339(std::time::SystemTime::now());
+        let later = (root.start_time - self.start_time) as f64
+            / procd_sys::procfs::clock_ticks_per_second();
+        entry.started_at = procd_sys::clock::rfc3339(
+            self.started_at() + std::time::Duration::from_secs_f64(later),
+        );
         entry.ready_after_ms = None;
         entry.restart = Some(RestartRecord {
             run: next.run,
@@ -402,6 +408,17 @@ mod tests {
         assert!(e.as_next_run(earlier).is_none(), "not started after it");
         let next = e.as_next_run(later).expect("the next run");
         assert_eq!((next.pid, next.pgid, next.start_time), (42, 42, 200));
+        // 100 ticks after the recorded run's start.
+        let ticks = procd_sys::procfs::clock_ticks_per_second();
+        let after = next
+            .started_at()
+            .duration_since(e.started_at())
+            .expect("later");
+        assert!(
+            (after.as_secs_f64() - 100.0 / ticks).abs() < 0.002,
+            "{}",
+            next.started_at
+        );
         let r = next.restart.expect("restart");
         assert_eq!((r.run, r.streak, r.next_run), (2, 1, None));
         let mut ended = e.clone();
