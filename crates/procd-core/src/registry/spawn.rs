@@ -647,20 +647,7 @@ impl Registry {
             true => Some(pty_process::open().map_err(std::io::Error::other)?),
             false => None,
         };
-        let sandbox = match &spec.sandbox {
-            Some(plan) => {
-                env.insert(
-                    crate::sandbox::TMPDIR.into(),
-                    plan.tmp.display().to_string(),
-                );
-                let slave = match &terminal {
-                    Some((pty, _)) => Some(slave_path(pty)?),
-                    None => None,
-                };
-                Some(plan.enforcement(&self.tmp_dir, slave.as_deref())?)
-            }
-            None => None,
-        };
+        let sandbox = self.sandbox_of(spec, &mut env, terminal.as_ref().map(|(pty, _)| pty))?;
         let prepared = Prepared::new(&argv, &env, &spec.cwd, self.daemon_path(), sandbox)?;
         let entry = cgroup.map(|c| c.entry()).transpose()?;
         let join = entry.as_ref().map(|e| e.join());
@@ -701,17 +688,7 @@ impl Registry {
             };
             (pid, start_time, exit_rx, io)
         } else {
-            let (out_read, out_write) = std::io::pipe()?;
-            // A larger pipe lets a chatty child write bigger bursts between
-            // our reads (fewer wake-ups); it is only a hint.
-            let _ = nix::fcntl::fcntl(&out_read, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
-            let (stdin_read, stdin_write): (std::os::fd::OwnedFd, _) = match spec.stdin {
-                StdinMode::Pipe => {
-                    let (r, w) = std::io::pipe()?;
-                    (r.into(), Some(w))
-                }
-                StdinMode::Null => (std::fs::File::open("/dev/null")?.into(), None),
-            };
+            let ((out_read, out_write), (stdin_read, stdin_write)) = child_pipes(spec.stdin)?;
             let out = out_write.as_fd();
             let (pid, start_time, exit_rx) = start([stdin_read.as_fd(), out, out], false)?;
             // Our copies of the child's ends must close, or EOF never comes.
@@ -743,6 +720,55 @@ impl Registry {
             cgroup: cgroup.cloned(),
         })
     }
+
+    /// What a sandboxed session's child enters (None: no sandbox), with
+    /// its temp dir put in `env`; a PTY session's rules name its own
+    /// `terminal`'s slave.
+    fn sandbox_of(
+        &self,
+        spec: &SessionSpec,
+        env: &mut BTreeMap<String, String>,
+        terminal: Option<&pty_process::Pty>,
+    ) -> std::io::Result<Option<procd_sys::sandbox::Enforcement>> {
+        use std::os::fd::AsFd;
+        use std::os::unix::ffi::OsStringExt;
+        let Some(plan) = &spec.sandbox else {
+            return Ok(None);
+        };
+        env.insert(
+            crate::sandbox::TMPDIR.into(),
+            plan.tmp.display().to_string(),
+        );
+        let slave = match terminal {
+            Some(pty) => Some(std::path::PathBuf::from(std::ffi::OsString::from_vec(
+                rustix::pty::ptsname(pty.as_fd(), Vec::new())?.into_bytes(),
+            ))),
+            None => None,
+        };
+        plan.enforcement(&self.tmp_dir, slave.as_deref()).map(Some)
+    }
+}
+
+/// A pipe session's output pipe (read end, the child's write end) and its
+/// stdin (the child's end, ours if it is a pipe).
+type ChildPipes = (
+    (std::io::PipeReader, std::io::PipeWriter),
+    (std::os::fd::OwnedFd, Option<std::io::PipeWriter>),
+);
+
+fn child_pipes(stdin: StdinMode) -> std::io::Result<ChildPipes> {
+    let (out_read, out_write) = std::io::pipe()?;
+    // A larger pipe lets a chatty child write bigger bursts between our
+    // reads (fewer wake-ups); it is only a hint.
+    let _ = nix::fcntl::fcntl(&out_read, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+    let stdin = match stdin {
+        StdinMode::Pipe => {
+            let (r, w) = std::io::pipe()?;
+            (r.into(), Some(w))
+        }
+        StdinMode::Null => (std::fs::File::open("/dev/null")?.into(), None),
+    };
+    Ok(((out_read, out_write), stdin))
 }
 
 /// What `procd_sys::spawn` needs, as C strings, made before the start.
@@ -892,14 +918,6 @@ const SESSION_VARS: [&str; 6] = [
 
 /// The environment, and for a PTY session a terminal type and pagers that
 /// do not wait for a key (unless the caller set them).
-/// The path of `pty`'s slave (`/dev/pts/N`).
-fn slave_path(pty: &pty_process::Pty) -> std::io::Result<std::path::PathBuf> {
-    use std::os::fd::AsFd;
-    use std::os::unix::ffi::OsStringExt;
-    let name = rustix::pty::ptsname(pty.as_fd(), Vec::new())?;
-    Ok(std::ffi::OsString::from_vec(name.into_bytes()).into())
-}
-
 fn terminal_env(spec: &SessionSpec, env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut env = env.clone();
     if spec.pty {
