@@ -232,3 +232,48 @@ fn v2_cgroup(pid: i32) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// With `containment = "scope"` a session runs in a real systemd scope;
+/// a sandboxed one's processes are told by that scope's cgroup and get
+/// -32005 for every request (tests/sandbox.rs covers cgroups and process
+/// groups).
+#[test]
+fn systemd_a_sandboxed_session_in_a_scope_is_not_served() {
+    let Some(m) = UserManager::start() else {
+        return;
+    };
+    let config = m.home().join(".config/procd");
+    std::fs::create_dir_all(&config).expect("config dir");
+    std::fs::write(config.join("config.toml"), "containment = \"scope\"\n").expect("config");
+    m.start_socket();
+    let status = m.ok("status", json!({}));
+    assert_eq!(status["containment"], "scope", "{status}");
+    let probe = format!(
+        "python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); \
+         s.sendall(b\"{{\\\"jsonrpc\\\":\\\"2.0\\\",\\\"id\\\":7,\\\"method\\\":\\\"status\\\"}}\\n\"); \
+         print(s.makefile().readline(), end=\"\")' {}; sleep 300",
+        m.socket().display()
+    );
+    let id = m.spawn_with(json!({"command": probe, "sandbox": "read-only"}));
+    let output = m.read_until(&id, "\"id\":7");
+    let cgroup = v2_cgroup(m.session_pid(&id));
+    assert!(
+        cgroup.contains(&format!("/procd-worker-{id}.scope")),
+        "a real scope: {cgroup}"
+    );
+    let answer: serde_json::Value = serde_json::from_str(
+        output
+            .lines()
+            .find(|l| l.contains("\"id\":7"))
+            .unwrap_or_default(),
+    )
+    .unwrap_or_else(|e| panic!("one JSON-RPC line, not {output:?}: {e}"));
+    assert_eq!(answer["error"]["code"], -32005, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("sandboxed session {id}"))),
+        "{answer}"
+    );
+    m.ok("kill", json!({"session_id": id}));
+}

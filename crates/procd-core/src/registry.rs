@@ -345,9 +345,11 @@ impl Registry {
                 return dir.as_deref().is_some_and(|d| d.starts_with(cgroup.path()));
             }
             if let Some(unit) = &s.systemd_unit {
+                // The scope's cgroup is named after the unit, with its type.
+                let scope = format!("{unit}.scope");
                 return dir
                     .as_deref()
-                    .is_some_and(|d| d.iter().any(|part| part == unit.as_str()));
+                    .is_some_and(|d| d.iter().any(|part| part == scope.as_str()));
             }
             // Process group and marker only: as the kill finds its tree
             // (a process that drops both escapes this too; docs/SECURITY.md).
