@@ -232,7 +232,10 @@ pub struct Session {
     pub id: String,
     pub spec: SessionSpec,
     pub identity: ProcessIdentity,
-    pub started_at: SystemTime,
+    pub(crate) started_at: SystemTime,
+    /// `started_at` as RFC 3339, formatted once: every poll, list entry
+    /// and checkpoint write shows it.
+    started_at_text: String,
     pub started_instant: Instant,
     pub output: Arc<OutputStore>,
     state: watch::Sender<SessionState>,
@@ -333,10 +336,12 @@ impl Session {
         output: Arc<OutputStore>,
         stdin: Option<mpsc::Sender<StdinOp>>,
     ) -> Session {
+        let started_at = SystemTime::now();
         Session {
             id,
             identity,
-            started_at: SystemTime::now(),
+            started_at,
+            started_at_text: crate::clock::rfc3339(started_at),
             started_instant: Instant::now(),
             output,
             state: watch::channel(SessionState::Running).0,
@@ -395,7 +400,13 @@ impl Session {
     /// the monotonic start is derived from the wall clock.
     fn set_started_at(&mut self, started_at: SystemTime) {
         self.started_at = started_at;
+        self.started_at_text = crate::clock::rfc3339(started_at);
         self.started_instant = crate::clock::instant_at(started_at);
+    }
+
+    /// When it started, as RFC 3339 (`started_at` on the wire).
+    pub fn started_at_text(&self) -> &str {
+        &self.started_at_text
     }
 
     pub fn recovered(

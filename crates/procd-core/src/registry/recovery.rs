@@ -124,7 +124,7 @@ impl Registry {
                 }),
                 pgid: s.pid(),
                 cwd: s.spec.cwd.display().to_string(),
-                started_at: rfc3339(s.started_at),
+                started_at: s.started_at_text().to_string(),
                 task_id: s.spec.task_id.clone(),
                 session_key: s.spec.session_key.clone(),
                 name: s.spec.name.as_ref().map(|n| n.to_string()),

@@ -6,7 +6,6 @@
 //! waiters follow on to the new one). A kill during the backoff ends it.
 
 use super::Registry;
-use crate::clock::rfc3339;
 use crate::error::Error;
 use crate::kill;
 use crate::restart::{Next, RunCount};
@@ -259,7 +258,7 @@ impl Registry {
             task_id: next.spec.task_id.clone(),
             session_key: next.spec.session_key.clone(),
             pty: next.spec.pty,
-            started_at: rfc3339(next.started_at),
+            started_at: next.started_at_text().to_string(),
         });
         self.announce_restart(&next, restarts);
         // Recorded before its output can be read (the supervisor stores

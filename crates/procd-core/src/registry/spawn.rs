@@ -7,7 +7,6 @@ use super::{
     yields::yield_duration, Registry, INSTANCE_VAR, MAX_COMMAND_BYTES, MAX_ENV_BYTES, MAX_ENV_VARS,
     MAX_TIMEOUT, MAX_WATCH_PATTERNS, MAX_WATCH_PATTERN_BYTES,
 };
-use crate::clock::rfc3339;
 use crate::error::Error;
 use crate::identity::ProcessIdentity;
 use crate::ingest::OutputSource;
@@ -388,7 +387,7 @@ impl Registry {
             task_id: session.spec.task_id.clone(),
             session_key: session.spec.session_key.clone(),
             pty: session.spec.pty,
-            started_at: rfc3339(session.started_at),
+            started_at: session.started_at_text().to_string(),
         });
 
         let checkpointed = self.write_running_checkpoint().await;
