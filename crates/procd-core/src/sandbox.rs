@@ -184,9 +184,7 @@ impl SandboxPlan {
             other => Error::InvalidParams(format!("sandbox: {other}")),
         })
     }
-}
 
-impl SandboxPlan {
     /// -32602 when a writable path holds one of procd's own, or lies in
     /// one: Landlock cannot take a path back out of a writable one, and a
     /// command that could write procd's state (the shell snapshot every
