@@ -246,14 +246,7 @@ fn restarts_go_on_across_a_daemon_sigkill_with_the_same_environment() {
 #[test]
 fn a_backoff_goes_on_across_a_daemon_sigkill() {
     let d = Daemon::start();
-    let dir = tempfile::tempdir().expect("dir");
-    let id = d.spawn_with(json!({
-        "command": counting(dir.path(), "exit 1"),
-        "restart": {"policy": "on-failure", "backoff_s": 3},
-    }));
-    wait_until("procs.json holds the backoff", || {
-        next_run(&d, &id).is_some()
-    });
+    let (dir, id) = failing_into_a_backoff(&d);
     let recorded = next_run(&d, &id).expect("next_run");
     assert_eq!(recorded["run"], 2, "{recorded}");
     let first_pid = d.ok("poll", json!({"session_id": id}))["pid"].clone();
@@ -275,6 +268,20 @@ fn a_backoff_goes_on_across_a_daemon_sigkill() {
     assert!(started >= at, "run 2 started at {started}, due at {at}");
     d.ok("kill", json!({"session_id": id}));
     assert!(session_pids(&id).is_empty());
+}
+
+/// A session whose run 1 fails at once and whose run 2 is due in 3 s,
+/// once procs.json holds that backoff; with the dir its runs count in.
+fn failing_into_a_backoff(d: &Daemon) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().expect("dir");
+    let id = d.spawn_with(json!({
+        "command": counting(dir.path(), "exit 1"),
+        "restart": {"policy": "on-failure", "backoff_s": 3},
+    }));
+    wait_until("procs.json holds the backoff", || {
+        next_run(d, &id).is_some()
+    });
+    (dir, id)
 }
 
 /// The backoff procs.json records for session `id` (its `next_run`).
@@ -299,14 +306,7 @@ fn next_run(d: &Daemon, id: &str) -> Option<Value> {
 #[test]
 fn a_backoff_whose_launch_died_with_the_keeper_ends_as_its_last_run() {
     let mut d = Daemon::start();
-    let dir = tempfile::tempdir().expect("dir");
-    let id = d.spawn_with(json!({
-        "command": counting(dir.path(), "exit 1"),
-        "restart": {"policy": "on-failure", "backoff_s": 3},
-    }));
-    wait_until("procs.json holds the backoff", || {
-        next_run(&d, &id).is_some()
-    });
+    let (dir, id) = failing_into_a_backoff(&d);
     d.crash();
     d.restart();
     let waited = d.wait_exit(&id);
