@@ -113,10 +113,19 @@ pub fn own_v2_dir() -> Option<PathBuf> {
 /// this process's view of the hierarchy names it (None: no such process,
 /// or no cgroup2 mounted).
 pub fn v2_dir_of(pid: &str) -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // Where the cgroup2 root is mounted, read once: it does not move under
+    // a running daemon (whose cgroup tree was found there at start), and
+    // a container host's mountinfo runs to thousands of lines.
+    static MOUNT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let mount = MOUNT
+        .get_or_init(|| {
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+            Some(hierarchies(&mounts, "0::/\n").0?.mount)
+        })
+        .as_ref()?;
     let of = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let v2 = hierarchies(&mounts, &of).0?;
-    Some(v2.mount.join(v2.own.strip_prefix("/").unwrap_or(&v2.own)))
+    let own = of.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(mount.join(own.trim_start_matches('/')))
 }
 
 /// 16 hex digits naming an instance by its state dir: FNV-1a of the
