@@ -361,8 +361,19 @@ fn the_configured_default_sandboxes_a_session_that_asks_for_none() {
     );
 }
 
+/// The scopes the next two tests check need Landlock ABI 6: a kernel
+/// without it fails here, saying so, not at an assertion further on.
+fn kernel_has_scopes() {
+    let abi = procd_sys::sandbox::landlock_abi();
+    assert!(
+        abi >= 6,
+        "this kernel has Landlock ABI {abi}; scoped signals and sockets need 6"
+    );
+}
+
 #[test]
 fn a_sandboxed_command_cannot_signal_the_users_other_processes() {
+    kernel_has_scopes();
     let d = Daemon::start();
     let cwd = tempfile::tempdir().expect("cwd");
     // A process of the user's, outside any session.
@@ -392,6 +403,7 @@ fn a_sandboxed_command_cannot_signal_the_users_other_processes() {
 #[test]
 fn network_none_refuses_an_abstract_unix_socket_that_network_all_reaches() {
     use std::os::linux::net::SocketAddrExt;
+    kernel_has_scopes();
     let d = Daemon::start();
     let cwd = tempfile::tempdir().expect("cwd");
     let name = format!("procd-test-abstract-{}", std::process::id());
