@@ -59,6 +59,46 @@ impl TreeSpec {
         }
         None
     }
+
+    /// Whether process `pid` is one of the session's, as `KillPlan::collect`
+    /// finds them, looking at that one process only: in the cgroup where
+    /// there is one; else in the root's group, below the root or an
+    /// adopted orphan (each still itself), or carrying the marker.
+    pub fn holds(&self, pid: i32, procfs: &ProcFs) -> bool {
+        if let Some(Ok(pids)) = self.cgroup.as_ref().map(|c| c.procs()) {
+            return pids.contains(&pid);
+        }
+        let root_is_itself = procfs
+            .stat(self.root.pid)
+            .is_ok_and(|s| s.start_time == self.root.start_time);
+        let roots: Vec<ProcessIdentity> = root_is_itself
+            .then_some(self.root)
+            .into_iter()
+            .chain(self.adopted.iter().copied())
+            .filter(|r| r.pid > 1)
+            .collect();
+        let my_pgid = nix::unistd::getpgrp().as_raw();
+        let pgid_usable = root_is_itself && self.pgid > 1 && self.pgid != my_pgid;
+        let mut cur = procfs.stat(pid).ok();
+        if pgid_usable && cur.as_ref().is_some_and(|s| s.pgrp == self.pgid) {
+            return true;
+        }
+        // Up the parent links (bounded, as a table's depth is).
+        for _ in 0..4096 {
+            let Some(s) = cur else { break };
+            if roots
+                .iter()
+                .any(|r| r.pid == s.pid && r.start_time == s.start_time)
+            {
+                return true;
+            }
+            if s.ppid <= 1 {
+                break;
+            }
+            cur = procfs.stat(s.ppid).ok();
+        }
+        !self.marker.is_empty() && procfs.environ_has(pid, &self.marker)
+    }
 }
 
 /// The targets of one signalling round, children before parents.
@@ -572,6 +612,63 @@ mod tests {
         assert!(pos(103) < pos(102) && pos(102) < pos(101) && pos(101) < pos(100));
         assert!(pos(104) < pos(100));
         assert!(!order.contains(&200) && !order.contains(&50));
+    }
+
+    /// A /proc of made-up processes: (pid, ppid, pgrp, start, environ).
+    fn fake_proc(procs: &[(i32, i32, i32, u64, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("dir");
+        for (pid, ppid, pgrp, start, environ) in procs {
+            let at = dir.path().join(pid.to_string());
+            std::fs::create_dir(&at).expect("pid dir");
+            let stat = format!(
+                "{pid} (x) S {ppid} {pgrp} {pgrp} 0 0 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0"
+            );
+            std::fs::write(at.join("stat"), stat).expect("stat");
+            std::fs::write(at.join("environ"), environ).expect("environ");
+        }
+        dir
+    }
+
+    /// One process is looked at as the kill's scan would take it: by
+    /// group, by descent (also of an adopted orphan), by marker; not a
+    /// stranger, and nothing through a recycled root.
+    #[test]
+    fn one_process_is_held_as_the_kill_finds_it() {
+        let marker = "PROCD_SESSION_ID=proc_1";
+        let dir = fake_proc(&[
+            (50, 1, 50, 0, ""),
+            (100, 50, 100, 1, ""),
+            (101, 100, 100, 2, ""),
+            (102, 101, 102, 3, ""),
+            (103, 102, 777, 4, ""),
+            (200, 50, 200, 6, ""),
+            (300, 1, 300, 8, "A=1\0PROCD_SESSION_ID=proc_1\0"),
+            (400, 1, 400, 7, ""),
+            (401, 400, 400, 9, ""),
+        ]);
+        let procfs = ProcFs::at(dir.path());
+        let mut tree = spec(100, 1);
+        tree.marker = marker.as_bytes().to_vec();
+        tree.adopted = vec![ProcessIdentity {
+            pid: 400,
+            start_time: 7,
+        }];
+        for (pid, held) in [
+            (100, true),
+            (101, true),
+            (103, true),
+            (401, true),
+            (300, true),
+            (200, false),
+            (50, false),
+            (999, false),
+        ] {
+            assert_eq!(tree.holds(pid, &procfs), held, "{pid}");
+        }
+        // Pid 100 is a stranger now: its group and children are not ours.
+        let recycled = spec(100, 5);
+        assert!(!recycled.holds(101, &procfs));
+        assert!(!recycled.holds(103, &procfs));
     }
 
     #[test]

@@ -338,29 +338,16 @@ impl Registry {
         if sandboxed.is_empty() {
             return None;
         }
-        let dir = procd_sys::cgroup::v2_dir_of(&pid.to_string());
-        let holds = |s: &Session| {
-            if let Some(cgroup) = &s.cgroup {
-                // Moving out of it takes a write the sandbox refuses.
-                return dir.as_deref().is_some_and(|d| d.starts_with(cgroup.path()));
+        // As the kill finds a session's processes (`TreeSpec::holds`); a
+        // process cannot leave a cgroup or scope (that takes a write the
+        // sandbox refuses), but can leave a group and drop its marker.
+        let holds = |s: &Session| match (&s.cgroup, &s.systemd_unit) {
+            (None, Some(unit)) => {
+                procd_sys::cgroup::in_unit(&pid.to_string(), &crate::scope::scope_of(unit))
             }
-            if let Some(unit) = &s.systemd_unit {
-                // The scope's cgroup is named after the unit, with its type.
-                let scope = format!("{unit}.scope");
-                return dir
-                    .as_deref()
-                    .is_some_and(|d| d.iter().any(|part| part == scope.as_str()));
-            }
-            // Process group and marker only: as the kill finds its tree
-            // (a process that drops both escapes this too; docs/SECURITY.md).
-            s.is_running()
-                && (self
-                    .procfs
-                    .stat(pid)
-                    .is_ok_and(|st| st.pgrp == s.pid() || st.session == s.pid())
-                    || self
-                        .procfs
-                        .environ_has(pid, format!("PROCD_SESSION_ID={}", s.id).as_bytes()))
+            // An ended session's root pid may be another's by now.
+            (None, None) if !s.is_running() => false,
+            _ => s.tree().holds(pid, &self.procfs),
         };
         sandboxed.iter().find(|s| holds(s)).map(|s| s.id.clone())
     }

@@ -92,7 +92,7 @@ impl SandboxPlan {
         }
         let plan = SandboxPlan { info, tmp };
         plan.check()?;
-        plan.spares(protected)?;
+        plan.refuse_own_paths(protected)?;
         Ok(Some(plan))
     }
 
@@ -191,7 +191,7 @@ impl SandboxPlan {
     /// session sources, procs.json), its socket's directory or its config
     /// could change what unsandboxed sessions run. Both sides are compared
     /// with their links resolved, as Landlock opens them.
-    fn spares(&self, protected: &[PathBuf]) -> Result<(), Error> {
+    fn refuse_own_paths(&self, protected: &[PathBuf]) -> Result<(), Error> {
         let own: Vec<PathBuf> = protected.iter().map(|p| resolved(p)).collect();
         for writable in self.info.writable.iter().map(Path::new) {
             if writable == self.tmp {

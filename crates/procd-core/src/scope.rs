@@ -24,6 +24,12 @@ pub fn unit_name(session_id: &str) -> String {
     format!("procd-worker-{session_id}")
 }
 
+/// The scope of `unit` as systemd names it, with its type: for
+/// `systemctl`, and the last part of its cgroup's path.
+pub fn scope_of(unit: &str) -> String {
+    format!("{unit}.scope")
+}
+
 /// MemoryMax = min(configured, the daemon's own cgroup limit, max(64 MiB,
 /// RAM/2), 4 GiB).
 pub fn memory_max(configured_mb: u64, cgroup_max: Option<u64>, ram: u64) -> u64 {
@@ -148,7 +154,7 @@ impl Scopes {
     /// stopped. Returns whether the scope is gone.
     pub async fn stop(&self, unit: &str) -> bool {
         let mut cmd = Command::new(&self.systemctl);
-        cmd.args(["--user", "stop", &format!("{unit}.scope")]);
+        cmd.args(["--user", "stop", &scope_of(unit)]);
         match self.run(cmd).await {
             Some((ChildExit::Code(0), _)) => true,
             Some((_, stderr)) => stderr.contains("not loaded") || stderr.contains("not found"),

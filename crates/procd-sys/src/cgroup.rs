@@ -96,36 +96,26 @@ pub const PROCD_UNIT: &str = "procd.service";
 /// unit: a cgroup path with a `procd.service` part. The environment alone
 /// proves nothing (a shell started from the unit inherits it).
 pub fn in_procd_unit(pid: &str) -> bool {
+    in_unit(pid, PROCD_UNIT)
+}
+
+/// Whether process `pid` runs in systemd unit `unit` (its full name, such
+/// as `procd.service`): a cgroup path with that part.
+pub fn in_unit(pid: &str, unit: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|text| {
         text.lines()
             .filter_map(|l| l.rsplit(':').next())
-            .any(|path| path.split('/').any(|part| part == PROCD_UNIT))
+            .any(|path| path.split('/').any(|part| part == unit))
     })
 }
 
 /// This process's own cgroup2 directory (on a hybrid host, below the
 /// cgroup2 mount `/sys/fs/cgroup/unified`, not `/sys/fs/cgroup`).
 pub fn own_v2_dir() -> Option<PathBuf> {
-    v2_dir_of("self")
-}
-
-/// The cgroup2 directory of process `pid` (`"self"` for this one), as
-/// this process's view of the hierarchy names it (None: no such process,
-/// or no cgroup2 mounted).
-pub fn v2_dir_of(pid: &str) -> Option<PathBuf> {
-    // Where the cgroup2 root is mounted, read once: it does not move under
-    // a running daemon (whose cgroup tree was found there at start), and
-    // a container host's mountinfo runs to thousands of lines.
-    static MOUNT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    let mount = MOUNT
-        .get_or_init(|| {
-            let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-            Some(hierarchies(&mounts, "0::/\n").0?.mount)
-        })
-        .as_ref()?;
-    let of = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let own = of.lines().find_map(|l| l.strip_prefix("0::"))?;
-    Some(mount.join(own.trim_start_matches('/')))
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let v2 = hierarchies(&mounts, &own).0?;
+    Some(v2.mount.join(v2.own.strip_prefix("/").unwrap_or(&v2.own)))
 }
 
 /// 16 hex digits naming an instance by its state dir: FNV-1a of the
