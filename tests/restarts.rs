@@ -20,16 +20,6 @@ fn all_threads_stopped(pid: i32) -> bool {
     })
 }
 
-fn restarted_events(d: &Daemon, id: &str, key: &str) -> Vec<Value> {
-    d.ok("drain_notifications", json!({"session_key": key}))["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter(|e| e["type"] == "restarted" && e["session_id"] == id)
-        .cloned()
-        .collect()
-}
-
 #[test]
 fn on_failure_restarts_in_the_same_session_until_a_crash_loop() {
     let d = Daemon::start();
@@ -65,7 +55,7 @@ fn on_failure_restarts_in_the_same_session_until_a_crash_loop() {
         ],
         "{log}"
     );
-    let events = restarted_events(&d, &id, "k");
+    let events = restarted_events(&d, &id, Some("k"));
     let seen: Vec<(u64, i64)> = events
         .iter()
         .map(|e| {

@@ -339,11 +339,8 @@ fn a_restarted_run_the_checkpoint_did_not_name_yet_is_taken_back() {
     assert_eq!(polled["status"], "running", "{polled}");
     let pid = polled["pid"].as_i64().expect("pid") as i32;
     assert!(alive(pid), "run 2 was not ended as unrecorded");
-    let restarted: Vec<_> = d.ok("drain_notifications", json!({}))["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter(|e| e["type"] == "restarted" && e["session_id"] == id.as_str())
+    let restarted: Vec<_> = restarted_events(&d, &id, None)
+        .into_iter()
         .map(|e| e["run"].clone())
         .collect();
     assert_eq!(restarted, vec![json!(2)], "announced once");

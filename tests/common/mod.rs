@@ -696,6 +696,22 @@ pub fn runs(dir: &Path) -> u32 {
         .unwrap_or(0)
 }
 
+/// The `restarted` events of session `id` drained now (for `key`'s
+/// sessions, or every one).
+pub fn restarted_events(d: &Daemon, id: &str, key: Option<&str>) -> Vec<Value> {
+    let params = match key {
+        Some(key) => json!({"session_key": key}),
+        None => json!({}),
+    };
+    d.ok("drain_notifications", params)["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["type"] == "restarted" && e["session_id"] == id)
+        .cloned()
+        .collect()
+}
+
 /// The pid `poll` shows for session `id`.
 pub fn pid_of(d: &Daemon, id: &str) -> i32 {
     d.ok("poll", serde_json::json!({"session_id": id}))["pid"]
