@@ -231,8 +231,10 @@ impl Registry {
             match self.adopt(&entry).await {
                 Some(()) => recovered += 1,
                 None => {
-                    dropped += 1;
+                    // Ended as its last run did, like an entry with its exit;
+                    // else lost.
                     if !self.end_backoff(&entry).await {
+                        dropped += 1;
                         self.list_lost(&entry).await;
                     }
                     // A dead session's scope is stopped; if that fails the
