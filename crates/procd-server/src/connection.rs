@@ -191,13 +191,24 @@ impl Connection {
     /// listener ends the connection; says which.
     async fn read_requests(&mut self, lines: &mut Lines) -> End {
         let mut queued: Option<PendingRequest> = None;
+        // The two ends that stop the loop wait once, across requests:
+        // made afresh on every turn, each would join and leave its waiter
+        // list per request (a lock each time, ~1k instructions a poll).
+        let handle = self.handle.clone();
+        let mut shutdown = self.shutdown.clone();
+        let closed = handle.close.cancelled();
+        let stopped = crate::stopped(&mut shutdown);
+        tokio::pin!(closed, stopped);
         let end = loop {
             self.handle
                 .work
                 .store(self.tasks.len(), std::sync::atomic::Ordering::Relaxed);
             tokio::select! {
-                _ = crate::stopped(&mut self.shutdown) => break End::Stopped,
-                _ = self.handle.close.cancelled() => break End::Broken,
+                // An end first; then answers and finished tasks, so that a
+                // client that keeps sending cannot hold them back.
+                biased;
+                _ = &mut stopped => break End::Stopped,
+                _ = &mut closed => break End::Broken,
                 Some(answer) = self.out_rx.recv() => {
                     self.handle.touch();
                     if !self.write(answer).await { break End::Broken }
@@ -206,6 +217,7 @@ impl Connection {
                     let (Ok(permit), Some(request)) = (permit, queued.take()) else { break End::Broken };
                     self.tasks.spawn(run_waiting(request, permit, self.out_tx.clone(), self.client_gone.clone()));
                 }
+                Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
                 next = lines.next(), if queued.is_none() => match next {
                     None => break End::Eof,
                     Some(Ok(bytes)) => {
@@ -223,7 +235,6 @@ impl Connection {
                     }
                     Some(Err(LineError::Io)) => break End::Eof,
                 },
-                Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
             }
         };
         self.client_gone.cancel();
