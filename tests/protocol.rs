@@ -648,6 +648,9 @@ fn fast_poll_answers_byte_for_byte_as_jsonrpsee_does() {
         json!({"command": "echo on a terminal; exit 0", "pty": true}),
         json!({"command": "kill -9 $$"}),
         json!({"command": "seq 1 5000"}),
+        // A name, a sandbox, restarts: each answered with its own fields.
+        json!({"command": "exit 0", "name": "boxed", "sandbox": "read-only"}),
+        json!({"command": "exit 1", "restart": {"policy": "on-failure", "max_restarts": 1, "backoff_s": 0.05}}),
     ]
     .into_iter()
     .map(|p| d.spawn_with(p))

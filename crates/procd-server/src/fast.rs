@@ -8,8 +8,7 @@
 //! agents send — `{"jsonrpc":"2.0","id":N,"method":"poll","params":{"session_id":"…"}}`,
 //! or `read` with `session_id` and, optionally, `cursor` and `max_bytes` —
 //! any key order, starting with `{`, is parsed once into borrowed fields
-//! and answered with one serialization (a read's output escaped by
-//! `escape_into`, the rest by serde).
+//! and answered with one serialization, by `json.rs`'s writer.
 //!
 //! Anything else goes the general way, untouched: another method, another
 //! param, a duplicate or unknown key, an id that is not a plain number or
@@ -91,7 +90,7 @@ impl FastPath {
             "poll" => {
                 let params: PollParams = serde_json::from_str(request.params.get()).ok()?;
                 let result = self.registry.poll(params.session_id, None).ok()?;
-                serde_json::to_writer(&mut out, &result).ok()?;
+                crate::json::write(&mut out, &result).ok()?;
             }
             "read" => {
                 let params: ReadParams = serde_json::from_str(request.params.get()).ok()?;
@@ -108,7 +107,7 @@ impl FastPath {
                     )
                     .now_or_never()?
                     .ok()?;
-                write_read_result(&mut out, result)?;
+                crate::json::write(&mut out, &result).ok()?;
             }
             _ => return None,
         }
@@ -117,82 +116,6 @@ impl FastPath {
             return None;
         }
         String::from_utf8(out).ok()
-    }
-}
-
-/// Writes `result` as serde_json does, but its `data` (up to a window of
-/// output, a newline every few bytes) through `escape_into`: serde_json's
-/// escaper hands every piece between two escapes to the writer on its
-/// own, ~18 instructions a byte of `seq` output, half a 4 KiB read.
-/// `data` is the struct's first field, so the rest is serialized with it
-/// empty and spliced in after.
-fn write_read_result(out: &mut Vec<u8>, mut result: procd_proto::ReadResult) -> Option<()> {
-    const EMPTY: &[u8] = b"{\"data\":\"\"";
-    let data = std::mem::take(&mut result.data);
-    let rest = serde_json::to_vec(&result).ok()?;
-    let rest = rest.strip_prefix(EMPTY)?;
-    out.extend_from_slice(b"{\"data\":\"");
-    escape_into(out, &data);
-    out.push(b'"');
-    out.extend_from_slice(rest);
-    Some(())
-}
-
-/// Appends `text` escaped as serde_json escapes a string's contents: `"`
-/// and `\\` and the control characters below 0x20 (`\b \t \n \f \r`
-/// short, the others `\u00xx` in lower case), everything else as it is.
-fn escape_into(out: &mut Vec<u8>, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    /// What follows the backslash for each byte; 0 for one written as it is.
-    const ESCAPE: [u8; 256] = {
-        let mut table = [0u8; 256];
-        let mut b = 0;
-        while b < 0x20 {
-            table[b] = b'u';
-            b += 1;
-        }
-        table[0x08] = b'b';
-        table[0x09] = b't';
-        table[0x0a] = b'n';
-        table[0x0c] = b'f';
-        table[0x0d] = b'r';
-        table[b'"' as usize] = b'"';
-        table[b'\\' as usize] = b'\\';
-        table
-    };
-    // Escaped a piece at a time into a buffer on the stack, then copied
-    // out: a byte pushed onto `out` itself makes the compiler reload the
-    // Vec's length and pointer (a u8 store may alias them), three times
-    // the cost. A byte becomes at most 6, so every write is in bounds.
-    const PIECE: usize = 256;
-    let mut buf = [0u8; 6 * PIECE];
-    for piece in text.as_bytes().chunks(PIECE) {
-        let mut n = 0;
-        for &b in piece {
-            match ESCAPE[usize::from(b)] {
-                0 => {
-                    buf[n] = b;
-                    n += 1;
-                }
-                b'u' => {
-                    buf[n..n + 6].copy_from_slice(&[
-                        b'\\',
-                        b'u',
-                        b'0',
-                        b'0',
-                        HEX[usize::from(b >> 4)],
-                        HEX[usize::from(b & 0xf)],
-                    ]);
-                    n += 6;
-                }
-                short => {
-                    buf[n] = b'\\';
-                    buf[n + 1] = short;
-                    n += 2;
-                }
-            }
-        }
-        out.extend_from_slice(&buf[..n]);
     }
 }
 
@@ -211,27 +134,7 @@ fn plain_id(raw: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape_into, plain_id};
-
-    #[test]
-    fn escapes_as_serde_json_does() {
-        let mut texts: Vec<String> = (0u32..0x80)
-            .filter_map(char::from_u32)
-            .map(|c| format!("a{c}b{c}{c}"))
-            .collect();
-        texts.extend(["".into(), "héllo \u{2028} \u{1F600} \"q\" \\".into()]);
-        texts.push((0u8..0x80).map(char::from).cycle().take(5000).collect());
-        for text in texts {
-            let mut ours = b"prefix".to_vec();
-            escape_into(&mut ours, &text);
-            let theirs = serde_json::to_string(&text).expect("a string");
-            assert_eq!(
-                String::from_utf8_lossy(&ours),
-                format!("prefix{}", &theirs[1..theirs.len() - 1]),
-                "{text:?}"
-            );
-        }
-    }
+    use super::plain_id;
 
     #[test]
     fn only_ids_written_back_unchanged_are_plain() {

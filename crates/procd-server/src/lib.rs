@@ -8,6 +8,7 @@ mod connection;
 mod daemon;
 mod ends;
 mod fast;
+mod json;
 mod lane;
 mod lines;
 mod listener;
