@@ -367,7 +367,7 @@ fn kernel_has_scopes() {
     let abi = procd_sys::sandbox::landlock_abi();
     assert!(
         abi >= 6,
-        "this kernel has Landlock ABI {abi}; scoped signals and sockets need 6"
+        "this kernel has Landlock ABI {abi}; scoped signals need 6"
     );
 }
 
@@ -400,28 +400,52 @@ fn a_sandboxed_command_cannot_signal_the_users_other_processes() {
     assert!(output.contains("own-child-ended-143"), "{output}");
 }
 
+/// Under `network: none` no unix socket can be made, so neither a local
+/// service on a path (the D-Bus session bus, the user's systemd, docker)
+/// nor one on an abstract name is reached; a connected pair, which
+/// reaches nothing outside, still works.
 #[test]
-fn network_none_refuses_an_abstract_unix_socket_that_network_all_reaches() {
+fn network_none_refuses_unix_sockets_that_network_all_reaches() {
     use std::os::linux::net::SocketAddrExt;
-    kernel_has_scopes();
+    use std::os::unix::net::{SocketAddr, UnixListener};
     let d = Daemon::start();
     let cwd = tempfile::tempdir().expect("cwd");
     let name = format!("procd-test-abstract-{}", std::process::id());
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("addr");
-    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).expect("abstract listen");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let accepted = || std::iter::from_fn(|| listener.accept().ok()).count();
-    let probe = format!(
-        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"\\0{name}\")' 2>/dev/null \
-         && echo abstract-reached || echo abstract-refused"
-    );
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).expect("addr");
+    let abstract_listener = UnixListener::bind_addr(&addr).expect("abstract listen");
+    let dir = tempfile::tempdir().expect("socket dir");
+    let path = dir.path().join("service.sock");
+    let path_listener = UnixListener::bind(&path).expect("path listen");
+    let listeners = [&abstract_listener, &path_listener];
+    for l in listeners {
+        l.set_nonblocking(true).expect("nonblocking");
+    }
+    let accepted = |l: &UnixListener| std::iter::from_fn(|| l.accept().ok()).count();
+    let connect = |target: &str, label: &str| {
+        format!(
+            "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect({target})' 2>/dev/null \
+             && echo {label}-reached || echo {label}-refused"
+        )
+    };
+    let probe = [
+        connect(&format!("\"\\0{name}\""), "abstract"),
+        connect(&format!("\"{}\"", path.display()), "path"),
+        "python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"x\"); print(\"pair-\" + b.recv(1).decode())'"
+            .to_string(),
+    ]
+    .join("; ");
+
     let (output, _) = run(&d, cwd.path(), json!({"network": "all"}), &probe);
-    assert!(output.contains("abstract-reached"), "{output}");
-    assert_eq!(accepted(), 1, "a sandbox with network all reaches it");
+    for label in ["abstract-reached", "path-reached", "pair-x"] {
+        assert!(output.contains(label), "{label}: {output}");
+    }
+    assert_eq!(listeners.map(accepted), [1, 1], "network all reaches both");
 
     let (output, _) = run(&d, cwd.path(), json!("workspace-write"), &probe);
-    assert!(output.contains("abstract-refused"), "{output}");
-    assert_eq!(accepted(), 0, "network none reached an abstract socket");
+    for label in ["abstract-refused", "path-refused", "pair-x"] {
+        assert!(output.contains(label), "{label}: {output}");
+    }
+    assert_eq!(listeners.map(accepted), [0, 0], "network none reached one");
 }
 
 #[test]

@@ -254,7 +254,8 @@ fn systemd_a_sandboxed_session_in_a_scope_is_not_served() {
          print(s.makefile().readline(), end=\"\")' {}; sleep 300",
         m.socket().display()
     );
-    let id = m.spawn_with(json!({"command": probe, "sandbox": "read-only"}));
+    // Network all, so that only this rule can refuse it.
+    let id = m.spawn_with(json!({"command": probe, "sandbox": {"network": "all"}}));
     let output = m.read_until(&id, "\"id\":7");
     let cgroup = v2_cgroup(m.session_pid(&id));
     assert!(

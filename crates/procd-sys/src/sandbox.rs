@@ -29,7 +29,8 @@ pub struct Rules {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Network {
     All,
-    /// No TCP (Landlock) and no socket but AF_UNIX (seccomp).
+    /// No TCP (Landlock), no `socket` of any family and no `socketpair`
+    /// but AF_UNIX's (seccomp).
     None,
     /// TCP connect and bind to these ports only (Landlock); other
     /// families, UDP among them, are not restricted.
@@ -148,7 +149,7 @@ pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
             .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
             .map_err(landlock)?;
     }
-    let scopes = scopes(rules, kernel_abi);
+    let scopes = scopes(kernel_abi);
     if !scopes.is_empty() {
         ruleset = ruleset.scope(scopes).map_err(landlock)?;
     }
@@ -211,25 +212,25 @@ pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
 }
 
 /// What the domain is scoped to, where the kernel can (Landlock ABI 6):
-/// no signal to a process outside the session, whatever the rules, and
-/// under `network: none` no connection to an abstract unix socket made
-/// outside it (D-Bus, X11 and other local services listen on those).
-/// An older kernel gives neither; the spec's sandbox does not need them,
-/// so the spawn is not refused for it (docs/SECURITY.md says so).
-fn scopes(rules: &Rules, abi: i32) -> BitFlags<Scope> {
+/// no signal to a process outside the session, whatever the rules. An
+/// older kernel does not give it; the spec's sandbox does not need it, so
+/// the spawn is not refused for it (docs/SECURITY.md says so). Abstract
+/// unix sockets are not scoped: under `network: none` no unix socket can
+/// be made at all (`socket_filter`), and the other settings keep them.
+fn scopes(abi: i32) -> BitFlags<Scope> {
     if abi < 6 {
         return BitFlags::empty();
     }
-    match rules.network {
-        Network::None => Scope::Signal | Scope::AbstractUnixSocket,
-        _ => Scope::Signal.into(),
-    }
+    Scope::Signal.into()
 }
 
-/// Under `network: none`: `socket` and `socketpair` of any family but
-/// AF_UNIX fail with EACCES (UDP, raw, netlink, … which Landlock does not
-/// see), and so does `io_uring_setup` (its requests would bypass this
-/// filter).
+/// Under `network: none`: `socket` of any family fails with EACCES (UDP,
+/// raw, netlink, … which Landlock does not see, and AF_UNIX: a connect to
+/// a socket's path is not checked by Landlock, and the D-Bus session bus,
+/// the user's systemd, an agent's or docker's socket listen on one), and
+/// so does `socketpair` of any family but AF_UNIX (a connected pair
+/// reaches nothing outside) and `io_uring_setup` (its requests would
+/// bypass this filter).
 fn socket_filter() -> Result<seccompiler::BpfProgram, SandboxError> {
     use seccompiler::{
         SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
@@ -246,7 +247,7 @@ fn socket_filter() -> Result<seccompiler::BpfProgram, SandboxError> {
         Ok(vec![SeccompRule::new(vec![cond]).map_err(seccomp)?])
     };
     let rules = [
-        (libc::SYS_socket, not_unix()?),
+        (libc::SYS_socket, Vec::new()),
         (libc::SYS_socketpair, not_unix()?),
         (libc::SYS_io_uring_setup, Vec::new()),
     ]
