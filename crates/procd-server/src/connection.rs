@@ -300,11 +300,17 @@ impl Connection {
     }
 
     /// Writes one answer line; false when the connection is over.
-    async fn write(&mut self, answer: String) -> bool {
-        write_or_stop(&mut self.writer, answer, &mut self.shutdown, &self.handle).await
+    async fn write(&mut self, answer: impl Into<Vec<u8>>) -> bool {
+        write_or_stop(
+            &mut self.writer,
+            answer.into(),
+            &mut self.shutdown,
+            &self.handle,
+        )
+        .await
     }
 
-    async fn written(&mut self, answer: String) -> Taken {
+    async fn written(&mut self, answer: impl Into<Vec<u8>>) -> Taken {
         match self.write(answer).await {
             true => Taken::Done,
             false => Taken::Broken,
@@ -360,7 +366,7 @@ impl Connection {
                         _ = crate::stopped(&mut shutdown), if !stopping => break,
                         _ = handle.close.cancelled() => break,
                         answer = out_rx.recv() => match answer {
-                            Some(answer) => if write_line(&mut writer, answer).await.is_err() { break },
+                            Some(answer) => if write_line(&mut writer, answer.into_bytes()).await.is_err() { break },
                             None => break,
                         },
                     }
@@ -419,7 +425,7 @@ async fn run_waiting(
 /// False when the connection is done for.
 async fn write_or_stop(
     writer: &mut Writer,
-    line: String,
+    line: Vec<u8>,
     shutdown: &mut watch::Receiver<bool>,
     handle: &ConnectionHandle,
 ) -> bool {
@@ -444,9 +450,9 @@ fn peer_gone(writer: std::os::fd::BorrowedFd<'_>) -> bool {
             .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
 }
 
-async fn write_line(writer: &mut Writer, mut line: String) -> std::io::Result<()> {
-    line.push('\n');
-    writer.write_all(line.as_bytes()).await
+async fn write_line(writer: &mut Writer, mut line: Vec<u8>) -> std::io::Result<()> {
+    line.push(b'\n');
+    writer.write_all(&line).await
 }
 
 /// Streams a subscription's items until it ends or the client goes away.

@@ -40,23 +40,53 @@ struct Request<'a> {
     id: &'a RawValue,
     method: &'a str,
     #[serde(borrow)]
-    params: &'a RawValue,
+    params: Params<'a>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PollParams<'a> {
-    session_id: &'a str,
+/// The params of a poll or a read, parsed in the same pass as the rest
+/// of the line: an object (serde's derive would take an array for a
+/// struct too), each key once, no other key. The outer `Option` of
+/// `cursor` and `max_bytes` says whether the key was there at all (poll
+/// takes neither), the inner one whether it was `null`.
+#[derive(Default)]
+struct Params<'a> {
+    session_id: Option<&'a str>,
+    cursor: Option<Option<Cursor>>,
+    max_bytes: Option<Option<MaxBytes>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReadParams<'a> {
-    session_id: &'a str,
-    #[serde(default)]
-    cursor: Option<Cursor>,
-    #[serde(default)]
-    max_bytes: Option<MaxBytes>,
+impl<'de: 'a, 'a> Deserialize<'de> for Params<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Params<'a>, D::Error> {
+        struct Named<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Named<'a> {
+            type Value = Params<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("named params")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Params<'a>, A::Error> {
+                let mut params = Params::default();
+                while let Some(key) = map.next_key::<&str>()? {
+                    match key {
+                        "session_id" if params.session_id.is_none() => {
+                            params.session_id = Some(map.next_value()?)
+                        }
+                        "cursor" if params.cursor.is_none() => {
+                            params.cursor = Some(map.next_value()?)
+                        }
+                        "max_bytes" if params.max_bytes.is_none() => {
+                            params.max_bytes = Some(map.next_value()?)
+                        }
+                        _ => return Err(serde::de::Error::custom("not the fast path's")),
+                    }
+                }
+                Ok(params)
+            }
+        }
+        d.deserialize_map(Named(std::marker::PhantomData))
+    }
 }
 
 impl FastPath {
@@ -70,16 +100,20 @@ impl FastPath {
     /// The answer to `line` if it is a poll or read in the common shape
     /// that is answered at once without an error; None sends it the
     /// general way.
-    pub fn answer(&self, line: &str) -> Option<String> {
+    pub fn answer(&self, line: &str) -> Option<Vec<u8>> {
         if !line.starts_with('{') || !(line.contains("\"poll\"") || line.contains("\"read\"")) {
             return None;
         }
         let request: Request = serde_json::from_str(line).ok()?;
-        // Named params only: serde would take an array for a struct too.
-        if request.jsonrpc != "2.0"
-            || !plain_id(request.id.get())
-            || !request.params.get().starts_with('{')
-        {
+        let Params {
+            session_id: Some(session_id),
+            cursor,
+            max_bytes,
+        } = request.params
+        else {
+            return None;
+        };
+        if request.jsonrpc != "2.0" || !plain_id(request.id.get()) {
             return None;
         }
         let mut out = Vec::with_capacity(512);
@@ -87,21 +121,19 @@ impl FastPath {
         out.extend_from_slice(request.id.get().as_bytes());
         out.extend_from_slice(b",\"result\":");
         match request.method {
-            "poll" => {
-                let params: PollParams = serde_json::from_str(request.params.get()).ok()?;
-                let result = self.registry.poll(params.session_id, None).ok()?;
+            "poll" if cursor.is_none() && max_bytes.is_none() => {
+                let result = self.registry.poll(session_id, None).ok()?;
                 crate::json::write(&mut out, &result).ok()?;
             }
             "read" => {
-                let params: ReadParams = serde_json::from_str(request.params.get()).ok()?;
                 // No wait was asked for, so only a read from the log file
                 // (off the event loop) is not ready at once.
                 let result = self
                     .registry
                     .read(
-                        params.session_id,
-                        params.cursor.map(Cursor::get),
-                        params.max_bytes.map(MaxBytes::get),
+                        session_id,
+                        cursor.flatten().map(Cursor::get),
+                        max_bytes.flatten().map(MaxBytes::get),
                         None,
                         None,
                     )
@@ -115,7 +147,7 @@ impl FastPath {
         if out.len() > self.max_response_bytes {
             return None;
         }
-        String::from_utf8(out).ok()
+        Some(out)
     }
 }
 
