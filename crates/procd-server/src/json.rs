@@ -238,6 +238,51 @@ impl<'a, 'b> Writer<'a> {
     }
 }
 
+/// Scalars, each written by serde_json.
+macro_rules! scalars {
+    ($($method:ident: $ty:ty,)*) => {$(
+        fn $method(self, v: $ty) -> Result<(), Error> {
+            scalar(self.out, v)
+        }
+    )*};
+}
+
+/// serde's four kinds of array, each closed with its `end`.
+macro_rules! array_like {
+    ($($kind:ident::$method:ident => $end:literal,)*) => {$(
+        impl ser::$kind for Compound<'_, '_> {
+            type Ok = ();
+            type Error = Error;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+                self.element(value)
+            }
+            fn end(self) -> Result<(), Error> {
+                self.close($end)
+            }
+        }
+    )*};
+}
+
+/// serde's two kinds of struct, each closed with its `end`.
+macro_rules! object_like {
+    ($($kind:ident => $end:literal,)*) => {$(
+        impl ser::$kind for Compound<'_, '_> {
+            type Ok = ();
+            type Error = Error;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), Error> {
+                self.field(key, value)
+            }
+            fn end(self) -> Result<(), Error> {
+                self.close($end)
+            }
+        }
+    )*};
+}
+
 impl<'a, 'b> ser::Serializer for &'b mut Writer<'a> {
     type Ok = ();
     type Error = Error;
@@ -249,44 +294,20 @@ impl<'a, 'b> ser::Serializer for &'b mut Writer<'a> {
     type SerializeStruct = Compound<'a, 'b>;
     type SerializeStructVariant = Compound<'a, 'b>;
 
-    fn serialize_bool(self, v: bool) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_i128(self, v: i128) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_u128(self, v: u128) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_f32(self, v: f32) -> Result<(), Error> {
-        scalar(self.out, v)
-    }
-    fn serialize_f64(self, v: f64) -> Result<(), Error> {
-        scalar(self.out, v)
+    scalars! {
+        serialize_bool: bool,
+        serialize_i8: i8,
+        serialize_i16: i16,
+        serialize_i32: i32,
+        serialize_i64: i64,
+        serialize_i128: i128,
+        serialize_u8: u8,
+        serialize_u16: u16,
+        serialize_u32: u32,
+        serialize_u64: u64,
+        serialize_u128: u128,
+        serialize_f32: f32,
+        serialize_f64: f64,
     }
     fn serialize_char(self, v: char) -> Result<(), Error> {
         write_str(self.out, v.encode_utf8(&mut [0; 4]));
@@ -384,48 +405,11 @@ impl<'a, 'b> ser::Serializer for &'b mut Writer<'a> {
     }
 }
 
-impl ser::SerializeSeq for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close(b"]")
-    }
-}
-
-impl ser::SerializeTuple for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close(b"]")
-    }
-}
-
-impl ser::SerializeTupleStruct for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close(b"]")
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close(b"]}")
-    }
+array_like! {
+    SerializeSeq::serialize_element => b"]",
+    SerializeTuple::serialize_element => b"]",
+    SerializeTupleStruct::serialize_field => b"]",
+    SerializeTupleVariant::serialize_field => b"]}",
 }
 
 impl ser::SerializeMap for Compound<'_, '_> {
@@ -461,34 +445,9 @@ impl ser::SerializeMap for Compound<'_, '_> {
     }
 }
 
-impl ser::SerializeStruct for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Error> {
-        self.field(key, value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close(b"}")
-    }
-}
-
-impl ser::SerializeStructVariant for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Error> {
-        self.field(key, value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.close(b"}}")
-    }
+object_like! {
+    SerializeStruct => b"}",
+    SerializeStructVariant => b"}}",
 }
 
 #[cfg(test)]
