@@ -448,6 +448,20 @@ fn network_none_refuses_unix_sockets_that_network_all_reaches() {
     assert_eq!(listeners.map(accepted), [0, 0], "network none reached one");
 }
 
+/// Under `network: none` the CLI cannot make its socket; `procd status`
+/// says so rather than only that the socket does not answer.
+#[test]
+fn under_network_none_procd_status_says_why_it_cannot_connect() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    let status = format!("{BIN} --home {} status", d.home.path().display());
+    let (output, _) = run(&d, cwd.path(), json!("workspace-write"), &status);
+    assert!(
+        output.contains("does not answer") && output.contains("connect: Permission denied"),
+        "{output}"
+    );
+}
+
 #[test]
 fn a_sandboxed_command_cannot_ask_procd_for_anything() {
     // Its cgroup says whose it is; without cgroups, its process group.

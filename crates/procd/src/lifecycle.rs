@@ -143,13 +143,22 @@ pub fn status(paths: &Paths, as_json: bool) -> i32 {
     };
     // While a keeper restarts the daemon, the socket (which the keeper
     // holds) answers as soon as the new one serves.
-    let live = crate::base::block_on(async {
-        let client = procd_client::connect(&paths.socket()).await.ok()?;
-        tokio::time::timeout(Duration::from_secs(5), client.status())
+    // Why it does not answer is kept for the message: a socket that
+    // refuses this process (a sandbox without network) reads differently
+    // from a daemon that hangs.
+    let answer = crate::base::block_on(async {
+        let client = procd_client::connect(&paths.socket())
             .await
-            .ok()?
-            .ok()
+            .map_err(|e| format!("connect: {e}"))?;
+        match tokio::time::timeout(Duration::from_secs(5), client.status()).await {
+            Ok(status) => status.map_err(|e| e.to_string()),
+            Err(_) => Err("no answer within 5 s".to_string()),
+        }
     });
+    let (live, why_not) = match answer {
+        Ok(status) => (Some(status), None),
+        Err(why) => (None, Some(why)),
+    };
     let mut value = match &live {
         Some(s) => serde_json::to_value(s).unwrap_or_default(),
         None => json!({"pid": record.pid, "launch_mode": record.launch_mode,
@@ -163,10 +172,11 @@ pub fn status(paths: &Paths, as_json: bool) -> i32 {
     let text = match &live {
         Some(s) => crate::render::status(s),
         None => format!(
-            "procd is running (pid {}, {}), but its socket does not answer ({})",
+            "procd is running (pid {}, {}), but its socket does not answer ({}): {}",
             record.pid,
             record.launch_mode,
-            liveness.reason()
+            liveness.reason(),
+            why_not.unwrap_or_default()
         ),
     };
     say(as_json, value, &text);
