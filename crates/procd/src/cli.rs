@@ -745,45 +745,13 @@ async fn client_command(
         }
         ClientCommand::Wait { id, timeout } => {
             let id = resolve(client, id).await?;
-            let timeout = timeout.map(procd_proto::TimeoutS::new);
-            let r = conn
-                .call(|c| {
-                    let id = id.clone();
-                    async move { c.wait(id, timeout, None, None).await }
-                })
-                .await?;
-            target.print(&r, render::waited);
-            Ok(match r.status {
-                procd_proto::WaitStatus::Exited => wait_exit_code(r.exit.and_then(|e| e.exit_code)),
-                _ => EXIT_WAIT_TIMEOUT,
-            })
+            wait(target, conn, id, timeout).await
         }
         ClientCommand::Kill { id, signal, grace } => {
-            let id = resolve(client, id).await?;
-            let r = client
-                .kill(
-                    id,
-                    signal.map(procd_proto::SignalSpec::Name),
-                    grace.map(procd_proto::GraceS::new),
-                )
-                .await?;
-            target.print(&r, render::killed);
-            Ok(match r.status {
-                procd_proto::KillStatus::Error => EXIT_FAILED,
-                _ => EXIT_OK,
-            })
+            kill(target, client, resolve(client, id).await?, signal, grace).await
         }
         ClientCommand::Send { id, text } => {
-            let id = resolve(client, id).await?;
-            let r = client.submit_stdin(id, text, None, None, None).await?;
-            target.print(&r, |r| match r.status {
-                procd_proto::StdinStatus::Ok => format!("sent {} bytes", r.bytes_written),
-                procd_proto::StdinStatus::AlreadyExited => "the session has already exited".into(),
-            });
-            Ok(match r.status {
-                procd_proto::StdinStatus::Ok => EXIT_OK,
-                procd_proto::StdinStatus::AlreadyExited => EXIT_FAILED,
-            })
+            send(target, client, resolve(client, id).await?, text).await
         }
         ClientCommand::Events => {
             let mut events = client.subscribe_events().await?;
@@ -796,6 +764,67 @@ async fn client_command(
         ClientCommand::Attach { id } => crate::attach::run(conn, resolve(client, id).await?).await,
         ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
     }
+}
+
+/// `procd wait`: exits as the session did, or 124 at the timeout.
+async fn wait(
+    target: &Target,
+    conn: &procd_client::Reconnecting,
+    id: String,
+    timeout: Option<f64>,
+) -> Result<i32, ClientError> {
+    let timeout = timeout.map(procd_proto::TimeoutS::new);
+    let r = conn
+        .call(|c| {
+            let id = id.clone();
+            async move { c.wait(id, timeout, None, None).await }
+        })
+        .await?;
+    target.print(&r, render::waited);
+    Ok(match r.status {
+        procd_proto::WaitStatus::Exited => wait_exit_code(r.exit.and_then(|e| e.exit_code)),
+        _ => EXIT_WAIT_TIMEOUT,
+    })
+}
+
+/// `procd kill`: fails only when the kill itself did.
+async fn kill(
+    target: &Target,
+    client: &Client,
+    id: String,
+    signal: Option<String>,
+    grace: Option<f64>,
+) -> Result<i32, ClientError> {
+    let r = client
+        .kill(
+            id,
+            signal.map(procd_proto::SignalSpec::Name),
+            grace.map(procd_proto::GraceS::new),
+        )
+        .await?;
+    target.print(&r, render::killed);
+    Ok(match r.status {
+        procd_proto::KillStatus::Error => EXIT_FAILED,
+        _ => EXIT_OK,
+    })
+}
+
+/// `procd send`: fails when the session has already exited.
+async fn send(
+    target: &Target,
+    client: &Client,
+    id: String,
+    text: String,
+) -> Result<i32, ClientError> {
+    let r = client.submit_stdin(id, text, None, None, None).await?;
+    target.print(&r, |r| match r.status {
+        procd_proto::StdinStatus::Ok => format!("sent {} bytes", r.bytes_written),
+        procd_proto::StdinStatus::AlreadyExited => "the session has already exited".into(),
+    });
+    Ok(match r.status {
+        procd_proto::StdinStatus::Ok => EXIT_OK,
+        procd_proto::StdinStatus::AlreadyExited => EXIT_FAILED,
+    })
 }
 
 /// The session id a command's argument (an id, a prefix, `NAME` or
