@@ -333,6 +333,28 @@ async fn serve(
     result
 }
 
+/// How every connection answers: the method table, the fast path, the
+/// size limits.
+fn protocol(daemon: &Arc<Daemon>, options: &DaemonOptions) -> crate::connection::Protocol {
+    let methods: jsonrpsee::Methods = Api {
+        daemon: daemon.clone(),
+    }
+    .methods()
+    .into();
+    crate::connection::Protocol {
+        dispatch: crate::connection::Dispatch {
+            methods,
+            registry: Some(daemon.registry.clone()),
+        },
+        fast: Arc::new(crate::fast::FastPath::new(
+            daemon.registry.clone(),
+            options.config.max_response_bytes,
+        )),
+        max_request_bytes: options.config.max_request_bytes,
+        max_response_bytes: options.config.max_response_bytes,
+    }
+}
+
 async fn serve_claimed(
     options: DaemonOptions,
     listening: Listening,
@@ -380,12 +402,6 @@ async fn serve_claimed(
         listen_to_keeper(keeper, daemon.clone())?;
     }
     daemon.refresh_leases().await;
-    let methods: jsonrpsee::Methods = Api {
-        daemon: daemon.clone(),
-    }
-    .methods()
-    .into();
-
     signals.forward_to(daemon.clone());
     let monitor = tokio::spawn(monitor(
         daemon.clone(),
@@ -395,19 +411,7 @@ async fn serve_claimed(
     ));
     tracing::info!(socket = %options.paths.socket().display(), pid = std::process::id(), "procd is serving");
 
-    let protocol = crate::connection::Protocol {
-        dispatch: crate::connection::Dispatch {
-            methods,
-            registry: Some(daemon.registry.clone()),
-        },
-        fast: Arc::new(crate::fast::FastPath::new(
-            daemon.registry.clone(),
-            options.config.max_response_bytes,
-        )),
-        max_request_bytes: options.config.max_request_bytes,
-        max_response_bytes: options.config.max_response_bytes,
-    };
-    crate::listener::serve(listener, protocol, shutdown_rx).await;
+    crate::listener::serve(listener, protocol(&daemon, &options), shutdown_rx).await;
 
     let code = match daemon
         .handing_over
