@@ -193,7 +193,7 @@ impl Connection {
         let mut queued: Option<PendingRequest> = None;
         // The two ends that stop the loop wait once, across requests:
         // made afresh on every turn, each would join and leave its waiter
-        // list per request (a lock each time, ~1k instructions a poll).
+        // list per request (a lock each time).
         let handle = self.handle.clone();
         let mut shutdown = self.shutdown.clone();
         let closed = handle.close.cancelled();
