@@ -57,12 +57,16 @@ impl PidFd {
         if rc == -1 {
             return Err(io::Error::last_os_error());
         }
-        if fd < 0 || len as usize != std::mem::size_of::<libc::c_int>() {
+        if fd < 0 {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         // SAFETY: the kernel just installed `fd` as a new descriptor of
-        // this process's (close-on-exec), owned by nothing else.
+        // this process's (close-on-exec), owned by nothing else. Owned
+        // before the length is checked, so that it is closed either way.
         let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        if len as usize != std::mem::size_of::<libc::c_int>() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
         Ok(PidFd { fd, pid })
     }
 
