@@ -47,10 +47,8 @@ fn quick_mode_reports_every_metric() {
         assert_eq!(row["met"], true, "{row}");
     }
     // Instruction counts do not follow the machine's load as times do
-    // (the read row stays within ~1 %; the poll row, of few requests,
-    // measured 125-127 k here under CPU load, many processes and sockets,
-    // but 164 k once in a whole CI run, so its figure is that run's): a
-    // request path that grew more than 20 % over its figure fails here.
+    // (the baseline file's `why` has what was measured): a request path
+    // that grew more than 20 % over its figure fails here.
     let kept: Value = serde_json::from_str(include_str!("../instructions-baseline.json"))
         .expect("instructions-baseline.json");
     for (metric, figure) in kept["rows"].as_object().expect("rows") {
