@@ -400,12 +400,13 @@ fn a_sandboxed_command_cannot_signal_the_users_other_processes() {
     assert!(output.contains("own-child-ended-143"), "{output}");
 }
 
-/// Under `network: none` no unix socket can be made, so neither a local
-/// service on a path (the D-Bus session bus, the user's systemd, docker)
-/// nor one on an abstract name is reached; a connected pair, which
-/// reaches nothing outside, still works.
+/// Unless `network: "all"`, no unix socket can be made, so neither a
+/// local service on a path (the D-Bus session bus, the user's systemd,
+/// docker) nor one on an abstract name is reached; a connected pair,
+/// which reaches nothing outside, still works. Under port rules a name
+/// is still looked up (UDP and IPv4 sockets are made; netlink is not).
 #[test]
-fn network_none_refuses_unix_sockets_that_network_all_reaches() {
+fn unix_sockets_are_refused_unless_network_is_all() {
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::net::{SocketAddr, UnixListener};
     let d = Daemon::start();
@@ -432,20 +433,34 @@ fn network_none_refuses_unix_sockets_that_network_all_reaches() {
         connect(&format!("\"{}\"", path.display()), "path"),
         "python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"x\"); print(\"pair-\" + b.recv(1).decode())'"
             .to_string(),
+        "python3 -c 'import socket; print(\"lookup-\" + socket.getaddrinfo(\"localhost\", 80, \
+         flags=socket.AI_ADDRCONFIG)[0][4][0])'"
+            .to_string(),
     ]
     .join("; ");
 
     let (output, _) = run(&d, cwd.path(), json!({"network": "all"}), &probe);
-    for label in ["abstract-reached", "path-reached", "pair-x"] {
+    for label in [
+        "abstract-reached",
+        "path-reached",
+        "pair-x",
+        "lookup-127.0.0.1",
+    ] {
         assert!(output.contains(label), "{label}: {output}");
     }
     assert_eq!(listeners.map(accepted), [1, 1], "network all reaches both");
 
-    let (output, _) = run(&d, cwd.path(), json!("workspace-write"), &probe);
-    for label in ["abstract-refused", "path-refused", "pair-x"] {
-        assert!(output.contains(label), "{label}: {output}");
+    let ports = json!({"network": {"connect": [80]}});
+    for sandbox in [json!("workspace-write"), ports.clone()] {
+        let (output, _) = run(&d, cwd.path(), sandbox.clone(), &probe);
+        for label in ["abstract-refused", "path-refused", "pair-x"] {
+            assert!(output.contains(label), "{sandbox}: {label}: {output}");
+        }
+        if sandbox == ports {
+            assert!(output.contains("lookup-127.0.0.1"), "{output}");
+        }
+        assert_eq!(listeners.map(accepted), [0, 0], "{sandbox} reached one");
     }
-    assert_eq!(listeners.map(accepted), [0, 0], "network none reached one");
 }
 
 /// Under `network: none` the CLI cannot make its socket; `procd status`

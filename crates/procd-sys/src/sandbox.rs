@@ -1,6 +1,6 @@
 //! A session's sandbox as the kernel enforces it (docs/SECURITY.md): a
 //! Landlock ruleset for the file system and TCP, a seccomp filter for the
-//! socket families Landlock does not cover (under `network: none`), and
+//! socket families Landlock does not cover (unless `network: "all"`), and
 //! `no_new_privs`. Both are made here, by the daemon, before the clone;
 //! the child only hands them to the kernel (`spawn.rs`), so it stays raw
 //! syscalls, and every process the command starts inherits them.
@@ -32,8 +32,9 @@ pub enum Network {
     /// No TCP (Landlock), no `socket` of any family and no `socketpair`
     /// but AF_UNIX's (seccomp).
     None,
-    /// TCP connect and bind to these ports only (Landlock); other
-    /// families, UDP among them, are not restricted.
+    /// TCP connect and bind to these ports only (Landlock); UDP not
+    /// restricted (a name lookup needs it); no `socket` of another family
+    /// and no `socketpair` but AF_UNIX's (seccomp).
     Ports {
         connect: Vec<u16>,
         bind: Vec<u16>,
@@ -205,8 +206,9 @@ pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
     let ruleset: Option<OwnedFd> = created.into();
     let ruleset = ruleset.ok_or_else(|| SandboxError::Missing("Landlock ruleset".into()))?;
     let filter = match rules.network {
-        Network::None => Some(socket_filter()?),
-        _ => None,
+        Network::All => None,
+        Network::None => Some(socket_filter(&[])?),
+        Network::Ports { .. } => Some(socket_filter(&[libc::AF_INET, libc::AF_INET6])?),
     };
     Ok(Enforcement { ruleset, filter })
 }
@@ -215,8 +217,8 @@ pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
 /// no signal to a process outside the session, whatever the rules. An
 /// older kernel does not give it; the spec's sandbox does not need it, so
 /// the spawn is not refused for it (docs/SECURITY.md says so). Abstract
-/// unix sockets are not scoped: under `network: none` no unix socket can
-/// be made at all (`socket_filter`), and the other settings keep them.
+/// unix sockets are not scoped: unless `network: "all"` no unix socket
+/// can be made at all (`socket_filter`), and "all" keeps them.
 fn scopes(abi: i32) -> BitFlags<Scope> {
     if abi < 6 {
         return BitFlags::empty();
@@ -224,31 +226,38 @@ fn scopes(abi: i32) -> BitFlags<Scope> {
     Scope::Signal.into()
 }
 
-/// Under `network: none`: `socket` of any family fails with EACCES (UDP,
-/// raw, netlink, … which Landlock does not see, and AF_UNIX: a connect to
-/// a socket's path is not checked by Landlock, and the D-Bus session bus,
-/// the user's systemd, an agent's or docker's socket listen on one), and
-/// so does `socketpair` of any family but AF_UNIX (a connected pair
-/// reaches nothing outside) and `io_uring_setup` (its requests would
-/// bypass this filter).
-fn socket_filter() -> Result<seccompiler::BpfProgram, SandboxError> {
+/// Unless `network: "all"`: `socket` fails with EACCES for every family
+/// but `allowed` (none under `network: none`; under port rules IPv4 and
+/// IPv6, whose TCP Landlock checks). Refused are raw, netlink, … which
+/// Landlock does not see, and AF_UNIX: a connect to a socket's path is
+/// not checked by Landlock, and the D-Bus session bus, the user's
+/// systemd, an agent's or docker's socket listen on one. `socketpair` of
+/// any family but AF_UNIX fails too (a connected pair reaches nothing
+/// outside), and so does `io_uring_setup` (its requests would bypass
+/// this filter).
+fn socket_filter(allowed: &[libc::c_int]) -> Result<seccompiler::BpfProgram, SandboxError> {
     use seccompiler::{
         SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
     };
     let seccomp = |e: seccompiler::BackendError| SandboxError::Other(format!("seccomp: {e}"));
-    let not_unix = || -> Result<Vec<SeccompRule>, SandboxError> {
-        let cond = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-        )
-        .map_err(seccomp)?;
-        Ok(vec![SeccompRule::new(vec![cond]).map_err(seccomp)?])
+    // A rule matches (and the call is refused) when the family is none
+    // of `families`; no families: every call is refused.
+    let family_not_in = |families: &[libc::c_int]| -> Result<Vec<SeccompRule>, SandboxError> {
+        if families.is_empty() {
+            return Ok(Vec::new());
+        }
+        let conditions = families
+            .iter()
+            .map(|&family| {
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, family as u64)
+                    .map_err(seccomp)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(vec![SeccompRule::new(conditions).map_err(seccomp)?])
     };
     let rules = [
-        (libc::SYS_socket, Vec::new()),
-        (libc::SYS_socketpair, not_unix()?),
+        (libc::SYS_socket, family_not_in(allowed)?),
+        (libc::SYS_socketpair, family_not_in(&[libc::AF_UNIX])?),
         (libc::SYS_io_uring_setup, Vec::new()),
     ]
     .into_iter()
@@ -286,8 +295,10 @@ mod tests {
     }
 
     #[test]
-    fn the_socket_filter_compiles() {
-        let program = socket_filter().expect("filter");
-        assert!(!program.is_empty());
+    fn the_socket_filters_compile() {
+        for allowed in [&[][..], &[libc::AF_INET, libc::AF_INET6]] {
+            let program = socket_filter(allowed).expect("filter");
+            assert!(!program.is_empty());
+        }
     }
 }
