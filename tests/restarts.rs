@@ -6,20 +6,6 @@
 use crate::common::*;
 use serde_json::{json, Value};
 
-/// Whether every thread of `pid` is in the stopped state ('T').
-fn all_threads_stopped(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|task| {
-        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
-            // The state follows the command's closing parenthesis.
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
-        })
-    })
-}
-
 #[test]
 fn on_failure_restarts_in_the_same_session_until_a_crash_loop() {
     let d = Daemon::start();

@@ -492,6 +492,90 @@ fn a_sandboxed_command_cannot_ask_procd_for_anything() {
     }
 }
 
+/// A connection whose peer is gone by the time the daemon looks at it
+/// (connected while the daemon was stopped; the connecting process then
+/// exited and was reaped, leaving the socket to its child) cannot be told
+/// apart from a sandboxed session's, so while one is tracked it is
+/// refused; with none tracked, it is served.
+#[test]
+fn a_peer_gone_before_it_is_looked_at_is_refused_while_a_sandbox_runs() {
+    let d = Daemon::start();
+    let answer = through_a_reaped_peer(&d);
+    assert!(answer["result"]["pid"].is_u64(), "no sandbox yet: {answer}");
+
+    let cwd = tempfile::tempdir().expect("cwd");
+    let id = d.ok(
+        "spawn",
+        json!({"command": "sleep 300", "cwd": cwd.path().to_str().expect("utf-8"),
+               "sandbox": {"network": "all"}}),
+    )["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let answer = through_a_reaped_peer(&d);
+    assert_eq!(answer["error"]["code"], -32005, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("could not be told apart")),
+        "{answer}"
+    );
+    d.ok("kill", json!({"session_id": id}));
+}
+
+/// `status` asked on a connection made while the daemon was stopped, by
+/// a process reaped before the daemon resumed; the answer.
+fn through_a_reaped_peer(d: &Daemon) -> Value {
+    use nix::sys::signal::{kill, Signal};
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    /// Resumes the daemon however the test ends.
+    struct Stopped(nix::unistd::Pid);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = kill(self.0, Signal::SIGCONT);
+        }
+    }
+    // The parent connects and exits; its child keeps the socket, and on
+    // a line from the test asks `status` and prints the answer.
+    let script = "import os, socket, sys\n\
+                  s = socket.socket(socket.AF_UNIX)\n\
+                  s.connect(sys.argv[1])\n\
+                  if os.fork():\n    os._exit(0)\n\
+                  if sys.stdin.readline():\n\
+                  \x20   s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"status\"}\\n')\n\
+                  \x20   print(s.makefile().readline(), end='', flush=True)\n";
+    let daemon = nix::unistd::Pid::from_raw(d.pid() as i32);
+    kill(daemon, Signal::SIGSTOP).expect("SIGSTOP");
+    let stopped = Stopped(daemon);
+    // Stopped for real: a thread still running could accept and look.
+    wait_until("every thread of the daemon is stopped", || {
+        all_threads_stopped(d.pid() as i32)
+    });
+    let mut parent = Command::new("python3")
+        .args(["-c", script])
+        .arg(d.socket())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    // Taken first: `wait` would close stdin.
+    let (mut stdin, stdout) = (parent.stdin.take(), parent.stdout.take());
+    // Reaped here, before the daemon can look at it.
+    assert!(parent.wait().expect("wait").success());
+    drop(stopped);
+    stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("go");
+    let mut line = String::new();
+    std::io::BufReader::new(stdout.expect("stdout"))
+        .read_line(&mut line)
+        .expect("answer");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
 fn refused_from_a_sandbox(d: &Daemon) {
     let cwd = tempfile::tempdir().expect("cwd");
     let outside = tempfile::tempdir().expect("outside");

@@ -21,9 +21,16 @@ pub async fn refusal(
 ) -> Option<String> {
     let registry = registry.filter(|r| r.has_sandboxed())?.clone();
     // The kernel's pidfd of the peer as it connected: unlike the pid, it
-    // cannot come to name another process. None before Linux 6.5, when
-    // the pid alone is looked at.
-    let pidfd = pid.and_then(|pid| PidFd::of_peer(stream.as_fd(), pid).ok());
+    // cannot come to name another process. None before Linux 6.5, which
+    // lacks the option, when the pid alone is looked at. Any other error
+    // (a peer already reaped, before Linux 6.16 gave pidfds of those)
+    // leaves who it was unknown, and so refused.
+    let pidfd = match pid.map(|pid| PidFd::of_peer(stream.as_fd(), pid)) {
+        Some(Err(e)) if e.raw_os_error() != Some(rustix::io::Errno::NOPROTOOPT.raw_os_error()) => {
+            return Some(refused(UNKNOWN));
+        }
+        found => found.and_then(Result::ok),
+    };
     let verdict = tokio::task::spawn_blocking(move || {
         let session = registry.sandboxed_session_of(pid?);
         // Looked at after the read, so that the pid read was the peer's.
@@ -31,14 +38,20 @@ pub async fn refusal(
         Some((session, gone))
     })
     .await;
-    let why = match verdict {
-        Ok(Some((Some(id), _))) => format!(
+    match verdict {
+        Ok(Some((Some(id), _))) => Some(refused(&format!(
             "permission denied: this connection comes from sandboxed session {id}, and a sandboxed command cannot ask procd for anything"
-        ),
-        Ok(Some((None, false))) => return None,
+        ))),
+        Ok(Some((None, false))) => None,
         // Who it was can no longer be told.
-        _ => "permission denied: the connecting process could not be told apart from a sandboxed session's".into(),
-    };
+        _ => Some(refused(UNKNOWN)),
+    }
+}
+
+const UNKNOWN: &str =
+    "permission denied: the connecting process could not be told apart from a sandboxed session's";
+
+fn refused(why: &str) -> String {
     tracing::warn!(%why, "refused a connection's requests");
-    Some(why)
+    why.to_string()
 }
