@@ -11,7 +11,10 @@
 //! measured the same way. The monitor is slowed to once an hour so that no
 //! tick falls in one run and not the other. Each row's detail also gives
 //! the same echo served on a multi-thread Tokio runtime, as the daemon's
-//! requests are: what of the daemon's count is the runtime's, not procd's.
+//! requests are: what of the daemon's count is the runtime's, not procd's;
+//! and the poll row's, the least a poll can cost through serde_json (the
+//! floor server: one parse into typed params, one serialization of a
+//! stored result, blocking reads, no runtime, no lookup).
 
 use super::Row;
 use serde_json::json;
@@ -29,17 +32,36 @@ enum Ask {
     Read4k,
 }
 
+/// How many requests two runs make, `n` and `m` (the count is of the
+/// `m - n` more).
+#[derive(Clone, Copy)]
+pub(super) struct Counted {
+    /// Of polls, and of the servers measured beside them.
+    pub polls: (u64, u64),
+    pub reads: (u64, u64),
+}
+
 /// The rows, from runs of `n` and `m` requests.
-pub(super) fn instruction_rows((n, m): (u64, u64)) -> Vec<Row> {
+pub(super) fn instruction_rows(counted: Counted) -> Vec<Row> {
+    let (n, m) = counted.polls;
     let echo = echo_per_request(Echo::Blocking, n, m);
     let tokio_echo = echo_per_request(Echo::Tokio, n, m);
+    let floor = echo_per_request(Echo::PollFloor, n, m);
     [
         (Ask::Poll, "instructions per poll request"),
         (Ask::Read4k, "instructions per read of 4 KiB"),
     ]
     .into_iter()
     .map(|(ask, metric)| {
+        let (n, m) = match ask {
+            Ask::Poll => counted.polls,
+            Ask::Read4k => counted.reads,
+        };
         let procd = daemon_per_request(ask, n, m);
+        let floor = match ask {
+            Ask::Poll => format!("; a poll through serde_json at the least (the floor server): {floor:.0}"),
+            Ask::Read4k => String::new(),
+        };
         Row::against(
             metric.into(),
             procd,
@@ -47,7 +69,7 @@ pub(super) fn instruction_rows((n, m): (u64, u64)) -> Vec<Row> {
             "instructions",
             super::Ratio::AtMost(2.0),
             format!(
-                "callgrind: the daemon's instructions for {m} requests on one connection minus those for {n}, per request; baseline: the line echo server answering a 332-byte line, counted the same way; the same echo on Tokio: {tokio_echo:.0}"
+                "callgrind: the daemon's instructions for {m} requests on one connection minus those for {n}, per request; baseline: the line echo server answering a 332-byte line, counted the same way; the same echo on Tokio: {tokio_echo:.0}{floor}"
             ),
         )
     })
@@ -137,6 +159,8 @@ enum Echo {
     Blocking,
     /// A multi-thread Tokio runtime, as the daemon's.
     Tokio,
+    /// Not an echo: a poll answered as cheaply as serde_json can.
+    PollFloor,
 }
 
 /// The echo server's instructions per request.
@@ -158,16 +182,23 @@ fn echo_total(echo: Echo, count: u64) -> u64 {
         .arg(match echo {
             Echo::Blocking => "--echo-child",
             Echo::Tokio => "--tokio-echo-child",
+            Echo::PollFloor => "--poll-floor-child",
         })
         .arg(&socket)
         .spawn()
         .expect("valgrind (apt-get install valgrind)");
     let mut c = connect_within(&socket, Duration::from_secs(60));
-    let request = super::line_of_len(85, "params");
+    let request = match echo {
+        Echo::PollFloor => FLOOR_POLL.to_string(),
+        Echo::Blocking | Echo::Tokio => super::line_of_len(85, "params"),
+    };
     for _ in 0..count {
         c.writer.write_all(request.as_bytes()).expect("write");
         let mut line = String::new();
         c.reader.read_line(&mut line).expect("echo");
+        // A server that stopped answers nothing: counted, that would be a
+        // figure for fewer requests than asked.
+        assert!(line.ends_with('\n'), "the server under callgrind stopped");
     }
     drop(c);
     let _ = server.wait();
@@ -217,6 +248,102 @@ pub(super) fn run_tokio_echo(socket: &Path) -> i32 {
         }
         0
     })
+}
+
+/// The poll the floor server is sent: as the daemon's, 85 bytes.
+const FLOOR_POLL: &str =
+    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"poll\",\"params\":{\"session_id\":\"proc_0b7a51a8d6f6\"}}\n";
+
+/// Serves one connection a poll's answer as cheaply as serde_json can (what
+/// `--poll-floor-child SOCKET` runs under callgrind): each line parsed into
+/// typed, borrowed params, and a stored result of a running `sleep 600`, as
+/// the daemon answers it, serialized into a reused buffer. No runtime, no
+/// registry, no lookup: what is left of a poll once those are gone.
+pub(super) fn run_poll_floor(socket: &Path) -> i32 {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        jsonrpc: &'a str,
+        id: u64,
+        method: &'a str,
+        params: Params<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Params<'a> {
+        session_id: &'a str,
+    }
+    #[derive(serde::Serialize)]
+    struct Response<'a> {
+        jsonrpc: &'a str,
+        id: u64,
+        result: &'a procd_proto::PollResult,
+    }
+    let result = procd_proto::PollResult {
+        session_id: "proc_0b7a51a8d6f6".into(),
+        name: None,
+        project: None,
+        command: "sleep 600".into(),
+        status: procd_proto::SessionStatus::Running,
+        pid: 4928,
+        started_at: "2026-12-03T09:26:16.233Z".into(),
+        uptime_seconds: 1.324,
+        output_preview: String::new(),
+        activity: Default::default(),
+        note: None,
+        original_chars: None,
+        kept_error_lines: None,
+        exit: None,
+        restart: None,
+        sandbox: None,
+    };
+    let listener = match std::os::unix::net::UnixListener::bind(socket) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("procd-bench poll floor: {e}");
+            return 2;
+        }
+    };
+    let Ok((stream, _)) = listener.accept() else {
+        return 2;
+    };
+    let Ok(mut writer) = stream.try_clone() else {
+        return 2;
+    };
+    let mut reader = BufReader::new(stream);
+    let (mut line, mut out) = (String::new(), Vec::with_capacity(512));
+    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+        let request: Request = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("procd-bench poll floor: {e}");
+                return 2;
+            }
+        };
+        let ours = request.jsonrpc == "2.0"
+            && request.method == "poll"
+            && request.params.session_id == result.session_id;
+        if !ours {
+            eprintln!("procd-bench poll floor: not the poll it serves");
+            return 2;
+        }
+        out.clear();
+        let response = Response {
+            jsonrpc: "2.0",
+            id: request.id,
+            result: &result,
+        };
+        if serde_json::to_writer(&mut out, &response).is_err() {
+            return 2;
+        }
+        out.push(b'\n');
+        if writer.write_all(&out).is_err() {
+            return 2;
+        }
+        line.clear();
+    }
+    0
 }
 
 struct Conn {
