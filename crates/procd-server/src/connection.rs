@@ -209,7 +209,11 @@ impl Connection {
                 biased;
                 _ = &mut stopped => break End::Stopped,
                 _ = &mut closed => break End::Broken,
-                Some(answer) = self.out_rx.recv() => {
+                // Only a task sends here (each has the one clone of
+                // `out_tx` it was given): with none and nothing queued,
+                // this branch is not even polled, one registration less
+                // per request.
+                Some(answer) = self.out_rx.recv(), if !self.tasks.is_empty() || !self.out_rx.is_empty() => {
                     self.handle.touch();
                     if !self.write(answer).await { break End::Broken }
                 }
