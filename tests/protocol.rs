@@ -625,6 +625,18 @@ fn picker(mut seed: u64) -> impl FnMut(usize) -> usize {
     }
 }
 
+/// `line` as a client may space it: after each key's colon, as Python's
+/// `json.dumps` does, and before the end of the line (never at its
+/// start, which would send it the general way).
+fn spaced(line: String, next: &mut impl FnMut(usize) -> usize) -> String {
+    let line = match next(3) {
+        0 => line.replace("\":", "\": "),
+        1 => line.replace("\":", "\" :\t"),
+        _ => line,
+    };
+    line + ["", " ", "\t\r"][next(3)]
+}
+
 /// Sends `line` down the fast path and, with a leading space (which
 /// always takes the general path), down the general one; the answers
 /// must be the same bytes.
@@ -677,6 +689,7 @@ fn fast_poll_answers_byte_for_byte_as_jsonrpsee_does() {
         "18446744073709551615",
         "18446744073709551616",
         "-1",
+        "01",
         "1.5",
         "1e2",
         "\"a\"",
@@ -721,7 +734,7 @@ fn fast_poll_answers_byte_for_byte_as_jsonrpsee_does() {
             fields.swap(i, next(i + 1));
         }
         let sep = [",", ", "][next(2)];
-        let line = format!("{{{}}}", fields.join(sep));
+        let line = spaced(format!("{{{}}}", fields.join(sep)), &mut next);
         if jsonrpc == "\"2.0\"" && method == "\"poll\"" && params.len() == 1 {
             common_shape += 1;
         }
@@ -825,7 +838,10 @@ fn fast_read_answers_byte_for_byte_as_jsonrpsee_does() {
         for i in (1..fields.len()).rev() {
             fields.swap(i, next(i + 1));
         }
-        let line = format!("{{{}}}", fields.join([",", ", "][next(2)]));
+        let line = spaced(
+            format!("{{{}}}", fields.join([",", ", "][next(2)])),
+            &mut next,
+        );
         if common && method == "\"read\"" {
             common_shape += 1;
         }

@@ -7,12 +7,14 @@
 //! escaped output is a third of the call. Here a request in the shape
 //! agents send — `{"jsonrpc":"2.0","id":N,"method":"poll","params":{"session_id":"…"}}`,
 //! or `read` with `session_id` and, optionally, `cursor` and `max_bytes` —
-//! any key order, starting with `{`, is parsed once into borrowed fields
-//! and answered with one serialization, by `json.rs`'s writer.
+//! any key order and whitespace, starting with `{`, is read in one pass
+//! by a scanner that knows only this shape (`Scan`), and answered with
+//! one serialization, by `json.rs`'s writer.
 //!
 //! Anything else goes the general way, untouched: another method, another
 //! param, a duplicate or unknown key, an id that is not a plain number or
-//! an escape-free string, a line that does not start with `{`, an error
+//! an escape-free string, any escape at all, a line that does not start
+//! with `{`, an error
 //! from the call, a read that cannot answer at once (from the log file
 //! rather than memory): the general path then answers it, so every error
 //! is jsonrpsee's own. The answer is byte for byte what jsonrpsee writes:
@@ -22,8 +24,6 @@
 use futures::FutureExt;
 use procd_core::registry::Registry;
 use procd_proto::{Cursor, MaxBytes};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// Answers the common `poll` and `read` requests without jsonrpsee.
@@ -32,22 +32,160 @@ pub struct FastPath {
     max_response_bytes: usize,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A poll or read in the fast path's shape, borrowed from its line.
 struct Request<'a> {
-    jsonrpc: &'a str,
-    #[serde(borrow)]
-    id: &'a RawValue,
+    /// As it came: written back as it is.
+    id: &'a str,
     method: &'a str,
-    #[serde(borrow)]
-    params: Params<'a>,
+    session_id: &'a str,
+    /// Whether the key was there at all (poll takes neither), then
+    /// whether it was `null`.
+    cursor: Option<Option<Cursor>>,
+    max_bytes: Option<Option<MaxBytes>>,
 }
 
-/// The params of a poll or a read, parsed in the same pass as the rest
-/// of the line: an object (serde's derive would take an array for a
-/// struct too), each key once, no other key. The outer `Option` of
-/// `cursor` and `max_bytes` says whether the key was there at all (poll
-/// takes neither), the inner one whether it was `null`.
+/// Reads a request line in the one pass that the fast path affords: an
+/// object of `jsonrpc`, `id`, `method` and `params`, in any order, with
+/// any JSON whitespace, each key once. It reads only what serde_json
+/// would read to the same values: a string without escapes or control
+/// characters, an unsigned integer as JSON writes one (no sign, fraction,
+/// exponent or leading zero), `null`. Anything else, or an unknown key,
+/// is None, and the line goes the general way.
+struct Scan<'a> {
+    line: &'a str,
+    at: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.line.as_bytes().get(self.at).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// `byte`, after any whitespace.
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        self.skip_whitespace();
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// A string's contents (between its quotes).
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let rest = &self.line.as_bytes()[self.at..];
+        let len = crate::json::plain_prefix(rest);
+        (rest.get(len) == Some(&b'"')).then_some(())?;
+        let text = &self.line[self.at..self.at + len];
+        self.at += len + 1;
+        Some(text)
+    }
+
+    /// An unsigned integer that fits u64, as written.
+    fn whole(&mut self) -> Option<&'a str> {
+        self.skip_whitespace();
+        let rest = &self.line.as_bytes()[self.at..];
+        let len = rest
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let plain = len == 1 || (len > 1 && rest[0] != b'0');
+        let more = matches!(rest.get(len), Some(b'.' | b'e' | b'E'));
+        let text = &self.line[self.at..self.at + len];
+        (plain && !more && text.parse::<u64>().is_ok()).then_some(())?;
+        self.at += len;
+        Some(text)
+    }
+
+    /// An id jsonrpsee writes back exactly as it came: a whole number or
+    /// a plain string; its text, quotes and all.
+    fn id(&mut self) -> Option<&'a str> {
+        self.skip_whitespace();
+        let start = self.at;
+        match self.peek()? {
+            b'"' => self.string()?,
+            _ => self.whole()?,
+        };
+        Some(&self.line[start..self.at])
+    }
+
+    /// `null`, or a count as the parameter's own type reads it.
+    fn count<T: serde::de::DeserializeOwned>(&mut self) -> Option<Option<T>> {
+        self.skip_whitespace();
+        if self.line[self.at..].starts_with("null") {
+            self.at += 4;
+            return Some(None);
+        }
+        serde_json::from_str(self.whole()?).ok().map(Some)
+    }
+
+    /// `{ "key": value, … }`, each value read by `value`; None ends it.
+    fn object(&mut self, mut value: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        self.skip_whitespace();
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            value(self, key)?;
+            self.skip_whitespace();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+impl<'a> Request<'a> {
+    /// The request on `line` if it is in the fast path's shape.
+    fn parse(line: &'a str) -> Option<Request<'a>> {
+        let mut scan = Scan { line, at: 0 };
+        let (mut jsonrpc, mut id, mut method) = (None, None, None);
+        let mut params = None;
+        scan.object(|scan, key| {
+            match key {
+                "jsonrpc" if jsonrpc.is_none() => jsonrpc = Some(scan.string()?),
+                "id" if id.is_none() => id = Some(scan.id()?),
+                "method" if method.is_none() => {
+                    let name = scan.string()?;
+                    // Another method: no need to read on.
+                    (name == "poll" || name == "read").then_some(())?;
+                    method = Some(name);
+                }
+                "params" if params.is_none() => params = Some(Params::scan(scan)?),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        scan.skip_whitespace();
+        let Params {
+            session_id,
+            cursor,
+            max_bytes,
+        } = params?;
+        (scan.at == line.len() && jsonrpc? == "2.0").then_some(())?;
+        Some(Request {
+            id: id?,
+            method: method?,
+            session_id: session_id?,
+            cursor,
+            max_bytes,
+        })
+    }
+}
+
+/// The params of a poll or a read: an object, each key once, no other key.
 #[derive(Default)]
 struct Params<'a> {
     session_id: Option<&'a str>,
@@ -55,37 +193,21 @@ struct Params<'a> {
     max_bytes: Option<Option<MaxBytes>>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Params<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Params<'a>, D::Error> {
-        struct Named<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Named<'a> {
-            type Value = Params<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("named params")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Params<'a>, A::Error> {
-                let mut params = Params::default();
-                while let Some(key) = map.next_key::<&str>()? {
-                    match key {
-                        "session_id" if params.session_id.is_none() => {
-                            params.session_id = Some(map.next_value()?)
-                        }
-                        "cursor" if params.cursor.is_none() => {
-                            params.cursor = Some(map.next_value()?)
-                        }
-                        "max_bytes" if params.max_bytes.is_none() => {
-                            params.max_bytes = Some(map.next_value()?)
-                        }
-                        _ => return Err(serde::de::Error::custom("not the fast path's")),
-                    }
+impl<'a> Params<'a> {
+    fn scan(scan: &mut Scan<'a>) -> Option<Params<'a>> {
+        let mut params = Params::default();
+        scan.object(|scan, key| {
+            match key {
+                "session_id" if params.session_id.is_none() => {
+                    params.session_id = Some(scan.string()?)
                 }
-                Ok(params)
+                "cursor" if params.cursor.is_none() => params.cursor = Some(scan.count()?),
+                "max_bytes" if params.max_bytes.is_none() => params.max_bytes = Some(scan.count()?),
+                _ => return None,
             }
-        }
-        d.deserialize_map(Named(std::marker::PhantomData))
+            Some(())
+        })?;
+        Some(params)
     }
 }
 
@@ -101,26 +223,24 @@ impl FastPath {
     /// that is answered at once without an error; None sends it the
     /// general way.
     pub fn answer(&self, line: &str) -> Option<Vec<u8>> {
-        if !line.starts_with('{') || !(line.contains("\"poll\"") || line.contains("\"read\"")) {
+        // A line that starts otherwise (with a space, say) goes the
+        // general way whatever it holds: tests/protocol.rs sends each
+        // request both ways.
+        if !line.starts_with('{') {
             return None;
         }
-        let request: Request = serde_json::from_str(line).ok()?;
-        let Params {
-            session_id: Some(session_id),
+        let Request {
+            id,
+            method,
+            session_id,
             cursor,
             max_bytes,
-        } = request.params
-        else {
-            return None;
-        };
-        if request.jsonrpc != "2.0" || !plain_id(request.id.get()) {
-            return None;
-        }
+        } = Request::parse(line)?;
         let mut out = Vec::with_capacity(512);
         out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-        out.extend_from_slice(request.id.get().as_bytes());
+        out.extend_from_slice(id.as_bytes());
         out.extend_from_slice(b",\"result\":");
-        match request.method {
+        match method {
             "poll" if cursor.is_none() && max_bytes.is_none() => {
                 let result = self.registry.poll(session_id, None).ok()?;
                 crate::json::write(&mut out, &result).ok()?;
@@ -151,41 +271,90 @@ impl FastPath {
     }
 }
 
-/// An id jsonrpsee writes back exactly as it came: an unsigned integer
-/// that fits u64, or a string with no escapes and no control characters.
-fn plain_id(raw: &str) -> bool {
-    match raw.as_bytes() {
-        [b'"', inner @ .., b'"'] => inner.iter().all(|b| *b >= 0x20 && *b != b'\\'),
-        digits => {
-            !digits.is_empty()
-                && digits.iter().all(u8::is_ascii_digit)
-                && raw.parse::<u64>().is_ok()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::plain_id;
+    use super::{Request, Scan};
 
     #[test]
-    fn only_ids_written_back_unchanged_are_plain() {
+    fn only_ids_written_back_unchanged_are_read() {
         for id in ["0", "1", "18446744073709551615", "\"a\"", "\"\"", "\"é ü\""] {
-            assert!(plain_id(id), "{id}");
+            let mut scan = Scan { line: id, at: 0 };
+            assert_eq!(scan.id(), Some(id));
+            assert_eq!(scan.at, id.len(), "{id}");
         }
         for id in [
             "-1",
+            "01",
             "1.0",
             "1e3",
+            "1E3",
             "18446744073709551616",
             "null",
             "\"a\\\"b\"",
             "\"\\u0041\"",
+            "\"tab\there\"",
             "[1]",
             "{}",
             "true",
         ] {
-            assert!(!plain_id(id), "{id}");
+            assert_eq!(Scan { line: id, at: 0 }.id(), None, "{id}");
+        }
+    }
+
+    #[test]
+    fn requests_in_the_common_shape_are_read_and_no_others() {
+        /// What a request was read as: id, method, session, and cursor
+        /// and max_bytes (absent, null, or a count).
+        type Read<'a> = (
+            &'a str,
+            &'a str,
+            &'a str,
+            Option<Option<u64>>,
+            Option<Option<u64>>,
+        );
+        fn read(line: &str) -> Option<Read<'_>> {
+            Request::parse(line).map(|r| {
+                let cursor = r.cursor.map(|c| c.map(|c| c.get()));
+                let max_bytes = r.max_bytes.map(|m| m.map(|m| m.get()));
+                (r.id, r.method, r.session_id, cursor, max_bytes)
+            })
+        }
+        let poll = r#"{"jsonrpc":"2.0","id":7,"method":"poll","params":{"session_id":"proc_1"}}"#;
+        assert_eq!(read(poll), Some(("7", "poll", "proc_1", None, None)));
+        let spaced = "{ \"params\" : { \"session_id\" : \"s\" } ,\t\"method\": \"read\",\r\n \"id\": \"x\", \"jsonrpc\": \"2.0\" } ";
+        assert_eq!(read(spaced), Some(("\"x\"", "read", "s", None, None)));
+        let counted = r#"{"jsonrpc":"2.0","id":1,"method":"read","params":{"session_id":"s","cursor":null,"max_bytes":4096}}"#;
+        let (.., cursor, max_bytes) = read(counted).expect("a read");
+        assert_eq!(cursor, Some(None));
+        assert_eq!(max_bytes, Some(Some(4096)));
+        for bad in [
+            // another method, version, key or value
+            r#"{"jsonrpc":"2.0","id":1,"method":"kill","params":{"session_id":"s"}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"poll","params":{"session_id":"s"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{"session_id":"s","wait_ms":0}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{"session_id":"s"},"x":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"read","params":{"session_id":"s","cursor":-1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"read","params":{"session_id":"s","cursor":1.0}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"read","params":{"session_id":"s","cursor":9007199254740993}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"read","params":{"session_id":"s","max_bytes":nul}}"#,
+            // a key twice, or missing
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"poll","params":{"session_id":"s"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{"session_id":"s","session_id":"t"}}"#,
+            r#"{"jsonrpc":"2.0","method":"poll","params":{"session_id":"s"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll"}"#,
+            // escapes, which serde_json would decode
+            r#"{"jsonrpc":"2.0","id":1,"method":"p\u006fll","params":{"session_id":"s"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{"session_id":"s\"t"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{"session\u005fid":"s"}}"#,
+            // not one whole object
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{"session_id":"s"}} x"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{"session_id":"s"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":{"session_id":"s"},}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"poll","params":["s"]}"#,
+            "",
+        ] {
+            assert!(read(bad).is_none(), "{bad}");
         }
     }
 }

@@ -95,21 +95,36 @@ fn word(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// Whether any byte of `bytes` needs an escape: a short string through
-/// the table, a longer one eight bytes at a time (the last word
-/// overlapping the one before).
+/// Whether any byte of `bytes` needs an escape.
 fn needs_escape(bytes: &[u8]) -> bool {
+    plain_prefix(bytes) < bytes.len()
+}
+
+/// How many bytes `bytes` starts with that a JSON string holds as they
+/// are: the index of the first `"`, `\\` or control character, or the
+/// length. A short string goes through the table, a longer one eight
+/// bytes at a time (the last word overlapping the one before, whose bytes
+/// are known to be plain, so its lowest mark is still the first).
+pub fn plain_prefix(bytes: &[u8]) -> usize {
     let Some(last) = bytes.len().checked_sub(8) else {
-        return bytes.iter().any(|&b| ESCAPE[usize::from(b)] != 0);
+        return bytes
+            .iter()
+            .position(|&b| ESCAPE[usize::from(b)] != 0)
+            .unwrap_or(bytes.len());
     };
+    let first = |at: usize, marks: u64| at + (marks.trailing_zeros() / 8) as usize;
     let mut at = 0;
     while at < last {
-        if specials(word(bytes, at)) != 0 {
-            return true;
+        let marks = specials(word(bytes, at));
+        if marks != 0 {
+            return first(at, marks);
         }
         at += 8;
     }
-    specials(word(bytes, last)) != 0
+    match specials(word(bytes, last)) {
+        0 => bytes.len(),
+        marks => first(last, marks),
+    }
 }
 
 /// Appends `text` escaped as serde_json escapes a string's contents: `"`
@@ -460,7 +475,7 @@ object_like! {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape_into, needs_escape, write};
+    use super::{escape_into, needs_escape, plain_prefix, write};
     use serde::Serialize;
     use serde_json::{json, Value};
     use std::collections::BTreeMap;
@@ -507,6 +522,33 @@ mod tests {
                         let mut chars: Vec<String> = vec![fill.to_owned(); len];
                         chars[at] = format!("{c}{c}");
                         same_as_serde_json(&chars.concat());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The first byte to escape is found wherever it is, after plain
+    /// bytes of every kind, with a second one anywhere after it.
+    #[test]
+    fn the_plain_prefix_ends_at_the_first_byte_to_escape() {
+        let first_special = |b: &[u8]| {
+            b.iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .unwrap_or(b.len())
+        };
+        for fill in [b'a', b' ', 0x7f, 0xc3] {
+            for len in 0..24 {
+                let plain = vec![fill; len];
+                assert_eq!(plain_prefix(&plain), len);
+                for at in 0..len {
+                    for c in 0u8..0x80 {
+                        for second in [at, len - 1] {
+                            let mut bytes = plain.clone();
+                            bytes[second] = b'"';
+                            bytes[at] = c;
+                            assert_eq!(plain_prefix(&bytes), first_special(&bytes), "{bytes:?}");
+                        }
                     }
                 }
             }
