@@ -12,9 +12,9 @@
 //! tick falls in one run and not the other. Each row's detail also gives
 //! the same echo served on a multi-thread Tokio runtime, as the daemon's
 //! requests are: what of the daemon's count is the runtime's, not procd's;
-//! and the poll row's, the least a poll can cost through serde_json (the
-//! floor server: one parse into typed params, one serialization of a
-//! stored result, blocking reads, no runtime, no lookup).
+//! and the least the same request can cost through serde_json (the floor
+//! server: one parse into typed params, one serialization of a stored
+//! result, blocking reads, no runtime, no lookup).
 
 use super::Row;
 use serde_json::json;
@@ -46,7 +46,6 @@ pub(super) fn instruction_rows(counted: Counted) -> Vec<Row> {
     let (n, m) = counted.polls;
     let echo = echo_per_request(Echo::Blocking, n, m);
     let tokio_echo = echo_per_request(Echo::Tokio, n, m);
-    let floor = echo_per_request(Echo::PollFloor, n, m);
     [
         (Ask::Poll, "instructions per poll request"),
         (Ask::Read4k, "instructions per read of 4 KiB"),
@@ -58,10 +57,7 @@ pub(super) fn instruction_rows(counted: Counted) -> Vec<Row> {
             Ask::Read4k => counted.reads,
         };
         let procd = daemon_per_request(ask, n, m);
-        let floor = match ask {
-            Ask::Poll => format!("; a poll through serde_json at the least (the floor server): {floor:.0}"),
-            Ask::Read4k => String::new(),
-        };
+        let floor = echo_per_request(Echo::Floor(ask), n, m);
         Row::against(
             metric.into(),
             procd,
@@ -69,7 +65,7 @@ pub(super) fn instruction_rows(counted: Counted) -> Vec<Row> {
             "instructions",
             super::Ratio::AtMost(2.0),
             format!(
-                "callgrind: the daemon's instructions for {m} requests on one connection minus those for {n}, per request; baseline: the line echo server answering a 332-byte line, counted the same way; the same echo on Tokio: {tokio_echo:.0}{floor}"
+                "callgrind: the daemon's instructions for {m} requests on one connection minus those for {n}, per request; baseline: the line echo server answering a 332-byte line, counted the same way; the same echo on Tokio: {tokio_echo:.0}; the same request through serde_json at the least (the floor server): {floor:.0}"
             ),
         )
     })
@@ -159,8 +155,8 @@ enum Echo {
     Blocking,
     /// A multi-thread Tokio runtime, as the daemon's.
     Tokio,
-    /// Not an echo: a poll answered as cheaply as serde_json can.
-    PollFloor,
+    /// Not an echo: the request answered as cheaply as serde_json can.
+    Floor(Ask),
 }
 
 /// The echo server's instructions per request.
@@ -182,14 +178,15 @@ fn echo_total(echo: Echo, count: u64) -> u64 {
         .arg(match echo {
             Echo::Blocking => "--echo-child",
             Echo::Tokio => "--tokio-echo-child",
-            Echo::PollFloor => "--poll-floor-child",
+            Echo::Floor(_) => "--floor-child",
         })
         .arg(&socket)
         .spawn()
         .expect("valgrind (apt-get install valgrind)");
     let mut c = connect_within(&socket, Duration::from_secs(60));
     let request = match echo {
-        Echo::PollFloor => FLOOR_POLL.to_string(),
+        Echo::Floor(Ask::Poll) => FLOOR_POLL.to_string(),
+        Echo::Floor(Ask::Read4k) => FLOOR_READ.to_string(),
         Echo::Blocking | Echo::Tokio => super::line_of_len(85, "params"),
     };
     for _ in 0..count {
@@ -250,16 +247,18 @@ pub(super) fn run_tokio_echo(socket: &Path) -> i32 {
     })
 }
 
-/// The poll the floor server is sent: as the daemon's, 85 bytes.
+/// What the floor server is sent, as the daemon is (the poll, 85 bytes).
 const FLOOR_POLL: &str =
     "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"poll\",\"params\":{\"session_id\":\"proc_0b7a51a8d6f6\"}}\n";
+const FLOOR_READ: &str = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"read\",\"params\":{\"session_id\":\"proc_0b7a51a8d6f6\",\"cursor\":0,\"max_bytes\":4096}}\n";
 
-/// Serves one connection a poll's answer as cheaply as serde_json can (what
-/// `--poll-floor-child SOCKET` runs under callgrind): each line parsed into
-/// typed, borrowed params, and a stored result of a running `sleep 600`, as
-/// the daemon answers it, serialized into a reused buffer. No runtime, no
-/// registry, no lookup: what is left of a poll once those are gone.
-pub(super) fn run_poll_floor(socket: &Path) -> i32 {
+/// Serves one connection polls and reads as cheaply as serde_json can
+/// (what `--floor-child SOCKET` runs under callgrind): each line parsed
+/// into typed, borrowed params, and a stored result, as the daemon answers
+/// it, serialized into a reused buffer: a running `sleep 600`'s poll, and
+/// the first 4 KiB of `seq 1 3000`. No runtime, no registry, no lookup, no
+/// redaction: what is left of a request once those are gone.
+pub(super) fn run_floor(socket: &Path) -> i32 {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Request<'a> {
@@ -273,15 +272,12 @@ pub(super) fn run_poll_floor(socket: &Path) -> i32 {
     #[serde(deny_unknown_fields)]
     struct Params<'a> {
         session_id: &'a str,
+        cursor: Option<u64>,
+        max_bytes: Option<u64>,
     }
-    #[derive(serde::Serialize)]
-    struct Response<'a> {
-        jsonrpc: &'a str,
-        id: u64,
-        result: &'a procd_proto::PollResult,
-    }
-    let result = procd_proto::PollResult {
-        session_id: "proc_0b7a51a8d6f6".into(),
+    const SESSION: &str = "proc_0b7a51a8d6f6";
+    let poll = procd_proto::PollResult {
+        session_id: SESSION.into(),
         name: None,
         project: None,
         command: "sleep 600".into(),
@@ -298,10 +294,22 @@ pub(super) fn run_poll_floor(socket: &Path) -> i32 {
         restart: None,
         sandbox: None,
     };
+    let seq: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+    let read = procd_proto::ReadResult {
+        data: seq[..4096].to_string(),
+        cursor: 0,
+        next_cursor: 4096,
+        eof: false,
+        status: procd_proto::SessionStatus::Exited,
+        exit_code: Some(0),
+        dropped: 0,
+        original_chars: None,
+        kept_error_lines: None,
+    };
     let listener = match std::os::unix::net::UnixListener::bind(socket) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("procd-bench poll floor: {e}");
+            eprintln!("procd-bench floor: {e}");
             return 2;
         }
     };
@@ -312,38 +320,59 @@ pub(super) fn run_poll_floor(socket: &Path) -> i32 {
         return 2;
     };
     let mut reader = BufReader::new(stream);
-    let (mut line, mut out) = (String::new(), Vec::with_capacity(512));
+    let (mut line, mut out) = (String::new(), Vec::with_capacity(8192));
     while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
         let request: Request = match serde_json::from_str(&line) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("procd-bench poll floor: {e}");
+                eprintln!("procd-bench floor: {e}");
                 return 2;
             }
         };
-        let ours = request.jsonrpc == "2.0"
-            && request.method == "poll"
-            && request.params.session_id == result.session_id;
-        if !ours {
-            eprintln!("procd-bench poll floor: not the poll it serves");
+        let Params {
+            session_id,
+            cursor,
+            max_bytes,
+        } = request.params;
+        if request.jsonrpc != "2.0" || session_id != SESSION {
+            eprintln!("procd-bench floor: not a request it serves");
             return 2;
         }
         out.clear();
-        let response = Response {
-            jsonrpc: "2.0",
-            id: request.id,
-            result: &result,
+        let written = match (request.method, cursor, max_bytes) {
+            ("poll", None, None) => respond(&mut out, request.id, &poll),
+            ("read", Some(0), Some(4096)) => respond(&mut out, request.id, &read),
+            _ => {
+                eprintln!("procd-bench floor: not a request it serves");
+                return 2;
+            }
         };
-        if serde_json::to_writer(&mut out, &response).is_err() {
-            return 2;
-        }
         out.push(b'\n');
-        if writer.write_all(&out).is_err() {
+        if written.is_err() || writer.write_all(&out).is_err() {
             return 2;
         }
         line.clear();
     }
     0
+}
+
+/// Writes a JSON-RPC answer with `result`, as serde_json does.
+fn respond<R: serde::Serialize>(out: &mut Vec<u8>, id: u64, result: &R) -> serde_json::Result<()> {
+    #[derive(serde::Serialize)]
+    struct Response<'a, R> {
+        jsonrpc: &'a str,
+        id: u64,
+        result: &'a R,
+    }
+    let jsonrpc = "2.0";
+    serde_json::to_writer(
+        out,
+        &Response {
+            jsonrpc,
+            id,
+            result,
+        },
+    )
 }
 
 struct Conn {

@@ -248,9 +248,10 @@ struct Args {
     /// Internal: the same echo on a multi-thread Tokio runtime.
     #[arg(long, value_name = "SOCKET", hide = true)]
     tokio_echo_child: Option<PathBuf>,
-    /// Internal: answer polls as cheaply as serde_json can, on SOCKET.
+    /// Internal: answer polls and reads as cheaply as serde_json can, on
+    /// SOCKET.
     #[arg(long, value_name = "SOCKET", hide = true)]
-    poll_floor_child: Option<PathBuf>,
+    floor_child: Option<PathBuf>,
 }
 
 fn main() {
@@ -265,8 +266,8 @@ fn main() {
     if let Some(socket) = &args.tokio_echo_child {
         std::process::exit(instructions::run_tokio_echo(socket));
     }
-    if let Some(socket) = &args.poll_floor_child {
-        std::process::exit(instructions::run_poll_floor(socket));
+    if let Some(socket) = &args.floor_child {
+        std::process::exit(instructions::run_floor(socket));
     }
     let (quick, as_json) = (args.quick, args.json);
     if args.reliability {
