@@ -523,7 +523,7 @@ impl OutputStore {
     /// (the tail), so that nothing still in memory is lost once the disk
     /// works again. On failure the next try is a second later.
     fn reopen_log(&self, inner: &mut Inner) {
-        let tail: Vec<u8> = inner.tail.iter().copied().collect();
+        let tail = copy_out(&inner.tail, 0..inner.tail.len());
         let reopened = (|| {
             let mut file = OpenOptions::new()
                 .create(true)
@@ -816,12 +816,12 @@ impl OutputStore {
         let len = inner.tail.len();
         let shown = (max_chars * 4).min(len);
         let context = KEY_CONTEXT_BYTES.min(len - shown);
-        let bytes: Vec<u8> = inner.tail.range(len - shown - context..).copied().collect();
+        let bytes = copy_out(&inner.tail, len - shown - context..len);
         drop(inner);
         // Only the part that may be shown is decoded (polls come here).
         let (context, region) = bytes.split_at(context);
         let start = crate::text::leading_continuations(region);
-        let decoded = String::from_utf8_lossy(&region[start..]);
+        let decoded = crate::text::lossy(&region[start..]);
         let text = crate::text::last_chars(&decoded, max_chars);
         let skipped = &decoded.as_bytes()[..decoded.len() - text.len()];
         let mut before = [context, &region[..start], skipped].concat();
@@ -848,7 +848,7 @@ impl OutputStore {
             let source = if context >= inner.tail_start() {
                 let from = (context - inner.tail_start()) as usize;
                 let to = (stop - inner.tail_start()) as usize;
-                Source::Memory(inner.tail.range(from..to).copied().collect())
+                Source::Memory(copy_out(&inner.tail, from..to))
             } else {
                 match &inner.log {
                     Some(f) => Source::File(f.clone(), inner.log_base),
@@ -1235,9 +1235,52 @@ fn read_full_at(file: &File, buf: &mut [u8], mut offset: u64) -> io::Result<usiz
     Ok(filled)
 }
 
+/// `tail[range]`, copied a slice at a time: collected byte by byte out
+/// of the deque it costs a few instructions a byte, and a poll copies
+/// 4 KiB of it for its preview.
+fn copy_out(tail: &VecDeque<u8>, range: std::ops::Range<usize>) -> Vec<u8> {
+    let (front, back) = tail.as_slices();
+    let split = front.len();
+    let mut out = Vec::with_capacity(range.len());
+    if range.start < split {
+        out.extend_from_slice(&front[range.start..range.end.min(split)]);
+    }
+    if range.end > split {
+        out.extend_from_slice(&back[range.start.max(split) - split..range.end - split]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copy_out_is_the_deques_bytes_wherever_it_wraps() {
+        let mut wrapped = 0;
+        for wrap in 0..12u8 {
+            // Bytes pushed at the back as others leave the front, as the
+            // tail is kept: past the buffer's end they wrap to its start.
+            let mut tail: VecDeque<u8> = VecDeque::with_capacity(12);
+            tail.extend(0..12);
+            for b in 12..12 + wrap {
+                tail.pop_front();
+                tail.push_back(b);
+            }
+            wrapped += usize::from(!tail.as_slices().1.is_empty());
+            for start in 0..=tail.len() {
+                for end in start..=tail.len() {
+                    let byte_by_byte: Vec<u8> = tail.range(start..end).copied().collect();
+                    assert_eq!(
+                        copy_out(&tail, start..end),
+                        byte_by_byte,
+                        "{wrap} {start}..{end}"
+                    );
+                }
+            }
+        }
+        assert!(wrapped > 0, "no deque wrapped");
+    }
 
     fn store(dir: &tempfile::TempDir, cap: u64, tail: usize) -> Arc<OutputStore> {
         Arc::new(OutputStore::create(&dir.path().join("s.log"), cap, tail).unwrap())
