@@ -27,8 +27,12 @@ use std::time::{Duration, Instant};
 /// What is asked, over and over.
 #[derive(Clone, Copy)]
 enum Ask {
+    /// `poll` of a running session that printed nothing.
     Poll,
-    /// `read` of 4 KiB from the start of a finished session's output.
+    /// `poll` of a finished `seq 1 3000`: a 1000-character preview to
+    /// redact and escape, as a dev server's poll has.
+    PollWithOutput,
+    /// `read` of 4 KiB from the start of the same session's output.
     Read4k,
 }
 
@@ -48,13 +52,14 @@ pub(super) fn instruction_rows(counted: Counted) -> Vec<Row> {
     let tokio_echo = echo_per_request(Echo::Tokio, n, m);
     [
         (Ask::Poll, "instructions per poll request"),
+        (Ask::PollWithOutput, "instructions per poll with output"),
         (Ask::Read4k, "instructions per read of 4 KiB"),
     ]
     .into_iter()
     .map(|(ask, metric)| {
         let (n, m) = match ask {
             Ask::Poll => counted.polls,
-            Ask::Read4k => counted.reads,
+            Ask::PollWithOutput | Ask::Read4k => counted.reads,
         };
         let procd = daemon_per_request(ask, n, m);
         let floor = echo_per_request(Echo::Floor(ask), n, m);
@@ -110,21 +115,26 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
     let pid = call(&mut c, "status", json!({}))["pid"]
         .as_i64()
         .expect("the daemon's pid");
-    let params = match ask {
-        Ask::Poll => {
-            let r = call(&mut c, "spawn", json!({"command": "sleep 600"}));
-            json!({"session_id": r["session_id"]})
-        }
-        Ask::Read4k => {
-            let r = call(&mut c, "spawn", json!({"command": "seq 1 3000"}));
-            let id = r["session_id"].clone();
-            call(&mut c, "wait", json!({"session_id": id, "timeout_s": 60}));
-            json!({"session_id": id, "cursor": 0, "max_bytes": 4096})
-        }
+    let command = match ask {
+        Ask::Poll => "sleep 600",
+        Ask::PollWithOutput | Ask::Read4k => "seq 1 3000",
     };
-    let method = match ask {
-        Ask::Poll => "poll",
-        Ask::Read4k => "read",
+    let id = call(&mut c, "spawn", json!({"command": command}))["session_id"].clone();
+    let (method, params) = match ask {
+        Ask::Poll => ("poll", json!({"session_id": id})),
+        Ask::PollWithOutput | Ask::Read4k => {
+            // Ended, so its whole output is in and the answer is the same
+            // on every call.
+            let waited = call(&mut c, "wait", json!({"session_id": id, "timeout_s": 60}));
+            assert_eq!(waited["status"], "exited", "seq 1 3000 did not end");
+            match ask {
+                Ask::Read4k => (
+                    "read",
+                    json!({"session_id": id, "cursor": 0, "max_bytes": 4096}),
+                ),
+                _ => ("poll", json!({"session_id": id})),
+            }
+        }
     };
     for _ in 0..count {
         let r = call(&mut c, method, params.clone());
@@ -186,6 +196,7 @@ fn echo_total(echo: Echo, count: u64) -> u64 {
     let mut c = connect_within(&socket, Duration::from_secs(60));
     let request = match echo {
         Echo::Floor(Ask::Poll) => FLOOR_POLL.to_string(),
+        Echo::Floor(Ask::PollWithOutput) => FLOOR_POLL_OUTPUT.to_string(),
         Echo::Floor(Ask::Read4k) => FLOOR_READ.to_string(),
         Echo::Blocking | Echo::Tokio => super::line_of_len(85, "params"),
     };
@@ -247,17 +258,23 @@ pub(super) fn run_tokio_echo(socket: &Path) -> i32 {
     })
 }
 
-/// What the floor server is sent, as the daemon is (the poll, 85 bytes).
+/// What the floor server is sent, as the daemon is (the poll, 85 bytes):
+/// `SLEEP` stands for the `sleep 600`, `SEQ` for the `seq 1 3000`.
 const FLOOR_POLL: &str =
     "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"poll\",\"params\":{\"session_id\":\"proc_0b7a51a8d6f6\"}}\n";
-const FLOOR_READ: &str = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"read\",\"params\":{\"session_id\":\"proc_0b7a51a8d6f6\",\"cursor\":0,\"max_bytes\":4096}}\n";
+const FLOOR_POLL_OUTPUT: &str =
+    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"poll\",\"params\":{\"session_id\":\"proc_5e9a51a8d6f6\"}}\n";
+const FLOOR_READ: &str = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"read\",\"params\":{\"session_id\":\"proc_5e9a51a8d6f6\",\"cursor\":0,\"max_bytes\":4096}}\n";
+const SLEEP: &str = "proc_0b7a51a8d6f6";
+const SEQ: &str = "proc_5e9a51a8d6f6";
 
 /// Serves one connection polls and reads as cheaply as serde_json can
 /// (what `--floor-child SOCKET` runs under callgrind): each line parsed
 /// into typed, borrowed params, and a stored result, as the daemon answers
-/// it, serialized into a reused buffer: a running `sleep 600`'s poll, and
-/// the first 4 KiB of `seq 1 3000`. No runtime, no registry, no lookup, no
-/// redaction: what is left of a request once those are gone.
+/// it, serialized into a reused buffer: a running `sleep 600`'s poll, a
+/// finished `seq 1 3000`'s, and the first 4 KiB of its output. No
+/// runtime, no registry, no lookup, no redaction: what is left of a
+/// request once those are gone.
 pub(super) fn run_floor(socket: &Path) -> i32 {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -275,9 +292,8 @@ pub(super) fn run_floor(socket: &Path) -> i32 {
         cursor: Option<u64>,
         max_bytes: Option<u64>,
     }
-    const SESSION: &str = "proc_0b7a51a8d6f6";
     let poll = procd_proto::PollResult {
-        session_id: SESSION.into(),
+        session_id: SLEEP.into(),
         name: None,
         project: None,
         command: "sleep 600".into(),
@@ -295,6 +311,22 @@ pub(super) fn run_floor(socket: &Path) -> i32 {
         sandbox: None,
     };
     let seq: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+    let poll_with_output = procd_proto::PollResult {
+        session_id: SEQ.into(),
+        command: "seq 1 3000".into(),
+        status: procd_proto::SessionStatus::Exited,
+        pid: 4929,
+        uptime_seconds: 0.004,
+        output_preview: seq[seq.len() - 1000..].to_string(),
+        exit: Some(procd_proto::ExitInfo {
+            exit_code: Some(0),
+            signal: None,
+            completion_reason: procd_proto::CompletionReason::Exited,
+            termination_source: None,
+            exited_at: "2026-12-03T09:26:16.237Z".into(),
+        }),
+        ..poll.clone()
+    };
     let read = procd_proto::ReadResult {
         data: seq[..4096].to_string(),
         cursor: 0,
@@ -334,14 +366,15 @@ pub(super) fn run_floor(socket: &Path) -> i32 {
             cursor,
             max_bytes,
         } = request.params;
-        if request.jsonrpc != "2.0" || session_id != SESSION {
+        if request.jsonrpc != "2.0" {
             eprintln!("procd-bench floor: not a request it serves");
             return 2;
         }
         out.clear();
-        let written = match (request.method, cursor, max_bytes) {
-            ("poll", None, None) => respond(&mut out, request.id, &poll),
-            ("read", Some(0), Some(4096)) => respond(&mut out, request.id, &read),
+        let written = match (request.method, session_id, cursor, max_bytes) {
+            ("poll", SLEEP, None, None) => respond(&mut out, request.id, &poll),
+            ("poll", SEQ, None, None) => respond(&mut out, request.id, &poll_with_output),
+            ("read", SEQ, Some(0), Some(4096)) => respond(&mut out, request.id, &read),
             _ => {
                 eprintln!("procd-bench floor: not a request it serves");
                 return 2;
