@@ -40,9 +40,11 @@ enum Ask {
 /// `m - n` more).
 #[derive(Clone, Copy)]
 pub(super) struct Counted {
-    /// Of polls, and of the servers measured beside them.
+    /// Of empty polls, and of the echoes measured beside them.
     pub polls: (u64, u64),
-    pub reads: (u64, u64),
+    /// Of the requests whose answer carries output (a poll's preview, a
+    /// read's window), each costing about twenty empty polls.
+    pub with_output: (u64, u64),
 }
 
 /// The rows, from runs of `n` and `m` requests.
@@ -59,7 +61,7 @@ pub(super) fn instruction_rows(counted: Counted) -> Vec<Row> {
     .map(|(ask, metric)| {
         let (n, m) = match ask {
             Ask::Poll => counted.polls,
-            Ask::PollWithOutput | Ask::Read4k => counted.reads,
+            Ask::PollWithOutput | Ask::Read4k => counted.with_output,
         };
         let procd = daemon_per_request(ask, n, m);
         let floor = echo_per_request(Echo::Floor(ask), n, m);
@@ -120,22 +122,37 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
         Ask::PollWithOutput | Ask::Read4k => "seq 1 3000",
     };
     let id = call(&mut c, "spawn", json!({"command": command}))["session_id"].clone();
+    if !matches!(ask, Ask::Poll) {
+        // Ended, so its whole output is in and the answer is the same on
+        // every call.
+        let waited = call(&mut c, "wait", json!({"session_id": id, "timeout_s": 60}));
+        assert_eq!(waited["status"], "exited", "seq 1 3000 did not end");
+    }
     let (method, params) = match ask {
-        Ask::Poll => ("poll", json!({"session_id": id})),
-        Ask::PollWithOutput | Ask::Read4k => {
-            // Ended, so its whole output is in and the answer is the same
-            // on every call.
-            let waited = call(&mut c, "wait", json!({"session_id": id, "timeout_s": 60}));
-            assert_eq!(waited["status"], "exited", "seq 1 3000 did not end");
-            match ask {
-                Ask::Read4k => (
-                    "read",
-                    json!({"session_id": id, "cursor": 0, "max_bytes": 4096}),
-                ),
-                _ => ("poll", json!({"session_id": id})),
-            }
-        }
+        Ask::Read4k => (
+            "read",
+            json!({"session_id": id, "cursor": 0, "max_bytes": 4096}),
+        ),
+        Ask::Poll | Ask::PollWithOutput => ("poll", json!({"session_id": id})),
     };
+    // What is counted is what the row says: the preview or the window
+    // is there, and the same as the floor server's.
+    let first = call(&mut c, method, params.clone());
+    let carried = match ask {
+        Ask::Poll | Ask::PollWithOutput => &first["output_preview"],
+        Ask::Read4k => &first["data"],
+    };
+    let seq = seq_output();
+    let expected = match ask {
+        Ask::Poll => "",
+        Ask::PollWithOutput => &seq[seq.len() - 1000..],
+        Ask::Read4k => read_window(&seq),
+    };
+    assert_eq!(
+        carried.as_str(),
+        Some(expected),
+        "{method} answered {first}"
+    );
     for _ in 0..count {
         let r = call(&mut c, method, params.clone());
         assert!(!r.is_null(), "{method} failed");
@@ -195,9 +212,7 @@ fn echo_total(echo: Echo, count: u64) -> u64 {
         .expect("valgrind (apt-get install valgrind)");
     let mut c = connect_within(&socket, Duration::from_secs(60));
     let request = match echo {
-        Echo::Floor(Ask::Poll) => FLOOR_POLL.to_string(),
-        Echo::Floor(Ask::PollWithOutput) => FLOOR_POLL_OUTPUT.to_string(),
-        Echo::Floor(Ask::Read4k) => FLOOR_READ.to_string(),
+        Echo::Floor(ask) => floor_request(ask),
         Echo::Blocking | Echo::Tokio => super::line_of_len(85, "params"),
     };
     for _ in 0..count {
@@ -258,15 +273,34 @@ pub(super) fn run_tokio_echo(socket: &Path) -> i32 {
     })
 }
 
-/// What the floor server is sent, as the daemon is (the poll, 85 bytes):
-/// `SLEEP` stands for the `sleep 600`, `SEQ` for the `seq 1 3000`.
-const FLOOR_POLL: &str =
-    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"poll\",\"params\":{\"session_id\":\"proc_0b7a51a8d6f6\"}}\n";
-const FLOOR_POLL_OUTPUT: &str =
-    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"poll\",\"params\":{\"session_id\":\"proc_5e9a51a8d6f6\"}}\n";
-const FLOOR_READ: &str = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"read\",\"params\":{\"session_id\":\"proc_5e9a51a8d6f6\",\"cursor\":0,\"max_bytes\":4096}}\n";
+/// The floor server's sessions: the `sleep 600` and the `seq 1 3000`.
 const SLEEP: &str = "proc_0b7a51a8d6f6";
 const SEQ: &str = "proc_5e9a51a8d6f6";
+
+/// What the floor server is sent for `ask`, as the daemon is (a poll is
+/// 85 bytes).
+fn floor_request(ask: Ask) -> String {
+    let (method, params) = match ask {
+        Ask::Poll => ("poll", format!("{{\"session_id\":\"{SLEEP}\"}}")),
+        Ask::PollWithOutput => ("poll", format!("{{\"session_id\":\"{SEQ}\"}}")),
+        Ask::Read4k => (
+            "read",
+            format!("{{\"session_id\":\"{SEQ}\",\"cursor\":0,\"max_bytes\":4096}}"),
+        ),
+    };
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\",\"params\":{params}}}\n")
+}
+
+/// What `seq 1 3000` prints.
+fn seq_output() -> String {
+    (1..=3000).map(|i| format!("{i}\n")).collect()
+}
+
+/// What a read of 4 KiB from its start answers: whole lines only.
+fn read_window(seq: &str) -> &str {
+    let end = seq[..4096].rfind('\n').map_or(0, |at| at + 1);
+    &seq[..end]
+}
 
 /// Serves one connection polls and reads as cheaply as serde_json can
 /// (what `--floor-child SOCKET` runs under callgrind): each line parsed
@@ -310,7 +344,7 @@ pub(super) fn run_floor(socket: &Path) -> i32 {
         restart: None,
         sandbox: None,
     };
-    let seq: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+    let seq = seq_output();
     let poll_with_output = procd_proto::PollResult {
         session_id: SEQ.into(),
         command: "seq 1 3000".into(),
@@ -328,9 +362,9 @@ pub(super) fn run_floor(socket: &Path) -> i32 {
         ..poll.clone()
     };
     let read = procd_proto::ReadResult {
-        data: seq[..4096].to_string(),
+        data: read_window(&seq).to_string(),
         cursor: 0,
-        next_cursor: 4096,
+        next_cursor: read_window(&seq).len() as u64,
         eof: false,
         status: procd_proto::SessionStatus::Exited,
         exit_code: Some(0),

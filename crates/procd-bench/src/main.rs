@@ -176,10 +176,9 @@ struct Sizes {
     many: usize,
     /// SIGKILLs of the daemon for the survival rows (docs/survival.md).
     kills: usize,
-    /// Requests counted under callgrind: the difference of two runs of
-    /// `n` and `m` polls (and echoes), and of reads, which cost ~20 polls
-    /// each: a one-time cost that falls in one run and not the other is
-    /// then shared by more requests.
+    /// Requests counted under callgrind, the difference of two runs: as
+    /// many as quick mode affords, so that a one-time cost that falls in
+    /// one run and not the other is shared by many requests.
     counted: instructions::Counted,
     /// Rounds of each timed figure beside a peer.
     peer_rounds: usize,
@@ -196,7 +195,7 @@ const QUICK: Sizes = Sizes {
     kills: 4,
     counted: instructions::Counted {
         polls: (20, 1020),
-        reads: (20, 120),
+        with_output: (20, 120),
     },
     peer_rounds: 3,
 };
@@ -212,7 +211,7 @@ const FULL: Sizes = Sizes {
     kills: 20,
     counted: instructions::Counted {
         polls: (100, 1100),
-        reads: (100, 1100),
+        with_output: (100, 1100),
     },
     peer_rounds: 15,
 };
