@@ -1237,7 +1237,7 @@ fn read_full_at(file: &File, buf: &mut [u8], mut offset: u64) -> io::Result<usiz
 
 /// `tail[range]`, copied a slice at a time: collected byte by byte out
 /// of the deque it costs a few instructions a byte, and a poll copies
-/// 4 KiB of it for its preview.
+/// 12 KiB of it (its preview's 4 KiB and the 8 KiB before, for redaction).
 fn copy_out(tail: &VecDeque<u8>, range: std::ops::Range<usize>) -> Vec<u8> {
     let (front, back) = tail.as_slices();
     let split = front.len();

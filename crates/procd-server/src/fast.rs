@@ -37,11 +37,7 @@ struct Request<'a> {
     /// As it came: written back as it is.
     id: &'a str,
     method: &'a str,
-    session_id: &'a str,
-    /// Whether the key was there at all (poll takes neither), then
-    /// whether it was `null`.
-    cursor: Option<Option<Cursor>>,
-    max_bytes: Option<Option<MaxBytes>>,
+    params: Params<'a>,
 }
 
 /// Reads a request line in the one pass that the fast path affords: an
@@ -169,23 +165,19 @@ impl<'a> Request<'a> {
             Some(())
         })?;
         scan.skip_whitespace();
-        let Params {
-            session_id,
-            cursor,
-            max_bytes,
-        } = params?;
         (scan.at == line.len() && jsonrpc? == "2.0").then_some(())?;
         Some(Request {
             id: id?,
             method: method?,
-            session_id: session_id?,
-            cursor,
-            max_bytes,
+            params: params?,
         })
     }
 }
 
-/// The params of a poll or a read: an object, each key once, no other key.
+/// The params of a poll or a read: an object, each key once, no other
+/// key. The outer `Option` of `cursor` and `max_bytes` says whether the
+/// key was there at all (poll takes neither), the inner one whether it
+/// was `null`.
 #[derive(Default)]
 struct Params<'a> {
     session_id: Option<&'a str>,
@@ -232,10 +224,14 @@ impl FastPath {
         let Request {
             id,
             method,
-            session_id,
-            cursor,
-            max_bytes,
+            params:
+                Params {
+                    session_id,
+                    cursor,
+                    max_bytes,
+                },
         } = Request::parse(line)?;
+        let session_id = session_id?;
         let mut out = Vec::with_capacity(512);
         out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
         out.extend_from_slice(id.as_bytes());
@@ -313,11 +309,10 @@ mod tests {
             Option<Option<u64>>,
         );
         fn read(line: &str) -> Option<Read<'_>> {
-            Request::parse(line).map(|r| {
-                let cursor = r.cursor.map(|c| c.map(|c| c.get()));
-                let max_bytes = r.max_bytes.map(|m| m.map(|m| m.get()));
-                (r.id, r.method, r.session_id, cursor, max_bytes)
-            })
+            let r = Request::parse(line)?;
+            let cursor = r.params.cursor.map(|c| c.map(|c| c.get()));
+            let max_bytes = r.params.max_bytes.map(|m| m.map(|m| m.get()));
+            Some((r.id, r.method, r.params.session_id?, cursor, max_bytes))
         }
         let poll = r#"{"jsonrpc":"2.0","id":7,"method":"poll","params":{"session_id":"proc_1"}}"#;
         assert_eq!(read(poll), Some(("7", "poll", "proc_1", None, None)));
