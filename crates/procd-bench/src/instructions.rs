@@ -121,42 +121,48 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
         Ask::Poll => "sleep 600",
         Ask::PollWithOutput | Ask::Read4k => "seq 1 3000",
     };
-    let id = call(&mut c, "spawn", json!({"command": command}))["session_id"].clone();
-    if !matches!(ask, Ask::Poll) {
-        // Ended, so its whole output is in and the answer is the same on
-        // every call.
-        let waited = call(&mut c, "wait", json!({"session_id": id, "timeout_s": 60}));
-        assert_eq!(waited["status"], "exited", "seq 1 3000 did not end");
-    }
-    let (method, params) = match ask {
-        Ask::Read4k => (
-            "read",
-            json!({"session_id": id, "cursor": 0, "max_bytes": 4096}),
-        ),
-        Ask::Poll | Ask::PollWithOutput => ("poll", json!({"session_id": id})),
-    };
-    // What is counted is what the row says: the preview or the window
-    // is there, and the same as the floor server's.
-    let first = call(&mut c, method, params.clone());
-    let carried = match ask {
-        Ask::Poll | Ask::PollWithOutput => &first["output_preview"],
-        Ask::Read4k => &first["data"],
-    };
-    let seq = seq_output();
-    let expected = match ask {
-        Ask::Poll => "",
-        Ask::PollWithOutput => &seq[seq.len() - 1000..],
-        Ask::Read4k => read_window(&seq),
-    };
-    assert_eq!(
-        carried.as_str(),
-        Some(expected),
-        "{method} answered {first}"
-    );
-    for _ in 0..count {
-        let r = call(&mut c, method, params.clone());
-        assert!(!r.is_null(), "{method} failed");
-    }
+    // Asked inside, so that a failed check still shuts the daemon down
+    // below (a panic here would leave it running under callgrind).
+    let asked = (|| -> Result<(), String> {
+        let id = call(&mut c, "spawn", json!({"command": command}))["session_id"].clone();
+        if !matches!(ask, Ask::Poll) {
+            // Ended, so its whole output is in and the answer is the same
+            // on every call.
+            let waited = call(&mut c, "wait", json!({"session_id": id, "timeout_s": 60}));
+            if waited["status"] != "exited" {
+                return Err(format!("seq 1 3000 did not end: {waited}"));
+            }
+        }
+        let (method, params) = match ask {
+            Ask::Read4k => (
+                "read",
+                json!({"session_id": id, "cursor": 0, "max_bytes": 4096}),
+            ),
+            Ask::Poll | Ask::PollWithOutput => ("poll", json!({"session_id": id})),
+        };
+        // What is counted is what the row says: the preview or the window
+        // is there, and the same as the floor server's.
+        let first = call(&mut c, method, params.clone());
+        let carried = match ask {
+            Ask::Poll | Ask::PollWithOutput => &first["output_preview"],
+            Ask::Read4k => &first["data"],
+        };
+        let seq = seq_output();
+        let expected = match ask {
+            Ask::Poll => "",
+            Ask::PollWithOutput => &seq[seq.len() - 1000..],
+            Ask::Read4k => read_window(&seq),
+        };
+        if carried.as_str() != Some(expected) {
+            return Err(format!("{method} answered {first}, not {expected:?}"));
+        }
+        for _ in 0..count {
+            if call(&mut c, method, params.clone()).is_null() {
+                return Err(format!("{method} failed"));
+            }
+        }
+        Ok(())
+    })();
     call(&mut c, "kill_all", json!({}));
     call(&mut c, "shutdown", json!({}));
     drop(c);
@@ -171,6 +177,9 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
             panic!("the daemon under callgrind did not stop");
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Err(why) = asked {
+        panic!("{why}");
     }
     total_of(&home.path().join(format!("cg.{pid}")))
 }
