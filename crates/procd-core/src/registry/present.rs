@@ -59,8 +59,9 @@ pub(super) fn uptime(s: &Session) -> f64 {
 
 /// The last `chars` characters of a session's output, redacted.
 pub(super) fn redacted_tail(r: &Redactor, s: &Session, chars: usize) -> String {
-    let tail = s.output.tail_text(chars);
-    r.excerpt(&tail.text, &tail.before, s.env_dump).into_owned()
+    s.output.tail_text(chars, |tail| {
+        r.excerpt(&tail.text, &tail.before, s.env_dump).into_owned()
+    })
 }
 
 /// Ports, resources, readiness and waiting-for-input, for poll and list.
