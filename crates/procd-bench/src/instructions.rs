@@ -335,52 +335,7 @@ pub(super) fn run_floor(socket: &Path) -> i32 {
         cursor: Option<u64>,
         max_bytes: Option<u64>,
     }
-    let poll = procd_proto::PollResult {
-        session_id: SLEEP.into(),
-        name: None,
-        project: None,
-        command: "sleep 600".into(),
-        status: procd_proto::SessionStatus::Running,
-        pid: 4928,
-        started_at: "2026-12-03T09:26:16.233Z".into(),
-        uptime_seconds: 1.324,
-        output_preview: String::new(),
-        activity: Default::default(),
-        note: None,
-        original_chars: None,
-        kept_error_lines: None,
-        exit: None,
-        restart: None,
-        sandbox: None,
-    };
-    let seq = seq_output();
-    let poll_with_output = procd_proto::PollResult {
-        session_id: SEQ.into(),
-        command: "seq 1 3000".into(),
-        status: procd_proto::SessionStatus::Exited,
-        pid: 4929,
-        uptime_seconds: 0.004,
-        output_preview: seq[seq.len() - 1000..].to_string(),
-        exit: Some(procd_proto::ExitInfo {
-            exit_code: Some(0),
-            signal: None,
-            completion_reason: procd_proto::CompletionReason::Exited,
-            termination_source: None,
-            exited_at: "2026-12-03T09:26:16.237Z".into(),
-        }),
-        ..poll.clone()
-    };
-    let read = procd_proto::ReadResult {
-        data: read_window(&seq).to_string(),
-        cursor: 0,
-        next_cursor: read_window(&seq).len() as u64,
-        eof: false,
-        status: procd_proto::SessionStatus::Exited,
-        exit_code: Some(0),
-        dropped: 0,
-        original_chars: None,
-        kept_error_lines: None,
-    };
+    let answers = FloorAnswers::new();
     let listener = match std::os::unix::net::UnixListener::bind(socket) {
         Ok(l) => l,
         Err(e) => {
@@ -415,9 +370,9 @@ pub(super) fn run_floor(socket: &Path) -> i32 {
         }
         out.clear();
         let written = match (request.method, session_id, cursor, max_bytes) {
-            ("poll", SLEEP, None, None) => respond(&mut out, request.id, &poll),
-            ("poll", SEQ, None, None) => respond(&mut out, request.id, &poll_with_output),
-            ("read", SEQ, Some(0), Some(4096)) => respond(&mut out, request.id, &read),
+            ("poll", SLEEP, None, None) => respond(&mut out, request.id, &answers.poll),
+            ("poll", SEQ, None, None) => respond(&mut out, request.id, &answers.poll_with_output),
+            ("read", SEQ, Some(0), Some(4096)) => respond(&mut out, request.id, &answers.read),
             _ => {
                 eprintln!("procd-bench floor: not a request it serves");
                 return 2;
@@ -430,6 +385,69 @@ pub(super) fn run_floor(socket: &Path) -> i32 {
         line.clear();
     }
     0
+}
+
+/// The stored results the floor server answers with.
+struct FloorAnswers {
+    poll: procd_proto::PollResult,
+    poll_with_output: procd_proto::PollResult,
+    read: procd_proto::ReadResult,
+}
+
+impl FloorAnswers {
+    fn new() -> FloorAnswers {
+        let poll = procd_proto::PollResult {
+            session_id: SLEEP.into(),
+            name: None,
+            project: None,
+            command: "sleep 600".into(),
+            status: procd_proto::SessionStatus::Running,
+            pid: 4928,
+            started_at: "2026-12-03T09:26:16.233Z".into(),
+            uptime_seconds: 1.324,
+            output_preview: String::new(),
+            activity: Default::default(),
+            note: None,
+            original_chars: None,
+            kept_error_lines: None,
+            exit: None,
+            restart: None,
+            sandbox: None,
+        };
+        let seq = seq_output();
+        let poll_with_output = procd_proto::PollResult {
+            session_id: SEQ.into(),
+            command: "seq 1 3000".into(),
+            status: procd_proto::SessionStatus::Exited,
+            pid: 4929,
+            uptime_seconds: 0.004,
+            output_preview: seq[seq.len() - 1000..].to_string(),
+            exit: Some(procd_proto::ExitInfo {
+                exit_code: Some(0),
+                signal: None,
+                completion_reason: procd_proto::CompletionReason::Exited,
+                termination_source: None,
+                exited_at: "2026-12-03T09:26:16.237Z".into(),
+            }),
+            ..poll.clone()
+        };
+        let read = procd_proto::ReadResult {
+            data: read_window(&seq).to_string(),
+            cursor: 0,
+            next_cursor: read_window(&seq).len() as u64,
+            eof: false,
+            status: procd_proto::SessionStatus::Exited,
+            exit_code: Some(0),
+            dropped: 0,
+            original_chars: None,
+            kept_error_lines: None,
+        };
+        FloorAnswers {
+            poll,
+            poll_with_output,
+            read,
+        }
+    }
 }
 
 /// Writes a JSON-RPC answer with `result`, as serde_json does.
