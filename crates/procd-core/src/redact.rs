@@ -8,6 +8,7 @@
 //! where NAME looks like a credential. A masked value keeps its first 6 and
 //! last 4 characters when it is 18 or longer, else it becomes `***`.
 
+use aho_corasick::AhoCorasick;
 use regex::{Captures, Regex};
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -20,6 +21,12 @@ pub struct Redactor {
 
 struct Rules {
     pem: Regex,
+    /// Every `auth_header` match holds `AUTHORIZATION`, and most text
+    /// does not: one search for it (~0.3 instructions a byte) lets by
+    /// text that costs the rule's own search ~16 a byte (a server's log
+    /// lines: the regex finds no fast prefilter for a name in any case
+    /// behind an optional `proxy-`).
+    authorization: AhoCorasick,
     auth_header: Regex,
     key_header: Regex,
     url_password: Regex,
@@ -30,15 +37,24 @@ struct Rules {
     pem_marker: Regex,
 }
 
+/// The header whose value is a credential (`Proxy-Authorization` too).
+/// The rule matches its name in ASCII case only (`(?-u:…)`), as the
+/// search in front of it does: no other letter folds to one of its.
+const AUTHORIZATION: &str = "authorization";
+
 static RULES: LazyLock<Rules> = LazyLock::new(|| {
     Rules {
     pem: Regex::new(
         r"(?s)(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----).*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)",
     )
     .expect("pem"),
-    auth_header: Regex::new(
-        r#"(?i)\b((?:proxy-)?authorization["']?\s*[:=]\s*["']?(?:(?:bearer|basic|token|digest|bot)\s+)?)([^\s'",;]+)"#,
-    )
+    authorization: AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build([AUTHORIZATION])
+        .expect("authorization"),
+    auth_header: Regex::new(&format!(
+        r#"(?i)\b((?:proxy-)?(?-u:{AUTHORIZATION})["']?\s*[:=]\s*["']?(?:(?:bearer|basic|token|digest|bot)\s+)?)([^\s'",;]+)"#,
+    ))
     .expect("auth header"),
     key_header: Regex::new(
         r#"(?i)\b((?:x-api-key|x-goog-api-key|x-auth-token|x-access-token|api-key|apikey|x-api-token)["']?\s*[:=]\s*["']?)([^\s'",;]+)"#,
@@ -211,7 +227,9 @@ fn common(text: &str) -> Cow<'_, str> {
     let r = &*RULES;
     let mut out = Cow::Borrowed(text);
     out = replace(out, &r.pem, |c| format!("{}\n***\n{}", &c[1], &c[2]));
-    out = replace(out, &r.auth_header, |c| format!("{}{}", &c[1], mask(&c[2])));
+    if r.authorization.is_match(out.as_ref()) {
+        out = replace(out, &r.auth_header, |c| format!("{}{}", &c[1], mask(&c[2])));
+    }
     out = replace(out, &r.key_header, |c| format!("{}{}", &c[1], mask(&c[2])));
     out = replace(out, &r.url_password, |c| {
         format!("{}{}{}", &c[1], mask(&c[2]), &c[3])
@@ -233,6 +251,29 @@ mod tests {
     use super::*;
 
     const ON: Redactor = Redactor { enabled: true };
+
+    #[test]
+    fn a_header_value_is_masked_whatever_the_case_of_its_name() {
+        let title = |name: &str| {
+            name.split('-')
+                .map(|w| w[..1].to_uppercase() + &w[1..])
+                .collect::<Vec<_>>()
+                .join("-")
+        };
+        for name in [AUTHORIZATION, "proxy-authorization", "x-api-key", "apikey"] {
+            for shown in [name.to_string(), name.to_uppercase(), title(name)] {
+                let line = format!("> {shown}: abcdefghijklmnopqrstuvwxyz\n");
+                let want = format!("> {shown}: abcdef...wxyz\n");
+                assert_eq!(ON.output(&line, false), want);
+                let line = format!("curl -H '{shown}=abcdefghijklmnopqrstuvwxyz'");
+                let want = format!("curl -H '{shown}=abcdef...wxyz'");
+                assert_eq!(ON.command(&line), want);
+            }
+        }
+        // Without a header, the text is passed by untouched.
+        let log = "warning: unused variable `authorize` in src/project/auth.rs\n";
+        assert!(matches!(ON.output(log, false), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn a_text_cut_out_of_a_private_key_is_masked_up_to_its_end() {
