@@ -34,7 +34,15 @@ enum Ask {
     PollWithOutput,
     /// `read` of 4 KiB from the start of the same session's output.
     Read4k,
+    /// `read` of 4 KiB of a finished session that printed `LOG_LINE`s:
+    /// words, paths, punctuation, as a server prints, where `seq`'s
+    /// digits give the redaction's searches little to try.
+    ReadLog,
 }
+
+/// The line the log-lines session prints, 100 times: nothing in it is a
+/// secret, so procd's answer and the floor server's carry the same text.
+const LOG_LINE: &str = "INFO 2026-12-03 09:26:16 proxy: GET /api/projects/42 -> 200 in 12 ms (process 3141, pool 3/10, cache miss)";
 
 /// How many requests two runs make, `n` and `m` (the count is of the
 /// `m - n` more).
@@ -56,12 +64,13 @@ pub(super) fn instruction_rows(counted: Counted) -> Vec<Row> {
         (Ask::Poll, "instructions per poll request"),
         (Ask::PollWithOutput, "instructions per poll with output"),
         (Ask::Read4k, "instructions per read of 4 KiB"),
+        (Ask::ReadLog, "instructions per read of 4 KiB of log lines"),
     ]
     .into_iter()
     .map(|(ask, metric)| {
         let (n, m) = match ask {
             Ask::Poll => counted.polls,
-            Ask::PollWithOutput | Ask::Read4k => counted.with_output,
+            Ask::PollWithOutput | Ask::Read4k | Ask::ReadLog => counted.with_output,
         };
         let procd = daemon_per_request(ask, n, m);
         let floor = echo_per_request(Echo::Floor(ask), n, m);
@@ -118,8 +127,9 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
         .as_i64()
         .expect("the daemon's pid");
     let command = match ask {
-        Ask::Poll => "sleep 600",
-        Ask::PollWithOutput | Ask::Read4k => "seq 1 3000",
+        Ask::Poll => "sleep 600".to_string(),
+        Ask::PollWithOutput | Ask::Read4k => "seq 1 3000".to_string(),
+        Ask::ReadLog => format!("yes '{LOG_LINE}' | head -n 100"),
     };
     // Asked inside, so that a failed check still shuts the daemon down
     // below (a panic here would leave it running under callgrind).
@@ -130,11 +140,11 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
             // on every call.
             let waited = call(&mut c, "wait", json!({"session_id": id, "timeout_s": 60}));
             if waited["status"] != "exited" {
-                return Err(format!("seq 1 3000 did not end: {waited}"));
+                return Err(format!("{command} did not end: {waited}"));
             }
         }
         let (method, params) = match ask {
-            Ask::Read4k => (
+            Ask::Read4k | Ask::ReadLog => (
                 "read",
                 json!({"session_id": id, "cursor": 0, "max_bytes": 4096}),
             ),
@@ -145,13 +155,14 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
         let first = call(&mut c, method, params.clone());
         let carried = match ask {
             Ask::Poll | Ask::PollWithOutput => &first["output_preview"],
-            Ask::Read4k => &first["data"],
+            Ask::Read4k | Ask::ReadLog => &first["data"],
         };
-        let seq = seq_output();
+        let (seq, log) = (seq_output(), log_output());
         let expected = match ask {
             Ask::Poll => "",
             Ask::PollWithOutput => &seq[seq.len() - 1000..],
             Ask::Read4k => read_window(&seq),
+            Ask::ReadLog => read_window(&log),
         };
         if carried.as_str() != Some(expected) {
             return Err(format!("{method} answered {first}, not {expected:?}"));
@@ -285,6 +296,7 @@ pub(super) fn run_tokio_echo(socket: &Path) -> i32 {
 /// The floor server's sessions: the `sleep 600` and the `seq 1 3000`.
 const SLEEP: &str = "proc_0b7a51a8d6f6";
 const SEQ: &str = "proc_5e9a51a8d6f6";
+const LOG: &str = "proc_c3e9a51a8d6f";
 
 /// What the floor server is sent for `ask`, as the daemon is (a poll is
 /// 85 bytes).
@@ -296,6 +308,10 @@ fn floor_request(ask: Ask) -> String {
             "read",
             format!("{{\"session_id\":\"{SEQ}\",\"cursor\":0,\"max_bytes\":4096}}"),
         ),
+        Ask::ReadLog => (
+            "read",
+            format!("{{\"session_id\":\"{LOG}\",\"cursor\":0,\"max_bytes\":4096}}"),
+        ),
     };
     format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\",\"params\":{params}}}\n")
 }
@@ -305,17 +321,24 @@ fn seq_output() -> String {
     (1..=3000).map(|i| format!("{i}\n")).collect()
 }
 
-/// What a read of 4 KiB from its start answers: whole lines only.
-fn read_window(seq: &str) -> &str {
-    let end = seq[..4096].rfind('\n').map_or(0, |at| at + 1);
-    &seq[..end]
+/// What the log-lines session prints.
+fn log_output() -> String {
+    format!("{LOG_LINE}\n").repeat(100)
+}
+
+/// What a read of 4 KiB from the start of `output` answers: whole lines
+/// only.
+fn read_window(output: &str) -> &str {
+    let end = output[..4096].rfind('\n').map_or(0, |at| at + 1);
+    &output[..end]
 }
 
 /// Serves one connection polls and reads as cheaply as serde_json can
 /// (what `--floor-child SOCKET` runs under callgrind): each line parsed
 /// into typed, borrowed params, and a stored result, as the daemon answers
 /// it, serialized into a reused buffer: a running `sleep 600`'s poll, a
-/// finished `seq 1 3000`'s, and the first 4 KiB of its output. No
+/// finished `seq 1 3000`'s, the first 4 KiB of its output, and of the
+/// log lines' output. No
 /// runtime, no registry, no lookup, no redaction: what is left of a
 /// request once those are gone.
 pub(super) fn run_floor(socket: &Path) -> i32 {
@@ -373,6 +396,7 @@ pub(super) fn run_floor(socket: &Path) -> i32 {
             ("poll", SLEEP, None, None) => respond(&mut out, request.id, &answers.poll),
             ("poll", SEQ, None, None) => respond(&mut out, request.id, &answers.poll_with_output),
             ("read", SEQ, Some(0), Some(4096)) => respond(&mut out, request.id, &answers.read),
+            ("read", LOG, Some(0), Some(4096)) => respond(&mut out, request.id, &answers.read_log),
             _ => {
                 eprintln!("procd-bench floor: not a request it serves");
                 return 2;
@@ -392,6 +416,7 @@ struct FloorAnswers {
     poll: procd_proto::PollResult,
     poll_with_output: procd_proto::PollResult,
     read: procd_proto::ReadResult,
+    read_log: procd_proto::ReadResult,
 }
 
 impl FloorAnswers {
@@ -442,10 +467,17 @@ impl FloorAnswers {
             original_chars: None,
             kept_error_lines: None,
         };
+        let log = log_output();
+        let read_log = procd_proto::ReadResult {
+            data: read_window(&log).to_string(),
+            next_cursor: read_window(&log).len() as u64,
+            ..read.clone()
+        };
         FloorAnswers {
             poll,
             poll_with_output,
             read,
+            read_log,
         }
     }
 }
