@@ -195,7 +195,7 @@ const QUICK: Sizes = Sizes {
     kills: 4,
     counted: instructions::Counted {
         polls: (20, 1020),
-        with_output: (20, 120),
+        with_output: (20, 320),
     },
     peer_rounds: 3,
 };
