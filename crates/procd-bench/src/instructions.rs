@@ -293,7 +293,8 @@ pub(super) fn run_tokio_echo(socket: &Path) -> i32 {
     })
 }
 
-/// The floor server's sessions: the `sleep 600` and the `seq 1 3000`.
+/// The floor server's sessions: the `sleep 600`, the `seq 1 3000` and
+/// the log lines.
 const SLEEP: &str = "proc_0b7a51a8d6f6";
 const SEQ: &str = "proc_5e9a51a8d6f6";
 const LOG: &str = "proc_c3e9a51a8d6f";
@@ -337,10 +338,9 @@ fn read_window(output: &str) -> &str {
 /// (what `--floor-child SOCKET` runs under callgrind): each line parsed
 /// into typed, borrowed params, and a stored result, as the daemon answers
 /// it, serialized into a reused buffer: a running `sleep 600`'s poll, a
-/// finished `seq 1 3000`'s, the first 4 KiB of its output, and of the
-/// log lines' output. No
-/// runtime, no registry, no lookup, no redaction: what is left of a
-/// request once those are gone.
+/// finished `seq 1 3000`'s, the first 4 KiB of its output and of the
+/// log lines'. No runtime, no registry, no lookup, no redaction: what is
+/// left of a request once those are gone.
 pub(super) fn run_floor(socket: &Path) -> i32 {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
