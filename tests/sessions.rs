@@ -242,6 +242,33 @@ fn a_progress_line_redrawn_with_carriage_returns_is_readable_while_it_runs() {
 }
 
 #[test]
+fn a_polls_preview_follows_the_output_and_lists_their_own_length() {
+    // The preview is made once per output end (docs/decisions.md): a poll
+    // after more output shows it, and a list after a poll gets its own
+    // 200 characters, not the poll's 1000.
+    let d = Daemon::start();
+    let id = d.spawn("cat");
+    let preview = || d.ok("poll", json!({"session_id": id}))["output_preview"].clone();
+    let long = "x".repeat(300);
+    d.ok("submit_stdin", json!({"session_id": id, "data": long}));
+    wait_until("the first line in the preview", || {
+        preview() == format!("{long}\n")
+    });
+    d.ok("submit_stdin", json!({"session_id": id, "data": "second"}));
+    wait_until("the second line in the preview", || {
+        preview() == format!("{long}\nsecond\n")
+    });
+    let listed = d.ok("list", json!({}))["processes"][0]["output_preview"].clone();
+    assert_eq!(
+        listed,
+        format!("{}\nsecond\n", &long[..192]),
+        "a list's own length"
+    );
+    d.ok("close_stdin", json!({"session_id": id}));
+    d.wait_exit(&id);
+}
+
+#[test]
 fn stdin_write_submit_close() {
     // R4 (pipe), R12 (pipe)
     let d = Daemon::start();
