@@ -44,6 +44,64 @@ enum Ask {
 /// secret, so procd's answer and the floor server's carry the same text.
 const LOG_LINE: &str = "INFO 2026-12-03 09:26:16 proxy: GET /api/projects/42 -> 200 in 12 ms (process 3141, pool 3/10, cache miss)";
 
+/// What each ask is, in one place: the daemon's run, its check and the
+/// floor server all take it from here.
+impl Ask {
+    /// The session's command.
+    fn command(self) -> String {
+        match self {
+            Ask::Poll => "sleep 600".into(),
+            Ask::PollWithOutput | Ask::Read4k => "seq 1 3000".into(),
+            Ask::ReadLog => format!("yes '{LOG_LINE}' | head -n 100"),
+        }
+    }
+
+    /// What the session prints, all of it.
+    fn output(self) -> String {
+        match self {
+            Ask::Poll => String::new(),
+            Ask::PollWithOutput | Ask::Read4k => (1..=3000).map(|i| format!("{i}\n")).collect(),
+            Ask::ReadLog => format!("{LOG_LINE}\n").repeat(100),
+        }
+    }
+
+    /// The method and params asked of session `id`.
+    fn request(self, id: &str) -> (&'static str, serde_json::Value) {
+        match self {
+            Ask::Poll | Ask::PollWithOutput => ("poll", json!({"session_id": id})),
+            Ask::Read4k | Ask::ReadLog => (
+                "read",
+                json!({"session_id": id, "cursor": 0, "max_bytes": 4096}),
+            ),
+        }
+    }
+
+    /// The answer's field that carries output, and what it holds when
+    /// the session printed `output`: the last 1000 characters, or a
+    /// 4 KiB read's whole lines from the start.
+    fn carried(self, output: &str) -> (&'static str, &str) {
+        match self {
+            Ask::Poll | Ask::PollWithOutput => (
+                "output_preview",
+                &output[output.len().saturating_sub(1000)..],
+            ),
+            Ask::Read4k | Ask::ReadLog => {
+                let end = output[..4096].rfind('\n').map_or(0, |at| at + 1);
+                ("data", &output[..end])
+            }
+        }
+    }
+
+    /// The session's id at the floor server, which has no spawn.
+    fn floor_session(self) -> &'static str {
+        match self {
+            Ask::Poll => SLEEP,
+            Ask::PollWithOutput | Ask::Read4k => SEQ,
+            Ask::ReadLog => LOG,
+        }
+    }
+}
+
 /// How many requests two runs make, `n` and `m` (the count is of the
 /// `m - n` more).
 #[derive(Clone, Copy)]
@@ -126,15 +184,14 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
     let pid = call(&mut c, "status", json!({}))["pid"]
         .as_i64()
         .expect("the daemon's pid");
-    let command = match ask {
-        Ask::Poll => "sleep 600".to_string(),
-        Ask::PollWithOutput | Ask::Read4k => "seq 1 3000".to_string(),
-        Ask::ReadLog => format!("yes '{LOG_LINE}' | head -n 100"),
-    };
+    let command = ask.command();
     // Asked inside, so that a failed check still shuts the daemon down
     // below (a panic here would leave it running under callgrind).
     let asked = (|| -> Result<(), String> {
-        let id = call(&mut c, "spawn", json!({"command": command}))["session_id"].clone();
+        let spawned = call(&mut c, "spawn", json!({"command": command}));
+        let Some(id) = spawned["session_id"].as_str() else {
+            return Err(format!("{command} did not start: {spawned}"));
+        };
         if !matches!(ask, Ask::Poll) {
             // Ended, so its whole output is in and the answer is the same
             // on every call.
@@ -143,28 +200,13 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
                 return Err(format!("{command} did not end: {waited}"));
             }
         }
-        let (method, params) = match ask {
-            Ask::Read4k | Ask::ReadLog => (
-                "read",
-                json!({"session_id": id, "cursor": 0, "max_bytes": 4096}),
-            ),
-            Ask::Poll | Ask::PollWithOutput => ("poll", json!({"session_id": id})),
-        };
+        let (method, params) = ask.request(id);
         // What is counted is what the row says: the preview or the window
         // is there, and the same as the floor server's.
         let first = call(&mut c, method, params.clone());
-        let carried = match ask {
-            Ask::Poll | Ask::PollWithOutput => &first["output_preview"],
-            Ask::Read4k | Ask::ReadLog => &first["data"],
-        };
-        let (seq, log) = (seq_output(), log_output());
-        let expected = match ask {
-            Ask::Poll => "",
-            Ask::PollWithOutput => &seq[seq.len() - 1000..],
-            Ask::Read4k => read_window(&seq),
-            Ask::ReadLog => read_window(&log),
-        };
-        if carried.as_str() != Some(expected) {
+        let output = ask.output();
+        let (field, expected) = ask.carried(&output);
+        if first[field].as_str() != Some(expected) {
             return Err(format!("{method} answered {first}, not {expected:?}"));
         }
         for _ in 0..count {
@@ -299,39 +341,11 @@ const SLEEP: &str = "proc_0b7a51a8d6f6";
 const SEQ: &str = "proc_5e9a51a8d6f6";
 const LOG: &str = "proc_c3e9a51a8d6f";
 
-/// What the floor server is sent for `ask`, as the daemon is (a poll is
-/// 85 bytes).
+/// What the floor server is sent for `ask`: the daemon's request, with
+/// the floor's session id.
 fn floor_request(ask: Ask) -> String {
-    let (method, params) = match ask {
-        Ask::Poll => ("poll", format!("{{\"session_id\":\"{SLEEP}\"}}")),
-        Ask::PollWithOutput => ("poll", format!("{{\"session_id\":\"{SEQ}\"}}")),
-        Ask::Read4k => (
-            "read",
-            format!("{{\"session_id\":\"{SEQ}\",\"cursor\":0,\"max_bytes\":4096}}"),
-        ),
-        Ask::ReadLog => (
-            "read",
-            format!("{{\"session_id\":\"{LOG}\",\"cursor\":0,\"max_bytes\":4096}}"),
-        ),
-    };
-    format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\",\"params\":{params}}}\n")
-}
-
-/// What `seq 1 3000` prints.
-fn seq_output() -> String {
-    (1..=3000).map(|i| format!("{i}\n")).collect()
-}
-
-/// What the log-lines session prints.
-fn log_output() -> String {
-    format!("{LOG_LINE}\n").repeat(100)
-}
-
-/// What a read of 4 KiB from the start of `output` answers: whole lines
-/// only.
-fn read_window(output: &str) -> &str {
-    let end = output[..4096].rfind('\n').map_or(0, |at| at + 1);
-    &output[..end]
+    let (method, params) = ask.request(ask.floor_session());
+    request_line(method, params)
 }
 
 /// Serves one connection polls and reads as cheaply as serde_json can
@@ -425,7 +439,7 @@ impl FloorAnswers {
             session_id: SLEEP.into(),
             name: None,
             project: None,
-            command: "sleep 600".into(),
+            command: Ask::Poll.command(),
             status: procd_proto::SessionStatus::Running,
             pid: 4928,
             started_at: "2026-12-03T09:26:16.233Z".into(),
@@ -439,14 +453,14 @@ impl FloorAnswers {
             restart: None,
             sandbox: None,
         };
-        let seq = seq_output();
+        let seq = Ask::PollWithOutput.output();
         let poll_with_output = procd_proto::PollResult {
             session_id: SEQ.into(),
-            command: "seq 1 3000".into(),
+            command: Ask::PollWithOutput.command(),
             status: procd_proto::SessionStatus::Exited,
             pid: 4929,
             uptime_seconds: 0.004,
-            output_preview: seq[seq.len() - 1000..].to_string(),
+            output_preview: Ask::PollWithOutput.carried(&seq).1.into(),
             exit: Some(procd_proto::ExitInfo {
                 exit_code: Some(0),
                 signal: None,
@@ -456,28 +470,26 @@ impl FloorAnswers {
             }),
             ..poll.clone()
         };
-        let read = procd_proto::ReadResult {
-            data: read_window(&seq).to_string(),
-            cursor: 0,
-            next_cursor: read_window(&seq).len() as u64,
-            eof: false,
-            status: procd_proto::SessionStatus::Exited,
-            exit_code: Some(0),
-            dropped: 0,
-            original_chars: None,
-            kept_error_lines: None,
-        };
-        let log = log_output();
-        let read_log = procd_proto::ReadResult {
-            data: read_window(&log).to_string(),
-            next_cursor: read_window(&log).len() as u64,
-            ..read.clone()
+        // A read of 4 KiB from the start of a finished session's output.
+        let read_of = |ask: Ask| {
+            let data = ask.carried(&ask.output()).1.to_string();
+            procd_proto::ReadResult {
+                cursor: 0,
+                next_cursor: data.len() as u64,
+                data,
+                eof: false,
+                status: procd_proto::SessionStatus::Exited,
+                exit_code: Some(0),
+                dropped: 0,
+                original_chars: None,
+                kept_error_lines: None,
+            }
         };
         FloorAnswers {
             poll,
             poll_with_output,
-            read,
-            read_log,
+            read: read_of(Ask::Read4k),
+            read_log: read_of(Ask::ReadLog),
         }
     }
 }
@@ -524,13 +536,18 @@ fn connect_within(socket: &PathBuf, limit: Duration) -> Conn {
 
 /// The `result` of a call (Null on an error answer).
 fn call(c: &mut Conn, method: &str, params: serde_json::Value) -> serde_json::Value {
-    let req = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     c.writer
-        .write_all(format!("{req}\n").as_bytes())
+        .write_all(request_line(method, params).as_bytes())
         .expect("write");
     let mut line = String::new();
     c.reader.read_line(&mut line).expect("answer");
     serde_json::from_str::<serde_json::Value>(&line).unwrap_or_default()["result"].clone()
+}
+
+/// A request line, as the bench sends every request.
+fn request_line(method: &str, params: serde_json::Value) -> String {
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    format!("{request}\n")
 }
 
 /// The instructions a callgrind output file counts in all.
