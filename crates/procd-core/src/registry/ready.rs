@@ -3,7 +3,7 @@
 //! a waiting yield or that task takes, and the events `ready`,
 //! `ready_timeout` and `input_wanted`.
 
-use super::{present::redacted_tail, reading::next_change, Registry};
+use super::{present::redacted_tail, reading::next_change, Registry, PREVIEW_CHARS};
 use crate::kill;
 use crate::observe::{Observation, Watched};
 use crate::readiness::{LineMatcher, Readiness, ReadyCheck};
@@ -196,7 +196,8 @@ impl Registry {
     /// The last unfinished line of a session's output (redacted, ANSI
     /// stripped, at most 200 chars): what it asks.
     pub(super) fn prompt_of(&self, s: &Session) -> String {
-        let tail = redacted_tail(&self.redactor, s, 1000);
+        // The poll's length: the text made for a poll is reused.
+        let tail = redacted_tail(&self.redactor, s, PREVIEW_CHARS);
         let tail = strip_ansi(&tail);
         let line = tail
             .trim_end()
