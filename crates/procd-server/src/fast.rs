@@ -269,7 +269,69 @@ impl FastPath {
 
 #[cfg(test)]
 mod tests {
-    use super::{Request, Scan};
+    use super::{FastPath, Request, Scan};
+    use procd_core::procfs::ProcFs;
+    use procd_core::{Config, Registry, RegistryOptions};
+    use serde_json::Value;
+
+    /// tests/protocol.rs holds the fast path's answers to jsonrpsee's byte
+    /// for byte, which a fast path that answered nothing would pass too:
+    /// here a real session's common poll and read are answered by it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_common_poll_and_read_are_answered_here_and_others_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = ("HOME".to_string(), dir.path().display().to_string());
+        let registry = Registry::new(RegistryOptions {
+            config: Config::default(),
+            logs_dir: dir.path().join("logs"),
+            tmp_dir: dir.path().join("tmp"),
+            own_paths: Vec::new(),
+            default_cwd: dir.path().to_path_buf(),
+            inherited_env: std::env::vars()
+                .filter(|(k, _)| k != "HOME")
+                .chain([home])
+                .collect(),
+            procfs: ProcFs::default(),
+            notifications: None,
+            checkpoint: None,
+            scopes: None,
+            cgroups: None,
+            keeper: None,
+        })
+        .unwrap();
+        let spawned = registry
+            .spawn(procd_proto::SpawnParams {
+                command: "echo fast".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let id = spawned.session_id;
+        // Ended: its output is all in memory, and the answers are fixed.
+        registry.wait(&id, None, None).await.unwrap();
+        let fast = FastPath::new(registry.clone(), 1 << 20);
+        let answered = |line: &str| -> Option<Value> {
+            let bytes = fast.answer(line)?;
+            Some(serde_json::from_slice(&bytes).expect("JSON"))
+        };
+        let poll = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"poll","params":{{"session_id":"{id}"}}}}"#
+        );
+        let answer = answered(&poll).expect("the poll answered here");
+        assert_eq!(answer["id"], 7);
+        assert_eq!(answer["result"]["output_preview"], "fast\n");
+        assert_eq!(answer["result"]["exit_code"], 0);
+        let read = format!(
+            r#"{{"jsonrpc":"2.0","id":"r","method":"read","params":{{"session_id":"{id}","cursor":0}}}}"#
+        );
+        let answer = answered(&read).expect("the read answered here");
+        assert_eq!(answer["id"], "r");
+        assert_eq!(answer["result"]["data"], "fast\n");
+        // An error is jsonrpsee's to answer, and so is another shape.
+        assert_eq!(answered(&poll.replace(&id, "proc_000000000000")), None);
+        assert_eq!(answered(&format!(" {poll}")), None);
+        assert_eq!(answered(&poll.replace("\"poll\"", "\"list\"")), None);
+    }
 
     #[test]
     fn only_ids_written_back_unchanged_are_read() {
