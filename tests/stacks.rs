@@ -123,11 +123,15 @@ ready = {{ output = "^first ping answered$" }}
                 .to_string()
         })
         .collect();
-    let worker = d.ok("poll", json!({"name": "worker", "project": "shop"}));
-    assert!(
-        worker["output_preview"].as_str().unwrap().contains("PONG"),
-        "{worker}"
-    );
+    // Ready came with the first ping's answer; the loop's own PONG follows
+    // it by a fork or two, so it is waited for, not assumed.
+    let poll_worker = || d.ok("poll", json!({"name": "worker", "project": "shop"}));
+    wait_until("the worker's loop has a PONG", || {
+        poll_worker()["output_preview"]
+            .as_str()
+            .is_some_and(|p| p.contains("PONG"))
+    });
+    let worker = poll_worker();
     assert_eq!(worker["name"], "worker");
     assert_eq!(worker["project"], "shop");
 
