@@ -109,6 +109,9 @@ pub struct InjectedFailures {
     pub after_spawn: bool,
     /// Fail every PTY spawn right after the child exists.
     pub pty_after_spawn: bool,
+    /// Hold every spawn this long right after the child exists: a
+    /// daemon slowed there by a loaded machine.
+    pub slow_setup: Duration,
 }
 
 pub struct Registry {
@@ -251,6 +254,19 @@ impl Registry {
         {
             let _ = pty;
             false
+        }
+    }
+
+    /// Holds a spawn right after its fork as long as a test asked.
+    async fn injected_slow_setup(&self) {
+        #[cfg(feature = "test-hooks")]
+        {
+            let delay = self
+                .injected
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .slow_setup;
+            tokio::time::sleep(delay).await;
         }
     }
 

@@ -328,6 +328,34 @@ impl Seen {
     }
 }
 
+/// When a session's root started, on both clocks. A spawn reads it just
+/// before the fork, so that nothing the process does (a line, a port, its
+/// exit) is dated before its start, whatever the setup after the fork
+/// costs on a loaded machine.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    pub wall: SystemTime,
+    pub instant: Instant,
+}
+
+impl Started {
+    pub fn now() -> Started {
+        Started {
+            wall: SystemTime::now(),
+            instant: Instant::now(),
+        }
+    }
+
+    /// A start a previous daemon recorded: the monotonic instant is
+    /// derived from the wall clock.
+    pub fn at(wall: SystemTime) -> Started {
+        Started {
+            wall,
+            instant: crate::clock::instant_at(wall),
+        }
+    }
+}
+
 impl Session {
     pub fn new(
         id: String,
@@ -335,14 +363,14 @@ impl Session {
         identity: ProcessIdentity,
         output: Arc<OutputStore>,
         stdin: Option<mpsc::Sender<StdinOp>>,
+        started: Started,
     ) -> Session {
-        let started_at = SystemTime::now();
         Session {
             id,
             identity,
-            started_at,
-            started_at_text: crate::clock::rfc3339(started_at),
-            started_instant: Instant::now(),
+            started_at: started.wall,
+            started_at_text: crate::clock::rfc3339(started.wall),
+            started_instant: started.instant,
             output,
             state: watch::channel(SessionState::Running).0,
             reaped: AtomicBool::new(false),
@@ -383,8 +411,7 @@ impl Session {
         stdin: Option<mpsc::Sender<StdinOp>>,
         started_at: SystemTime,
     ) -> Session {
-        let mut s = Session::new(id, spec, identity, output, stdin);
-        s.set_started_at(started_at);
+        let mut s = Session::new(id, spec, identity, output, stdin, Started::at(started_at));
         s.reaped.store(true, Ordering::SeqCst);
         if s.stdin
             .get_mut()
@@ -394,14 +421,6 @@ impl Session {
             s.stdin_closed.store(true, Ordering::SeqCst);
         }
         s
-    }
-
-    /// Dates the session from `started_at` (a previous daemon started it);
-    /// the monotonic start is derived from the wall clock.
-    fn set_started_at(&mut self, started_at: SystemTime) {
-        self.started_at = started_at;
-        self.started_at_text = crate::clock::rfc3339(started_at);
-        self.started_instant = crate::clock::instant_at(started_at);
     }
 
     /// When it started, as RFC 3339 (`started_at` on the wire).
@@ -416,8 +435,7 @@ impl Session {
         output: Arc<OutputStore>,
         started_at: SystemTime,
     ) -> Session {
-        let mut s = Session::new(id, spec, identity, output, None);
-        s.set_started_at(started_at);
+        let mut s = Session::new(id, spec, identity, output, None, Started::at(started_at));
         s.reaped.store(true, Ordering::SeqCst); // never our child: no pin
         s.stdin_closed.store(true, Ordering::SeqCst);
         s.note = Some(

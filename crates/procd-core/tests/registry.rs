@@ -33,21 +33,7 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
     // R18
     let dir = tempfile::tempdir().unwrap();
     let tag = format!("r18-{}", std::process::id());
-    let registry = Registry::new(RegistryOptions {
-        config: Config::default(),
-        logs_dir: dir.path().join("logs"),
-        tmp_dir: dir.path().join("tmp"),
-        own_paths: Vec::new(),
-        default_cwd: dir.path().to_path_buf(),
-        inherited_env: hermetic_env(dir.path()),
-        procfs: ProcFs::default(),
-        notifications: None,
-        checkpoint: None,
-        scopes: None,
-        cgroups: None,
-        keeper: None,
-    })
-    .unwrap();
+    let registry = plain_registry(dir.path());
     registry.inject(procd_core::InjectedFailures {
         after_spawn: true,
         ..Default::default()
@@ -76,6 +62,56 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
         .filter(|name| name != ".spare.log")
         .collect();
     assert!(logs.is_empty(), "a log is left: {logs:?}");
+}
+
+/// A registry of its own under `dir`: no checkpoint, keeper, scopes or
+/// cgroups.
+fn plain_registry(dir: &Path) -> Arc<Registry> {
+    Registry::new(RegistryOptions {
+        config: Config::default(),
+        logs_dir: dir.join("logs"),
+        tmp_dir: dir.join("tmp"),
+        own_paths: Vec::new(),
+        default_cwd: dir.to_path_buf(),
+        inherited_env: hermetic_env(dir),
+        procfs: ProcFs::default(),
+        notifications: None,
+        checkpoint: None,
+        scopes: None,
+        cgroups: None,
+        keeper: None,
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_dated_from_its_fork_not_from_its_setup() {
+    // A loaded daemon can take a while between the fork and the session's
+    // table entry, and the command runs meanwhile. The session's age (and
+    // so its ready_after_ms) counts from the fork: what the command did at
+    // once must not seem to come before its start.
+    let dir = tempfile::tempdir().unwrap();
+    let registry = plain_registry(dir.path());
+    let slow = Duration::from_secs(1);
+    registry.inject(procd_core::InjectedFailures {
+        slow_setup: slow,
+        ..Default::default()
+    });
+    let spawned = registry
+        .spawn(SpawnParams {
+            command: "exec sleep 300".into(),
+            yield_ms: Some(procd_proto::YieldMs::new(0.0)),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let polled = registry.poll(&spawned.session_id, None).unwrap();
+    assert_eq!(registry.kill_all(None, &[], None).await, 1);
+    assert!(
+        polled.uptime_seconds >= slow.as_secs_f64(),
+        "the session is {} s old, though its command ran {slow:?} before it was listed",
+        polled.uptime_seconds
+    );
 }
 
 #[tokio::test]

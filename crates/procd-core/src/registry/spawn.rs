@@ -367,6 +367,7 @@ impl Registry {
         let pid = started.pid;
 
         // From here on the child exists: any failure must kill it first.
+        self.injected_slow_setup().await;
         if self.injected_failure(false) {
             self.end_unsupervised(&id, &started).await;
             output.delete_log();
@@ -510,6 +511,7 @@ impl Registry {
     ) {
         let StartedChild {
             identity,
+            started,
             io,
             unit,
             cgroup,
@@ -538,7 +540,7 @@ impl Registry {
             StdinMode::Pipe => crate::observe::InputId::of_fd(&self.procfs, identity.pid, 0),
         };
         let ready = spec.ready.clone();
-        let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx);
+        let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx, started);
         session.systemd_unit = unit;
         session.cgroup = cgroup;
         session.input = input;
@@ -657,6 +659,7 @@ impl Registry {
             self.reaper
                 .start(|| procd_sys::spawn::spawn(&launch), inspect)
         };
+        let started = session::Started::now();
         let (pid, start_time, exit_rx, io) = if let Some((pty, pts)) = terminal {
             pty.resize(pty_process::Size::new(spec.rows, spec.cols))
                 .map_err(std::io::Error::other)?;
@@ -713,6 +716,7 @@ impl Registry {
         Ok(StartedChild {
             pid,
             identity: ProcessIdentity { pid, start_time },
+            started,
             exit_rx,
             io,
             unit: unit.map(str::to_string),
@@ -852,6 +856,8 @@ fn kill_started(procfs: &ProcFs, pid: i32, start_time: u64) {
 pub(super) struct StartedChild {
     pid: i32,
     pub(super) identity: ProcessIdentity,
+    /// Read just before the fork: the session's start.
+    started: session::Started,
     exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
     pub(super) io: ChildIo,
     /// The systemd scope it runs in.
