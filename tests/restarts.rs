@@ -215,6 +215,34 @@ fn restarts_go_on_across_a_daemon_sigkill_with_the_same_environment() {
     assert!(session_pids(&id).is_empty());
 }
 
+/// `timeout_s` is each run's: a run that starts under the next daemon
+/// gets all of it, not what was left of the run the first daemon saw.
+#[test]
+fn a_run_after_a_daemon_sigkill_gets_the_whole_timeout() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let id = d.spawn_with(json!({
+        "command": counting(dir.path(), "exec sleep 300"),
+        "timeout_s": 4,
+        "restart": {"policy": "on-failure", "backoff_s": 0.1},
+    }));
+    d.read_until(&id, "run 1");
+    let poll = || d.ok("poll", json!({"session_id": id}));
+    // Run 1 has a second of its timeout left when its daemon dies.
+    wait_until("run 1 is 3 s old", || {
+        poll()["uptime_seconds"].as_f64().is_some_and(|s| s >= 3.0)
+    });
+    d.kill_daemon();
+    kill_pid(poll()["pid"].as_i64().expect("pid") as i32);
+    d.read_until(&id, "run 2");
+    let ended = d.wait_exit(&id);
+    assert_eq!(ended["completion_reason"], "timeout", "{ended}");
+    // uptime_seconds is the last run's.
+    let lived = ended["uptime_seconds"].as_f64().expect("uptime");
+    assert!(lived >= 3.9, "run 2 timed out after {lived} s: {ended}");
+    assert_eq!(runs(dir.path()), 2);
+}
+
 /// A daemon SIGKILLed while a session waits out its backoff: the run that
 /// ended was that daemon's child, so no keeper reports its end; the
 /// checkpoint says which run is next and when, and the next daemon starts

@@ -465,6 +465,29 @@ fn an_attached_terminal_rides_through_a_kill() {
     );
 }
 
+/// Each daemon that takes the session over keeps its deadline: it is
+/// recorded anew in procs.json from the session's start and its whole
+/// timeout, not from what was left of it (which moved it earlier on every
+/// takeover).
+#[test]
+fn a_timeout_keeps_its_deadline_across_two_daemon_kills() {
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({"command": "sleep 300", "timeout_s": 4}));
+    let uptime = || {
+        d.ok("poll", json!({"session_id": id}))["uptime_seconds"]
+            .as_f64()
+            .expect("uptime")
+    };
+    for age in [1.0, 2.0] {
+        wait_until("the session is old enough", || uptime() >= age);
+        d.kill_daemon();
+    }
+    let ended = d.wait_exit(&id);
+    assert_eq!(ended["completion_reason"], "timeout", "{ended}");
+    let lived = ended["uptime_seconds"].as_f64().expect("uptime");
+    assert!(lived >= 3.9, "it timed out after {lived} s: {ended}");
+}
+
 #[test]
 fn a_timeout_and_a_met_ready_condition_outlive_the_daemon() {
     let d = Daemon::start();

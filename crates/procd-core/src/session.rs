@@ -831,10 +831,15 @@ pub async fn supervise(
     let mut buf = vec![0u8; MIN_READ_BUF];
     let mut filtered = Vec::with_capacity(MIN_READ_BUF);
     let mut eof = false;
-    let timeout = session.spec.timeout;
+    // Counted from the run's start, which a recovered session's is too:
+    // `timeout_at` in the checkpoint is the same instant.
+    let deadline = session
+        .spec
+        .timeout
+        .and_then(|t| session.started_instant.checked_add(t));
     let timer = async move {
-        match timeout {
-            Some(t) => tokio::time::sleep(t).await,
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at.into()).await,
             None => std::future::pending().await,
         }
     };

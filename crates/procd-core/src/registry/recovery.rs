@@ -519,15 +519,14 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         cols: e.cols.unwrap_or(120),
         notify_on_complete: e.notify_on_complete,
         watch_patterns: e.watch_patterns.clone(),
-        // What is left of it (none left: it fires at once).
+        // Each run's whole timeout (`timeout_at` is the run's start plus
+        // it): the next run gets all of it, and this one's deadline is
+        // counted from its start, as the first daemon counted it.
         timeout: e
             .timeout_at
             .as_deref()
             .and_then(crate::clock::parse_rfc3339)
-            .map(|at| {
-                at.duration_since(std::time::SystemTime::now())
-                    .unwrap_or_default()
-            }),
+            .map(|at| at.duration_since(e.started_at()).unwrap_or_default()),
         stdin: e.stdin.unwrap_or(StdinMode::Null),
         ready: e
             .ready
