@@ -192,6 +192,39 @@ fn a_follower_and_a_waiter_ride_through_a_kill() {
     assert_eq!(waited.status.code(), Some(5), "{waited:?}");
 }
 
+/// `procd wait --timeout S` gives up S seconds after it began, however
+/// many daemons it waited on: after a reconnect it asks for what is left,
+/// not for S again.
+#[test]
+fn a_waiters_timeout_bounds_the_whole_wait_across_a_kill() {
+    let d = Daemon::start();
+    let id = d.spawn("sleep 300");
+    let bin = env!("CARGO_BIN_EXE_procd");
+    let home = d.home.path().to_str().expect("home");
+    let timeout = 4.0;
+    let began = std::time::Instant::now();
+    let waiter = Command::new(bin)
+        .args(["--home", home, "wait", &id, "--timeout", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("procd wait");
+    // Three of its four seconds go by before its daemon dies.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let killed = std::time::Instant::now();
+    d.kill_daemon();
+    let restart = killed.elapsed().as_secs_f64();
+    let waited = output_within(waiter, "procd wait");
+    let took = began.elapsed().as_secs_f64();
+    assert_eq!(waited.status.code(), Some(124), "{waited:?}");
+    // Asking for 4 s again would end it 3 s (plus the restart) later.
+    assert!(
+        took < timeout + restart + 1.5,
+        "it gave up after {took:.1} s (the restart took {restart:.1} s)"
+    );
+    d.ok("kill", json!({"session_id": id}));
+}
+
 #[test]
 fn restart_hands_every_session_to_the_new_daemon() {
     // Run from a copy of procd, replaced by another copy before the

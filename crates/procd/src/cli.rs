@@ -773,11 +773,29 @@ async fn wait(
     id: String,
     timeout: Option<f64>,
 ) -> Result<i32, ClientError> {
-    let timeout = timeout.map(procd_proto::TimeoutS::new);
+    // The first call asks for the timeout as given (the daemon judges
+    // it); one repeated after a reconnect asks for what is left of it, so
+    // that `--timeout` bounds the whole command.
+    let began = tokio::time::Instant::now();
+    let left = || {
+        let whole = std::time::Duration::try_from_secs_f64(timeout?).ok()?;
+        Some(
+            whole
+                .saturating_sub(began.elapsed())
+                .as_secs_f64()
+                .max(0.001),
+        )
+    };
+    let mut first = true;
     let r = conn
         .call(|c| {
             let id = id.clone();
-            async move { c.wait(id, timeout, None, None).await }
+            let asked = match std::mem::take(&mut first) {
+                true => timeout,
+                false => left().or(timeout),
+            };
+            let timeout_s = asked.map(procd_proto::TimeoutS::new);
+            async move { c.wait(id, timeout_s, None, None).await }
         })
         .await?;
     target.print(&r, render::waited);
