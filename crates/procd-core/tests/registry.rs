@@ -64,10 +64,10 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
     assert!(logs.is_empty(), "a log is left: {logs:?}");
 }
 
-/// A registry of its own under `dir`: no checkpoint, keeper, scopes or
+/// A registry's options under `dir`: no checkpoint, keeper, scopes or
 /// cgroups.
-fn plain_registry(dir: &Path) -> Arc<Registry> {
-    Registry::new(RegistryOptions {
+fn plain_options(dir: &Path) -> RegistryOptions {
+    RegistryOptions {
         config: Config::default(),
         logs_dir: dir.join("logs"),
         tmp_dir: dir.join("tmp"),
@@ -80,8 +80,11 @@ fn plain_registry(dir: &Path) -> Arc<Registry> {
         scopes: None,
         cgroups: None,
         keeper: None,
-    })
-    .unwrap()
+    }
+}
+
+fn plain_registry(dir: &Path) -> Arc<Registry> {
+    Registry::new(plain_options(dir)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,14 +197,6 @@ fn stand_ins(dir: &Path, systemctl_ok: bool) -> (PathBuf, PathBuf, PathBuf) {
 fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Registry>, PathBuf) {
     let (run, ctl, calls) = stand_ins(dir, systemctl_ok);
     let registry = Registry::new(RegistryOptions {
-        config: Config::default(),
-        logs_dir: dir.join("logs"),
-        tmp_dir: dir.join("tmp"),
-        own_paths: Vec::new(),
-        default_cwd: dir.to_path_buf(),
-        inherited_env: hermetic_env(dir),
-        procfs: ProcFs::default(),
-        notifications: None,
         checkpoint: Some(dir.join("procs.json")),
         scopes: Some(Arc::new(Scopes::with_programs(
             run,
@@ -209,8 +204,7 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
             4096,
             procd_core::scope::PROBE_TTL,
         ))),
-        cgroups: None,
-        keeper: None,
+        ..plain_options(dir)
     })
     .unwrap();
     registry.inject(procd_core::InjectedFailures {
