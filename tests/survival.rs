@@ -424,49 +424,122 @@ impl Drop for RecordedDaemon {
     }
 }
 
+/// `procd mcp` on pipes, initialized, against `d`.
+struct McpPipe {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl McpPipe {
+    fn start(d: &Daemon) -> McpPipe {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_procd"))
+            .arg("--home")
+            .arg(d.home.path())
+            .arg("mcp")
+            .env("HOME", d.home.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("procd mcp");
+        let input = child.stdin.take().expect("stdin");
+        let output = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut mcp = McpPipe {
+            child,
+            input,
+            output,
+        };
+        mcp.send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "survival", "version": "0"}}}),
+        );
+        mcp.recv();
+        mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn send(&mut self, msg: serde_json::Value) {
+        use std::io::Write;
+        writeln!(self.input, "{msg}").expect("write to procd mcp");
+    }
+
+    fn recv(&mut self) -> serde_json::Value {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.output
+            .read_line(&mut line)
+            .expect("read from procd mcp");
+        serde_json::from_str(&line).expect("a JSON answer")
+    }
+
+    fn tool(&mut self, id: u64, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}}));
+        self.recv()
+    }
+
+    /// Closes its input; it must then exit 0.
+    fn finish(self) {
+        drop(self.input);
+        let out = output_within(self.child, "procd mcp");
+        assert!(out.status.success(), "{out:?}");
+    }
+}
+
 #[test]
 fn an_mcp_server_rides_through_a_kill() {
-    use std::io::{BufRead, BufReader, Write};
     let d = Daemon::start();
     let id = d.spawn("sleep 300");
-    let mut mcp = Command::new(env!("CARGO_BIN_EXE_procd"))
-        .arg("--home")
-        .arg(d.home.path())
-        .arg("mcp")
-        .env("HOME", d.home.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("procd mcp");
-    let mut input = mcp.stdin.take().expect("stdin");
-    let mut output = BufReader::new(mcp.stdout.take().expect("stdout"));
-    let mut call = |msg: serde_json::Value| -> Option<serde_json::Value> {
-        writeln!(input, "{msg}").expect("write to procd mcp");
-        msg.get("id")?;
-        let mut line = String::new();
-        output.read_line(&mut line).expect("read from procd mcp");
-        Some(serde_json::from_str(&line).expect("a JSON answer"))
-    };
-    call(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-03-26", "capabilities": {},
-        "clientInfo": {"name": "survival", "version": "0"}}}),
-    )
-    .expect("initialized");
-    call(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "list", "arguments": {}}});
-    let before = call(list.clone()).expect("list");
+    let mut mcp = McpPipe::start(&d);
+    let before = mcp.tool(2, "list", json!({}));
     assert!(before.to_string().contains(&id), "{before}");
     d.kill_daemon();
     // The next call reaches the new daemon, which has the session.
-    let after = call(list).expect("list");
+    let after = mcp.tool(3, "list", json!({}));
     assert_ne!(after["result"]["isError"], true, "{after}");
     assert!(after.to_string().contains(&id), "{after}");
-    drop(input);
-    let out = output_within(mcp, "procd mcp");
-    assert!(out.status.success(), "{out:?}");
+    mcp.finish();
+}
+
+/// A `start` whose daemon dies before it answers has started its command
+/// (the spawn is checkpointed before the answer waits): the model is told
+/// to look before starting it again, not just to try again, and `list`
+/// shows the one session.
+#[test]
+fn an_mcp_start_cut_by_a_kill_says_the_command_may_have_started() {
+    let d = Daemon::start();
+    let mut mcp = McpPipe::start(&d);
+    let command = "echo begun; exec sleep 300";
+    mcp.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "start", "arguments": {
+            "command": command, "yield_ms": 60000,
+            "ready": {"output": "never printed"}}}}));
+    // Killed once procs.json records it: a daemon killed between the fork
+    // and that write leaves a process the next one ends (not this case).
+    let procs = d.state_dir().join("procs.json");
+    wait_until("procs.json records the command", || {
+        std::fs::read_to_string(&procs)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.as_array().cloned())
+            .is_some_and(|entries| entries.iter().any(|e| e["command"] == command))
+    });
+    d.kill_daemon();
+    let cut = mcp.recv();
+    assert_eq!(cut["result"]["isError"], true, "{cut}");
+    let text = cut["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("may have started: call `list` before starting it again"),
+        "{cut}"
+    );
+    let after = mcp.tool(3, "list", json!({}));
+    let processes = &after["result"]["structuredContent"]["processes"];
+    assert_eq!(processes.as_array().map(Vec::len), Some(1), "{after}");
+    assert_eq!(processes[0]["command"], command, "{after}");
+    d.ok("kill_all", json!({}));
+    mcp.finish();
 }
 
 #[test]

@@ -266,6 +266,19 @@ fn tool_error(e: ClientError) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
 }
 
+/// The error of a call that changes something (`may_have`: what it may
+/// have done). When the connection broke before the answer, the daemon
+/// may have done it and died (its successor has the result), so the
+/// model is told to look before it repeats the call, not just to retry.
+fn change_error(e: ClientError, may_have: &str) -> CallToolResult {
+    if !procd_client::is_disconnect(&e) {
+        return tool_error(e);
+    }
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "The connection to procd broke before it answered ({e}); a daemon that died comes back by itself. {may_have}"
+    ))])
+}
+
 /// Text for the model, then the whole result as structured content.
 fn answer<T: serde::Serialize>(text: String, result: &T) -> CallToolResult {
     let value = serde_json::to_value(result).unwrap_or(Value::Null);
@@ -457,7 +470,10 @@ impl ProcdMcp {
                 );
                 answer(text, &r)
             }
-            Err(e) => tool_error(e),
+            Err(e) => change_error(
+                e,
+                "The command may have started: call `list` before starting it again.",
+            ),
         })
     }
 
@@ -541,10 +557,14 @@ impl ProcdMcp {
                 .write_stdin(id, text, first_yield, budget, None)
                 .await
         };
-        let mut r = match written {
-            Ok(r) => r,
-            Err(e) => return Ok(tool_error(e)),
-        };
+        let mut r =
+            match written {
+                Ok(r) => r,
+                Err(e) => return Ok(change_error(
+                    e,
+                    "The input may have been written: `read` the output before writing it again.",
+                )),
+            };
         if close && r.status == procd_proto::StdinStatus::Ok {
             if let Err(e) = self.client().await.close_stdin(p.session_id.clone()).await {
                 return Ok(tool_error(e));
@@ -828,7 +848,10 @@ impl ProcdMcp {
                     };
                     answer(text, &r)
                 }
-                Err(e) => tool_error(e),
+                Err(e) => change_error(
+                    e,
+                    "The notifications it took may be lost: call `list` to see which processes ended.",
+                ),
             },
         )
     }
