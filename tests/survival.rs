@@ -9,6 +9,15 @@ use crate::common::*;
 use serde_json::json;
 use std::process::{Command, Stdio};
 
+/// The entries of `d`'s procs.json as they are now (none while it is
+/// being replaced or cannot be read).
+fn checkpointed(d: &Daemon) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(d.state_dir().join("procs.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Vec<serde_json::Value>>(&t).ok())
+        .unwrap_or_default()
+}
+
 /// A session printing "tick 0" … "tick 300", one line every 10 ms.
 const TICKER: &str = "for i in $(seq 0 300); do echo tick $i; sleep 0.01; done";
 
@@ -518,13 +527,8 @@ fn an_mcp_start_cut_by_a_kill_says_the_command_may_have_started() {
             "ready": {"output": "never printed"}}}}));
     // Killed once procs.json records it: a daemon killed between the fork
     // and that write leaves a process the next one ends (not this case).
-    let procs = d.state_dir().join("procs.json");
     wait_until("procs.json records the command", || {
-        std::fs::read_to_string(&procs)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v.as_array().cloned())
-            .is_some_and(|entries| entries.iter().any(|e| e["command"] == command))
+        checkpointed(&d).iter().any(|e| e["command"] == command)
     });
     d.kill_daemon();
     let cut = mcp.recv();
@@ -540,6 +544,39 @@ fn an_mcp_start_cut_by_a_kill_says_the_command_may_have_started() {
     assert_eq!(processes[0]["command"], command, "{after}");
     d.ok("kill_all", json!({}));
     mcp.finish();
+}
+
+/// The same for `procd spawn`, which waits for readiness too: it fails
+/// (exit 1) saying what was asked may have been done, and the session is
+/// there.
+#[test]
+fn a_cli_spawn_cut_by_a_kill_says_it_may_have_been_done() {
+    let d = Daemon::start();
+    let command = "echo begun; exec sleep 300";
+    let spawn = Command::new(env!("CARGO_BIN_EXE_procd"))
+        .arg("--home")
+        .arg(d.home.path())
+        .args(["spawn", "--ready-output", "never printed", "--", command])
+        .env("HOME", d.home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("procd spawn");
+    wait_until("procs.json records the command", || {
+        checkpointed(&d).iter().any(|e| e["command"] == command)
+    });
+    d.kill_daemon();
+    let out = output_within(spawn, "procd spawn");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("what was asked may have been done: see `procd ps` before asking again"),
+        "{said}"
+    );
+    let listed = d.ok("list", json!({}))["processes"].clone();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["command"], command, "{listed}");
+    d.ok("kill_all", json!({}));
 }
 
 #[test]
@@ -607,17 +644,10 @@ fn a_timeout_and_a_met_ready_condition_outlive_the_daemon() {
     });
     let before = d.ok("poll", json!({"session_id": ready}))["ready_after_ms"].clone();
     // The checkpoint records it (written right after it is met).
-    let procs = d.state_dir().join("procs.json");
     wait_until("procs.json records the session as ready", || {
-        std::fs::read_to_string(&procs)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v.as_array().cloned())
-            .is_some_and(|entries| {
-                entries
-                    .iter()
-                    .any(|e| e["session_id"] == ready.as_str() && e["ready_after_ms"] == before)
-            })
+        checkpointed(&d)
+            .iter()
+            .any(|e| e["session_id"] == ready.as_str() && e["ready_after_ms"] == before)
     });
     d.kill_daemon();
     let r = d.ok("poll", json!({"session_id": ready}));

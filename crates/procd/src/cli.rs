@@ -446,6 +446,11 @@ fn not_running(target: &Target) -> i32 {
 pub fn describe(err: &ClientError) -> String {
     match err {
         ClientError::Call(obj) => obj.message().to_string(),
+        // What was asked may have been done before the daemon died (a
+        // spawn is recorded before its answer waits): look, don't repeat.
+        other if procd_client::is_disconnect(other) => format!(
+            "the connection broke before procd answered ({other}); a daemon that died comes back by itself, and what was asked may have been done: see `procd ps` before asking again"
+        ),
         other => other.to_string(),
     }
 }
