@@ -579,6 +579,67 @@ fn a_cli_spawn_cut_by_a_kill_says_it_may_have_been_done() {
     d.ok("kill_all", json!({}));
 }
 
+/// The lines `from` prints, as they come (a thread reads them).
+fn lines_of(from: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(from).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a line of `lines` that holds `text`, or panics after
+/// `PATIENCE`.
+fn line_with(lines: &std::sync::mpsc::Receiver<String>, text: &str) -> String {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(text) => return line,
+            Ok(_) => continue,
+            Err(e) => panic!("no line with {text:?}: {e}"),
+        }
+    }
+}
+
+/// `procd events` rides through a daemon's death: it subscribes again,
+/// says on stderr that what was published meanwhile is not replayed, and
+/// prints what the next daemon publishes.
+#[test]
+fn procd_events_rides_through_a_kill() {
+    let d = Daemon::start();
+    let mut events = Command::new(env!("CARGO_BIN_EXE_procd"))
+        .arg("--home")
+        .arg(d.home.path())
+        .args(["events", "--json"])
+        .env("HOME", d.home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("procd events");
+    let printed = lines_of(events.stdout.take().expect("stdout"));
+    let said = lines_of(events.stderr.take().expect("stderr"));
+    // Subscribed once a start it did not see coming is printed.
+    let mut first = String::new();
+    wait_until("procd events prints a start", || {
+        first = d.spawn("true");
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
+        let left = || until.saturating_duration_since(std::time::Instant::now());
+        std::iter::from_fn(|| printed.recv_timeout(left()).ok()).any(|line| line.contains(&first))
+    });
+    d.kill_daemon();
+    line_with(&said, "procd restarted");
+    let second = d.spawn("true");
+    line_with(&printed, &second);
+    let _ = events.kill();
+    let _ = events.wait();
+}
+
 #[test]
 fn an_attached_terminal_rides_through_a_kill() {
     let d = Daemon::start();

@@ -758,16 +758,32 @@ async fn client_command(
         ClientCommand::Send { id, text } => {
             send(target, client, resolve(client, id).await?, text).await
         }
-        ClientCommand::Events => {
-            let mut events = client.subscribe_events().await?;
-            while let Some(event) = events.next().await {
-                let Ok(event) = event else { continue };
-                target.print(&event, render::event);
-            }
-            Ok(EXIT_OK)
-        }
+        ClientCommand::Events => events(target, conn).await,
         ClientCommand::Attach { id } => crate::attach::run(conn, resolve(client, id).await?).await,
         ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
+    }
+}
+
+/// `procd events`: prints events as they happen. It ends when the daemon
+/// ends the subscription (it is stopping), and rides through a daemon's
+/// death (docs/survival.md): it subscribes again, saying on stderr that
+/// what was published meanwhile is not replayed, or fails once no daemon
+/// comes back.
+async fn events(target: &Target, conn: &procd_client::Reconnecting) -> Result<i32, ClientError> {
+    let subscribe = |c: std::sync::Arc<Client>| async move { c.subscribe_events().await };
+    let mut events = conn.call(subscribe).await?;
+    loop {
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else { continue };
+            target.print(&event, render::event);
+        }
+        if conn.last().await.is_connected() {
+            return Ok(EXIT_OK);
+        }
+        events = conn.call(subscribe).await?;
+        eprintln!(
+            "procd events: procd restarted; events published while it was down are not shown (queued notifications are kept: procd rpc drain_notifications)"
+        );
     }
 }
 
