@@ -195,6 +195,32 @@ fn usage_errors_exit_2() {
     assert_eq!(home.cli(&["frobnicate"]).status.code(), Some(2));
 }
 
+/// A number JSON cannot carry is a usage error (serde_json would send it
+/// as null, and the flag would silently not apply), and a huge finite one
+/// is only a long time: `stop --timeout 1e30` stops, it does not panic.
+#[test]
+fn numbers_json_cannot_carry_are_refused_and_huge_ones_are_long() {
+    let home = EmptyHome::new();
+    for args in [
+        &["spawn", "--timeout", "inf", "--", "true"][..],
+        &["spawn", "--cpus", "nan", "--", "true"],
+        &["wait", "proc_abcd", "--timeout", "1e999"],
+        &["kill", "proc_abcd", "--grace", "-inf"],
+        &["stop", "--timeout", "nan"],
+    ] {
+        let out = home.cli(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("must be a finite number"), "{args:?}: {said}");
+    }
+    assert!(!home.0.path().join("run/gateway.json").exists());
+
+    let mut d = Daemon::start();
+    let out = d.cli(&["stop", "--timeout", "1e30"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(d.wait_exit_code(), Some(0));
+}
+
 #[test]
 fn spawn_starts_a_daemon_on_demand() {
     let home = EmptyHome::new();

@@ -61,12 +61,12 @@ enum Command {
     /// Stop the daemon: SIGTERM, then SIGKILL after the timeout.
     Stop {
         /// Seconds to wait for a graceful exit (default stop_timeout_s, 20).
-        #[arg(long, value_name = "S")]
+        #[arg(long, value_parser = finite, value_name = "S")]
         timeout: Option<f64>,
     },
     /// Restart a running background daemon.
     Restart {
-        #[arg(long, value_name = "S")]
+        #[arg(long, value_parser = finite, value_name = "S")]
         timeout: Option<f64>,
     },
     /// Client leases, for agents written in other languages.
@@ -129,7 +129,7 @@ enum ClientCommand {
     Wait {
         id: String,
         /// Give up after this many seconds (default: the daemon's max_wait_s).
-        #[arg(long, value_name = "S")]
+        #[arg(long, value_parser = finite, value_name = "S")]
         timeout: Option<f64>,
     },
     /// Terminate a session and everything it started.
@@ -139,7 +139,7 @@ enum ClientCommand {
         #[arg(long)]
         signal: Option<String>,
         /// Seconds before SIGKILL (default kill_grace_s; 0 = no escalation).
-        #[arg(long, value_name = "S", allow_hyphen_values = true)]
+        #[arg(long, value_parser = finite, value_name = "S", allow_hyphen_values = true)]
         grace: Option<f64>,
     },
     /// Type a line into a session's stdin (Enter appended).
@@ -158,7 +158,7 @@ enum ClientCommand {
         #[arg(value_parser = procd_proto::SessionName::parse)]
         services: Vec<procd_proto::SessionName>,
         /// Seconds to wait for the started services to be ready (default 60).
-        #[arg(long, value_name = "S")]
+        #[arg(long, value_parser = finite, value_name = "S")]
         wait: Option<f64>,
     },
     /// Kill a stack's services, dependents first.
@@ -420,6 +420,18 @@ async fn client_run(target: &Target, config: Option<PathBuf>, command: ClientCom
     code
 }
 
+/// A number of seconds (or cores) as a flag gives it: any finite number,
+/// for the daemon to judge by its own rules. NaN and the infinities are
+/// refused here: JSON has no such numbers (serde_json would send null, and
+/// the flag would silently not apply), and no duration is that long.
+fn finite(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        Ok(v) => Err(format!("must be a finite number, got {v}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// `stop_timeout_s` from the configuration (20 s when it cannot be read).
 fn stop_timeout(paths: &Paths, config: &Option<PathBuf>) -> f64 {
     let path = config.clone().unwrap_or_else(|| paths.config_file.clone());
@@ -566,7 +578,7 @@ pub struct SpawnArgs {
     max_restarts: Option<u32>,
     /// First delay before a restart, doubled per restart in a row up to
     /// 30 s (default 1).
-    #[arg(long, value_name = "S", requires = "restart")]
+    #[arg(long, value_parser = finite, value_name = "S", requires = "restart")]
     backoff: Option<f64>,
     /// Queue a completion notification when it exits.
     #[arg(long)]
@@ -575,7 +587,7 @@ pub struct SpawnArgs {
     #[arg(long = "watch", value_name = "PAT")]
     watch: Vec<String>,
     /// Kill the session's tree after this many seconds.
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_parser = finite, value_name = "S")]
     timeout: Option<f64>,
     /// Ready once an output line matches this regex (then return).
     #[arg(long, value_name = "REGEX")]
@@ -588,13 +600,13 @@ pub struct SpawnArgs {
     ready_http: Option<String>,
     /// How long to wait for readiness (default 60 s; the session keeps
     /// running either way).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_parser = finite, value_name = "S")]
     ready_timeout: Option<f64>,
     /// Memory limit of the session's tree: bytes, or with K, M, G (1024s).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     memory: Option<u64>,
     /// CPU limit of the session's tree, in cores (e.g. 1.5).
-    #[arg(long, value_name = "CORES")]
+    #[arg(long, value_parser = finite, value_name = "CORES")]
     cpus: Option<f64>,
     /// Most processes (and threads) the session's tree may have.
     #[arg(long, value_name = "N")]

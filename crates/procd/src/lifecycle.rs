@@ -69,8 +69,14 @@ pub fn start(paths: &Paths, launcher: &Launcher, as_json: bool) -> i32 {
     }
 }
 
+/// How long `stop` and `restart` wait, from a number of seconds: at
+/// least nothing, at most a billion seconds (a duration cannot hold more).
+fn grace_of(timeout_s: f64) -> Duration {
+    Duration::try_from_secs_f64(timeout_s.clamp(0.0, 1e9)).unwrap_or(Duration::ZERO)
+}
+
 pub fn stop(paths: &Paths, timeout_s: f64, as_json: bool) -> i32 {
-    let timeout = Duration::from_secs_f64(timeout_s.max(0.0));
+    let timeout = grace_of(timeout_s);
     match control::stop(paths, timeout) {
         Ok(Stopped::NotRunning) => {
             say(
@@ -93,7 +99,7 @@ pub fn stop(paths: &Paths, timeout_s: f64, as_json: bool) -> i32 {
 }
 
 pub fn restart(paths: &Paths, launcher: &Launcher, timeout_s: f64, as_json: bool) -> i32 {
-    let timeout = Duration::from_secs_f64(timeout_s.max(0.0));
+    let timeout = grace_of(timeout_s);
     match control::restart(paths, launcher, timeout) {
         Ok(Started::Started(pid)) => {
             say(
