@@ -34,17 +34,34 @@ impl ConfigError {
     }
 }
 
+/// The most of a config file that is read: a config is a few hundred
+/// bytes, and `--config /dev/zero` must not fill memory.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// The text of the config at `path`; a missing file that was not asked
-/// for by name is empty.
+/// for by name is empty. A pipe is read too (`--config <(…)`), up to
+/// `MAX_CONFIG_BYTES`.
 fn read(path: &Path, explicit: bool) -> Result<String, ConfigError> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => Ok(String::new()),
-        Err(source) => Err(ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        }),
+    use std::io::Read;
+    let failed = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => return Ok(String::new()),
+        Err(e) => return Err(failed(e)),
+    };
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(failed)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(failed(std::io::Error::other(format!(
+            "larger than {MAX_CONFIG_BYTES} bytes"
+        ))));
     }
+    Ok(text)
 }
 
 /// The config at `path`; a missing file gives the defaults.
@@ -129,6 +146,18 @@ mod tests {
         let err = parse("kill_grace_s = -1").unwrap_err().to_string();
         assert!(err.contains("kill_grace_s"), "{err}");
         assert_eq!(parse("max_sessions = 3").unwrap().max_sessions, 3);
+    }
+
+    #[test]
+    fn an_endless_file_is_refused_and_a_pipe_is_read() {
+        let err = load(Path::new("/dev/zero"), true).unwrap_err().to_string();
+        assert!(err.contains("larger than 1048576 bytes"), "{err}");
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        std::io::Write::write_all(&mut writer, b"max_sessions = 7\n").unwrap();
+        drop(writer);
+        use std::os::fd::AsRawFd;
+        let path = format!("/proc/self/fd/{}", reader.as_raw_fd());
+        assert_eq!(load(Path::new(&path), true).unwrap().max_sessions, 7);
     }
 
     #[test]
