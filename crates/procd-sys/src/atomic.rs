@@ -241,21 +241,55 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Option<T> {
     }
 }
 
-/// Reads a state file without following a symlink in its place.
+/// The largest state file read: procs.json of the most sessions, or a
+/// shell snapshot, is far smaller.
+const MAX_STATE_BYTES: u64 = 256 << 20;
+
+/// Reads a state file without following a symlink in its place. Only a
+/// regular file of at most `MAX_STATE_BYTES` is read: a FIFO in its place
+/// would block the reader (opened without blocking, it is refused), and
+/// a device or a runaway file would fill memory.
 pub fn read_private(path: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;
-    let mut f = OpenOptions::new()
+    let f = OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
     let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes)?;
+    f.take(MAX_STATE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_STATE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is larger than {MAX_STATE_BYTES} bytes", path.display()),
+        ));
+    }
     Ok(bytes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_regular_file_is_read_as_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("procs.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // Refused at once: a blocking open would wait for a writer.
+        let err = read_private(&fifo).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        assert!(matches!(read_json_checked::<Vec<u8>>(&fifo), Read::Corrupt));
+        assert!(read_private(Path::new("/dev/zero")).is_err());
+        let file = dir.path().join("gateway.json");
+        std::fs::write(&file, b"[1]").unwrap();
+        assert_eq!(read_private(&file).unwrap(), b"[1]");
+    }
 
     /// A swap file makes no file per write: after the first swap the
     /// directory holds the file and one spare, always; each write leaves
