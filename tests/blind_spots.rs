@@ -78,6 +78,29 @@ fn a_bad_configuration_value_makes_the_daemon_exit_1_naming_the_key() {
     }
 }
 
+/// A `PROCD_LOG` that is not a log filter is said on stderr (the daemon
+/// logs at info instead), not silently replaced. A bad config makes the
+/// daemon exit at once after it has set its log up.
+#[test]
+fn a_log_filter_that_does_not_parse_is_said() {
+    let home = short_tempdir();
+    std::fs::write(home.path().join("config.toml"), "no_such_key = 1").unwrap();
+    let out = Command::new(BIN)
+        .args(["daemon", "--home"])
+        .arg(home.path())
+        .env("HOME", home.path())
+        .env("PROCD_LOG", "[[[{{")
+        .stdin(Stdio::null())
+        .output()
+        .expect("procd daemon");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PROCD_LOG is not a log filter; logging at info"),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_cli_spawn_flags_reach_the_session() {
     let d = Daemon::start();

@@ -499,14 +499,25 @@ fn run_daemon(
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PROCD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let asked = tracing_subscriber::EnvFilter::try_from_env("PROCD_LOG");
+    let (filter, refused) = match asked {
+        Ok(filter) => (filter, None),
+        // Unset is the default; a filter that does not parse is said, not
+        // silently replaced.
+        Err(e) => (
+            tracing_subscriber::EnvFilter::new("info"),
+            std::env::var_os("PROCD_LOG").map(|value| (value, e)),
+        ),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
+    if let Some((value, e)) = refused {
+        tracing::warn!(?value, error = %e, "PROCD_LOG is not a log filter; logging at info");
+    }
 }
 
 /// `spawn{ready}` from the `--ready-*` flags (None without any).
