@@ -420,14 +420,19 @@ async fn client_run(target: &Target, config: Option<PathBuf>, command: ClientCom
     code
 }
 
-/// A number of seconds (or cores) as a flag gives it: any finite number,
-/// for the daemon to judge by its own rules. NaN and the infinities are
-/// refused here: JSON has no such numbers (serde_json would send null, and
-/// the flag would silently not apply), and no duration is that long.
+/// A number of seconds (or cores) as a flag gives it: any number of at
+/// most a billion either way, for the daemon to judge by its own rules.
+/// NaN and the infinities are refused here, and so are numbers that a
+/// conversion (seconds to milliseconds) would make infinite: JSON has no
+/// such numbers (serde_json would send null, and the flag would silently
+/// not apply). No duration procd takes is that long.
 fn finite(text: &str) -> Result<f64, String> {
+    const MOST: f64 = 1e9;
     match text.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() => Ok(v),
-        Ok(v) => Err(format!("must be a finite number, got {v}")),
+        Ok(v) if v.is_finite() && v.abs() <= MOST => Ok(v),
+        Ok(v) => Err(format!(
+            "must be a finite number from -{MOST} to {MOST}, got {v}"
+        )),
         Err(e) => Err(e.to_string()),
     }
 }
