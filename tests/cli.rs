@@ -195,27 +195,36 @@ fn usage_errors_exit_2() {
     assert_eq!(home.cli(&["frobnicate"]).status.code(), Some(2));
 }
 
-/// A number JSON cannot carry (or one that becomes such in milliseconds)
-/// is a usage error: serde_json would send it as null, and the flag would
-/// silently not apply. `stop --timeout 1e30`, refused the same way, once
-/// panicked; `stop`'s own clamp is checked with a billion seconds.
+/// A number flag is judged by its wire field's own rule, in the CLI,
+/// before anything starts or is sent: the daemon's message, naming the
+/// field. That covers what JSON cannot carry (serde_json would send null,
+/// and the flag would silently not apply), what becomes such in
+/// milliseconds, and `stop --timeout 1e30`, which once panicked. A
+/// billion seconds is only long: `stop` still stops.
 #[test]
 fn numbers_json_cannot_carry_are_refused_and_huge_ones_are_long() {
     let home = EmptyHome::new();
-    for args in [
-        &["spawn", "--timeout", "inf", "--", "true"][..],
-        &["spawn", "--cpus", "nan", "--", "true"],
-        &["wait", "proc_abcd", "--timeout", "1e999"],
-        &["kill", "proc_abcd", "--grace", "-inf"],
-        &["stop", "--timeout", "nan"],
-        &["stop", "--timeout", "1e30"],
+    for (args, field) in [
+        (
+            &["spawn", "--timeout", "inf", "--", "true"][..],
+            "timeout_s",
+        ),
+        (&["spawn", "--timeout", "0", "--", "true"], "timeout_s"),
+        (&["spawn", "--cpus", "nan", "--", "true"], "cpu_cores"),
+        (&["wait", "proc_abcd", "--timeout", "1e999"], "timeout_s"),
+        (&["kill", "proc_abcd", "--grace", "-inf"], "grace_s"),
+        (&["stop", "--timeout", "nan"], "grace_s"),
+        (&["stop", "--timeout", "1e30"], "grace_s"),
         // Finite, but infinite in milliseconds.
-        &["up", "--wait", "1e306"],
+        (&["up", "--wait", "1e306"], "yield_ms"),
     ] {
         let out = home.cli(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
         let said = String::from_utf8_lossy(&out.stderr);
-        assert!(said.contains("must be a finite number"), "{args:?}: {said}");
+        assert!(
+            said.contains(&format!("{field}: must be a number of")),
+            "{args:?}: {said}"
+        );
     }
     assert!(!home.0.path().join("run/gateway.json").exists());
 

@@ -22,6 +22,24 @@ pub const MAX_SECONDS: f64 = 1e9;
 /// implementation represents exactly.
 pub const MAX_COUNT: u64 = 1 << 53;
 
+/// A parameter from a number a client was given (a CLI flag's value), by
+/// the rule the daemon applies to it on the wire: one rule and one message
+/// for both, and NaN or an infinity (which JSON cannot carry: serde_json
+/// would send null) refused before anything is sent.
+pub fn param_of<T: for<'de> Deserialize<'de>>(value: f64) -> Result<T, String> {
+    T::deserialize(de::value::F64Deserializer::<de::value::Error>::new(value))
+        .map_err(|e| e.to_string())
+}
+
+/// `param_of` the number written in `text`.
+pub fn parse_param<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, String> {
+    let value = text
+        .trim()
+        .parse::<f64>()
+        .map_err(|e| format!("{e}: {text:?}"))?;
+    param_of(value)
+}
+
 /// Accepts any JSON number as f64; anything else is "invalid type".
 struct NumberVisitor(&'static str);
 
@@ -287,6 +305,22 @@ mod tests {
 
     fn parse<T: for<'de> Deserialize<'de>>(json: &str) -> Result<T, String> {
         serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_flag_is_judged_by_its_fields_rule() {
+        assert_eq!(parse_param::<TimeoutS>(" 2.5 ").unwrap().get(), 2.5);
+        for bad in ["inf", "nan", "0", "1e30", "two"] {
+            let e = parse_param::<TimeoutS>(bad).unwrap_err();
+            assert!(
+                e.contains("timeout_s") || e.contains("invalid float"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(parse_param::<CpuCores>("nan")
+            .unwrap_err()
+            .contains("cpu_cores"));
+        assert_eq!(param_of::<GraceS>(-5.0).unwrap().duration(), Duration::ZERO);
     }
 
     #[test]

@@ -9,9 +9,11 @@ use clap::{Parser, Subcommand};
 use jsonrpsee::core::client::{Client, Error as ClientError};
 use procd_client::{Launcher, ProcdApiClient};
 use procd_gateway::Paths;
+use procd_proto::{parse_param, BackoffS, CpuCores, GraceS, TimeoutS, YieldMs};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -61,13 +63,13 @@ enum Command {
     /// Stop the daemon: SIGTERM, then SIGKILL after the timeout.
     Stop {
         /// Seconds to wait for a graceful exit (default stop_timeout_s, 20).
-        #[arg(long, value_parser = finite, value_name = "S")]
-        timeout: Option<f64>,
+        #[arg(long, value_parser = parse_param::<GraceS>, value_name = "S")]
+        timeout: Option<GraceS>,
     },
     /// Restart a running background daemon.
     Restart {
-        #[arg(long, value_parser = finite, value_name = "S")]
-        timeout: Option<f64>,
+        #[arg(long, value_parser = parse_param::<GraceS>, value_name = "S")]
+        timeout: Option<GraceS>,
     },
     /// Client leases, for agents written in other languages.
     #[command(subcommand)]
@@ -129,8 +131,8 @@ enum ClientCommand {
     Wait {
         id: String,
         /// Give up after this many seconds (default: the daemon's max_wait_s).
-        #[arg(long, value_parser = finite, value_name = "S")]
-        timeout: Option<f64>,
+        #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S")]
+        timeout: Option<TimeoutS>,
     },
     /// Terminate a session and everything it started.
     Kill {
@@ -139,8 +141,8 @@ enum ClientCommand {
         #[arg(long)]
         signal: Option<String>,
         /// Seconds before SIGKILL (default kill_grace_s; 0 = no escalation).
-        #[arg(long, value_parser = finite, value_name = "S", allow_hyphen_values = true)]
-        grace: Option<f64>,
+        #[arg(long, value_parser = parse_param::<GraceS>, value_name = "S", allow_hyphen_values = true)]
+        grace: Option<GraceS>,
     },
     /// Type a line into a session's stdin (Enter appended).
     Send { id: String, text: String },
@@ -158,8 +160,8 @@ enum ClientCommand {
         #[arg(value_parser = procd_proto::SessionName::parse)]
         services: Vec<procd_proto::SessionName>,
         /// Seconds to wait for the started services to be ready (default 60).
-        #[arg(long, value_parser = finite, value_name = "S")]
-        wait: Option<f64>,
+        #[arg(long, value_parser = yield_of_seconds, value_name = "S")]
+        wait: Option<YieldMs>,
     },
     /// Kill a stack's services, dependents first.
     Down {
@@ -314,11 +316,13 @@ fn local_command(
         }
         Command::Start => lifecycle::start(&target.paths, &target.launcher, target.json),
         Command::Stop { timeout } => {
-            let timeout = timeout.unwrap_or_else(|| stop_timeout(&target.paths, config));
+            let timeout =
+                timeout.map_or_else(|| stop_timeout(&target.paths, config), GraceS::duration);
             lifecycle::stop(&target.paths, timeout, target.json)
         }
         Command::Restart { timeout } => {
-            let timeout = timeout.unwrap_or_else(|| stop_timeout(&target.paths, config));
+            let timeout =
+                timeout.map_or_else(|| stop_timeout(&target.paths, config), GraceS::duration);
             lifecycle::restart(&target.paths, &target.launcher, timeout, target.json)
         }
         Command::Lease(cmd) => lifecycle::lease(&target.paths, cmd, target.json),
@@ -420,29 +424,23 @@ async fn client_run(target: &Target, config: Option<PathBuf>, command: ClientCom
     code
 }
 
-/// A number of seconds (or cores) as a flag gives it: any number of at
-/// most a billion either way, for the daemon to judge by its own rules.
-/// NaN and the infinities are refused here, and so are numbers that a
-/// conversion (seconds to milliseconds) would make infinite: JSON has no
-/// such numbers (serde_json would send null, and the flag would silently
-/// not apply). No duration procd takes is that long.
-fn finite(text: &str) -> Result<f64, String> {
-    const MOST: f64 = 1e9;
-    match text.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v.abs() <= MOST => Ok(v),
-        Ok(v) => Err(format!(
-            "must be a finite number from -{MOST} to {MOST}, got {v}"
-        )),
-        Err(e) => Err(e.to_string()),
-    }
+/// `up --wait S`: the wait the daemon takes in milliseconds, judged by
+/// its rule (number flags are parsed by their wire types: `parse_param`).
+fn yield_of_seconds(text: &str) -> Result<YieldMs, String> {
+    let seconds = text
+        .trim()
+        .parse::<f64>()
+        .map_err(|e| format!("{e}: {text:?}"))?;
+    procd_proto::param_of(seconds * 1000.0)
 }
 
 /// `stop_timeout_s` from the configuration (20 s when it cannot be read).
-fn stop_timeout(paths: &Paths, config: &Option<PathBuf>) -> f64 {
+fn stop_timeout(paths: &Paths, config: &Option<PathBuf>) -> Duration {
     let path = config.clone().unwrap_or_else(|| paths.config_file.clone());
     procd_gateway::config::load(&path, config.is_some())
-        .map(|c| c.stop_timeout_s)
-        .unwrap_or(20.0)
+        .ok()
+        .and_then(|c| Duration::try_from_secs_f64(c.stop_timeout_s).ok())
+        .unwrap_or(Duration::from_secs(20))
 }
 
 fn not_running(target: &Target) -> i32 {
@@ -530,7 +528,7 @@ fn ready_condition(
     output: Option<String>,
     port: Option<String>,
     http: Option<String>,
-    timeout_s: Option<f64>,
+    timeout_s: Option<TimeoutS>,
 ) -> Result<Option<procd_proto::ReadySpec>, String> {
     if output.is_none() && port.is_none() && http.is_none() {
         return match timeout_s {
@@ -556,7 +554,7 @@ fn ready_condition(
         output,
         port,
         http,
-        timeout_s,
+        timeout_s: timeout_s.map(TimeoutS::get),
     }))
 }
 
@@ -594,8 +592,8 @@ pub struct SpawnArgs {
     max_restarts: Option<u32>,
     /// First delay before a restart, doubled per restart in a row up to
     /// 30 s (default 1).
-    #[arg(long, value_parser = finite, value_name = "S", requires = "restart")]
-    backoff: Option<f64>,
+    #[arg(long, value_parser = parse_param::<BackoffS>, value_name = "S", requires = "restart")]
+    backoff: Option<BackoffS>,
     /// Queue a completion notification when it exits.
     #[arg(long)]
     notify: bool,
@@ -603,8 +601,8 @@ pub struct SpawnArgs {
     #[arg(long = "watch", value_name = "PAT")]
     watch: Vec<String>,
     /// Kill the session's tree after this many seconds.
-    #[arg(long, value_parser = finite, value_name = "S")]
-    timeout: Option<f64>,
+    #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S")]
+    timeout: Option<TimeoutS>,
     /// Ready once an output line matches this regex (then return).
     #[arg(long, value_name = "REGEX")]
     ready_output: Option<String>,
@@ -616,14 +614,14 @@ pub struct SpawnArgs {
     ready_http: Option<String>,
     /// How long to wait for readiness (default 60 s; the session keeps
     /// running either way).
-    #[arg(long, value_parser = finite, value_name = "S")]
-    ready_timeout: Option<f64>,
+    #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S")]
+    ready_timeout: Option<TimeoutS>,
     /// Memory limit of the session's tree: bytes, or with K, M, G (1024s).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     memory: Option<u64>,
     /// CPU limit of the session's tree, in cores (e.g. 1.5).
-    #[arg(long, value_parser = finite, value_name = "CORES")]
-    cpus: Option<f64>,
+    #[arg(long, value_parser = parse_param::<CpuCores>, value_name = "CORES")]
+    cpus: Option<CpuCores>,
     /// Most processes (and threads) the session's tree may have.
     #[arg(long, value_name = "N")]
     pids: Option<u64>,
@@ -682,7 +680,7 @@ impl SpawnArgs {
             restart: self.restart.map(|policy| procd_proto::RestartSpec {
                 policy,
                 max_restarts: self.max_restarts.map(procd_proto::MaxRestarts::new),
-                backoff_s: self.backoff.map(procd_proto::BackoffS::new),
+                backoff_s: self.backoff,
                 reset_after_s: None,
             }),
             command: self.command.join(" "),
@@ -695,13 +693,13 @@ impl SpawnArgs {
             task_id: self.task,
             notify_on_complete: Some(self.notify),
             watch_patterns: (!self.watch.is_empty()).then_some(self.watch),
-            timeout_s: self.timeout.map(procd_proto::TimeoutS::new),
+            timeout_s: self.timeout,
             yield_ms,
             ready,
             sandbox,
             limits: limited.then(|| procd_proto::Limits {
                 memory_bytes: self.memory.map(procd_proto::MemoryBytes::new),
-                cpu_cores: self.cpus.map(procd_proto::CpuCores::new),
+                cpu_cores: self.cpus,
                 pids: self.pids.map(procd_proto::Pids::new),
             }),
             ..Default::default()
@@ -820,30 +818,20 @@ async fn wait(
     target: &Target,
     conn: &procd_client::Reconnecting,
     id: String,
-    timeout: Option<f64>,
+    timeout: Option<TimeoutS>,
 ) -> Result<i32, ClientError> {
-    // The first call asks for the timeout as given (the daemon judges
-    // it); one repeated after a reconnect asks for what is left of it, so
-    // that `--timeout` bounds the whole command.
+    // A call repeated after a reconnect asks for what is left of the
+    // timeout (at least 1 ms, so the daemon still answers with the
+    // session's state), so that `--timeout` bounds the whole command.
     let began = tokio::time::Instant::now();
-    let left = || {
-        let whole = std::time::Duration::try_from_secs_f64(timeout?).ok()?;
-        Some(
-            whole
-                .saturating_sub(began.elapsed())
-                .as_secs_f64()
-                .max(0.001),
-        )
+    let left = |t: TimeoutS| {
+        let rest = t.duration().saturating_sub(began.elapsed());
+        TimeoutS::new(rest.as_secs_f64().max(0.001))
     };
-    let mut first = true;
     let r = conn
         .call(|c| {
             let id = id.clone();
-            let asked = match std::mem::take(&mut first) {
-                true => timeout,
-                false => left().or(timeout),
-            };
-            let timeout_s = asked.map(procd_proto::TimeoutS::new);
+            let timeout_s = timeout.map(left);
             async move { c.wait(id, timeout_s, None, None).await }
         })
         .await?;
@@ -860,14 +848,10 @@ async fn kill(
     client: &Client,
     id: String,
     signal: Option<String>,
-    grace: Option<f64>,
+    grace: Option<GraceS>,
 ) -> Result<i32, ClientError> {
     let r = client
-        .kill(
-            id,
-            signal.map(procd_proto::SignalSpec::Name),
-            grace.map(procd_proto::GraceS::new),
-        )
+        .kill(id, signal.map(procd_proto::SignalSpec::Name), grace)
         .await?;
     target.print(&r, render::killed);
     Ok(match r.status {

@@ -69,14 +69,7 @@ pub fn start(paths: &Paths, launcher: &Launcher, as_json: bool) -> i32 {
     }
 }
 
-/// How long `stop` and `restart` wait, from a number of seconds: at
-/// least nothing, at most a billion seconds (a duration cannot hold more).
-fn grace_of(timeout_s: f64) -> Duration {
-    Duration::try_from_secs_f64(timeout_s.clamp(0.0, 1e9)).unwrap_or(Duration::ZERO)
-}
-
-pub fn stop(paths: &Paths, timeout_s: f64, as_json: bool) -> i32 {
-    let timeout = grace_of(timeout_s);
+pub fn stop(paths: &Paths, timeout: Duration, as_json: bool) -> i32 {
     match control::stop(paths, timeout) {
         Ok(Stopped::NotRunning) => {
             say(
@@ -98,8 +91,7 @@ pub fn stop(paths: &Paths, timeout_s: f64, as_json: bool) -> i32 {
     }
 }
 
-pub fn restart(paths: &Paths, launcher: &Launcher, timeout_s: f64, as_json: bool) -> i32 {
-    let timeout = grace_of(timeout_s);
+pub fn restart(paths: &Paths, launcher: &Launcher, timeout: Duration, as_json: bool) -> i32 {
     match control::restart(paths, launcher, timeout) {
         Ok(Started::Started(pid)) => {
             say(

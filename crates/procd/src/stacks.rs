@@ -17,7 +17,7 @@ pub async fn up(
     client: &Client,
     file: Option<String>,
     services: Vec<SessionName>,
-    wait: Option<f64>,
+    wait: Option<YieldMs>,
 ) -> Result<i32, ClientError> {
     // Paths are the far side's own through --host.
     let (file, dir) = match (remote, file) {
@@ -25,8 +25,6 @@ pub async fn up(
         (false, Some(file)) => (cwd_from_here(Some(file)), None),
         (false, None) => (None, cwd_from_here(None)),
     };
-    // Without --wait the daemon's default applies.
-    let wait = wait.map(|s| YieldMs::new(s.max(0.0) * 1000.0));
     let services = (!services.is_empty()).then_some(services);
     let r = client.up(file, dir, services, wait).await?;
     if json {
