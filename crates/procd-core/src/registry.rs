@@ -99,6 +99,34 @@ pub struct RegistryOptions {
     pub keeper: Option<Arc<procd_keeper::Link>>,
 }
 
+#[cfg(feature = "test-hooks")]
+impl RegistryOptions {
+    /// A registry of a test's own under `dir` (tests only): logs and
+    /// temp dirs there, sessions with `dir` as their cwd and HOME (`bash
+    /// -lic` would otherwise source the developer's dotfiles: slow, and
+    /// here pyenv's start helpers outlive the test), no checkpoint,
+    /// keeper, scopes or cgroups.
+    pub fn isolated(dir: &Path) -> RegistryOptions {
+        RegistryOptions {
+            config: Config::default(),
+            logs_dir: dir.join("logs"),
+            tmp_dir: dir.join("tmp"),
+            own_paths: Vec::new(),
+            default_cwd: dir.to_path_buf(),
+            inherited_env: std::env::vars()
+                .filter(|(k, _)| k != "HOME")
+                .chain([("HOME".to_string(), dir.display().to_string())])
+                .collect(),
+            procfs: ProcFs::default(),
+            notifications: None,
+            checkpoint: None,
+            scopes: None,
+            cgroups: None,
+            keeper: None,
+        }
+    }
+}
+
 /// Failures a real system cannot produce on demand, injected by tests
 /// (`Registry::inject`, with the `test-hooks` feature only: production
 /// builds have neither the switch nor the checks).

@@ -5,7 +5,7 @@
 use procd_core::identity::ProcessIdentity;
 use procd_core::kill::{terminate, TreeSpec};
 use procd_core::procfs::ProcFs;
-use procd_core::{Config, Registry, RegistryOptions};
+use procd_core::{Registry, RegistryOptions};
 use procd_proto::SpawnParams;
 use std::time::Duration;
 
@@ -64,27 +64,8 @@ async fn a_setup_failure_after_spawn_kills_the_child_first() {
     assert!(logs.is_empty(), "a log is left: {logs:?}");
 }
 
-/// A registry's options under `dir`: no checkpoint, keeper, scopes or
-/// cgroups.
-fn plain_options(dir: &Path) -> RegistryOptions {
-    RegistryOptions {
-        config: Config::default(),
-        logs_dir: dir.join("logs"),
-        tmp_dir: dir.join("tmp"),
-        own_paths: Vec::new(),
-        default_cwd: dir.to_path_buf(),
-        inherited_env: hermetic_env(dir),
-        procfs: ProcFs::default(),
-        notifications: None,
-        checkpoint: None,
-        scopes: None,
-        cgroups: None,
-        keeper: None,
-    }
-}
-
 fn plain_registry(dir: &Path) -> Arc<Registry> {
-    Registry::new(plain_options(dir)).unwrap()
+    Registry::new(RegistryOptions::isolated(dir)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,7 +185,7 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
             4096,
             procd_core::scope::PROBE_TTL,
         ))),
-        ..plain_options(dir)
+        ..RegistryOptions::isolated(dir)
     })
     .unwrap();
     registry.inject(procd_core::InjectedFailures {
@@ -212,16 +193,6 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
         ..Default::default()
     });
     (registry, calls)
-}
-
-/// The test's environment with HOME in the test's directory: `bash -lic`
-/// would otherwise source the developer's dotfiles (slow, and on this
-/// machine pyenv's start helpers that outlive the test).
-fn hermetic_env(home: &Path) -> Vec<(String, String)> {
-    std::env::vars()
-        .filter(|(k, _)| k != "HOME")
-        .chain([("HOME".to_string(), home.display().to_string())])
-        .collect()
 }
 
 fn calls(path: &Path) -> Vec<String> {

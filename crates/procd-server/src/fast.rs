@@ -270,8 +270,7 @@ impl FastPath {
 #[cfg(test)]
 mod tests {
     use super::{FastPath, Request, Scan};
-    use procd_core::procfs::ProcFs;
-    use procd_core::{Config, Registry, RegistryOptions};
+    use procd_core::{Registry, RegistryOptions};
     use serde_json::Value;
 
     /// tests/protocol.rs holds the fast path's answers to jsonrpsee's byte
@@ -280,25 +279,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_common_poll_and_read_are_answered_here_and_others_not() {
         let dir = tempfile::tempdir().unwrap();
-        let home = ("HOME".to_string(), dir.path().display().to_string());
-        let registry = Registry::new(RegistryOptions {
-            config: Config::default(),
-            logs_dir: dir.path().join("logs"),
-            tmp_dir: dir.path().join("tmp"),
-            own_paths: Vec::new(),
-            default_cwd: dir.path().to_path_buf(),
-            inherited_env: std::env::vars()
-                .filter(|(k, _)| k != "HOME")
-                .chain([home])
-                .collect(),
-            procfs: ProcFs::default(),
-            notifications: None,
-            checkpoint: None,
-            scopes: None,
-            cgroups: None,
-            keeper: None,
-        })
-        .unwrap();
+        let registry = Registry::new(RegistryOptions::isolated(dir.path())).unwrap();
         let spawned = registry
             .spawn(procd_proto::SpawnParams {
                 command: "echo fast".into(),
