@@ -290,16 +290,10 @@ fn failing_into_a_backoff(d: &Daemon) -> (tempfile::TempDir, String) {
 
 /// The backoff procs.json records for session `id` (its `next_run`).
 fn next_run(d: &Daemon, id: &str) -> Option<Value> {
-    std::fs::read_to_string(d.state_dir().join("procs.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .and_then(|v| v.as_array().cloned())
-        .and_then(|entries| {
-            entries
-                .into_iter()
-                .find(|e| e["session_id"] == id)
-                .map(|e| e["restart"]["next_run"].clone())
-        })
+    checkpointed(d.home.path())
+        .into_iter()
+        .find(|e| e["session_id"] == id)
+        .map(|e| e["restart"]["next_run"].clone())
         .filter(|n| !n.is_null())
 }
 

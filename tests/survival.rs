@@ -9,15 +9,6 @@ use crate::common::*;
 use serde_json::json;
 use std::process::{Command, Stdio};
 
-/// The entries of `d`'s procs.json as they are now (none while it is
-/// being replaced or cannot be read).
-fn checkpointed(d: &Daemon) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(d.state_dir().join("procs.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Vec<serde_json::Value>>(&t).ok())
-        .unwrap_or_default()
-}
-
 /// A session printing "tick 0" … "tick 300", one line every 10 ms.
 const TICKER: &str = "for i in $(seq 0 300); do echo tick $i; sleep 0.01; done";
 
@@ -528,7 +519,9 @@ fn an_mcp_start_cut_by_a_kill_says_the_command_may_have_started() {
     // Killed once procs.json records it: a daemon killed between the fork
     // and that write leaves a process the next one ends (not this case).
     wait_until("procs.json records the command", || {
-        checkpointed(&d).iter().any(|e| e["command"] == command)
+        checkpointed(d.home.path())
+            .iter()
+            .any(|e| e["command"] == command)
     });
     d.kill_daemon();
     let cut = mcp.recv();
@@ -563,7 +556,9 @@ fn a_cli_spawn_cut_by_a_kill_says_it_may_have_been_done() {
         .spawn()
         .expect("procd spawn");
     wait_until("procs.json records the command", || {
-        checkpointed(&d).iter().any(|e| e["command"] == command)
+        checkpointed(d.home.path())
+            .iter()
+            .any(|e| e["command"] == command)
     });
     d.kill_daemon();
     let out = output_within(spawn, "procd spawn");
@@ -706,7 +701,7 @@ fn a_timeout_and_a_met_ready_condition_outlive_the_daemon() {
     let before = d.ok("poll", json!({"session_id": ready}))["ready_after_ms"].clone();
     // The checkpoint records it (written right after it is met).
     wait_until("procs.json records the session as ready", || {
-        checkpointed(&d)
+        checkpointed(d.home.path())
             .iter()
             .any(|e| e["session_id"] == ready.as_str() && e["ready_after_ms"] == before)
     });

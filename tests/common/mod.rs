@@ -522,15 +522,19 @@ pub fn stop_recorded_daemon(home: &Path) {
     }
 }
 
+/// The entries of `<home>/state/procs.json` as they are now (none when it
+/// is missing or not a JSON array).
+pub fn checkpointed(home: &Path) -> Vec<Value> {
+    std::fs::read_to_string(home.join("state/procs.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
 /// SIGKILLs the processes recorded in `<home>/state/procs.json` whose start
 /// time still matches the record (never a recycled pid).
 pub fn kill_checkpointed_sessions(home: &Path) {
-    let Ok(text) = std::fs::read_to_string(home.join("state/procs.json")) else {
-        return;
-    };
-    let Ok(entries) = serde_json::from_str::<Vec<Value>>(&text) else {
-        return;
-    };
+    let entries = checkpointed(home);
     let sigkill = |pid: i32| {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
