@@ -890,7 +890,8 @@ impl Event {
             | Event::Ready { about, .. }
             | Event::ReadyTimeout { about, .. }
             | Event::InputWanted { about, .. }
-            | Event::Restarted { about, .. } => Some(about),
+            | Event::Restarted { about, .. }
+            | Event::Oom { about, .. } => Some(about),
             _ => None,
         }
     }

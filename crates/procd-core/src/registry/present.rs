@@ -152,25 +152,10 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
 pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Event {
     let output = redacted_tail(r, s, WAIT_OUTPUT_CHARS);
     let command = s.shown_command(r).to_string();
-    let how = match (e.reason, e.exit_code) {
-        (CompletionReason::Exited, Some(0)) => "completed normally (exit code 0)".to_string(),
-        (CompletionReason::Exited, Some(c)) => format!("failed (exit code {c})"),
-        (CompletionReason::Killed, _) => format!(
-            "was killed ({})",
-            e.signal
-                .map(signal_name)
-                .unwrap_or_else(|| "exit code unknown".into())
-        ),
-        (CompletionReason::Timeout, _) => "timed out and was killed".to_string(),
-        (CompletionReason::CrashLoop, code) => format!(
-            "kept failing (last exit code {}), and its restart policy gave up (crash_loop)",
-            code.map_or("unknown".into(), |c| c.to_string())
-        ),
-        _ => "ended; its exit status is unknown".to_string(),
-    };
     let text = format!(
-        "Background process {} {how}. Command: {}. Output: {}",
+        "Background process {} {}. Command: {}. Output: {}",
         s.id,
+        ending(e),
         first_chars(&command, 200),
         last_chars(&output, 500)
     );
@@ -189,6 +174,45 @@ pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Eve
         started_at: s.started_at_text().to_string(),
         exited_at: rfc3339(e.exited_at),
     }
+}
+
+/// How a run ended, in words that say exactly what the record's fields
+/// say (a test holds each reason to its fields): the reason, then the
+/// exit code, the signal and who ended it, or that the status is unknown
+/// only when neither code nor signal is known.
+pub(crate) fn ending(e: &ExitRecord) -> String {
+    let how = match (e.reason, e.exit_code) {
+        (CompletionReason::Exited, Some(0)) => "completed normally",
+        (CompletionReason::Exited, _) if e.signal.is_some() => "was killed by a signal",
+        (CompletionReason::Exited, _) => "failed",
+        (CompletionReason::Killed, _) => "was killed",
+        (CompletionReason::Timeout, _) => "timed out and was killed",
+        (CompletionReason::Oom, _) => {
+            "was ended by the kernel's OOM killer (it exceeded its memory limit)"
+        }
+        (CompletionReason::CrashLoop, _) => {
+            "kept failing, and its restart policy gave up (crash_loop)"
+        }
+        (CompletionReason::Lost, _) => "ended while no procd watched it",
+        (CompletionReason::FailedStart, _) => "failed to start",
+    };
+    let mut facts = Vec::new();
+    if let Some(code) = e.exit_code {
+        facts.push(format!("exit code {code}"));
+    }
+    if let Some(signal) = e.signal {
+        facts.push(format!("signal {}", signal_name(signal)));
+    }
+    if facts.is_empty() {
+        facts.push("exit status unknown".into());
+    }
+    match e.source.as_deref() {
+        Some(source) if e.reason != CompletionReason::Exited => {
+            facts.push(format!("ended by {source}"))
+        }
+        _ => {}
+    }
+    format!("{how} ({})", facts.join(", "))
 }
 
 /// Event text: what an agent reads about a session.
@@ -255,5 +279,77 @@ impl Registry {
             first_chars(&command, 200)
         );
         self.about(s, text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    /// Every reason, with every kind of exit it can carry: the words say
+    /// what the fields say, and nothing they do not.
+    #[test]
+    fn an_ending_says_what_its_fields_say() {
+        let reasons = [
+            (CompletionReason::Exited, "completed normally|failed|killed by a signal"),
+            (CompletionReason::Killed, "was killed"),
+            (CompletionReason::Timeout, "timed out"),
+            (CompletionReason::Oom, "OOM killer"),
+            (CompletionReason::CrashLoop, "crash_loop"),
+            (CompletionReason::Lost, "no procd watched"),
+            (CompletionReason::FailedStart, "failed to start"),
+        ];
+        let exits = [
+            (Some(0), None),
+            (Some(2), None),
+            (Some(137), None),
+            (Some(143), Some(15)),
+            (Some(-9), Some(9)),
+            (None, Some(9)),
+            (None, None),
+        ];
+        for (reason, words) in reasons {
+            for (exit_code, signal) in exits {
+                for source in [None, Some("kill"), Some("timeout"), Some("kill_all")] {
+                    let e = ExitRecord {
+                        exit_code,
+                        signal,
+                        reason,
+                        source: source.map(String::from),
+                        exited_at: SystemTime::now(),
+                        exited_instant: Instant::now(),
+                    };
+                    let text = ending(&e);
+                    let case = format!("{reason:?} {exit_code:?} {signal:?} {source:?}: {text}");
+                    assert!(
+                        words.split('|').any(|w| text.contains(w)),
+                        "the reason is said: {case}"
+                    );
+                    match exit_code {
+                        Some(c) => assert!(text.contains(&format!("exit code {c})"))
+                            || text.contains(&format!("exit code {c},")), "{case}"),
+                        None => assert!(!text.contains("exit code"), "{case}"),
+                    }
+                    match signal {
+                        Some(n) => assert!(text.contains(&signal_name(n)), "{case}"),
+                        None => assert!(!text.contains("signal SIG"), "{case}"),
+                    }
+                    assert_eq!(
+                        text.contains("unknown"),
+                        exit_code.is_none() && signal.is_none(),
+                        "{case}"
+                    );
+                    assert_eq!(
+                        text.contains("completed normally"),
+                        reason == CompletionReason::Exited && exit_code == Some(0),
+                        "{case}"
+                    );
+                    if let (Some(source), false) = (source, reason == CompletionReason::Exited) {
+                        assert!(text.contains(&format!("ended by {source}")), "{case}");
+                    }
+                }
+            }
+        }
     }
 }

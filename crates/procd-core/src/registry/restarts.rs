@@ -104,9 +104,9 @@ impl Registry {
             return;
         };
         let text = format!(
-            "{}; procd started it again (run {})",
-            how_it_ended(&last),
-            count.run
+            "was started again by its restart policy (run {}); its last run {}",
+            count.run,
+            super::present::ending(&last)
         );
         self.notifications.push_once(
             Some(format!("restarted {} {}", next.id, count.run)),
