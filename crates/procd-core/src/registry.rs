@@ -43,7 +43,10 @@ mod restarts;
 mod spawn;
 mod stdin;
 mod termination;
+mod wait_any;
 mod yields;
+
+pub use wait_any::{WaitAnyAsk, MAX_WAIT_ANY_SESSIONS};
 
 use present::process_entry;
 pub use spawn::launch_script;

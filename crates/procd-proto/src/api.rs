@@ -13,7 +13,8 @@ use crate::params::{
 use crate::types::{
     CloseTerminalResult, DrainResult, Event, HasActiveResult, KillResult, KilledCount, ListFilter,
     ListResult, LogResult, OutputItem, PollResult, ReadResult, ResizeResult, ShutdownResult,
-    SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult, WaitResult,
+    SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult, WaitAnyResult,
+    WaitCondition, WaitResult,
 };
 use crate::types::{DownResult, UpResult};
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
@@ -63,6 +64,22 @@ pub trait ProcdApi {
         max_output_chars: Option<MaxOutputChars>,
         max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<WaitResult>;
+
+    /// Waits on several sessions (by id, or every running one of a
+    /// session key) for the first of: an exit, readiness, a wish for
+    /// input, an output line matching `output`, or the timeout.
+    #[method(name = "wait_any", param_kind = map)]
+    async fn wait_any(
+        &self,
+        session_ids: Option<Vec<String>>,
+        session_key: Option<String>,
+        until: Option<Vec<WaitCondition>>,
+        output: Option<String>,
+        cursors: Option<std::collections::BTreeMap<String, u64>>,
+        timeout_s: Option<TimeoutS>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<WaitAnyResult>;
 
     #[method(name = "kill", param_kind = map)]
     async fn kill(
@@ -216,6 +233,19 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
             "session_id",
             "offset",
             "limit",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    (
+        "wait_any",
+        &[
+            "session_ids",
+            "session_key",
+            "until",
+            "output",
+            "cursors",
+            "timeout_s",
             "max_output_chars",
             "max_output_tokens",
         ],

@@ -571,6 +571,72 @@ pub struct WaitResult {
     pub restart: Option<RestartInfo>,
 }
 
+/// What `wait_any` waits for (docs/protocol.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitCondition {
+    /// A watched session has exited.
+    Exit,
+    /// A watched session met its ready condition during the wait.
+    Ready,
+    /// A watched session waits for input.
+    Input,
+    /// A new output line of a watched session matches `output`.
+    Output,
+}
+
+/// Which of the conditions ended a `wait_any`, or that none did in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitAnyOutcome {
+    Exit,
+    Ready,
+    Input,
+    Output,
+    Timeout,
+}
+
+/// The answer of `wait_any`: what happened first, to which session, and
+/// that session's output since the caller's cursor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitAnyResult {
+    /// What happened: "exit", "ready", "input", "output" or "timeout".
+    pub condition: WaitAnyOutcome,
+    /// The session it happened to (null on timeout).
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<SessionStatus>,
+    /// With "output": the line that matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<String>,
+    /// With "input": the last line of output, what it asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// TCP ports the session's tree listens on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+    /// The session's output from the caller's cursor (redacted, within
+    /// the budget); empty on timeout.
+    pub output: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<u64>,
+    /// Every watched session's cursor after what was looked at: pass it
+    /// back as `cursors` to wait on from there.
+    pub cursors: std::collections::BTreeMap<String, u64>,
+    /// How long the call waited.
+    pub waited_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_chars: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_error_lines: Option<u64>,
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitInfo>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KillStatus {

@@ -13,8 +13,9 @@ use procd_proto::{
     MaxOutputChars, MaxOutputTokens, Offset, OutputItem, PollResult, ProcdApiServer, ProjectName,
     ReadResult, ResizeResult, Rows, SessionName, ShutdownResult, SignalResult, SignalSpec,
     SnapshotResult, SpawnParams, SpawnResult, StatusResult, StdinResult, TimeoutS, UpResult,
-    WaitMs, WaitResult, YieldMs,
+    WaitAnyResult, WaitCondition, WaitMs, WaitResult, YieldMs,
 };
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub struct Api {
@@ -140,6 +141,33 @@ impl ProcdApiServer for Api {
             .wait(&session_id, timeout_s, budget)
             .await
             .map_err(rpc_err)
+    }
+
+    async fn wait_any(
+        &self,
+        session_ids: Option<Vec<String>>,
+        session_key: Option<String>,
+        until: Option<Vec<WaitCondition>>,
+        output: Option<String>,
+        cursors: Option<BTreeMap<String, u64>>,
+        timeout_s: Option<TimeoutS>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<WaitAnyResult> {
+        let budget = chars_budget(
+            max_output_chars.map(MaxOutputChars::get),
+            max_output_tokens.map(MaxOutputTokens::get),
+        );
+        let ask = procd_core::registry::WaitAnyAsk {
+            session_ids,
+            session_key,
+            until,
+            output,
+            cursors,
+            timeout_s,
+            budget,
+        };
+        self.daemon.registry.wait_any(ask).await.map_err(rpc_err)
     }
 
     async fn kill(

@@ -85,7 +85,7 @@ enum Command {
     /// q quit. Waits for a daemon that is not running (or comes back).
     Top,
     /// Serve the Model Context Protocol on stdin/stdout for a coding agent.
-    Mcp,
+    Mcp(McpArgs),
     /// Connect stdin/stdout to this machine's daemon (started on demand),
     /// byte for byte: what `--host` runs on the far side.
     DialStdio,
@@ -96,6 +96,25 @@ enum Command {
     },
     /// Print the manual page (roff), e.g. `procd man | man -l -`.
     Man,
+}
+
+/// `procd mcp`'s flags (docs/agents.md).
+#[derive(clap::Args, Debug)]
+struct McpArgs {
+    /// This agent's session key: its processes carry it, and its
+    /// `notifications`, `wait` and pushes are its own (default: a new one).
+    #[arg(long, env = "PROCD_SESSION_KEY", value_name = "KEY")]
+    session_key: Option<String>,
+    /// Also take the events of this earlier key of the agent (repeatable).
+    #[arg(long = "owned-key", value_name = "KEY")]
+    owned_keys: Vec<String>,
+    /// Push this agent's events to the client as
+    /// `notifications/claude/channel` (declared as an experimental capability).
+    #[arg(long)]
+    channel: bool,
+    /// Seconds between progress notifications of a tool that waits.
+    #[arg(long, value_parser = parse_param::<GraceS>, value_name = "S")]
+    progress_interval: Option<GraceS>,
 }
 
 /// The commands that need a daemon (`client_run`); the others are
@@ -267,7 +286,7 @@ pub fn run(cli: Cli) -> i32 {
     };
     let remote_ok = matches!(
         cli.command,
-        Command::Client(_) | Command::Mcp | Command::Top
+        Command::Client(_) | Command::Mcp(_) | Command::Top
     );
     if host.is_some() && !remote_ok {
         eprintln!("procd: --host and --connect are for client commands and mcp; this one runs on this machine");
@@ -342,10 +361,19 @@ fn local_command(
             print_document(&text, "man")
         }
         Command::Status => lifecycle::status(&target.paths, target.json),
-        Command::Mcp => block_on(async {
+        Command::Mcp(args) => block_on(async {
+            let every = args
+                .progress_interval
+                .map_or(crate::mcp::DEFAULT_PROGRESS_EVERY, |s| s.duration());
+            let options = crate::mcp::McpOptions {
+                session_key: args.session_key.clone(),
+                owned_keys: args.owned_keys.clone(),
+                channel: args.channel,
+                progress_every: every.max(std::time::Duration::from_millis(100)),
+            };
             let run = match &target.host {
-                Some(host) => crate::mcp::run_remote(host).await,
-                None => crate::mcp::run(&target.paths, &target.launcher).await,
+                Some(host) => crate::mcp::run_remote(host, &options).await,
+                None => crate::mcp::run(&target.paths, &target.launcher, &options).await,
             };
             match run {
                 Ok(()) => EXIT_OK,

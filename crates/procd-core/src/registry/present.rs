@@ -292,7 +292,10 @@ mod tests {
     #[test]
     fn an_ending_says_what_its_fields_say() {
         let reasons = [
-            (CompletionReason::Exited, "completed normally|failed|killed by a signal"),
+            (
+                CompletionReason::Exited,
+                "completed normally|failed|killed by a signal",
+            ),
             (CompletionReason::Killed, "was killed"),
             (CompletionReason::Timeout, "timed out"),
             (CompletionReason::Oom, "OOM killer"),
@@ -327,8 +330,11 @@ mod tests {
                         "the reason is said: {case}"
                     );
                     match exit_code {
-                        Some(c) => assert!(text.contains(&format!("exit code {c})"))
-                            || text.contains(&format!("exit code {c},")), "{case}"),
+                        Some(c) => assert!(
+                            text.contains(&format!("exit code {c})"))
+                                || text.contains(&format!("exit code {c},")),
+                            "{case}"
+                        ),
                         None => assert!(!text.contains("exit code"), "{case}"),
                     }
                     match signal {

@@ -1,0 +1,265 @@
+//! The tools' parameters as the model sees them: each field's description
+//! is what the MCP client shows the model.
+
+use rmcp::schemars;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct StartParams {
+    #[schemars(
+        description = "Shell command line to run, e.g. \"npm run dev\" or \"pytest -x tests/\". Runs in bash."
+    )]
+    pub command: String,
+    #[schemars(
+        description = "Working directory; a relative path is taken from the directory procd mcp runs in (normally the project). Default: that directory."
+    )]
+    pub cwd: Option<String>,
+    #[schemars(
+        description = "Run on a pseudo-terminal, for interactive programs (REPLs, prompts, TUIs). Default false."
+    )]
+    pub pty: Option<bool>,
+    #[schemars(description = "Extra environment variables.")]
+    pub env: Option<BTreeMap<String, String>>,
+    #[schemars(
+        description = "Milliseconds to wait for the process to finish or go quiet before answering, with its output so far. Default 10000; 0 returns at once."
+    )]
+    pub yield_ms: Option<f64>,
+    #[schemars(
+        description = "Keep the process running after this agent disconnects. Default false: it is ended with the agent."
+    )]
+    pub persist: Option<bool>,
+    #[schemars(
+        description = "Queue a notification when it exits (see the notifications tool). Default false."
+    )]
+    pub notify: Option<bool>,
+    #[schemars(
+        description = "Substrings to watch for in output lines (e.g. \"ready on port\"); matches become notifications."
+    )]
+    pub watch: Option<Vec<String>>,
+    #[schemars(description = "Kill it after this many seconds.")]
+    pub timeout_s: Option<f64>,
+    #[schemars(
+        description = "Most characters of output to return (head and tail are kept). Default 20000."
+    )]
+    pub max_output_chars: Option<u64>,
+    #[schemars(
+        description = "For servers: when it is ready. start then waits (up to yield_ms) until it is, instead of returning when output pauses. E.g. {\"port\": 3000} or {\"output\": \"ready in\"} or {\"http\": \"http://localhost:3000/\"}."
+    )]
+    pub ready: Option<ReadyParams>,
+    #[schemars(
+        description = "A name for it (lowercase letters, digits, - _ .), e.g. \"web\": while it runs, a start with the same name and command returns it instead of starting a second one; with another command the start is refused unless replace is true."
+    )]
+    pub name: Option<String>,
+    #[schemars(
+        description = "With name: kill the running one of that name first if it runs another command."
+    )]
+    pub replace: Option<bool>,
+    #[schemars(
+        description = "Start it again when it ends: \"on-failure\" (a non-zero exit or a crash) or \"always\". Same id and log; after 5 quick restarts in a row it ends as crash_loop."
+    )]
+    pub restart: Option<String>,
+    #[schemars(
+        description = "Run it in a sandbox the kernel enforces on its whole tree: \"workspace-write\" (write only under its cwd and its own TMPDIR, no network), \"read-only\" (write nothing but TMPDIR, no network) or \"full\" (no sandbox). A write elsewhere fails with EACCES."
+    )]
+    pub sandbox: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct UpParams {
+    #[schemars(
+        description = "The project directory holding procd.toml (or a Procfile); a relative path is taken from the directory procd mcp runs in. Default: that directory."
+    )]
+    pub dir: Option<String>,
+    #[schemars(description = "A stack file instead of a directory.")]
+    pub file: Option<String>,
+    #[schemars(description = "Only these services (and what they depend on). Default: all.")]
+    pub services: Option<Vec<String>>,
+    #[schemars(description = "Seconds to wait for the started services to be ready. Default 60.")]
+    pub wait_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct DownParams {
+    #[schemars(description = "The project, as `up` named it.")]
+    pub project: String,
+    #[schemars(description = "Only these services. Default: all of the project.")]
+    pub services: Option<Vec<String>>,
+}
+
+/// Names a model gave, checked.
+pub fn service_names(
+    services: Option<Vec<String>>,
+) -> Result<Option<Vec<procd_proto::SessionName>>, String> {
+    services
+        .map(|v| {
+            v.iter()
+                .map(|s| procd_proto::SessionName::parse(s))
+                .collect()
+        })
+        .transpose()
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ReadyParams {
+    #[schemars(description = "Regex an output line must match.")]
+    pub output: Option<String>,
+    #[schemars(description = "TCP port it must listen on, or \"any\".")]
+    pub port: Option<Value>,
+    #[schemars(description = "Loopback URL that must answer with status 200-399.")]
+    pub http: Option<String>,
+    #[schemars(description = "Seconds before it counts as not ready. Default 60.")]
+    pub timeout_s: Option<f64>,
+}
+
+impl ReadyParams {
+    pub fn to_wire(&self) -> Result<procd_proto::ReadySpec, String> {
+        let port = match &self.port {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "any" => {
+                Some(procd_proto::ReadyPort::Any(procd_proto::AnyPort::Any))
+            }
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => Some(procd_proto::ReadyPort::Number(n)),
+                None => return Err(format!("ready.port: a port number or \"any\", got {v}")),
+            },
+        };
+        Ok(procd_proto::ReadySpec {
+            output: self.output.clone(),
+            port,
+            http: self.http.clone(),
+            timeout_s: self.timeout_s,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ReadParams {
+    #[schemars(
+        description = "Session id from start (or a unique prefix of 4+ hex characters, or the name it was started with)."
+    )]
+    pub session_id: String,
+    #[schemars(
+        description = "Byte cursor to read from: 0 for the start, or the cursor a previous answer gave. Default 0."
+    )]
+    pub cursor: Option<u64>,
+    #[schemars(
+        description = "If nothing new is there yet, wait up to this many milliseconds for output or exit. Default 0."
+    )]
+    pub wait_ms: Option<f64>,
+    #[schemars(description = "Most characters of output to return. Default 20000.")]
+    pub max_output_chars: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WriteParams {
+    #[schemars(description = "Session id.")]
+    pub session_id: String,
+    #[schemars(description = "Text to type into the process's input.")]
+    pub text: Option<String>,
+    #[schemars(description = "Press Enter after the text. Default true.")]
+    pub submit: Option<bool>,
+    #[schemars(
+        description = "Then end the input (EOF), for programs that read until end of input. Default false."
+    )]
+    pub close: Option<bool>,
+    #[schemars(
+        description = "Milliseconds to wait for the answer before returning the output produced after the write. Default 2000."
+    )]
+    pub yield_ms: Option<f64>,
+    #[schemars(description = "Most characters of output to return. Default 20000.")]
+    pub max_output_chars: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WaitParams {
+    #[schemars(
+        description = "Session id to wait for. Without it (and without session_ids), wait on all of your running processes at once."
+    )]
+    pub session_id: Option<String>,
+    #[schemars(
+        description = "Several sessions to wait on at once: the first event of any of them ends the wait."
+    )]
+    pub session_ids: Option<Vec<String>>,
+    #[schemars(
+        description = "What to wait for, any of \"exit\", \"ready\" (a server met its ready condition), \"input\" (it asks a question), \"output\" (a line matches `output`). Default: exit only for one session_id, else exit, ready and input (and output when `output` is given)."
+    )]
+    pub until: Option<Vec<String>>,
+    #[schemars(
+        description = "Regex: wake when a new output line matches it, e.g. \"error|FAILED\" or \"listening on\"."
+    )]
+    pub output: Option<String>,
+    #[schemars(
+        description = "Output cursors per session from a previous wait's `cursors`: output is looked at from there. Default: from now."
+    )]
+    pub cursors: Option<BTreeMap<String, u64>>,
+    #[schemars(
+        description = "Seconds to wait. Default 50 (under clients' tool time limits; progress is sent while waiting), at most 600."
+    )]
+    pub timeout_s: Option<f64>,
+    #[schemars(description = "Most characters of output to return. Default 20000.")]
+    pub max_output_chars: Option<u64>,
+}
+
+impl WaitParams {
+    /// The conditions by name, checked.
+    pub fn conditions(&self) -> Result<Option<Vec<procd_proto::WaitCondition>>, String> {
+        self.until
+            .as_ref()
+            .map(|names| {
+                names
+                    .iter()
+                    .map(|name| {
+                        serde_json::from_value(Value::String(name.clone())).map_err(|_| {
+                            format!(
+                                "until: unknown condition {name:?} (exit, ready, input or output)"
+                            )
+                        })
+                    })
+                    .collect()
+            })
+            .transpose()
+    }
+
+    /// Whether this is a plain wait for one session's exit.
+    pub fn is_one_exit(&self) -> bool {
+        self.session_id.is_some()
+            && self.session_ids.is_none()
+            && self.output.is_none()
+            && self.cursors.is_none()
+            && self
+                .until
+                .as_ref()
+                .is_none_or(|u| u.iter().all(|c| c == "exit"))
+    }
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct KillParams {
+    #[schemars(description = "Session id.")]
+    pub session_id: String,
+    #[schemars(
+        description = "Signal to send first, e.g. \"TERM\" (default) or \"INT\"; survivors get SIGKILL after the grace period."
+    )]
+    pub signal: Option<String>,
+    #[schemars(description = "Seconds to wait before SIGKILL. Default 2.")]
+    pub grace_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SignalParams {
+    #[schemars(description = "Session id.")]
+    pub session_id: String,
+    #[schemars(description = "Signal to deliver once, e.g. \"INT\" (Ctrl-C), \"TERM\", \"HUP\".")]
+    pub signal: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ListParams {
+    #[schemars(description = "\"running\", \"exited\" or \"all\" (default).")]
+    pub status: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct NotificationsParams {}
