@@ -229,3 +229,178 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     }
     assert!(!alive(kept_pid));
 }
+
+/// Runs one of the Python MCP clients (`script` in tests/) against a
+/// daemon in `home`; its JSON report.
+fn python_client(script: &str, home: &std::path::Path, args: &[&str]) -> Value {
+    let script = format!("{}/../../tests/{script}", env!("CARGO_MANIFEST_DIR"));
+    let client = Command::new(mcp_python())
+        .arg(script)
+        .arg(BIN)
+        .arg(home)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the Python MCP client");
+    let out = output_within_for(client, "the Python MCP client", Duration::from_secs(180));
+    assert!(
+        out.status.success(),
+        "the MCP client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the client's JSON report")
+}
+
+/// What the model reads of one answer (`structuredContent` as JSON, or
+/// an error's text).
+fn model(seen: &Value) -> &str {
+    seen["model"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn a_model_reading_only_structured_content_sees_what_procd_says() {
+    let home = Home(short_tempdir());
+    let with_cgroup = !machine_lacks("PROCD_TEST_NO_CGROUP", "a cgroup to manage");
+    let seen = python_client(
+        "mcp_agents_client.py",
+        home.0.path(),
+        &[if with_cgroup { "1" } else { "0" }],
+    );
+
+    // The prompt cue, the prompt, the cursor: in start, read and list.
+    for step in ["prompt_start", "prompt_read", "prompt_wait_timeout"] {
+        let m = model(&seen[step]);
+        assert!(m.contains("WAITING FOR INPUT"), "{step}: {m}");
+        assert!(m.contains(r#""prompt":"Name? ""#), "{step}: {m}");
+        assert!(m.contains(r#""waiting_for_input":true"#), "{step}: {m}");
+        assert!(m.contains(r#""summary":"#), "{step}: {m}");
+    }
+    assert!(model(&seen["prompt_start"]).contains(r#""next_cursor":6"#));
+    assert!(model(&seen["prompt_read"]).contains(r#""next_cursor":6"#));
+    let list = model(&seen["prompt_list"]);
+    assert!(list.contains(r#""prompt":"Name? ""#), "{list}");
+    // The answer: its output, the exit and its code.
+    let write = model(&seen["prompt_write"]);
+    assert!(
+        write.contains("hi bob") && write.contains(r#""exit_code":0"#),
+        "{write}"
+    );
+    assert!(write.contains("exited with code 0"), "{write}");
+    let wait = model(&seen["prompt_wait"]);
+    assert!(
+        wait.contains(r#""exit_code":0"#) && wait.contains("exited with code 0"),
+        "{wait}"
+    );
+    // A server's ports and readiness.
+    let port = seen["port"].as_u64().unwrap();
+    let server = model(&seen["server"]);
+    assert!(server.contains(&format!(r#""ports":[{port}]"#)), "{server}");
+    assert!(
+        server.contains(&format!("listening on port(s) [{port}]")),
+        "{server}"
+    );
+    assert!(server.contains(r#""ready":true"#), "{server}");
+    let kill = model(&seen["server_kill"]);
+    assert!(
+        kill.contains("killed") && kill.contains(r#""completion_reason":"killed""#),
+        "{kill}"
+    );
+
+    // Annotations: VS Code runs read-only tools without asking.
+    let notes = &seen["annotations"];
+    for tool in ["read", "list", "wait", "notifications"] {
+        assert_eq!(notes[tool]["readOnlyHint"], true, "{tool}: {notes}");
+    }
+    for tool in ["kill", "signal", "down"] {
+        assert_eq!(notes[tool]["destructiveHint"], true, "{tool}: {notes}");
+    }
+    assert_eq!(notes["start"]["destructiveHint"], false, "{notes}");
+
+    // Each agent drains its own events only.
+    let (a_id, b_id) = (
+        seen["done_a"].as_str().unwrap(),
+        seen["done_b"].as_str().unwrap(),
+    );
+    let ids = |step: &str| -> Vec<String> {
+        seen[step]["result"]["events"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{step}: {}", seen[step]))
+            .iter()
+            .map(|e| e["session_id"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let (a_got, b_got) = (ids("a_notifications"), ids("b_notifications"));
+    assert!(
+        a_got.contains(&a_id.to_string()),
+        "A gets its own: {a_got:?}"
+    );
+    assert!(
+        !a_got.contains(&b_id.to_string()),
+        "A never gets B's: {a_got:?}"
+    );
+    assert!(
+        b_got.contains(&b_id.to_string()),
+        "B gets its own: {b_got:?}"
+    );
+    assert!(
+        !b_got.contains(&a_id.to_string()),
+        "B never gets A's: {b_got:?}"
+    );
+    assert!(model(&seen["a_notifications"]).contains("done-A"));
+
+    // One wait over all of an agent's processes.
+    let w = &seen["wait_output"]["result"];
+    assert_eq!(w["condition"], "output", "{w}");
+    assert_eq!(w["line"], "server LISTENING now", "{w}");
+    assert!(w["output"].as_str().unwrap().contains("LISTENING"), "{w}");
+    assert!(model(&seen["wait_output"]).contains("printed a matching line"));
+    let w = &seen["wait_exit"]["result"];
+    assert_eq!(w["condition"], "exit", "{w}");
+    assert_eq!(w["session_id"], seen["quitter"], "{w}");
+    assert_eq!(w["exit_code"], 7, "{w}");
+    assert!(model(&seen["wait_exit"]).contains("exited with code 7"));
+    assert_eq!(seen["wait_nothing"]["result"]["condition"], "timeout");
+    // B runs nothing: its wait says so, rather than waking on A's.
+    assert_eq!(
+        seen["b_wait_none"]["is_error"], true,
+        "{}",
+        seen["b_wait_none"]
+    );
+    assert!(model(&seen["b_wait_none"]).contains("nothing to wait on"));
+    // Bad input names its field.
+    assert!(model(&seen["bad_until"]).contains("until: unknown condition \"soon\""));
+    assert!(model(&seen["bad_regex"]).starts_with("Invalid arguments: output:"));
+    assert!(
+        model(&seen["others_session"]).contains("another agent's"),
+        "{}",
+        seen["others_session"]
+    );
+
+    // An OOM kill's text says what its fields say, through MCP.
+    if with_cgroup {
+        let events = seen["oom_notifications"]["result"]["events"]
+            .as_array()
+            .unwrap();
+        let oom = events
+            .iter()
+            .find(|e| e["type"] == "oom")
+            .expect("an oom event");
+        assert!(
+            oom["text"].as_str().unwrap().contains("memory limit"),
+            "{oom}"
+        );
+        let done = events
+            .iter()
+            .find(|e| e["type"] == "completion")
+            .expect("completion");
+        let text = done["text"].as_str().unwrap();
+        assert_eq!(done["completion_reason"], "oom", "{done}");
+        assert!(
+            text.contains("OOM killer") && text.contains("exit code 0"),
+            "{text}"
+        );
+        assert!(model(&seen["oom_notifications"]).contains("memory limit"));
+    }
+}

@@ -596,6 +596,29 @@ impl ProcdMcp {
         Ok(r)
     }
 
+    /// A refusal if one of `ids` is another agent's (its session key is
+    /// neither this agent's nor one it owns); sessions without a key (the
+    /// CLI's, a script's) are anyone's to wait on.
+    async fn others(&self, ids: &[String]) -> Option<CallToolResult> {
+        if ids.is_empty() {
+            return None;
+        }
+        let all = match self.client().await.list(None, None, None).await {
+            Ok(all) => all,
+            Err(e) => return Some(tool_error(e)),
+        };
+        let theirs = all.processes.iter().find(|e| {
+            ids.contains(&e.session_id)
+                && e.session_key
+                    .as_ref()
+                    .is_some_and(|k| *k != self.key && !self.owned_keys.contains(k))
+        })?;
+        Some(failed(format!(
+            "Invalid arguments: session_ids: {} is another agent's process; wait on your own (`list` shows them).",
+            theirs.session_id
+        )))
+    }
+
     /// `wait` over several sessions (or all of this agent's) and
     /// conditions: the daemon's `wait_any`.
     async fn wait_any(
@@ -615,6 +638,9 @@ impl ProcdMcp {
                 Ok(id) => ids.push(id),
                 Err(e) => return Ok(tool_error(e)),
             }
+        }
+        if let Some(refusal) = self.others(&ids).await {
+            return Ok(refusal);
         }
         let key = ids.is_empty().then(|| self.key.clone());
         let what = match (&key, p.output.as_deref()) {
