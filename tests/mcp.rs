@@ -4,7 +4,7 @@
 //! does this test when the venv is missing).
 
 use crate::common::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -403,4 +403,88 @@ fn a_model_reading_only_structured_content_sees_what_procd_says() {
         );
         assert!(model(&seen["oom_notifications"]).contains("memory limit"));
     }
+}
+
+#[test]
+fn waits_send_progress_stop_at_a_cancel_and_a_channel_pushes() {
+    if machine_lacks("PROCD_TEST_NO_NODE", "node") {
+        return;
+    }
+    let home = Home(short_tempdir());
+    let sdk = prepared("mcp-ts-sdk.sh", "the TypeScript MCP SDK");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/mcp_ts_client.mjs");
+    let client = Command::new("node")
+        .arg(script)
+        .arg(sdk)
+        .arg(BIN)
+        .arg(home.0.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run node");
+    let out = output_within_for(
+        client,
+        "the TypeScript MCP client",
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "the TypeScript MCP client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client's JSON report");
+
+    // A 10 s wait completes under a 3 s request timeout: progress came at
+    // least every second, each saying what is awaited and the last line.
+    let w = &seen["with_progress"];
+    assert_eq!(w["exit_code"], 0, "{w}");
+    assert!(w["ms"].as_u64() >= Some(9000), "it really waited: {w}");
+    let progress = w["progress"].as_array().unwrap();
+    assert!(progress.len() >= 5, "{w}");
+    for p in progress {
+        let message = p["message"].as_str().unwrap();
+        assert!(
+            message.contains("to exit") && message.contains("last printed: tick"),
+            "{p}"
+        );
+    }
+    // Without progress the same client gives up.
+    assert_eq!(seen["without_progress"]["finished"], false, "{seen}");
+    assert_eq!(seen["without_progress"]["code"], -32001, "{seen}");
+    // A cancel ends the wait (no more progress) and not the process.
+    let c = &seen["cancel"];
+    assert_eq!(c["rejected"], true, "{c}");
+    assert!(
+        c["running_after"]
+            .as_array()
+            .unwrap()
+            .contains(&c["silent_id"]),
+        "{c}"
+    );
+    assert_eq!(
+        c["progress_after"], c["progress_before"],
+        "no progress after the cancel: {c}"
+    );
+
+    // The channel: declared only with --channel; this agent's completion
+    // is pushed with its text and meta, nothing to the other agent.
+    assert_eq!(seen["channel_capability"], json!({"claude/channel": {}}));
+    assert_eq!(seen["plain_capability"], Value::Null);
+    let pushes = seen["channel_pushes"].as_array().unwrap();
+    let push = pushes
+        .iter()
+        .find(|n| n["method"] == "notifications/claude/channel")
+        .unwrap_or_else(|| panic!("no push: {seen}"));
+    let content = push["params"]["content"].as_str().unwrap();
+    assert!(
+        content.contains("completed normally (exit code 0)") && content.contains("pushed-done"),
+        "{push}"
+    );
+    assert_eq!(
+        push["params"]["meta"]["session_id"], seen["pushed_id"],
+        "{push}"
+    );
+    assert_eq!(push["params"]["meta"]["type"], "completion", "{push}");
+    assert_eq!(seen["plain_pushes"], json!([]), "{seen}");
 }
