@@ -191,3 +191,135 @@ fn ports_and_resources_of_a_session_tree_are_reported() {
     d.ok("kill", json!({"session_id": id}));
     assert_eq!(d.ok("poll", json!({"session_id": id}))["ports"], json!([]));
 }
+
+/// `wait_any` (issue: agents are woken instead of polling): one wait over
+/// several sessions ends at the first exit, readiness, prompt or output
+/// match, says which and to whom, and refuses bad input by name.
+#[test]
+fn one_wait_over_many_sessions_wakes_at_the_first_thing_that_happens() {
+    let d = Daemon::start();
+    let sleeper = d.spawn_with(json!({"command": "exec sleep 300", "session_key": "k"}));
+    let noisy = d.spawn_with(json!({
+        "command": "sleep 0.5; echo 'compiling'; echo 'ERROR: boom'; exec sleep 300",
+        "session_key": "k",
+    }));
+    // The output condition: the line, the output since the call began,
+    // and cursors to go on from.
+    let r = d.ok(
+        "wait_any",
+        json!({"session_ids": [sleeper, noisy], "output": "^ERROR", "timeout_s": 20}),
+    );
+    assert_eq!(r["condition"], "output", "{r}");
+    assert_eq!(r["session_id"], noisy.as_str(), "{r}");
+    assert_eq!(r["line"], "ERROR: boom", "{r}");
+    assert_eq!(r["output"], "compiling\nERROR: boom\n", "{r}");
+    assert_eq!(r["cursors"][&noisy], r["next_cursor"], "{r}");
+    // Nothing more happens to the key's sessions: the timeout says so.
+    let r = d.ok("wait_any", json!({"session_key": "k", "timeout_s": 0.3}));
+    assert_eq!(r["condition"], "timeout", "{r}");
+    assert!(r["waited_ms"].as_u64() >= Some(300), "{r}");
+    // From the cursors given back, an old match is not seen again.
+    let cursors = json!({ noisy.clone(): r["cursors"][&noisy] });
+    let r = d.ok(
+        "wait_any",
+        json!({"session_ids": [noisy], "output": "ERROR", "cursors": cursors, "timeout_s": 0.3}),
+    );
+    assert_eq!(r["condition"], "timeout", "{r}");
+
+    // A prompt; a server that becomes ready; an exit, with its code.
+    let asker = d.spawn("printf 'Name? '; read n; echo hi $n");
+    let r = d.ok(
+        "wait_any",
+        json!({"session_ids": [asker, sleeper], "timeout_s": 20}),
+    );
+    assert_eq!(r["condition"], "input", "{r}");
+    assert_eq!(r["prompt"], "Name?", "{r}");
+    let server = d.spawn_with(json!({
+        "command": "sleep 0.3; echo up; exec sleep 300",
+        "ready": {"output": "up"},
+    }));
+    let r = d.ok(
+        "wait_any",
+        json!({"session_ids": [server, sleeper], "until": ["ready"], "timeout_s": 20}),
+    );
+    assert_eq!(
+        (r["condition"].as_str(), r["session_id"].as_str()),
+        (Some("ready"), Some(server.as_str())),
+        "{r}"
+    );
+    let quitter = d.spawn("sleep 0.3; exit 4");
+    let r = d.ok(
+        "wait_any",
+        json!({"session_ids": [quitter, server], "until": ["exit"], "timeout_s": 20}),
+    );
+    assert_eq!(r["condition"], "exit", "{r}");
+    assert_eq!(r["exit_code"], 4, "{r}");
+
+    // The CLI: procd wait --any, exiting as the session did.
+    let out = d.cli(&[
+        "wait",
+        "--any",
+        &quitter,
+        &sleeper,
+        "--until",
+        "exit",
+        "--timeout",
+        "20",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with(&format!("{quitter}: exited with code 4"))
+    );
+    let out = d.cli(&[
+        "wait",
+        "--any",
+        "--key",
+        "k",
+        "--output",
+        "nothing-like-this",
+        "--timeout",
+        "0.3",
+    ]);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    let out = d.cli(&["wait", &quitter, &sleeper]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("need --any"),
+        "{out:?}"
+    );
+    let out = d.cli(&["wait", "--any", &sleeper, "--until", "soon"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+
+    // Bad input, by name; nothing waited on is an error, not a hang.
+    for (params, names) in [
+        (json!({"session_ids": [sleeper], "output": "("}), "output:"),
+        (json!({"session_ids": [sleeper], "until": ["soon"]}), "soon"),
+        (
+            json!({"session_ids": [sleeper], "until": ["output"]}),
+            "output:",
+        ),
+        (
+            json!({"session_ids": [sleeper], "cursors": {"proc_ffffffffffff": 0}}),
+            "cursors:",
+        ),
+        (json!({"until": ["exit"]}), "session_ids or session_key"),
+        (
+            json!({"session_ids": [sleeper], "tiemout_s": 1}),
+            "tiemout_s",
+        ),
+    ] {
+        let (code, message) = d.err("wait_any", params.clone());
+        assert_eq!(code, -32602, "{params}: {message}");
+        assert!(message.contains(names), "{params}: {message}");
+    }
+    let (code, message) = d.err("wait_any", json!({"session_key": "nobody", "timeout_s": 1}));
+    assert_eq!(
+        (code, message.contains("nothing to wait on")),
+        (-32002, true),
+        "{message}"
+    );
+    let many: Vec<String> = (0..65).map(|_| sleeper.clone()).collect();
+    // The same session named twice counts once.
+    let r = d.ok("wait_any", json!({"session_ids": many, "timeout_s": 0.1}));
+    assert_eq!(r["cursors"].as_object().map(|c| c.len()), Some(1), "{r}");
+}

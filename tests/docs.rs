@@ -384,6 +384,8 @@ const VARYING: &[&str] = &[
     "started_at",
     "exited_at",
     "uptime_seconds",
+    "waited_ms",
+    "seq",
     "after_ms",
     "ready_after_ms",
     "resources",

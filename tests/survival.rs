@@ -602,37 +602,68 @@ fn line_with(lines: &std::sync::mpsc::Receiver<String>, text: &str) -> String {
     }
 }
 
-/// `procd events` rides through a daemon's death: it subscribes again,
-/// says on stderr that what was published meanwhile is not replayed, and
-/// prints what the next daemon publishes.
+/// `procd events` rides through a daemon's death: it subscribes again
+/// from the last event number it printed, and a new reader given a
+/// number (`--since`) gets what came after it, across the kill.
 #[test]
 fn procd_events_rides_through_a_kill() {
     let d = Daemon::start();
-    let mut events = Command::new(env!("CARGO_BIN_EXE_procd"))
-        .arg("--home")
-        .arg(d.home.path())
-        .args(["events", "--json"])
-        .env("HOME", d.home.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("procd events");
-    let printed = lines_of(events.stdout.take().expect("stdout"));
-    let said = lines_of(events.stderr.take().expect("stderr"));
+    let events = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_procd"))
+            .arg("--home")
+            .arg(d.home.path())
+            .arg("events")
+            .args(args)
+            .env("HOME", d.home.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("procd events");
+        let printed = lines_of(child.stdout.take().expect("stdout"));
+        (child, printed)
+    };
+    let (mut follower, printed) = events(&["--json"]);
     // Subscribed once a start it did not see coming is printed.
     let mut first = String::new();
+    let mut started = serde_json::Value::Null;
     wait_until("procd events prints a start", || {
         first = d.spawn("true");
         let until = std::time::Instant::now() + std::time::Duration::from_millis(200);
         let left = || until.saturating_duration_since(std::time::Instant::now());
-        std::iter::from_fn(|| printed.recv_timeout(left()).ok()).any(|line| line.contains(&first))
+        std::iter::from_fn(|| printed.recv_timeout(left()).ok()).any(|line| {
+            started = serde_json::from_str(&line).unwrap_or_default();
+            started["type"] == "started" && started["session_id"] == first.as_str()
+        })
     });
+    let seq = started["seq"]
+        .as_u64()
+        .expect("a started event is numbered");
+    d.wait_exit(&first);
     d.kill_daemon();
-    line_with(&said, "procd restarted");
     let second = d.spawn("true");
     line_with(&printed, &second);
-    let _ = events.kill();
-    let _ = events.wait();
+    let _ = follower.kill();
+    let _ = follower.wait();
+
+    // A new reader resumes after the number it was given: the first
+    // session's exit (before the kill) and the second's start (after it)
+    // are still there, one line each, in order.
+    let since = seq.to_string();
+    let (mut resumed, lines) =
+        events(&["--since", &since, "--session", &first, "--session", &second]);
+    let exited = line_with(&lines, " exited ");
+    let again = line_with(&lines, &format!(" started {second} "));
+    let _ = resumed.kill();
+    let _ = resumed.wait();
+    let number = |line: &str| line.split(' ').next().and_then(|n| n.parse::<u64>().ok());
+    assert!(number(&exited) > Some(seq), "{exited}");
+    assert!(number(&again) > number(&exited), "{exited}\n{again}");
+    assert!(
+        exited.ends_with(&format!(
+            "exited {first} exited (exit code 0, exited): true"
+        )),
+        "{exited}"
+    );
 }
 
 #[test]

@@ -12,6 +12,12 @@
 //! once. What a new daemon would queue again for the same thing (the
 //! completion of a session whose exit it records anew, the same prompt)
 //! carries a key, and a key already queued once is not queued twice.
+//!
+//! Every event a subscriber sees (queued or live-only: started, exited,
+//! port) has a sequence number, daemon after daemon, and the last
+//! `MAX_HISTORY` are kept in the journal too, so a subscriber that lost
+//! its daemon asks for what came after the last number it saw
+//! (`follow`) and misses nothing that is still kept.
 
 use procd_proto::Event;
 use serde::{Deserialize, Serialize};
@@ -25,6 +31,8 @@ use tokio::sync::broadcast;
 
 /// Oldest events are discarded past this many (a client that never drains).
 const MAX_QUEUED: usize = 1000;
+/// Numbered events kept for subscribers that resume (`follow`).
+pub const MAX_HISTORY: usize = 1000;
 /// Keys remembered (the newest): far more than events that can be queued
 /// for the sessions a daemon keeps.
 const MAX_SEEN: usize = 4096;
@@ -34,16 +42,32 @@ const MAX_JOURNAL: u64 = 64 << 20;
 pub struct NotificationQueue {
     queued: Mutex<Queued>,
     /// Every event as it is queued, plus live-only ones (started, exited,
-    /// port, close_terminal), for subscribers; never consumed.
-    live: broadcast::Sender<Event>,
+    /// port, close_terminal), for subscribers; never consumed. The
+    /// number is None only for close_terminal (a UI's, never replayed).
+    live: broadcast::Sender<(Option<u64>, Event)>,
 }
 
 /// An event with its sequence number (its place in the journal).
-type Numbered = (u64, Event);
+pub type Numbered = (u64, Event);
+
+/// What subscribers receive: an event and its number (None: a UI's
+/// close_terminal, never kept).
+pub type Live = broadcast::Receiver<(Option<u64>, Event)>;
+
+/// A resumed subscription (`follow`): the kept events after the number
+/// asked for, how many after it are no longer kept, and what comes next.
+pub struct Resumed {
+    pub kept: Vec<Numbered>,
+    pub missed: u64,
+    pub live: Live,
+}
 
 struct Queued {
     /// Oldest first.
     events: VecDeque<Numbered>,
+    /// The last `MAX_HISTORY` numbered events, queued or live, drained or
+    /// not, oldest first: what `follow` replays.
+    history: VecDeque<Numbered>,
     next_seq: u64,
     /// Keys of events queued once, newest last, with a set to look them up.
     seen: VecDeque<String>,
@@ -71,6 +95,11 @@ enum Record {
     Drained {
         seqs: Vec<u64>,
     },
+    /// A live-only event (started, exited, port), kept for `follow`.
+    Live {
+        seq: u64,
+        event: Box<Event>,
+    },
     /// At the head of a compacted journal: keys of events drained already.
     Seen {
         keys: Vec<String>,
@@ -82,6 +111,7 @@ impl Default for NotificationQueue {
         NotificationQueue {
             queued: Mutex::new(Queued {
                 events: VecDeque::new(),
+                history: VecDeque::new(),
                 next_seq: 0,
                 seen: VecDeque::new(),
                 seen_set: HashSet::new(),
@@ -130,11 +160,10 @@ impl NotificationQueue {
         if key.as_ref().is_some_and(|k| q.seen_set.contains(k)) {
             return;
         }
+        let seq = q.number();
         if self.live.receiver_count() > 0 {
-            let _ = self.live.send(event.clone());
+            let _ = self.live.send((Some(seq), event.clone()));
         }
-        let seq = q.next_seq;
-        q.next_seq += 1;
         let record = Record::Queued {
             seq,
             key,
@@ -150,6 +179,7 @@ impl NotificationQueue {
         if q.events.len() >= MAX_QUEUED {
             q.events.pop_front();
         }
+        q.keep(seq, &event);
         q.events.push_back((seq, *event));
         q.tidy();
     }
@@ -174,13 +204,56 @@ impl NotificationQueue {
         taken.into_iter().map(|(_, e)| e).collect()
     }
 
-    /// Sends an event to live subscribers only (it is not queued).
+    /// Sends an event to live subscribers only (it is not queued, but it
+    /// is numbered and kept for `follow`).
     pub fn publish(&self, event: Event) {
-        let _ = self.live.send(event);
+        let mut q = self.lock();
+        let seq = q.number();
+        let record = Record::Live {
+            seq,
+            event: Box::new(event),
+        };
+        q.write(&record);
+        let Record::Live { event, .. } = record else {
+            return;
+        };
+        q.keep(seq, &event);
+        q.tidy();
+        if self.live.receiver_count() > 0 {
+            let _ = self.live.send((Some(seq), *event));
+        }
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+    /// Sends an event to the subscribers connected now, and to no one
+    /// else ever (a UI's `close_terminal`).
+    pub fn publish_now(&self, event: Event) {
+        let _ = self.live.send((None, event));
+    }
+
+    pub fn subscribe(&self) -> Live {
         self.live.subscribe()
+    }
+
+    /// A subscription that resumes after `since`: the kept events numbered
+    /// after it, then every new one (taken together, so none falls in
+    /// between), and how many numbered after `since` are no longer kept.
+    pub fn follow(&self, since: u64) -> Resumed {
+        let q = self.lock();
+        let live = self.live.subscribe();
+        let kept: Vec<Numbered> = q
+            .history
+            .iter()
+            .filter(|(seq, _)| *seq > since)
+            .cloned()
+            .collect();
+        let first = kept.first().map_or(q.next_seq, |(seq, _)| *seq);
+        let missed = first.saturating_sub(since.saturating_add(1));
+        Resumed { kept, missed, live }
+    }
+
+    /// The number the next event will have.
+    pub fn next_seq(&self) -> u64 {
+        self.lock().next_seq
     }
 
     /// How many event subscribers are connected.
@@ -198,6 +271,21 @@ impl NotificationQueue {
 }
 
 impl Queued {
+    /// The next event's number.
+    fn number(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// Keeps a numbered event for `follow`, the newest `MAX_HISTORY`.
+    fn keep(&mut self, seq: u64, event: &Event) {
+        if self.history.len() >= MAX_HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back((seq, event.clone()));
+    }
+
     fn remember(&mut self, key: String) {
         if self.seen_set.insert(key.clone()) {
             self.seen.push_back(key);
@@ -225,14 +313,20 @@ impl Queued {
         }
         let mut drained = HashSet::new();
         let mut events = Vec::new();
+        let mut history = Vec::new();
         for line in io::BufReader::new(file.take(MAX_JOURNAL)).split(b'\n') {
             match serde_json::from_slice::<Record>(&line?) {
                 Ok(Record::Queued { seq, key, event }) => {
-                    self.next_seq = self.next_seq.max(seq + 1);
+                    self.next_seq = self.next_seq.max(seq.saturating_add(1));
                     if let Some(key) = key {
                         self.remember(key);
                     }
+                    history.push((seq, (*event).clone()));
                     events.push((seq, *event));
+                }
+                Ok(Record::Live { seq, event }) => {
+                    self.next_seq = self.next_seq.max(seq.saturating_add(1));
+                    history.push((seq, *event));
                 }
                 Ok(Record::Drained { seqs }) => drained.extend(seqs),
                 Ok(Record::Seen { keys }) => keys.into_iter().for_each(|k| self.remember(k)),
@@ -243,6 +337,10 @@ impl Queued {
         events.sort_by_key(|(seq, _)| *seq);
         let skip = events.len().saturating_sub(MAX_QUEUED);
         self.events = events.into_iter().skip(skip).collect();
+        history.sort_by_key(|(seq, _)| *seq);
+        history.dedup_by_key(|(seq, _)| *seq);
+        let skip = history.len().saturating_sub(MAX_HISTORY);
+        self.history = history.into_iter().skip(skip).collect();
         Ok(())
     }
 
@@ -258,12 +356,36 @@ impl Queued {
         line(&Record::Seen {
             keys: self.seen.iter().cloned().collect(),
         })?;
-        for (seq, event) in &self.events {
+        // The kept history, each event as it came (queued or live); what
+        // of it was drained, after it; then queued events older than the
+        // history (a queue longer than the history, nobody draining).
+        let queued: HashSet<u64> = self.events.iter().map(|(seq, _)| *seq).collect();
+        let oldest_kept = self.history.front().map_or(u64::MAX, |(seq, _)| *seq);
+        for (seq, event) in self.events.iter().filter(|(seq, _)| *seq < oldest_kept) {
             line(&Record::Queued {
                 seq: *seq,
                 key: None,
                 event: Box::new(event.clone()),
             })?;
+        }
+        let mut drained = Vec::new();
+        for (seq, event) in &self.history {
+            let event = Box::new(event.clone());
+            if event.about().is_some() {
+                if !queued.contains(seq) {
+                    drained.push(*seq);
+                }
+                line(&Record::Queued {
+                    seq: *seq,
+                    key: None,
+                    event,
+                })?;
+            } else {
+                line(&Record::Live { seq: *seq, event })?;
+            }
+        }
+        if !drained.is_empty() {
+            line(&Record::Drained { seqs: drained })?;
         }
         procd_sys::atomic::write_bytes_unsynced(path, &bytes)?;
         let file = OpenOptions::new()
@@ -273,7 +395,7 @@ impl Queued {
         Ok(Journal {
             path: path.to_path_buf(),
             file,
-            lines: 1 + self.events.len(),
+            lines: 2 + self.events.len() + self.history.len(),
         })
     }
 
@@ -299,7 +421,7 @@ impl Queued {
         let Some(journal) = &self.journal else {
             return;
         };
-        if journal.lines <= 2 * self.events.len() + 256 {
+        if journal.lines <= 2 * (self.events.len() + self.history.len()) + 256 {
             return;
         }
         let path = journal.path.clone();
@@ -365,6 +487,61 @@ mod tests {
         assert!(q.is_empty());
         drop(q);
         assert!(NotificationQueue::persistent(&path).is_empty());
+    }
+
+    fn port(id: &str) -> Event {
+        Event::Port {
+            session_id: id.into(),
+            port: 1,
+        }
+    }
+
+    fn followed(q: &NotificationQueue, since: u64) -> (Vec<(u64, String)>, u64) {
+        let resumed = q.follow(since);
+        let kept = resumed
+            .kept
+            .into_iter()
+            .map(|(seq, e)| (seq, e.session_id().unwrap_or_default().to_string()))
+            .collect();
+        (kept, resumed.missed)
+    }
+
+    #[test]
+    fn a_reader_resumes_after_a_number_across_daemons_and_compactions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notifications.jsonl");
+        let q = NotificationQueue::persistent(&path);
+        q.push(ev("a", None)); // 0, queued
+        q.publish(port("b")); // 1, live only
+        q.push(ev("c", Some("k"))); // 2, queued for k
+        q.publish_now(port("ui")); // not numbered, not kept
+        assert_eq!(ids(q.drain(None, &[])), ["a"]);
+        let (kept, missed) = followed(&q, 0);
+        assert_eq!(kept, [(1, "b".into()), (2, "c".into())]);
+        assert_eq!(missed, 0);
+        drop(q);
+        // The next daemon: the same history, drained or not; numbers go on.
+        let q = NotificationQueue::persistent(&path);
+        assert_eq!(followed(&q, 0).0, [(1, "b".into()), (2, "c".into())]);
+        assert_eq!(q.next_seq(), 3);
+        assert_eq!(q.len(), 1, "only c is still queued");
+        // Far more events than are kept: compactions keep the newest, the
+        // queued c survives them, and a reader that asks for older ones
+        // is told how many it missed.
+        for _ in 0..3 * MAX_HISTORY {
+            q.publish(port("p"));
+        }
+        drop(q);
+        let q = NotificationQueue::persistent(&path);
+        let (kept, missed) = followed(&q, 0);
+        assert_eq!(kept.len(), MAX_HISTORY);
+        assert_eq!(kept[0].0, missed + 1);
+        assert_eq!(kept.last().unwrap().0, 3 + 3 * MAX_HISTORY as u64 - 1);
+        assert_eq!(ids(q.drain(Some("k"), &[])), ["c"]);
+        assert!(
+            std::fs::metadata(&path).unwrap().len() < 4 * MAX_HISTORY as u64 * 200,
+            "the journal stays bounded"
+        );
     }
 
     #[test]

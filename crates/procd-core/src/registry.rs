@@ -478,7 +478,7 @@ impl Registry {
                 "no UI is attached (nobody is subscribed to events)".into(),
             ));
         }
-        self.notifications.publish(Event::CloseTerminal {
+        self.notifications.publish_now(Event::CloseTerminal {
             session_id: s.id.clone(),
         });
         Ok(CloseTerminalResult {

@@ -11,10 +11,10 @@ use crate::params::{
     Rows, TimeoutS, WaitMs, YieldMs,
 };
 use crate::types::{
-    CloseTerminalResult, DrainResult, Event, HasActiveResult, KillResult, KilledCount, ListFilter,
+    CloseTerminalResult, DrainResult, HasActiveResult, KillResult, KilledCount, ListFilter,
     ListResult, LogResult, OutputItem, PollResult, ReadResult, ResizeResult, ShutdownResult,
-    SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult, WaitAnyResult,
-    WaitCondition, WaitResult,
+    SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult, StreamedEvent,
+    WaitAnyResult, WaitCondition, WaitResult,
 };
 use crate::types::{DownResult, UpResult};
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
@@ -135,8 +135,10 @@ pub trait ProcdApi {
 
     /// Streams every event as it is queued (without consuming it), plus
     /// `started`/`exited` for every session and `close_terminal`.
-    #[subscription(name = "subscribe_events" => "event", unsubscribe = "unsubscribe_events", item = Event)]
-    async fn subscribe_events(&self) -> SubscriptionResult;
+    /// Every event as it happens; with `since`, first the kept events
+    /// numbered after it (a resume after a daemon restart).
+    #[subscription(name = "subscribe_events" => "event", unsubscribe = "unsubscribe_events", item = StreamedEvent, param_kind = map)]
+    async fn subscribe_events(&self, since: Option<u64>) -> SubscriptionResult;
 
     #[method(name = "list", param_kind = map)]
     async fn list(
@@ -286,7 +288,7 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
     ("close_terminal", &["session_id"]),
     ("subscribe_output", &["session_id", "cursor"]),
     ("unsubscribe_output", &["subscription"]),
-    ("subscribe_events", &[]),
+    ("subscribe_events", &["since"]),
     ("unsubscribe_events", &["subscription"]),
     ("list", &["task_id", "session_key", "status"]),
     (

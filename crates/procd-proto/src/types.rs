@@ -946,6 +946,17 @@ pub enum Event {
     Lagged { missed: u64 },
 }
 
+/// An event as `subscribe_events` streams it: its sequence number beside
+/// its fields. Every event has one but a UI's `close_terminal` and
+/// `lagged`; a subscriber resumes after the last it saw with `since`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamedEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
 impl Event {
     /// The owner and summary of a queued event (None for live-only ones).
     pub fn about(&self) -> Option<&About> {

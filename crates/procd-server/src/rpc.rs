@@ -12,14 +12,18 @@ use procd_proto::{
     KillResult, KilledCount, Limit, ListFilter, ListResult, LogResult, MaxActiveAgeS, MaxBytes,
     MaxOutputChars, MaxOutputTokens, Offset, OutputItem, PollResult, ProcdApiServer, ProjectName,
     ReadResult, ResizeResult, Rows, SessionName, ShutdownResult, SignalResult, SignalSpec,
-    SnapshotResult, SpawnParams, SpawnResult, StatusResult, StdinResult, TimeoutS, UpResult,
-    WaitAnyResult, WaitCondition, WaitMs, WaitResult, YieldMs,
+    SnapshotResult, SpawnParams, SpawnResult, StatusResult, StdinResult, StreamedEvent, TimeoutS,
+    UpResult, WaitAnyResult, WaitCondition, WaitMs, WaitResult, YieldMs,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub struct Api {
     pub daemon: Arc<Daemon>,
+}
+
+fn streamed(seq: Option<u64>, event: Event) -> StreamedEvent {
+    StreamedEvent { seq, event }
 }
 
 fn rpc_err(e: Error) -> ErrorObjectOwned {
@@ -305,19 +309,41 @@ impl ProcdApiServer for Api {
         }
     }
 
-    async fn subscribe_events(&self, pending: PendingSubscriptionSink) -> SubscriptionResult {
+    async fn subscribe_events(
+        &self,
+        pending: PendingSubscriptionSink,
+        since: Option<u64>,
+    ) -> SubscriptionResult {
         // Subscribe before accepting, so nothing queued meanwhile is missed.
-        let mut events = self.daemon.registry.notifications().subscribe();
+        let queue = self.daemon.registry.notifications();
+        let procd_core::notify::Resumed {
+            kept,
+            missed,
+            live: mut events,
+        } = match since {
+            Some(since) => queue.follow(since),
+            None => procd_core::notify::Resumed {
+                kept: Vec::new(),
+                missed: 0,
+                live: queue.subscribe(),
+            },
+        };
         let sink = pending.accept().await?;
+        if missed > 0 {
+            send(&sink, &streamed(None, Event::Lagged { missed })).await?;
+        }
+        for (seq, event) in kept {
+            send(&sink, &streamed(Some(seq), event)).await?;
+        }
         loop {
             let event = tokio::select! {
                 e = events.recv() => e,
                 _ = sink.closed() => return Ok(()),
             };
             match event {
-                Ok(value) => send(&sink, &value).await?,
+                Ok((seq, event)) => send(&sink, &streamed(seq, event)).await?,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                    send(&sink, &Event::Lagged { missed }).await?;
+                    send(&sink, &streamed(None, Event::Lagged { missed })).await?;
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
             }

@@ -1,7 +1,7 @@
 //! What every command module of the binary shares, and nothing else: exit
 //! statuses, the one-shot async runtime, where a command runs. A leaf:
-//! cli.rs, lifecycle.rs, attach.rs, mcp.rs and offline.rs use it; it uses
-//! none of them.
+//! cli.rs, lifecycle.rs, attach.rs, mcp/, events.rs, waiting.rs and
+//! offline.rs use it; it uses none of them.
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_FAILED: i32 = 1;
@@ -9,6 +9,15 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_NOT_RUNNING: i32 = 3;
 /// `procd wait` when the session is still running at the timeout.
 pub const EXIT_WAIT_TIMEOUT: i32 = 124;
+
+/// A shell-style status: the code itself, or 128+N for a death by signal N.
+pub fn wait_exit_code(code: Option<i32>) -> i32 {
+    match code {
+        Some(c) if c >= 0 => c & 0xff,
+        Some(c) => 128 + (-c & 0x7f),
+        None => EXIT_FAILED,
+    }
+}
 
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     match tokio::runtime::Builder::new_current_thread()

@@ -1,7 +1,9 @@
 //! Subcommands and their exit codes (docs/operations.md): 0 ok, 1 failed, 2 usage,
 //! 3 not running (`status`); `procd wait` exits with the session's code.
 
-use crate::base::{block_on, cwd_from_here, EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WAIT_TIMEOUT};
+use crate::base::{
+    block_on, cwd_from_here, wait_exit_code, EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WAIT_TIMEOUT,
+};
 use crate::lifecycle;
 use crate::lifecycle::LeaseCommand;
 use crate::render;
@@ -146,13 +148,9 @@ enum ClientCommand {
         #[arg(long, value_name = "N")]
         limit: Option<u64>,
     },
-    /// Wait for a session to exit; exits with its exit code.
-    Wait {
-        id: String,
-        /// Give up after this many seconds (default: the daemon's max_wait_s).
-        #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S")]
-        timeout: Option<TimeoutS>,
-    },
+    /// Wait for a session to exit and exit with its code; with --any, for
+    /// the first exit, readiness, prompt or output match of several.
+    Wait(crate::waiting::WaitArgs),
     /// Terminate a session and everything it started.
     Kill {
         id: String,
@@ -165,8 +163,9 @@ enum ClientCommand {
     },
     /// Type a line into a session's stdin (Enter appended).
     Send { id: String, text: String },
-    /// Print events (completions, watch matches, starts and exits) as they happen.
-    Events,
+    /// Print events as they happen, one line each (SEQ KIND SESSION TEXT),
+    /// for a watcher such as Claude Code's Monitor; --pending for hooks.
+    Events(crate::events::EventsArgs),
     /// Connect this terminal to a session; Ctrl-] detaches and leaves it running.
     Attach { id: String },
     /// Start a stack's services that are not running (procd.toml or
@@ -802,42 +801,28 @@ async fn client_command(
             target.print(&r, |r| r.output.clone());
             Ok(EXIT_OK)
         }
-        ClientCommand::Wait { id, timeout } => {
-            let id = resolve(client, id).await?;
-            wait(target, conn, id, timeout).await
+        ClientCommand::Wait(args) if args.any => {
+            crate::waiting::wait_any(&args, target.json, conn).await
         }
+        ClientCommand::Wait(args) => match &args.ids[..] {
+            [id] => {
+                let id = resolve(client, id.clone()).await?;
+                wait(target, conn, id, args.timeout).await
+            }
+            _ => {
+                eprintln!("procd wait: several sessions need --any");
+                Ok(EXIT_USAGE)
+            }
+        },
         ClientCommand::Kill { id, signal, grace } => {
             kill(target, client, resolve(client, id).await?, signal, grace).await
         }
         ClientCommand::Send { id, text } => {
             send(target, client, resolve(client, id).await?, text).await
         }
-        ClientCommand::Events => events(target, conn).await,
+        ClientCommand::Events(args) => crate::events::run(&args, target.json, conn).await,
         ClientCommand::Attach { id } => crate::attach::run(conn, resolve(client, id).await?).await,
         ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
-    }
-}
-
-/// `procd events`: prints events as they happen. It ends when the daemon
-/// ends the subscription (it is stopping), and rides through a daemon's
-/// death (docs/survival.md): it subscribes again, saying on stderr that
-/// what was published meanwhile is not replayed, or fails once no daemon
-/// comes back.
-async fn events(target: &Target, conn: &procd_client::Reconnecting) -> Result<i32, ClientError> {
-    let subscribe = |c: std::sync::Arc<Client>| async move { c.subscribe_events().await };
-    let mut events = conn.call(subscribe).await?;
-    loop {
-        while let Some(event) = events.next().await {
-            let Ok(event) = event else { continue };
-            target.print(&event, render::event);
-        }
-        if conn.last().await.is_connected() {
-            return Ok(EXIT_OK);
-        }
-        events = conn.call(subscribe).await?;
-        eprintln!(
-            "procd events: procd restarted; events published while it was down are not shown (queued notifications are kept: procd rpc drain_notifications)"
-        );
     }
 }
 
@@ -933,15 +918,6 @@ async fn rpc(client: &Client, method: &str, params: Option<String>) -> Result<i3
     };
     println!("{result}");
     Ok(EXIT_OK)
-}
-
-/// A shell-style status: the code itself, or 128+N for a death by signal N.
-fn wait_exit_code(code: Option<i32>) -> i32 {
-    match code {
-        Some(c) if c >= 0 => c & 0xff,
-        Some(c) => 128 + (-c & 0x7f),
-        None => EXIT_FAILED,
-    }
 }
 
 /// `procd logs -f`: reads by cursor with a long-poll until the session

@@ -6,12 +6,14 @@ mod attach;
 mod base;
 mod cli;
 mod dial;
+mod events;
 mod lifecycle;
 mod mcp;
 mod offline;
 mod render;
 mod stacks;
 mod top;
+mod waiting;
 
 use clap::Parser;
 

@@ -1,8 +1,8 @@
 //! Human-readable renderings of results (the `--json` form is the result).
 
 use procd_proto::{
-    CompletionReason, Event, ExitInfo, KillResult, KillStatus, ListResult, PollResult,
-    SessionStatus, SpawnResult, StatusResult, WaitResult, WaitStatus,
+    CompletionReason, ExitInfo, KillResult, KillStatus, ListResult, PollResult, SessionStatus,
+    SpawnResult, StatusResult, WaitResult, WaitStatus,
 };
 
 fn exit_summary(exit: &Option<ExitInfo>) -> String {
@@ -238,27 +238,4 @@ fn row(p: &procd_proto::ProcessEntry) -> String {
         ports,
         command
     )
-}
-
-pub fn event(e: &Event) -> String {
-    let kind = serde_json::to_value(e)
-        .ok()
-        .and_then(|v| v["type"].as_str().map(String::from))
-        .unwrap_or_else(|| "event".into());
-    if let Some(text) = e.text() {
-        return format!("{kind:<14} {text}");
-    }
-    let detail = match e {
-        Event::Started { pid, command, .. } => format!("pid {pid}  {command}"),
-        Event::Exited {
-            exit_code,
-            signal,
-            completion_reason,
-            ..
-        } => ended(*exit_code, signal.as_deref(), *completion_reason),
-        Event::Port { port, .. } => format!("listening on {port}"),
-        Event::Lagged { missed } => format!("{missed} events missed (this client fell behind)"),
-        _ => String::new(),
-    };
-    format!("{kind:<14} {}  {detail}", e.session_id().unwrap_or(""))
 }

@@ -111,16 +111,22 @@ pub async fn push(
     keys: Vec<String>,
     peer: Peer<RoleServer>,
 ) {
-    let subscribe = |c: Arc<jsonrpsee::core::client::Client>| async move {
-        procd_client::ProcdApiClient::subscribe_events(&*c).await
-    };
     let mut pacing = Pacing::default();
+    // The last event number seen: a new daemon is asked for what came
+    // after it, so a restart loses no push.
+    let mut last: Option<u64> = None;
     loop {
+        let since = last;
+        let subscribe = move |c: Arc<jsonrpsee::core::client::Client>| async move {
+            procd_client::ProcdApiClient::subscribe_events(&*c, since).await
+        };
         let Ok(mut events) = client.call(subscribe).await else {
             return;
         };
-        while let Some(event) = events.next().await {
-            let Ok(event) = event else { break };
+        while let Some(streamed) = events.next().await {
+            let Ok(streamed) = streamed else { break };
+            last = streamed.seq.or(last);
+            let event = streamed.event;
             let Some(about) = event.about() else { continue };
             let mine = about.session_key.as_ref().is_some_and(|k| keys.contains(k));
             if !mine {

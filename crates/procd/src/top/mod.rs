@@ -379,7 +379,7 @@ async fn connection(endpoint: Endpoint, refresh: Arc<Notify>, tx: mpsc::Sender<M
     loop {
         let linked = async {
             let client = Arc::new(endpoint.connect().await.ok()?);
-            let events = client.subscribe_events().await.ok()?;
+            let events = client.subscribe_events(None).await.ok()?;
             Some((client, events))
         };
         let Some((client, mut events)) = linked.await else {
