@@ -209,6 +209,55 @@ fn a_memory_limit_ends_the_allocator_as_oom() {
         .unwrap_or_else(|| panic!("no oom event: {events}"));
     assert_eq!(oom["session_id"], r["session_id"]);
     assert!(oom["oom_kills"].as_u64() >= Some(1), "{oom}");
+    // Each text says what its fields say: the kill, and a completion
+    // that names the OOM killer and the root's own exit code.
+    assert!(
+        oom["text"].as_str().unwrap_or("").contains("memory limit"),
+        "{oom}"
+    );
+    let done = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "completion")
+        .unwrap();
+    let text = done["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("OOM killer") && text.contains("(exit code 0"),
+        "{done}"
+    );
+    assert!(!text.contains("unknown"), "{done}");
+    // The same through procd events, one line each, from the journal.
+    let id = r["session_id"].as_str().unwrap();
+    let mut follow = std::process::Command::new(BIN)
+        .arg("--home")
+        .arg(d.home.path())
+        .args([
+            "events",
+            "--since",
+            "0",
+            "--session",
+            id,
+            "--kinds",
+            "oom,completed",
+        ])
+        .env("HOME", d.home.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("procd events");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(follow.stdout.take().unwrap()));
+    let oom_line = lines.next().and_then(Result::ok).unwrap_or_default();
+    let done_line = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(
+        oom_line.contains(&format!(" oom {id} ")) && oom_line.contains("memory limit"),
+        "{oom_line}"
+    );
+    assert!(
+        done_line.contains(" completed ") && done_line.contains("OOM killer"),
+        "{done_line}"
+    );
     // The oom event came first, then the completion.
     let completion = kinds
         .iter()
