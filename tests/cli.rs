@@ -328,3 +328,46 @@ fn completions_complete_subcommands_and_the_man_page_renders() {
         "an unknown shell is a usage error"
     );
 }
+
+/// `procd events` as a watcher reads it: filtered by name and kind, one
+/// line each; a bad kind is a usage error naming it; `--pending` for
+/// hooks prints nothing and exits 0 when nothing is queued.
+#[test]
+fn procd_events_filters_by_name_and_kind() {
+    let d = Daemon::start();
+    let web =
+        d.spawn_with(serde_json::json!({"command": "echo up; exec sleep 300", "name": "web"}));
+    d.spawn("echo other");
+    let mut follow = Command::new(BIN)
+        .arg("--home")
+        .arg(d.home.path())
+        .args([
+            "events", "--since", "0", "--name", "web", "--kinds", "started",
+        ])
+        .env("HOME", d.home.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("procd events");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        follow.stdout.take().expect("stdout"),
+    ));
+    let first = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(
+        first.contains(&format!(" started {web} started (pid ")),
+        "{first}"
+    );
+    let bad = d.cli(&["events", "--kinds", "finished"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("\"finished\""),
+        "{bad:?}"
+    );
+    let none = d.cli(&["events", "--pending", "--key", "nobody"]);
+    assert_eq!(
+        (none.status.code(), none.stdout.len()),
+        (Some(0), 0),
+        "{none:?}"
+    );
+}

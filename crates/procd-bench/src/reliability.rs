@@ -167,6 +167,13 @@ fn errors_of(method: &str) -> &'static [i64] {
             WRONG_STATE as i64,
         ],
         "up" => &[INVALID_PARAMS as i64, LIMIT_REACHED as i64],
+        // -32002: a key with no running session; -32004: past 64 sessions.
+        "wait_any" => &[
+            INVALID_PARAMS as i64,
+            SESSION_NOT_FOUND as i64,
+            WRONG_STATE as i64,
+            LIMIT_REACHED as i64,
+        ],
         "no_such_method" => &[METHOD_NOT_FOUND as i64],
         _ if procd_proto::method_params(method).is_some_and(|p| p.contains(&"session_id")) => {
             SESSION
@@ -180,7 +187,7 @@ fn fits(method: &str, result: &Value) -> Result<(), String> {
     use procd_proto::{
         CloseTerminalResult, DownResult, DrainResult, HasActiveResult, KillResult, KilledCount,
         ListResult, LogResult, PollResult, ReadResult, ResizeResult, SignalResult, SnapshotResult,
-        SpawnResult, StatusResult, StdinResult, UpResult, WaitResult,
+        SpawnResult, StatusResult, StdinResult, UpResult, WaitAnyResult, WaitResult,
     };
     fn shape<T: serde::de::DeserializeOwned>(v: &Value) -> Result<(), String> {
         T::deserialize(v).map(drop).map_err(|e| e.to_string())
@@ -191,6 +198,7 @@ fn fits(method: &str, result: &Value) -> Result<(), String> {
         "read" => shape::<ReadResult>(result),
         "log" => shape::<LogResult>(result),
         "wait" => shape::<WaitResult>(result),
+        "wait_any" => shape::<WaitAnyResult>(result),
         "kill" => shape::<KillResult>(result),
         "signal" => shape::<SignalResult>(result),
         "write_stdin" | "submit_stdin" | "close_stdin" => shape::<StdinResult>(result),

@@ -112,7 +112,9 @@ impl Default for NotificationQueue {
             queued: Mutex::new(Queued {
                 events: VecDeque::new(),
                 history: VecDeque::new(),
-                next_seq: 0,
+                // From 1, so `follow(0)` (and `procd events --since 0`)
+                // means "everything kept".
+                next_seq: 1,
                 seen: VecDeque::new(),
                 seen_set: HashSet::new(),
                 journal: None,
@@ -511,19 +513,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("notifications.jsonl");
         let q = NotificationQueue::persistent(&path);
-        q.push(ev("a", None)); // 0, queued
-        q.publish(port("b")); // 1, live only
-        q.push(ev("c", Some("k"))); // 2, queued for k
+        q.push(ev("a", None)); // 1, queued
+        q.publish(port("b")); // 2, live only
+        q.push(ev("c", Some("k"))); // 3, queued for k
         q.publish_now(port("ui")); // not numbered, not kept
         assert_eq!(ids(q.drain(None, &[])), ["a"]);
-        let (kept, missed) = followed(&q, 0);
-        assert_eq!(kept, [(1, "b".into()), (2, "c".into())]);
+        let (kept, missed) = followed(&q, 1);
+        assert_eq!(kept, [(2, "b".into()), (3, "c".into())]);
         assert_eq!(missed, 0);
+        assert_eq!(followed(&q, 0).0.len(), 3, "from 0: all that is kept");
         drop(q);
         // The next daemon: the same history, drained or not; numbers go on.
         let q = NotificationQueue::persistent(&path);
-        assert_eq!(followed(&q, 0).0, [(1, "b".into()), (2, "c".into())]);
-        assert_eq!(q.next_seq(), 3);
+        assert_eq!(followed(&q, 1).0, [(2, "b".into()), (3, "c".into())]);
+        assert_eq!(q.next_seq(), 4);
         assert_eq!(q.len(), 1, "only c is still queued");
         // Far more events than are kept: compactions keep the newest, the
         // queued c survives them, and a reader that asks for older ones
@@ -536,7 +539,7 @@ mod tests {
         let (kept, missed) = followed(&q, 0);
         assert_eq!(kept.len(), MAX_HISTORY);
         assert_eq!(kept[0].0, missed + 1);
-        assert_eq!(kept.last().unwrap().0, 3 + 3 * MAX_HISTORY as u64 - 1);
+        assert_eq!(kept.last().unwrap().0, 3 + 3 * MAX_HISTORY as u64);
         assert_eq!(ids(q.drain(Some("k"), &[])), ["c"]);
         assert!(
             std::fs::metadata(&path).unwrap().len() < 4 * MAX_HISTORY as u64 * 200,

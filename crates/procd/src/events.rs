@@ -41,6 +41,10 @@ pub struct EventsArgs {
     /// Only this session's events (an id, a prefix or a name; repeatable).
     #[arg(long = "session", value_name = "ID")]
     sessions: Vec<String>,
+    /// Only the events of the session of this name (`project/name` for a
+    /// stack's service; repeatable), as it is when the stream starts.
+    #[arg(long = "name", value_name = "NAME")]
+    names: Vec<String>,
     /// Only the events of sessions started with this session key (repeatable).
     #[arg(long = "key", value_name = "KEY")]
     keys: Vec<String>,
@@ -55,7 +59,7 @@ pub struct EventsArgs {
     /// Take the queued events of --key (as drain_notifications does),
     /// print them and exit 0, printing nothing when there are none: for
     /// agent hooks.
-    #[arg(long, requires = "keys", conflicts_with_all = ["since", "sessions"])]
+    #[arg(long, requires = "keys", conflicts_with_all = ["since", "sessions", "names"])]
     pending: bool,
     /// The longest line, in characters.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CHARS)]
@@ -106,7 +110,7 @@ pub async fn run(
         .await
         .map_err(|e| ClientError::Transport(e.into()))?;
     let mut sessions = HashSet::new();
-    for arg in &args.sessions {
+    for arg in args.sessions.iter().chain(&args.names) {
         sessions.insert(procd_client::resolve_session(&client, arg).await?);
     }
     let filter = Filter {
