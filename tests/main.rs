@@ -20,6 +20,7 @@ mod killing;
 mod lifecycle;
 mod mcp;
 mod protocol;
+mod python_client;
 mod readiness;
 mod remote;
 mod restarts;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure target/mcp-venv holds the Python packages the suite uses —
-# the official MCP SDK that tests/mcp.rs drives `procd mcp` with, and
-# kubernetes-validate, which checks docs/cluster.md's manifest — and
-# prints that venv's python.
+# the official MCP SDK that tests/mcp.rs drives `procd mcp` with,
+# kubernetes-validate, which checks docs/cluster.md's manifest, and
+# pytest, mypy and build for clients/python — and prints that venv's
+# python.
 #
 # The SDK goes into a virtual environment the project owns, never into the
 # system's python3 (stock Debian and Ubuntu refuse `pip install` there:
@@ -13,9 +14,12 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${PROCD_MCP_VENV:-$root/target/mcp-venv}"
 sdk='mcp>=2,<3' # the major version tests/mcp_client.py is written for
 validate='kubernetes-validate==1.37.0' # Kubernetes 1.37 schemas, offline
+# clients/python's tests, its type check and its wheel (built without
+# isolation, so from these pinned tools, offline).
+pytools=('pytest==9.2.0' 'mypy==2.4.1' 'build==1.6.1' 'setuptools==84.2.1' 'wheel==0.45.1')
 py="$venv/bin/python"
 
-ready() { [ -x "$py" ] && "$py" -c 'import mcp, kubernetes_validate' 2>/dev/null; }
+ready() { [ -x "$py" ] && "$py" -c 'import mcp, kubernetes_validate, pytest, mypy, build, setuptools, wheel' 2>/dev/null; }
 if ready; then echo "$py"; exit 0; fi
 
 mkdir -p "$(dirname "$venv")"
@@ -40,8 +44,7 @@ if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
     exit 1
   fi
 fi
-rm -rf "$venv"
-python3 -m venv "$venv" >&2
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "$sdk" "$validate" >&2
+[ -x "$py" ] || python3 -m venv "$venv" >&2
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "$sdk" "$validate" "${pytools[@]}" >&2
 ready || { echo "mcp-venv: the packages did not import after installing them" >&2; exit 1; }
 echo "$py"
