@@ -323,3 +323,182 @@ fn one_wait_over_many_sessions_wakes_at_the_first_thing_that_happens() {
     let r = d.ok("wait_any", json!({"session_ids": many, "timeout_s": 0.1}));
     assert_eq!(r["cursors"].as_object().map(|c| c.len()), Some(1), "{r}");
 }
+
+/// What hermes-agent's registry needs beyond spawn (issue: the frameworks
+/// run their processes through procd): `meta` on every answer and event,
+/// kept across a daemon's death; `update` of the completion wish, watch
+/// patterns and meta after the spawn; who killed it; and bulk calls that
+/// act on one client's sessions only.
+#[test]
+fn meta_update_kill_source_and_owner_filters_hold_across_a_daemon_kill() {
+    let d = Daemon::start();
+    let go = d.home.path().join("go");
+    let meta = json!({"platform": "telegram", "chat_id": "42", "thread": {"id": 7}});
+    let id = d.spawn_with(json!({
+        "command": format!("while [ ! -e '{}' ]; do sleep 0.02; done; echo 'ALERT disk'; exec sleep 300", go.display()),
+        "meta": meta,
+        "session_key": "hermes",
+    }));
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["meta"], meta);
+    // Set after the spawn, as hermes's terminal tool does; then the
+    // daemon dies: the next one keeps what was set.
+    let r = d.ok(
+        "update",
+        json!({"session_id": id, "notify_on_complete": true, "watch_patterns": ["ALERT"]}),
+    );
+    assert_eq!(
+        (
+            r["notify_on_complete"].as_bool(),
+            r["watch_patterns"].clone()
+        ),
+        (Some(true), json!(["ALERT"])),
+        "{r}"
+    );
+    assert_eq!(r["meta"], meta, "meta is kept when not given: {r}");
+    d.kill_daemon();
+    let listed = d.ok("list", json!({"session_key": "hermes"}));
+    let entry = &listed["processes"][0];
+    assert_eq!(
+        (
+            entry["meta"].clone(),
+            entry["watch_patterns"].clone(),
+            entry["notify_on_complete"].as_bool()
+        ),
+        (meta.clone(), json!(["ALERT"]), Some(true)),
+        "{entry}"
+    );
+    std::fs::write(&go, "").expect("go");
+    d.read_until(&id, "ALERT disk");
+    let mut events = Vec::new();
+    wait_until("the watch match set by update", || {
+        events.extend(
+            d.ok("drain_notifications", json!({"session_key": "hermes"}))["events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        events.iter().any(|e| e["type"] == "watch_match")
+    });
+    let matched = events.iter().find(|e| e["type"] == "watch_match").unwrap();
+    assert_eq!(
+        (matched["pattern"].as_str(), matched["meta"].clone()),
+        (Some("ALERT"), meta.clone()),
+        "{matched}"
+    );
+    // A new meta; a kill that says who killed; the completion carries both.
+    let meta2 = json!({"platform": "discord"});
+    d.ok("update", json!({"session_id": id, "meta": meta2}));
+    let killed = d.ok("kill", json!({"session_id": id, "source": "process.kill"}));
+    assert_eq!(killed["termination_source"], "process.kill", "{killed}");
+    let done = d.ok("drain_notifications", json!({"session_key": "hermes"}))["events"][0].clone();
+    assert_eq!(
+        (
+            done["type"].as_str(),
+            done["termination_source"].as_str(),
+            done["meta"].clone()
+        ),
+        (Some("completion"), Some("process.kill"), meta2),
+        "{done}"
+    );
+
+    // Refused by name; an ended session is not updated.
+    for (method, params, names) in [
+        (
+            "spawn",
+            json!({"command": "true", "meta": "chat 42"}),
+            "meta: a JSON object",
+        ),
+        (
+            "spawn",
+            json!({"command": "true", "meta": {"x": "y".repeat(5000)}}),
+            "at most 4096 bytes",
+        ),
+        (
+            "update",
+            json!({"session_id": id, "meta": [1]}),
+            "meta: a JSON object",
+        ),
+        (
+            "update",
+            json!({"session_id": id, "watch_patterns": [""]}),
+            "watch_patterns",
+        ),
+        ("kill", json!({"session_id": id, "source": ""}), "source:"),
+        ("kill_all", json!({"source": "x".repeat(65)}), "source:"),
+    ] {
+        let (code, message) = d.err(method, params.clone());
+        assert_eq!(code, -32602, "{params}: {message}");
+        assert!(message.contains(names), "{params}: {message}");
+    }
+    let (code, message) = d.err(
+        "update",
+        json!({"session_id": id, "notify_on_complete": false}),
+    );
+    assert_eq!(
+        (code, message.contains("has exited")),
+        (-32002, true),
+        "{message}"
+    );
+
+    // Two clients' sessions, and a persistent service of a third: each
+    // client lists, counts and kills its own only.
+    let me = std::process::id() as i32;
+    let (a, b) = (d.lease(me), d.lease(me));
+    let mine = d.spawn_with(json!({"command": "exec sleep 300", "owner": a, "session_key": "ka"}));
+    let theirs =
+        d.spawn_with(json!({"command": "exec sleep 300", "owner": b, "session_key": "kb"}));
+    let service = d.spawn_with(json!({"command": "exec sleep 300", "persist": true}));
+    let listed = d.ok("list", json!({"owner": a}))["processes"].clone();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["session_id"], mine.as_str());
+    assert_eq!(d.ok("has_active", json!({"owner": b}))["count"], 1);
+    assert_eq!(d.ok("kill_all", json!({"owner": a}))["killed"], 1);
+    assert_eq!(
+        d.ok("kill_all", json!({"session_key": "nobody"}))["killed"],
+        0
+    );
+    let running = |id: &str| d.ok("poll", json!({"session_id": id}))["status"] == "running";
+    assert!(!running(&mine) && running(&theirs) && running(&service));
+    assert_eq!(
+        d.ok(
+            "kill_all",
+            json!({"session_key": "kb", "source": "gateway.stop"})
+        )["killed"],
+        1
+    );
+    assert!(!running(&theirs) && running(&service));
+    assert_eq!(
+        d.ok("poll", json!({"session_id": theirs}))["termination_source"],
+        "gateway.stop"
+    );
+    d.ok("kill", json!({"session_id": service}));
+}
+
+/// The watch breaker: past 15 deliveries in 10 s across sessions, matches
+/// are held (and counted into the next delivery), whatever each
+/// pattern's own limit allows.
+#[test]
+fn a_burst_of_watch_matches_across_sessions_trips_the_breaker() {
+    let d = Daemon::start();
+    let patterns = json!(["A1", "B1", "C1", "D1", "E1"]);
+    let ids: Vec<String> = (0..4)
+        .map(|_| {
+            d.spawn_with(json!({
+                "command": "printf 'A1\\nB1\\nC1\\nD1\\nE1\\n'",
+                "watch_patterns": patterns,
+                "session_key": "burst",
+            }))
+        })
+        .collect();
+    for id in &ids {
+        d.wait_exit(id);
+    }
+    let events = d.ok("drain_notifications", json!({"session_key": "burst"}))["events"].clone();
+    let matches = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "watch_match")
+        .count();
+    assert_eq!(matches, 15, "20 matches, 15 delivered: {events}");
+}

@@ -452,6 +452,7 @@ impl FloorAnswers {
             exit: None,
             restart: None,
             sandbox: None,
+            meta: None,
         };
         let seq = Ask::PollWithOutput.output();
         let poll_with_output = procd_proto::PollResult {

@@ -54,6 +54,9 @@ pub struct CheckpointEntry {
     pub notify_on_complete: bool,
     #[serde(default)]
     pub watch_patterns: Vec<String>,
+    /// The caller's `meta` (spawn, update).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
     #[serde(default)]
     pub systemd_unit: Option<String>,
     /// Its cgroup (v2 directory) and the v1 ones its limits use: how the

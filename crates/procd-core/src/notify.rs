@@ -448,6 +448,7 @@ mod tests {
                 task_id: None,
                 command: "x".into(),
                 text: String::new(),
+                meta: None,
             },
             prompt: String::new(),
         }

@@ -43,9 +43,12 @@ mod restarts;
 mod spawn;
 mod stdin;
 mod termination;
+mod update;
 mod wait_any;
 mod yields;
 
+pub use spawn::MAX_META_BYTES;
+pub use termination::Whose;
 pub use wait_any::{WaitAnyAsk, MAX_WAIT_ANY_SESSIONS};
 
 use present::process_entry;
@@ -164,6 +167,8 @@ pub struct Registry {
     /// Running sessions plus spawns in progress (the `max_running` gate).
     running: crate::slot::Slots,
     notifications: NotificationQueue,
+    /// Watch matches of all sessions, past a rate, are held (`watch.rs`).
+    watch_breaker: Mutex<crate::watch::Breaker>,
     redactor: Redactor,
     checkpoint: Option<Checkpoint>,
     /// Faults being lived with (a checkpoint or log that cannot be written).
@@ -246,6 +251,7 @@ impl Registry {
             reaper: Reaper::global(),
             sessions: Mutex::new(HashMap::new()),
             running: crate::slot::Slots::default(),
+            watch_breaker: Mutex::new(crate::watch::Breaker::default()),
             notifications: options
                 .notifications
                 .as_deref()
@@ -401,15 +407,18 @@ impl Registry {
 
     // ----- listing -----------------------------------------------------------
 
+    /// `owner`: only the sessions spawned with that lease token.
     pub fn list(
         &self,
         task_id: Option<&str>,
         session_key: Option<&str>,
         filter: ListFilter,
+        owner: Option<&str>,
     ) -> ListResult {
         let processes = self
             .all_sessions()
             .into_iter()
+            .filter(|s| owner.is_none_or(|o| s.spec.owner.as_deref() == Some(o)))
             .filter_map(|s| {
                 let own_task = task_id.is_none_or(|t| s.spec.task_id.as_deref() == Some(t));
                 let same_key =
@@ -437,12 +446,14 @@ impl Registry {
         task_id: Option<&str>,
         session_key: Option<&str>,
         max_active_age: Option<MaxActiveAgeS>,
+        owner: Option<&str>,
     ) -> HasActiveResult {
         let max_age = max_active_age.map(MaxActiveAgeS::duration);
         let count = self
             .all_sessions()
             .into_iter()
             .filter(|s| s.is_running())
+            .filter(|s| owner.is_none_or(|o| s.spec.owner.as_deref() == Some(o)))
             .filter(|s| match (task_id, session_key) {
                 (None, None) => true,
                 (t, k) => {

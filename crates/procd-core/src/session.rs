@@ -32,7 +32,10 @@ pub struct SessionSpec {
     pub rows: u16,
     pub cols: u16,
     pub notify_on_complete: bool,
+    /// As spawned; what holds now is `Session::asks`.
     pub watch_patterns: Vec<String>,
+    /// The caller's `meta` as spawned; what holds now is `Session::asks`.
+    pub meta: Option<Arc<serde_json::Value>>,
     pub timeout: Option<Duration>,
     pub stdin: StdinMode,
     /// When it counts as ready (docs/agents.md).
@@ -196,10 +199,34 @@ impl SessionState {
     }
 }
 
-/// Watch patterns of a session: the matcher and where its events go.
+/// Watch patterns of a session: the matcher (None while there are no
+/// patterns), where its events go, and how to make it again when
+/// `update` changes the patterns.
 pub struct Watch {
-    pub matcher: WatchMatcher,
+    pub matcher: Option<WatchMatcher>,
     pub deliver: Box<dyn FnMut(WatchOutcome) + Send>,
+    pub asks: watch::Receiver<Asks>,
+    pub min_interval: Duration,
+    pub max_deliveries: u32,
+}
+
+impl Watch {
+    /// Resolves when the session's asks change (never once it is gone).
+    async fn changed(watch: &mut Option<Watch>) {
+        let gone = match watch {
+            Some(w) => w.asks.changed().await.is_err(),
+            None => true,
+        };
+        if gone {
+            std::future::pending::<()>().await
+        }
+    }
+
+    /// Matches the patterns asked for now (their counts start again).
+    fn renew(&mut self) {
+        let patterns = self.asks.borrow_and_update().watch_patterns.clone();
+        self.matcher = WatchMatcher::new(&patterns, self.min_interval, self.max_deliveries);
+    }
 }
 
 /// A request to the session's stdin writer.
@@ -248,8 +275,12 @@ pub struct Session {
     stdin: Mutex<Option<mpsc::Sender<StdinOp>>>,
     /// Set by close_stdin (a PTY keeps its writer for resizes).
     stdin_closed: AtomicBool,
-    /// Starts as asked; switched on when watch patterns are exhausted.
+    /// Starts as asked; switched on when watch patterns are exhausted,
+    /// and set by `update`.
     notify_on_complete: AtomicBool,
+    /// What `update` may change besides: its watch patterns (the
+    /// supervisor wakes on a change and matches the new ones) and `meta`.
+    asks: watch::Sender<Asks>,
     /// Set for a session recovered after a daemon restart: procd no longer
     /// holds its output pipe, so this says what is (un)available.
     pub note: Option<String>,
@@ -288,6 +319,13 @@ pub struct Session {
     /// The run that replaced this one (set before this one is marked
     /// exited, so whoever waits on it follows on to the next).
     successor: OnceLock<Arc<Session>>,
+}
+
+/// What a caller may change of a running session (`update`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Asks {
+    pub watch_patterns: Arc<[String]>,
+    pub meta: Option<Arc<serde_json::Value>>,
 }
 
 /// How long a session must be quiet, blocked on its input, before it
@@ -379,6 +417,11 @@ impl Session {
             stdin: Mutex::new(stdin),
             stdin_closed: AtomicBool::new(false),
             notify_on_complete: AtomicBool::new(spec.notify_on_complete),
+            asks: watch::channel(Asks {
+                watch_patterns: spec.watch_patterns.clone().into(),
+                meta: spec.meta.clone(),
+            })
+            .0,
             note: None,
             systemd_unit: None,
             cgroup: None,
@@ -734,6 +777,30 @@ impl Session {
         self.notify_on_complete.store(true, Ordering::SeqCst);
     }
 
+    pub fn set_notify_on_complete(&self, on: bool) {
+        self.notify_on_complete.store(on, Ordering::SeqCst);
+    }
+
+    /// Its `meta` as the wire shows it.
+    pub fn meta(&self) -> Option<serde_json::Value> {
+        self.asks.borrow().meta.as_deref().cloned()
+    }
+
+    /// Its watch patterns and `meta` as they are now.
+    pub fn asks(&self) -> Asks {
+        self.asks.borrow().clone()
+    }
+
+    /// Changes its watch patterns or `meta` (`update`); a supervisor
+    /// following `subscribe_asks` matches new patterns from its next read.
+    pub fn change_asks(&self, change: impl FnOnce(&mut Asks)) {
+        self.asks.send_modify(change);
+    }
+
+    pub fn subscribe_asks(&self) -> watch::Receiver<Asks> {
+        self.asks.subscribe()
+    }
+
     pub fn stdin_closed(&self) -> bool {
         self.stdin_closed.load(Ordering::SeqCst)
     }
@@ -850,7 +917,7 @@ pub async fn supervise(
     let mut held_until: Option<Instant> = None;
 
     let exit = loop {
-        let linger = watch.as_ref().and_then(|w| w.matcher.deadline());
+        let linger = watch.as_ref().and_then(|w| w.matcher.as_ref()?.deadline());
         let tidy = store.tidy_due();
         tokio::select! {
             biased;
@@ -873,6 +940,11 @@ pub async fn supervise(
             }
             () = sleep_until(linger), if linger.is_some() => {
                 watch_step(&mut watch, WatchMatcher::expire);
+            }
+            () = Watch::changed(&mut watch) => {
+                if let Some(w) = watch.as_mut() {
+                    w.renew();
+                }
             }
             () = sleep_until(tidy), if tidy.is_some() => store.tidy().await,
             () = sleep_until(held_until), if held_until.is_some() => held_until = None,
@@ -997,9 +1069,14 @@ fn watch_step(
     watch: &mut Option<Watch>,
     step: impl FnOnce(&mut WatchMatcher, Instant) -> Vec<WatchOutcome>,
 ) {
-    if let Some(w) = watch {
-        for outcome in step(&mut w.matcher, Instant::now()) {
-            (w.deliver)(outcome);
+    if let Some(Watch {
+        matcher: Some(matcher),
+        deliver,
+        ..
+    }) = watch
+    {
+        for outcome in step(matcher, Instant::now()) {
+            deliver(outcome);
         }
     }
 }

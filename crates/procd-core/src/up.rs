@@ -350,7 +350,7 @@ pub async fn down(
     sessions.reverse();
     let mut services = Vec::with_capacity(sessions.len());
     for s in sessions {
-        let killed = registry.kill(&s.id, None, None).await?;
+        let killed = registry.kill(&s.id, None, None, Some("down")).await?;
         services.push(DownEntry {
             name: s
                 .spec

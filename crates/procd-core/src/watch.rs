@@ -22,6 +22,49 @@ const MAX_PARTIAL: usize = 64 * 1024;
 /// agent's turn, long against the gap between two writes of one burst.
 pub const LINGER: Duration = Duration::from_millis(100);
 
+/// The watch breaker across all sessions, beside each pattern's own
+/// limit (as hermes-agent's): more than `BREAKER_MAX` matches delivered
+/// within `BREAKER_WINDOW` open it, and for `BREAKER_PAUSE` no match is
+/// delivered; the first one after says how many were held.
+pub const BREAKER_MAX: usize = 15;
+pub const BREAKER_WINDOW: Duration = Duration::from_secs(10);
+pub const BREAKER_PAUSE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Default)]
+pub struct Breaker {
+    recent: std::collections::VecDeque<Instant>,
+    open_until: Option<Instant>,
+    held: u32,
+}
+
+impl Breaker {
+    /// Whether a match may be delivered now: `Some(held)` (the matches
+    /// held since the last delivery, to say so), or None to hold it.
+    pub fn admit(&mut self, now: Instant) -> Option<u32> {
+        if let Some(until) = self.open_until {
+            if now < until {
+                self.held += 1;
+                return None;
+            }
+            self.open_until = None;
+        }
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= BREAKER_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        if self.recent.len() >= BREAKER_MAX {
+            self.open_until = Some(now + BREAKER_PAUSE);
+            self.held += 1;
+            return None;
+        }
+        self.recent.push_back(now);
+        Some(std::mem::take(&mut self.held))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchOutcome {
     Match {
@@ -226,6 +269,23 @@ fn contains(haystack: &str, needle: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_breaker_holds_matches_past_its_rate_and_counts_them() {
+        let mut b = Breaker::default();
+        let t0 = Instant::now();
+        for _ in 0..BREAKER_MAX {
+            assert_eq!(b.admit(t0), Some(0));
+        }
+        assert_eq!(b.admit(t0), None, "the 16th within the window opens it");
+        assert_eq!(b.admit(t0 + BREAKER_WINDOW * 2), None, "held while open");
+        assert_eq!(
+            b.admit(t0 + BREAKER_PAUSE),
+            Some(2),
+            "then it says how many"
+        );
+        assert_eq!(b.admit(t0 + BREAKER_PAUSE), Some(0));
+    }
 
     fn matcher(max: u32) -> WatchMatcher {
         WatchMatcher::new(&["ready".to_string()], Duration::from_secs(15), max).unwrap()

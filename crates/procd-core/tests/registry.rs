@@ -90,7 +90,10 @@ async fn a_session_is_dated_from_its_fork_not_from_its_setup() {
         .await
         .unwrap();
     let polled = registry.poll(&spawned.session_id, None).unwrap();
-    assert_eq!(registry.kill_all(None, &[], None).await, 1);
+    assert_eq!(
+        registry.kill_all(Default::default(), &[], None).await.ok(),
+        Some(1)
+    );
     assert!(
         polled.uptime_seconds >= slow.as_secs_f64(),
         "the session is {} s old, though its command ran {slow:?} before it was listed",
@@ -335,7 +338,7 @@ async fn killing_a_recovered_exited_session_still_stops_its_scope() {
         .unwrap();
     assert_eq!(w.status, procd_proto::WaitStatus::Exited);
     let k = registry
-        .kill("proc_aaaa00000000", None, None)
+        .kill("proc_aaaa00000000", None, None, None)
         .await
         .unwrap();
     assert_eq!(k.status, procd_proto::KillStatus::AlreadyExited);

@@ -16,7 +16,7 @@ use crate::types::{
     SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult, StreamedEvent,
     WaitAnyResult, WaitCondition, WaitResult,
 };
-use crate::types::{DownResult, UpResult};
+use crate::types::{DownResult, UpResult, UpdateResult};
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::proc_macros::rpc;
 
@@ -81,13 +81,27 @@ pub trait ProcdApi {
         max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<WaitAnyResult>;
 
+    /// `source`: who ends it, reported as its `termination_source`
+    /// (default "kill").
     #[method(name = "kill", param_kind = map)]
     async fn kill(
         &self,
         session_id: String,
         signal: Option<SignalSpec>,
         grace_s: Option<GraceS>,
+        source: Option<String>,
     ) -> RpcResult<KillResult>;
+
+    /// Changes what a running session was spawned with: its completion
+    /// event, its watch patterns, its `meta`.
+    #[method(name = "update", param_kind = map)]
+    async fn update(
+        &self,
+        session_id: String,
+        notify_on_complete: Option<bool>,
+        watch_patterns: Option<Vec<String>>,
+        meta: Option<serde_json::Value>,
+    ) -> RpcResult<UpdateResult>;
 
     #[method(name = "signal", param_kind = map)]
     async fn signal(&self, session_id: String, signal: SignalSpec) -> RpcResult<SignalResult>;
@@ -146,6 +160,7 @@ pub trait ProcdApi {
         task_id: Option<String>,
         session_key: Option<String>,
         status: Option<ListFilter>,
+        owner: Option<String>,
     ) -> RpcResult<ListResult>;
 
     #[method(name = "has_active", param_kind = map)]
@@ -154,6 +169,7 @@ pub trait ProcdApi {
         task_id: Option<String>,
         session_key: Option<String>,
         max_active_age_s: Option<MaxActiveAgeS>,
+        owner: Option<String>,
     ) -> RpcResult<HasActiveResult>;
 
     #[method(name = "snapshot_running", param_kind = map)]
@@ -165,6 +181,8 @@ pub trait ProcdApi {
         task_id: Option<String>,
         exclude_ids: Option<Vec<String>>,
         source: Option<String>,
+        session_key: Option<String>,
+        owner: Option<String>,
     ) -> RpcResult<KilledCount>;
 
     #[method(name = "kill_started_since", param_kind = map)]
@@ -261,7 +279,11 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
             "max_output_tokens",
         ],
     ),
-    ("kill", &["session_id", "signal", "grace_s"]),
+    ("kill", &["session_id", "signal", "grace_s", "source"]),
+    (
+        "update",
+        &["session_id", "notify_on_complete", "watch_patterns", "meta"],
+    ),
     ("signal", &["session_id", "signal"]),
     (
         "write_stdin",
@@ -290,13 +312,16 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
     ("unsubscribe_output", &["subscription"]),
     ("subscribe_events", &["since"]),
     ("unsubscribe_events", &["subscription"]),
-    ("list", &["task_id", "session_key", "status"]),
+    ("list", &["task_id", "session_key", "status", "owner"]),
     (
         "has_active",
-        &["task_id", "session_key", "max_active_age_s"],
+        &["task_id", "session_key", "max_active_age_s", "owner"],
     ),
     ("snapshot_running", &["task_id"]),
-    ("kill_all", &["task_id", "exclude_ids", "source"]),
+    (
+        "kill_all",
+        &["task_id", "exclude_ids", "source", "session_key", "owner"],
+    ),
     ("kill_started_since", &["task_id", "baseline", "source"]),
     ("drain_notifications", &["session_key", "owned_keys"]),
     ("up", &["file", "dir", "services", "yield_ms"]),
@@ -314,6 +339,7 @@ pub const BY_SESSION: &[&str] = &[
     "log",
     "wait",
     "kill",
+    "update",
     "signal",
     "write_stdin",
     "submit_stdin",

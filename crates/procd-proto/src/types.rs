@@ -119,6 +119,11 @@ pub struct SpawnParams {
     /// What the command may touch (docs/SECURITY.md): a profile or rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxSpec>,
+    /// The caller's own data about the session (a JSON object of at most
+    /// 4 KiB): returned in poll, list and every event of the session, and
+    /// kept across daemons; `update` replaces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 /// `spawn{sandbox}`: a profile ("read-only", "workspace-write", "full")
@@ -500,6 +505,9 @@ pub struct PollResult {
     pub restart: Option<RestartInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxInfo>,
+    /// The caller's `meta` (spawn, update).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -569,6 +577,16 @@ pub struct WaitResult {
     pub exit: Option<ExitInfo>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartInfo>,
+}
+
+/// `update`'s answer: what the session is set to now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdateResult {
+    pub session_id: String,
+    pub notify_on_complete: bool,
+    pub watch_patterns: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 /// What `wait_any` waits for (docs/protocol.md).
@@ -741,6 +759,9 @@ pub struct ProcessEntry {
     pub restart: Option<RestartInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxInfo>,
+    /// The caller's `meta` (spawn, update).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 /// `spawn{ready}`: when a session counts as ready (docs/agents.md). Every key
@@ -846,6 +867,9 @@ pub struct About {
     pub command: String,
     /// A short human summary for an agent.
     pub text: String,
+    /// The session's `meta`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 /// Every event procd sends, by its `type`: the queued ones (consumed by
@@ -926,6 +950,8 @@ pub enum Event {
         session_key: Option<String>,
         pty: bool,
         started_at: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        meta: Option<serde_json::Value>,
     },
     Exited {
         session_id: String,
@@ -937,6 +963,8 @@ pub enum Event {
         completion_reason: CompletionReason,
         termination_source: Option<String>,
         exited_at: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        meta: Option<serde_json::Value>,
     },
     /// The session's tree started listening on a port.
     Port { session_id: String, port: u16 },

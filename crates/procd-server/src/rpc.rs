@@ -13,7 +13,7 @@ use procd_proto::{
     MaxOutputChars, MaxOutputTokens, Offset, OutputItem, PollResult, ProcdApiServer, ProjectName,
     ReadResult, ResizeResult, Rows, SessionName, ShutdownResult, SignalResult, SignalSpec,
     SnapshotResult, SpawnParams, SpawnResult, StatusResult, StdinResult, StreamedEvent, TimeoutS,
-    UpResult, WaitAnyResult, WaitCondition, WaitMs, WaitResult, YieldMs,
+    UpResult, UpdateResult, WaitAnyResult, WaitCondition, WaitMs, WaitResult, YieldMs,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -179,10 +179,25 @@ impl ProcdApiServer for Api {
         session_id: String,
         signal: Option<SignalSpec>,
         grace_s: Option<GraceS>,
+        source: Option<String>,
     ) -> RpcResult<KillResult> {
         self.daemon
             .registry
-            .kill(&session_id, signal, grace_s)
+            .kill(&session_id, signal, grace_s, source.as_deref())
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn update(
+        &self,
+        session_id: String,
+        notify_on_complete: Option<bool>,
+        watch_patterns: Option<Vec<String>>,
+        meta: Option<serde_json::Value>,
+    ) -> RpcResult<UpdateResult> {
+        self.daemon
+            .registry
+            .update(&session_id, notify_on_complete, watch_patterns, meta)
             .await
             .map_err(rpc_err)
     }
@@ -355,11 +370,13 @@ impl ProcdApiServer for Api {
         task_id: Option<String>,
         session_key: Option<String>,
         status: Option<ListFilter>,
+        owner: Option<String>,
     ) -> RpcResult<ListResult> {
         Ok(self.daemon.registry.list(
             task_id.as_deref(),
             session_key.as_deref(),
             status.unwrap_or_default(),
+            owner.as_deref(),
         ))
     }
 
@@ -368,11 +385,13 @@ impl ProcdApiServer for Api {
         task_id: Option<String>,
         session_key: Option<String>,
         max_active_age_s: Option<MaxActiveAgeS>,
+        owner: Option<String>,
     ) -> RpcResult<HasActiveResult> {
         Ok(self.daemon.registry.has_active(
             task_id.as_deref(),
             session_key.as_deref(),
             max_active_age_s,
+            owner.as_deref(),
         ))
     }
 
@@ -385,16 +404,20 @@ impl ProcdApiServer for Api {
         task_id: Option<String>,
         exclude_ids: Option<Vec<String>>,
         source: Option<String>,
+        session_key: Option<String>,
+        owner: Option<String>,
     ) -> RpcResult<KilledCount> {
+        let whose = procd_core::registry::Whose {
+            task_id: task_id.as_deref(),
+            session_key: session_key.as_deref(),
+            owner: owner.as_deref(),
+        };
         let killed = self
             .daemon
             .registry
-            .kill_all(
-                task_id.as_deref(),
-                &exclude_ids.unwrap_or_default(),
-                source.as_deref(),
-            )
-            .await;
+            .kill_all(whose, &exclude_ids.unwrap_or_default(), source.as_deref())
+            .await
+            .map_err(rpc_err)?;
         Ok(KilledCount { killed })
     }
 

@@ -760,7 +760,7 @@ async fn client_command(
         }
         ClientCommand::Ps { task, running } => {
             let filter = running.then_some(procd_proto::ListFilter::Running);
-            let r = client.list(task, None, filter).await?;
+            let r = client.list(task, None, filter, None).await?;
             target.print(&r, render::table);
             Ok(EXIT_OK)
         }
@@ -864,7 +864,7 @@ async fn kill(
     grace: Option<GraceS>,
 ) -> Result<i32, ClientError> {
     let r = client
-        .kill(id, signal.map(procd_proto::SignalSpec::Name), grace)
+        .kill(id, signal.map(procd_proto::SignalSpec::Name), grace, None)
         .await?;
     target.print(&r, render::killed);
     Ok(match r.status {

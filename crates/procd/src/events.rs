@@ -310,6 +310,7 @@ mod tests {
                 session_key: Some("k".into()),
                 pty: false,
                 started_at: String::new(),
+                meta: None,
             },
         }
     }

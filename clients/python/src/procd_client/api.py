@@ -45,6 +45,7 @@ class Api(Generic[R]):
         replace: Optional[bool] = None,
         restart: Optional[Dict[str, Any]] = None,
         sandbox: Optional[Any] = None,
+        meta: Optional[Dict[str, Any]] = None,
     ) -> R:
         return self._call("spawn", _params(locals()))
 
@@ -110,8 +111,19 @@ class Api(Generic[R]):
         *,
         signal: Optional[str] = None,
         grace_s: Optional[float] = None,
+        source: Optional[str] = None,
     ) -> R:
         return self._call("kill", _params(locals()))
+
+    def update(
+        self,
+        session_id: str,
+        *,
+        notify_on_complete: Optional[bool] = None,
+        watch_patterns: Optional[List[str]] = None,
+        meta: Optional[Dict[str, Any]] = None,
+    ) -> R:
+        return self._call("update", _params(locals()))
 
     def signal(self, session_id: str, signal: str) -> R:
         return self._call("signal", _params(locals()))
@@ -153,6 +165,7 @@ class Api(Generic[R]):
         task_id: Optional[str] = None,
         session_key: Optional[str] = None,
         status: Optional[str] = None,
+        owner: Optional[str] = None,
     ) -> R:
         return self._call("list", _params(locals()))
 
@@ -162,6 +175,7 @@ class Api(Generic[R]):
         task_id: Optional[str] = None,
         session_key: Optional[str] = None,
         max_active_age_s: Optional[float] = None,
+        owner: Optional[str] = None,
     ) -> R:
         return self._call("has_active", _params(locals()))
 
@@ -174,6 +188,8 @@ class Api(Generic[R]):
         task_id: Optional[str] = None,
         exclude_ids: Optional[List[str]] = None,
         source: Optional[str] = None,
+        session_key: Optional[str] = None,
+        owner: Optional[str] = None,
     ) -> R:
         return self._call("kill_all", _params(locals()))
 

@@ -214,6 +214,7 @@ impl Registry {
             completion_reason: record.reason,
             termination_source: record.source.clone(),
             exited_at: rfc3339(record.exited_at),
+            meta: session.meta(),
         });
     }
 

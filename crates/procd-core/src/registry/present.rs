@@ -117,6 +117,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         exit: exit_info(&state),
         restart: restart_info(s),
         sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
+        meta: s.meta(),
     }
 }
 
@@ -140,12 +141,13 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         pty: s.spec.pty,
         persist: s.spec.persist,
         notify_on_complete: s.notify_on_complete(),
-        watch_patterns: s.spec.watch_patterns.clone(),
+        watch_patterns: s.asks().watch_patterns.to_vec(),
         activity: activity(s),
         session_scoped,
         note: s.note.clone(),
         restart: restart_info(s),
         sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
+        meta: s.meta(),
     }
 }
 
@@ -166,6 +168,7 @@ pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Eve
             task_id: s.spec.task_id.clone(),
             command,
             text,
+            meta: s.meta(),
         },
         exit_code: e.exit_code,
         completion_reason: e.reason,
@@ -226,17 +229,34 @@ impl Registry {
                 output,
                 suppressed,
             } => {
+                let breaker = self
+                    .watch_breaker
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .admit(std::time::Instant::now());
+                let Some(held) = breaker else {
+                    return; // held by the breaker, and counted
+                };
                 let output = self.redactor.output(&output, s.env_dump).into_owned();
+                let mut said = Vec::new();
+                if suppressed > 0 {
+                    said.push(format!("{suppressed} more matches suppressed"));
+                }
+                if held > 0 {
+                    said.push(format!(
+                        "{held} matches of all sessions held while too many came at once"
+                    ));
+                }
                 let text = format!(
                     "Background process {} printed a line matching {pattern:?}{}: {}",
                     s.id,
-                    if suppressed > 0 {
-                        format!(" ({suppressed} more matches suppressed)")
-                    } else {
-                        String::new()
+                    match said.is_empty() {
+                        true => String::new(),
+                        false => format!(" ({})", said.join("; ")),
                     },
                     first_chars(&output, 300)
                 );
+                let suppressed = suppressed + held;
                 Event::WatchMatch {
                     about: self.about(s, text),
                     pattern,
@@ -267,6 +287,7 @@ impl Registry {
             task_id: s.spec.task_id.clone(),
             command: s.shown_command(&self.redactor).to_string(),
             text,
+            meta: s.meta(),
         }
     }
 

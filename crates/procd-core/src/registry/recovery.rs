@@ -134,7 +134,8 @@ impl Registry {
                 persist: s.spec.persist,
                 pty: s.spec.pty,
                 notify_on_complete: s.notify_on_complete(),
-                watch_patterns: s.spec.watch_patterns.clone(),
+                watch_patterns: s.asks().watch_patterns.to_vec(),
+                meta: s.meta(),
                 systemd_unit: s.systemd_unit.clone(),
                 cgroup: s.cgroup.as_ref().map(|c| c.path().display().to_string()),
                 cgroup_v1: s.cgroup.as_ref().map_or(vec![], |c| {
@@ -519,6 +520,11 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         cols: e.cols.unwrap_or(120),
         notify_on_complete: e.notify_on_complete,
         watch_patterns: e.watch_patterns.clone(),
+        // A meta that is not what spawn takes (planted) is dropped.
+        meta: e
+            .meta
+            .clone()
+            .and_then(|m| super::spawn::check_meta(m).ok()),
         // Each run's whole timeout (`timeout_at` is the run's start plus
         // it): the next run gets all of it, and this one's deadline is
         // counted from its start, as the first daemon counted it.

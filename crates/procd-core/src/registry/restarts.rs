@@ -223,6 +223,11 @@ impl Registry {
         count: RunCount,
     ) -> Result<(), Error> {
         let mut spec = run.spec.clone();
+        // What `update` changed holds for the next run too.
+        let asks = run.asks();
+        spec.watch_patterns = asks.watch_patterns.to_vec();
+        spec.meta = asks.meta;
+        spec.notify_on_complete = run.notify_on_complete();
         let id = run.id.clone();
         // A new cgroup of the same name (with the same limits): the kernel
         // (6.18 here) kills every child cloned into a cgroup that was once
@@ -259,6 +264,7 @@ impl Registry {
             session_key: next.spec.session_key.clone(),
             pty: next.spec.pty,
             started_at: next.started_at_text().to_string(),
+            meta: next.meta(),
         });
         self.announce_restart(&next, restarts);
         // Recorded before its output can be read (the supervisor stores

@@ -139,6 +139,7 @@ impl Registry {
         // `owner` is checked against the leases by the daemon (procd-server).
         let watch_patterns = req.watch_patterns.clone().unwrap_or_default();
         check_watch_patterns(&watch_patterns)?;
+        let meta = req.meta.clone().map(check_meta).transpose()?;
         let (rows, cols) = (
             req.rows.map_or(30, Rows::get),
             req.cols.map_or(120, Cols::get),
@@ -179,6 +180,7 @@ impl Registry {
             cols,
             notify_on_complete: req.notify_on_complete.unwrap_or(false),
             watch_patterns,
+            meta,
             timeout,
             stdin,
             ready,
@@ -389,6 +391,7 @@ impl Registry {
             session_key: session.spec.session_key.clone(),
             pty: session.spec.pty,
             started_at: session.started_at_text().to_string(),
+            meta: session.meta(),
         });
 
         let checkpointed = self.write_running_checkpoint().await;
@@ -590,12 +593,7 @@ impl Registry {
                 }
             }
         };
-        let watch = WatchMatcher::new(
-            &session.spec.watch_patterns,
-            Duration::from_secs_f64(self.config.watch_min_interval_s),
-            self.config.watch_max_deliveries,
-        )
-        .map(|matcher| {
+        let watch = {
             let me = me.clone();
             let watched = Arc::downgrade(&session);
             let deliver: Box<dyn FnMut(WatchOutcome) + Send> = Box::new(move |outcome| {
@@ -603,8 +601,20 @@ impl Registry {
                     reg.deliver_watch(&s, outcome);
                 }
             });
-            session::Watch { matcher, deliver }
-        });
+            let mut watch = session::Watch {
+                matcher: None,
+                deliver,
+                asks: session.subscribe_asks(),
+                min_interval: Duration::from_secs_f64(self.config.watch_min_interval_s),
+                max_deliveries: self.config.watch_max_deliveries,
+            };
+            watch.matcher = WatchMatcher::new(
+                &session.asks().watch_patterns,
+                watch.min_interval,
+                watch.max_deliveries,
+            );
+            Some(watch)
+        };
         let supervised = session;
         let handing_over = self.handing_over.subscribe();
         let counted = self.count_supervisor();
@@ -962,7 +972,34 @@ fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), Err
 }
 
 /// Watch patterns: bounded in count, each 1..=MAX bytes on one line.
-fn check_watch_patterns(patterns: &[String]) -> Result<(), Error> {
+/// The largest `meta`, as JSON.
+pub const MAX_META_BYTES: usize = 4096;
+
+/// `meta`, checked: a JSON object of at most `MAX_META_BYTES`.
+pub(super) fn check_meta(meta: serde_json::Value) -> Result<Arc<serde_json::Value>, Error> {
+    let kind = match &meta {
+        serde_json::Value::Object(_) => None,
+        serde_json::Value::Null => Some("null"),
+        serde_json::Value::Bool(_) => Some("a boolean"),
+        serde_json::Value::Number(_) => Some("a number"),
+        serde_json::Value::String(_) => Some("a string"),
+        serde_json::Value::Array(_) => Some("an array"),
+    };
+    if let Some(kind) = kind {
+        return Err(Error::InvalidParams(format!(
+            "meta: a JSON object of at most {MAX_META_BYTES} bytes, got {kind}"
+        )));
+    }
+    let size = serde_json::to_vec(&meta).map_or(usize::MAX, |b| b.len());
+    if size > MAX_META_BYTES {
+        return Err(Error::InvalidParams(format!(
+            "meta: a JSON object of at most {MAX_META_BYTES} bytes, got {size}"
+        )));
+    }
+    Ok(Arc::new(meta))
+}
+
+pub(super) fn check_watch_patterns(patterns: &[String]) -> Result<(), Error> {
     if patterns.len() > MAX_WATCH_PATTERNS {
         return Err(Error::InvalidParams(format!(
             "watch_patterns: at most {MAX_WATCH_PATTERNS} patterns, got {}",

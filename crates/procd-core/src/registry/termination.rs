@@ -86,12 +86,15 @@ impl Registry {
             .min(MAX_GRACE)
     }
 
+    /// `source`: who ends it, as its `termination_source` (default "kill").
     pub async fn kill(
         &self,
         id: &str,
         signal: Option<SignalSpec>,
         grace_s: Option<GraceS>,
+        source: Option<&str>,
     ) -> Result<KillResult, Error> {
+        let source = check_source(source)?;
         let s = self.find(id)?;
         let signal = match signal {
             None => libc::SIGTERM,
@@ -99,7 +102,13 @@ impl Registry {
         };
         let grace = self.grace(grace_s);
         Ok(self
-            .terminate(&s, signal, grace, CompletionReason::Killed, "kill")
+            .terminate(
+                &s,
+                signal,
+                grace,
+                CompletionReason::Killed,
+                source.unwrap_or("kill"),
+            )
             .await)
     }
 
@@ -133,21 +142,24 @@ impl Registry {
             .count() as u32
     }
 
+    /// Kills the running sessions of `whose` (each filter given must
+    /// hold: a client ends its own sessions only), but `exclude_ids`.
     pub async fn kill_all(
         &self,
-        task_id: Option<&str>,
+        whose: Whose<'_>,
         exclude_ids: &[String],
         source: Option<&str>,
-    ) -> u32 {
+    ) -> Result<u32, Error> {
+        let source = check_source(source)?;
         let exclude: HashSet<String> = exclude_ids.iter().map(|i| normalize_id(i)).collect();
         let victims = self
             .all_sessions()
             .into_iter()
             .filter(|s| s.is_running())
-            .filter(|s| task_id.is_none_or(|t| s.spec.task_id.as_deref() == Some(t)))
+            .filter(|s| whose.holds(s))
             .filter(|s| !exclude.contains(&s.id))
             .collect();
-        self.kill_many(victims, source.unwrap_or("kill_all")).await
+        Ok(self.kill_many(victims, source.unwrap_or("kill_all")).await)
     }
 
     pub async fn kill_started_since(
@@ -287,4 +299,43 @@ fn kill_result(s: &Session, status: KillStatus) -> KillResult {
 fn signal_param(spec: &SignalSpec) -> Result<i32, Error> {
     parse_signal(spec)
         .ok_or_else(|| Error::InvalidParams(format!("signal: unknown signal {spec:?}")))
+}
+
+/// Whose sessions a bulk call acts on: each filter given must hold.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Whose<'a> {
+    pub task_id: Option<&'a str>,
+    pub session_key: Option<&'a str>,
+    /// A lease token: the sessions spawned with it as `owner`.
+    pub owner: Option<&'a str>,
+}
+
+impl Whose<'_> {
+    pub fn holds(&self, s: &Session) -> bool {
+        let is = |want: Option<&str>, has: &Option<String>| {
+            want.is_none_or(|w| has.as_deref() == Some(w))
+        };
+        is(self.task_id, &s.spec.task_id)
+            && is(self.session_key, &s.spec.session_key)
+            && is(self.owner, &s.spec.owner)
+    }
+}
+
+/// The longest `source`.
+const MAX_SOURCE_CHARS: usize = 64;
+
+/// A kill's `source`, checked: 1 to 64 printable characters.
+fn check_source(source: Option<&str>) -> Result<Option<&str>, Error> {
+    match source {
+        Some(s)
+            if s.is_empty()
+                || s.chars().count() > MAX_SOURCE_CHARS
+                || s.chars().any(char::is_control) =>
+        {
+            Err(Error::InvalidParams(format!(
+                "source: 1 to {MAX_SOURCE_CHARS} printable characters, got {s:?}"
+            )))
+        }
+        other => Ok(other),
+    }
 }

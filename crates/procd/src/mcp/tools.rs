@@ -282,7 +282,12 @@ impl ProcdMcp {
         let r = self
             .client()
             .await
-            .kill(id, signal, p.grace_s.map(GraceS::new))
+            .kill(
+                id,
+                signal,
+                p.grace_s.map(GraceS::new),
+                Some("mcp.kill".into()),
+            )
             .await;
         Ok(match r {
             Ok(r) => {
@@ -350,7 +355,7 @@ impl ProcdMcp {
             Some("exited") => Some(ListFilter::Exited),
             _ => None,
         };
-        let r = match self.client().await.list(None, None, filter).await {
+        let r = match self.client().await.list(None, None, filter, None).await {
             Ok(r) => r,
             Err(e) => return Ok(tool_error(e)),
         };
@@ -603,7 +608,7 @@ impl ProcdMcp {
         if ids.is_empty() {
             return None;
         }
-        let all = match self.client().await.list(None, None, None).await {
+        let all = match self.client().await.list(None, None, None, None).await {
             Ok(all) => all,
             Err(e) => return Some(tool_error(e)),
         };

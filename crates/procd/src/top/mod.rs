@@ -267,7 +267,7 @@ impl Top {
                 let label = label(&id);
                 self.model.notice = Some(format!("killing {label}…"));
                 async move {
-                    match client.kill(id, None, None).await {
+                    match client.kill(id, None, None, Some("top".into())).await {
                         Ok(r) => crate::render::killed(&r),
                         Err(e) => format!("kill {label}: {}", describe(&e)),
                     }
@@ -408,7 +408,7 @@ async fn connection(endpoint: Endpoint, refresh: Arc<Notify>, tx: mpsc::Sender<M
                 }
             }
             listed = Instant::now();
-            let msg = match client.list(None, None, None).await {
+            let msg = match client.list(None, None, None, None).await {
                 Ok(list) => Msg::List(list.processes),
                 Err(e) if procd_client::is_disconnect(&e) => break,
                 Err(e) => Msg::Notice(format!("list: {}", describe(&e))),
