@@ -15,6 +15,7 @@ mod blind_spots;
 mod cli;
 mod containment;
 mod docs;
+mod hermes;
 mod interactive;
 mod killing;
 mod lifecycle;

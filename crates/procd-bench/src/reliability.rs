@@ -187,7 +187,7 @@ fn fits(method: &str, result: &Value) -> Result<(), String> {
     use procd_proto::{
         CloseTerminalResult, DownResult, DrainResult, HasActiveResult, KillResult, KilledCount,
         ListResult, LogResult, PollResult, ReadResult, ResizeResult, SignalResult, SnapshotResult,
-        SpawnResult, StatusResult, StdinResult, UpResult, WaitAnyResult, WaitResult,
+        SpawnResult, StatusResult, StdinResult, UpResult, UpdateResult, WaitAnyResult, WaitResult,
     };
     fn shape<T: serde::de::DeserializeOwned>(v: &Value) -> Result<(), String> {
         T::deserialize(v).map(drop).map_err(|e| e.to_string())
@@ -199,6 +199,7 @@ fn fits(method: &str, result: &Value) -> Result<(), String> {
         "log" => shape::<LogResult>(result),
         "wait" => shape::<WaitResult>(result),
         "wait_any" => shape::<WaitAnyResult>(result),
+        "update" => shape::<UpdateResult>(result),
         "kill" => shape::<KillResult>(result),
         "signal" => shape::<SignalResult>(result),
         "write_stdin" | "submit_stdin" | "close_stdin" => shape::<StdinResult>(result),
