@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 /// Connections served at once; past it the longest idle one is closed.
 pub const MAX_CONNECTIONS: usize = 512;
@@ -94,10 +95,15 @@ pub async fn serve(
         next_id += 1;
         live.lock().insert(id, handle.clone());
         let live = live.clone();
-        connections.spawn(async move {
-            crate::connection::serve(stream, peer_pid, protocol, shutdown, handle).await;
-            live.lock().remove(&id);
-        });
+        // Every log line of the connection names it (and its client's pid).
+        let span = tracing::info_span!("connection", id, peer_pid = ?peer_pid);
+        connections.spawn(
+            async move {
+                crate::connection::serve(stream, peer_pid, protocol, shutdown, handle).await;
+                live.lock().remove(&id);
+            }
+            .instrument(span),
+        );
         // Reap finished connection tasks so the set does not grow.
         while connections.try_join_next().is_some() {}
     }

@@ -45,3 +45,18 @@ pub fn cwd_from_here(cwd: Option<String>) -> Option<String> {
         (None, here) => here?.into_os_string().into_string().ok(),
     }
 }
+
+/// A client error as a person reads it: the daemon's message, or what
+/// went wrong with the connection.
+pub fn describe(err: &jsonrpsee::core::client::Error) -> String {
+    use jsonrpsee::core::client::Error as ClientError;
+    match err {
+        ClientError::Call(obj) => obj.message().to_string(),
+        // What was asked may have been done before the daemon died (a
+        // spawn is recorded before its answer waits): look, don't repeat.
+        other if procd_client::is_disconnect(other) => format!(
+            "the connection broke before procd answered ({other}); a daemon that died comes back by itself, and what was asked may have been done: see `procd ps` before asking again"
+        ),
+        other => other.to_string(),
+    }
+}

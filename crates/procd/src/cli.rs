@@ -2,7 +2,8 @@
 //! 3 not running (`status`); `procd wait` exits with the session's code.
 
 use crate::base::{
-    block_on, cwd_from_here, wait_exit_code, EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WAIT_TIMEOUT,
+    block_on, cwd_from_here, describe, wait_exit_code, EXIT_FAILED, EXIT_OK, EXIT_USAGE,
+    EXIT_WAIT_TIMEOUT,
 };
 use crate::lifecycle;
 use crate::lifecycle::LeaseCommand;
@@ -481,20 +482,6 @@ fn not_running(target: &Target) -> i32 {
         eprintln!("procd is not running");
     }
     EXIT_FAILED
-}
-
-/// A client error as a person reads it: the daemon's message, or what
-/// went wrong with the connection.
-pub fn describe(err: &ClientError) -> String {
-    match err {
-        ClientError::Call(obj) => obj.message().to_string(),
-        // What was asked may have been done before the daemon died (a
-        // spawn is recorded before its answer waits): look, don't repeat.
-        other if procd_client::is_disconnect(other) => format!(
-            "the connection broke before procd answered ({other}); a daemon that died comes back by itself, and what was asked may have been done: see `procd ps` before asking again"
-        ),
-        other => other.to_string(),
-    }
 }
 
 fn run_daemon(

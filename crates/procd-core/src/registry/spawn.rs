@@ -615,10 +615,12 @@ impl Registry {
             );
             Some(watch)
         };
+        // Every log line of the supervisor names its session and root.
+        let span = tracing::info_span!("session", id = %session.id, pid = session.pid());
         let supervised = session;
         let handing_over = self.handing_over.subscribe();
         let counted = self.count_supervisor();
-        tokio::spawn(async move {
+        let supervisor = async move {
             let _counted = counted;
             let how = session::Supervision {
                 noise,
@@ -631,7 +633,8 @@ impl Registry {
             if let Some(record) = record {
                 Registry::record_end(&me, &supervised, record);
             }
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(supervisor, span));
     }
 
     /// Starts the session's root (`procd_sys::spawn`: no copy of the

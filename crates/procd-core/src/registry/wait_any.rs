@@ -77,17 +77,8 @@ impl Registry {
         }
         loop {
             // Subscribe before looking, so no change between the two is lost.
-            let mut events = self.notifications.subscribe();
-            let mut outputs = Vec::with_capacity(watched.len());
-            let mut states = Vec::with_capacity(watched.len());
-            let mut readies = Vec::with_capacity(watched.len());
+            let mut wakes = Wakes::subscribe(self, &mut watched);
             let mut wake = deadline;
-            for w in &mut watched {
-                w.session = w.session.current();
-                outputs.push(w.session.output.subscribe());
-                states.push(w.session.subscribe_state());
-                readies.push(w.session.subscribe_readiness());
-            }
             for i in 0..watched.len() {
                 let (hit, partial) = self.look(&mut watched[i], &until, regex.as_ref()).await?;
                 if let Some(hit) = hit {
@@ -105,50 +96,9 @@ impl Registry {
                 }
             }
             if Instant::now() >= deadline {
-                return Ok(WaitAnyResult {
-                    condition: WaitAnyOutcome::Timeout,
-                    session_id: None,
-                    command: None,
-                    status: None,
-                    line: None,
-                    prompt: None,
-                    ports: Vec::new(),
-                    output: String::new(),
-                    cursor: None,
-                    next_cursor: None,
-                    cursors: watched
-                        .iter()
-                        .map(|w| (w.session.id.clone(), w.from))
-                        .collect(),
-                    waited_ms: begun.elapsed().as_millis() as u64,
-                    original_chars: None,
-                    kept_error_lines: None,
-                    exit: None,
-                });
+                return Ok(timed_out(&watched, begun));
             }
-            let mut wakes: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = Vec::new();
-            for rx in &mut outputs {
-                wakes.push(Box::pin(async move {
-                    changed_or_never(rx.changed().await).await
-                }));
-            }
-            for rx in &mut states {
-                wakes.push(Box::pin(async move {
-                    changed_or_never(rx.changed().await).await
-                }));
-            }
-            for rx in &mut readies {
-                wakes.push(Box::pin(async move {
-                    changed_or_never(rx.changed().await).await
-                }));
-            }
-            wakes.push(Box::pin(async move {
-                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = events.recv().await {
-                    std::future::pending::<()>().await
-                }
-            }));
-            wakes.push(Box::pin(tokio::time::sleep_until(wake)));
-            futures::future::select_all(wakes).await;
+            wakes.any(wake).await;
         }
     }
 
@@ -302,6 +252,87 @@ impl Registry {
             kept_error_lines: read.kept_error_lines,
             exit: exit_info(&state),
         })
+    }
+}
+
+/// What wakes a round: every watched session's output, state and
+/// readiness, and the event stream (the monitor's "waiting for input").
+struct Wakes {
+    outputs: Vec<tokio::sync::watch::Receiver<u64>>,
+    states: Vec<tokio::sync::watch::Receiver<crate::session::SessionState>>,
+    readies: Vec<tokio::sync::watch::Receiver<crate::readiness::Readiness>>,
+    events: crate::notify::Live,
+}
+
+impl Wakes {
+    /// Subscribes to all of it (each session followed to its current run).
+    fn subscribe(registry: &Registry, watched: &mut [Watched]) -> Wakes {
+        let events = registry.notifications.subscribe();
+        let mut wakes = Wakes {
+            outputs: Vec::with_capacity(watched.len()),
+            states: Vec::with_capacity(watched.len()),
+            readies: Vec::with_capacity(watched.len()),
+            events,
+        };
+        for w in watched {
+            w.session = w.session.current();
+            wakes.outputs.push(w.session.output.subscribe());
+            wakes.states.push(w.session.subscribe_state());
+            wakes.readies.push(w.session.subscribe_readiness());
+        }
+        wakes
+    }
+
+    /// Sleeps until any of it changes, or until `wake`.
+    async fn any(&mut self, wake: Instant) {
+        let mut futures: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = Vec::new();
+        for rx in &mut self.outputs {
+            futures.push(Box::pin(async move {
+                changed_or_never(rx.changed().await).await
+            }));
+        }
+        for rx in &mut self.states {
+            futures.push(Box::pin(async move {
+                changed_or_never(rx.changed().await).await
+            }));
+        }
+        for rx in &mut self.readies {
+            futures.push(Box::pin(async move {
+                changed_or_never(rx.changed().await).await
+            }));
+        }
+        let events = &mut self.events;
+        futures.push(Box::pin(async move {
+            if let Err(tokio::sync::broadcast::error::RecvError::Closed) = events.recv().await {
+                std::future::pending::<()>().await
+            }
+        }));
+        futures.push(Box::pin(tokio::time::sleep_until(wake)));
+        futures::future::select_all(futures).await;
+    }
+}
+
+/// The answer when nothing happened in time: every cursor as given.
+fn timed_out(watched: &[Watched], begun: Instant) -> WaitAnyResult {
+    WaitAnyResult {
+        condition: WaitAnyOutcome::Timeout,
+        session_id: None,
+        command: None,
+        status: None,
+        line: None,
+        prompt: None,
+        ports: Vec::new(),
+        output: String::new(),
+        cursor: None,
+        next_cursor: None,
+        cursors: watched
+            .iter()
+            .map(|w| (w.session.id.clone(), w.from))
+            .collect(),
+        waited_ms: begun.elapsed().as_millis() as u64,
+        original_chars: None,
+        kept_error_lines: None,
+        exit: None,
     }
 }
 

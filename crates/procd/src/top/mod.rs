@@ -9,8 +9,8 @@
 mod model;
 mod view;
 
+use crate::base::describe;
 use crate::base::{EXIT_FAILED, EXIT_OK};
-use crate::cli::describe;
 use crossterm::event::{Event as TermEvent, EventStream, KeyEventKind};
 use futures::{FutureExt, StreamExt};
 use jsonrpsee::core::client::Client;

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Counts what docs/ARCHITECTURE.md's house rules bound (issue 49): files
+over 800 lines and functions over 80 lines in crates/*/src (tests and the
+bench excluded), as `scripts/house-counts.py [--list]` prints them.
+
+A function's length is from its `fn` line to its closing brace, found by
+matching braces outside strings, chars and comments: a reader's count, not
+a compiler's (a `fn` inside a macro is counted as one)."""
+
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FILE_LIMIT, FN_LIMIT = 800, 80
+
+
+def code_only(text: str) -> str:
+    """The text with comments, strings and char literals blanked (lines kept)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i)); i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j])); i = j
+        elif c == "r" and re.match(r'r#*"', text[i:i + 10]) and not text[i - 1:i].isalnum():
+            hashes = re.match(r"r(#*)\"", text[i:]).group(1)
+            end = '"' + hashes
+            j = text.find(end, i + 2 + len(hashes))
+            j = n if j < 0 else j + len(end)
+            out.append(re.sub(r"[^\n]", " ", text[i:j])); i = j
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(re.sub(r"[^\n]", " ", text[i:j + 1])); i = j + 1
+        elif c == "'" and re.match(r"'(\\.|[^\\'])'", text[i:i + 4]) or re.match(r"'\\u\{[0-9a-fA-F]+\}'", text[i:i + 12]):
+            m = re.match(r"'(\\u\{[0-9a-fA-F]+\}|\\.|[^\\'])'", text[i:])
+            out.append(" " * len(m.group(0))); i += len(m.group(0))
+        else:
+            out.append(c); i += 1
+    return "".join(out)
+
+
+def functions(path: pathlib.Path):
+    code = code_only(path.read_text())
+    for m in re.finditer(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)", code):
+        open_at = code.find("{", m.end())
+        semi = code.find(";", m.end())
+        if open_at < 0 or (0 <= semi < open_at):
+            continue  # a declaration without a body
+        depth, i = 0, open_at
+        while i < len(code):
+            if code[i] == "{":
+                depth += 1
+            elif code[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            i += 1
+        start = code.count("\n", 0, m.start()) + 1
+        end = code.count("\n", 0, i) + 1
+        yield m.group(1), start, end - start + 1
+
+
+def main() -> None:
+    sources = [
+        p for p in sorted(ROOT.glob("crates/*/src/**/*.rs"))
+        if "procd-bench" not in p.parts
+    ]
+    long_files = [(p, len(p.read_text().splitlines())) for p in sources]
+    long_files = [(p, n) for p, n in long_files if n > FILE_LIMIT]
+    long_fns = []
+    for p in sources:
+        # Unit tests in a file's `mod tests` are tests.
+        text = p.read_text()
+        cut = text.find("#[cfg(test)]")
+        test_from = text.count("\n", 0, cut) + 1 if cut >= 0 else 10**9
+        for name, line, length in functions(p):
+            if length > FN_LIMIT and line < test_from:
+                long_fns.append((p, name, line, length))
+    print(f"files over {FILE_LIMIT} lines: {len(long_files)}")
+    print(f"functions over {FN_LIMIT} lines: {len(long_fns)}")
+    if "--list" in sys.argv:
+        for p, n in long_files:
+            print(f"  {p.relative_to(ROOT)}: {n} lines")
+        for p, name, line, length in sorted(long_fns, key=lambda f: -f[3]):
+            print(f"  {p.relative_to(ROOT)}:{line} {name}: {length} lines")
+
+
+if __name__ == "__main__":
+    main()
