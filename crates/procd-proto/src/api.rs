@@ -22,7 +22,7 @@ use jsonrpsee::proc_macros::rpc;
 
 #[rpc(server, client)]
 pub trait ProcdApi {
-    // `spawn` takes one `SpawnParams` (see types.rs): it is registered by
+    // `spawn` takes one `SpawnParams` (see types/spawn.rs): it is registered by
     // the daemon beside this table, and called by clients through
     // `procd_client::spawn`.
 
