@@ -11,6 +11,7 @@ mod lifecycle;
 mod mcp;
 mod offline;
 mod render;
+mod spawning;
 mod stacks;
 mod top;
 mod waiting;

@@ -1,0 +1,269 @@
+//! `procd spawn`'s flags, checked once into spawn's params
+//! (`SpawnArgs::params`): a usage error says what is wrong before
+//! anything is sent.
+
+use crate::base::cwd_from_here;
+use procd_proto::{parse_param, BackoffS, CpuCores, TimeoutS};
+use std::collections::BTreeMap;
+
+/// `spawn{ready}` from the `--ready-*` flags (None without any).
+fn ready_condition(
+    output: Option<String>,
+    port: Option<String>,
+    http: Option<String>,
+    timeout_s: Option<TimeoutS>,
+) -> Result<Option<procd_proto::ReadySpec>, String> {
+    if output.is_none() && port.is_none() && http.is_none() {
+        return match timeout_s {
+            Some(_) => {
+                Err("--ready-timeout needs --ready-output, --ready-port or --ready-http".into())
+            }
+            None => Ok(None),
+        };
+    }
+    let port = match port.as_deref() {
+        None => None,
+        Some("any") => Some(procd_proto::ReadyPort::Any(procd_proto::AnyPort::Any)),
+        Some(p) => match p.parse() {
+            Ok(n) => Some(procd_proto::ReadyPort::Number(n)),
+            Err(_) => {
+                return Err(format!(
+                    "--ready-port takes a port number or \"any\", got {p:?}"
+                ))
+            }
+        },
+    };
+    Ok(Some(procd_proto::ReadySpec {
+        output,
+        port,
+        http,
+        timeout_s: timeout_s.map(TimeoutS::get),
+    }))
+}
+
+/// `procd spawn`'s flags, checked into `SpawnParams` by `params`.
+#[derive(clap::Args, Debug)]
+pub struct SpawnArgs {
+    /// Run it on a pseudo-terminal.
+    #[arg(long)]
+    pty: bool,
+    /// Working directory, relative to the current one (default: the
+    /// current directory).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<String>,
+    /// Extra environment variable, repeatable.
+    #[arg(long = "env", value_name = "K=V")]
+    env: Vec<String>,
+    /// Task id to group sessions by.
+    #[arg(long = "task", value_name = "T")]
+    task: Option<String>,
+    /// A name for it, unique among the running sessions of its project: a
+    /// second spawn of the same name and command starts nothing.
+    #[arg(long, value_name = "NAME", value_parser = procd_proto::SessionName::parse)]
+    name: Option<procd_proto::SessionName>,
+    /// The project its name belongs to.
+    #[arg(long, value_name = "P", requires = "name", value_parser = procd_proto::ProjectName::parse)]
+    project: Option<procd_proto::ProjectName>,
+    /// Replace a running session of this name that runs another command.
+    #[arg(long, requires = "name")]
+    replace: bool,
+    /// Start it again when it ends: on-failure, always or no.
+    #[arg(long, value_name = "POLICY", value_parser = procd_proto::RestartPolicy::parse)]
+    restart: Option<procd_proto::RestartPolicy>,
+    /// Restarts in a row before it ends as crash_loop (default 5).
+    #[arg(long, value_name = "N", requires = "restart")]
+    max_restarts: Option<u32>,
+    /// First delay before a restart, doubled per restart in a row up to
+    /// 30 s (default 1).
+    #[arg(long, value_parser = parse_param::<BackoffS>, value_name = "S", requires = "restart")]
+    backoff: Option<BackoffS>,
+    /// Queue a completion notification when it exits.
+    #[arg(long)]
+    notify: bool,
+    /// Notify when an output line contains PAT, repeatable.
+    #[arg(long = "watch", value_name = "PAT")]
+    watch: Vec<String>,
+    /// Kill the session's tree after this many seconds.
+    #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S")]
+    timeout: Option<TimeoutS>,
+    /// Ready once an output line matches this regex (then return).
+    #[arg(long, value_name = "REGEX")]
+    ready_output: Option<String>,
+    /// Ready once the tree listens on this TCP port, or "any".
+    #[arg(long, value_name = "PORT")]
+    ready_port: Option<String>,
+    /// Ready once this loopback URL answers 200-399.
+    #[arg(long, value_name = "URL")]
+    ready_http: Option<String>,
+    /// How long to wait for readiness (default 60 s; the session keeps
+    /// running either way).
+    #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S")]
+    ready_timeout: Option<TimeoutS>,
+    /// Memory limit of the session's tree: bytes, or with K, M, G (1024s).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    memory: Option<u64>,
+    /// CPU limit of the session's tree, in cores (e.g. 1.5).
+    #[arg(long, value_parser = parse_param::<CpuCores>, value_name = "CORES")]
+    cpus: Option<CpuCores>,
+    /// Most processes (and threads) the session's tree may have.
+    #[arg(long, value_name = "N")]
+    pids: Option<u64>,
+    /// Run it in a sandbox the kernel enforces on its whole tree:
+    /// workspace-write (write under its cwd and its TMPDIR only, no
+    /// network), read-only, or full (none).
+    #[arg(long, value_name = "PROFILE", value_parser = procd_proto::SandboxProfile::parse)]
+    sandbox: Option<procd_proto::SandboxProfile>,
+    /// Also writable in the sandbox (repeatable; relative to its cwd).
+    /// Without --sandbox, the profile is workspace-write.
+    #[arg(long, value_name = "PATH")]
+    writable: Vec<String>,
+    /// The sandbox's network: none (the default), all, or the TCP ports it
+    /// may reach, e.g. connect=5432,bind=3000.
+    #[arg(long, value_name = "NET", value_parser = parse_network)]
+    network: Option<procd_proto::NetworkSpec>,
+    /// The command: one argument is used as given; several are joined with spaces.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+impl SpawnArgs {
+    /// The request these flags ask for, or what is wrong with them (a
+    /// usage error: nothing was sent).
+    /// The spawn's params; `remote`: the daemon is elsewhere, so this
+    /// directory means nothing there (a relative `--cwd` is the far side's
+    /// to resolve, and without one its default applies).
+    pub fn params(self, remote: bool) -> Result<procd_proto::SpawnParams, String> {
+        let ready = ready_condition(
+            self.ready_output,
+            self.ready_port,
+            self.ready_http,
+            self.ready_timeout,
+        )?;
+        // With a condition, wait for it (and a bit more, so that the
+        // daemon's own timeout answers first).
+        let yield_ms = ready.as_ref().map(|r| {
+            let s = r.timeout_s.unwrap_or(60.0);
+            procd_proto::YieldMs::new(s * 1000.0 + 1000.0)
+        });
+        let mut vars = BTreeMap::new();
+        for kv in self.env {
+            match kv.split_once('=') {
+                Some((k, v)) if !k.is_empty() => {
+                    vars.insert(k.to_string(), v.to_string());
+                }
+                _ => return Err(format!("--env takes NAME=VALUE, got {kv:?}")),
+            }
+        }
+        let limited = self.memory.is_some() || self.cpus.is_some() || self.pids.is_some();
+        let sandbox = sandbox_spec(self.sandbox, self.writable, self.network)?;
+        Ok(procd_proto::SpawnParams {
+            name: self.name,
+            project: self.project,
+            replace: self.replace.then_some(true),
+            restart: self.restart.map(|policy| procd_proto::RestartSpec {
+                policy,
+                max_restarts: self.max_restarts.map(procd_proto::MaxRestarts::new),
+                backoff_s: self.backoff,
+                reset_after_s: None,
+            }),
+            command: self.command.join(" "),
+            cwd: match remote {
+                true => self.cwd,
+                false => cwd_from_here(self.cwd),
+            },
+            env: (!vars.is_empty()).then_some(vars),
+            pty: Some(self.pty),
+            task_id: self.task,
+            notify_on_complete: Some(self.notify),
+            watch_patterns: (!self.watch.is_empty()).then_some(self.watch),
+            timeout_s: self.timeout,
+            yield_ms,
+            ready,
+            sandbox,
+            limits: limited.then(|| procd_proto::Limits {
+                memory_bytes: self.memory.map(procd_proto::MemoryBytes::new),
+                cpu_cores: self.cpus,
+                pids: self.pids.map(procd_proto::Pids::new),
+            }),
+            ..Default::default()
+        })
+    }
+}
+
+/// `spawn{sandbox}` from `--sandbox`, `--writable` and `--network`: the
+/// profile alone, or the object form when paths or a network are added
+/// (workspace-write's cwd kept).
+fn sandbox_spec(
+    profile: Option<procd_proto::SandboxProfile>,
+    writable: Vec<String>,
+    network: Option<procd_proto::NetworkSpec>,
+) -> Result<Option<procd_proto::SandboxSpec>, String> {
+    use procd_proto::{SandboxProfile, SandboxRules, SandboxSpec};
+    if writable.is_empty() && network.is_none() {
+        return Ok(profile.map(SandboxSpec::Profile));
+    }
+    let mut paths = match profile.unwrap_or(SandboxProfile::WorkspaceWrite) {
+        SandboxProfile::Full => {
+            return Err(
+                "--writable and --network are for a sandbox; --sandbox full has none".into(),
+            )
+        }
+        SandboxProfile::WorkspaceWrite => vec![".".to_string()],
+        SandboxProfile::ReadOnly => Vec::new(),
+    };
+    paths.extend(writable);
+    Ok(Some(SandboxSpec::Rules(SandboxRules {
+        writable: Some(paths),
+        readable: None,
+        network,
+    })))
+}
+
+/// `--network`: "all", "none", or `connect=PORT` and `bind=PORT` items
+/// separated by commas.
+fn parse_network(text: &str) -> Result<procd_proto::NetworkSpec, String> {
+    use procd_proto::NetworkSpec;
+    match text {
+        "all" => return Ok(NetworkSpec::All),
+        "none" => return Ok(NetworkSpec::None),
+        _ => {}
+    }
+    let (mut connect, mut bind) = (Vec::new(), Vec::new());
+    for item in text.split(',') {
+        let bad = || format!("{item:?}: expected all, none, or connect=PORT / bind=PORT items");
+        let (kind, port) = item.split_once('=').ok_or_else(bad)?;
+        let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?;
+        match kind {
+            "connect" => connect.push(port),
+            "bind" => bind.push(port),
+            _ => return Err(bad()),
+        }
+    }
+    Ok(NetworkSpec::Ports { connect, bind })
+}
+
+/// "512M", "2G", "64k" or plain bytes (powers of 1024).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let shift = match unit.to_ascii_uppercase().trim_end_matches(['B', 'I']) {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?}: expected bytes, or a number with K, M, G or T"
+            ))
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: expected bytes, or a number with K, M, G or T"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?}: too large"))
+}
