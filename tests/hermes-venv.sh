@@ -11,10 +11,24 @@ venv="${PROCD_HERMES_VENV:-$root/target/hermes-venv}"
 py="$venv/bin/python"
 packages=('hermes-agent==0.19.0' 'pytest==9.2.0')
 
-ready() {
-  [ -x "$py" ] && "$py" -c 'import tools.process_registry, tools.terminal_tool, pytest' 2>/dev/null \
-    && "$py" -m pip show hermes-agent 2>/dev/null | grep -qx 'Version: 0.19.0'
+# The import is tried from / with a throwaway HERMES_HOME: no `tools`
+# folder of the caller's shadows hermes's, and hermes writes nothing of
+# its own at import into the user's ~/.hermes.
+probe() {
+  local home rc
+  home=$(mktemp -d)
+  (cd / && HERMES_HOME="$home" "$py" -c 'import tools.process_registry, tools.terminal_tool, pytest')
+  rc=$?
+  rm -rf "$home"
+  return $rc
 }
+ready() {
+  [ -x "$py" ] && probe 2>/dev/null \
+    && [ "$(version)" = 0.19.0 ]
+}
+# Read whole (a `grep -q` that stops early would fail the pipeline with
+# pip's SIGPIPE under pipefail, now and then).
+version() { "$py" -m pip show hermes-agent 2>/dev/null | sed -n 's/^Version: //p'; }
 if ready; then echo "$py"; exit 0; fi
 
 mkdir -p "$(dirname "$venv")"
@@ -27,5 +41,9 @@ if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
 fi
 [ -x "$py" ] || python3 -m venv "$venv" >&2
 "$py" -m pip install -q --disable-pip-version-check "${packages[@]}" >&2
-ready || { echo "hermes-venv: hermes-agent did not import after installing it" >&2; exit 1; }
+if ! ready; then
+  echo "hermes-venv: hermes-agent did not import after installing it:" >&2
+  probe >&2 || true
+  exit 1
+fi
 echo "$py"

@@ -675,3 +675,151 @@ fn after_a_flood_the_log_is_plain_capped_text_again_once_output_is_quiet() {
     assert_eq!(last["output"], "300000\nquiet now\n");
     d.ok("kill", json!({"session_id": id}));
 }
+
+/// 1000 concurrent kill, write, poll and resize calls on one session
+/// across its exits, restarts and its final kill (issue 49: one session,
+/// one owner): every call is answered within a deadline, and the answers
+/// fit one order of events — a poll never sees fewer restarts than one
+/// that ended before it began, nothing after the kill's answer sees it
+/// running, and no call meets an error it should not.
+#[test]
+fn a_thousand_concurrent_calls_on_one_session_fit_one_order_of_events() {
+    use std::time::Instant;
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({
+        "command": "read x; exit 3",
+        "pty": true,
+        "restart": {"policy": "on-failure", "max_restarts": 1000000, "backoff_s": 0.1},
+    }));
+    #[derive(Debug)]
+    struct Call {
+        method: &'static str,
+        began: Instant,
+        ended: Instant,
+        answer: Value,
+    }
+    const THREADS: usize = 8;
+    const EACH: usize = 125;
+    // Thread 0 kills once its polls have seen 3 restarts; every thread
+    // goes on until it has made EACH calls and 20 after the kill.
+    let killed = std::sync::atomic::AtomicBool::new(false);
+    let began = Instant::now();
+    let calls: Vec<Call> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (d, id, killed) = (&d, id.clone(), &killed);
+                scope.spawn(move || {
+                    let mut conn = d.connect();
+                    let mut calls = Vec::with_capacity(EACH);
+                    let (mut seen_restarts, mut after_kill) = (0, 0);
+                    for i in 0.. {
+                        use std::sync::atomic::Ordering::SeqCst;
+                        let kill_now = t == 0 && seen_restarts >= 3 && !killed.load(SeqCst);
+                        let (method, params) = match i % 3 {
+                            _ if kill_now => ("kill", json!({"session_id": id})),
+                            0 => ("poll", json!({"session_id": id})),
+                            1 => ("write_stdin", json!({"session_id": id, "data": "x\r"})),
+                            _ => (
+                                "resize",
+                                json!({"session_id": id, "rows": 20 + i % 10, "cols": 80}),
+                            ),
+                        };
+                        let start = Instant::now();
+                        let answer = conn.call(method, params);
+                        seen_restarts =
+                            seen_restarts.max(answer["result"]["restarts"].as_u64().unwrap_or(0));
+                        calls.push(Call {
+                            method,
+                            began: start,
+                            ended: Instant::now(),
+                            answer,
+                        });
+                        if kill_now {
+                            killed.store(true, SeqCst);
+                        }
+                        if killed.load(SeqCst) {
+                            after_kill += 1;
+                        }
+                        if calls.len() >= EACH && after_kill >= 20 {
+                            break;
+                        }
+                        assert!(
+                            began.elapsed() < std::time::Duration::from_secs(60),
+                            "no end in sight: {} calls, {seen_restarts} restarts",
+                            calls.len()
+                        );
+                    }
+                    calls
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a worker"))
+            .collect()
+    });
+    assert!(calls.len() >= THREADS * EACH, "{} calls", calls.len());
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(120),
+        "took {:?}",
+        began.elapsed()
+    );
+
+    // Errors: only "not possible now" (-32002: a write or resize meeting
+    // an ended run), never a lost session or anything else.
+    for c in &calls {
+        if let Some(e) = c.answer.get("error") {
+            assert_eq!(e["code"], -32002, "{} answered {}", c.method, c.answer);
+        }
+    }
+    let kill = calls.iter().find(|c| c.method == "kill").expect("the kill");
+    assert_eq!(kill.answer["result"]["status"], "killed", "{}", kill.answer);
+    let restarts = |c: &Call| c.answer["result"]["restarts"].as_u64().unwrap_or(0);
+    let polls: Vec<&Call> = calls.iter().filter(|c| c.method == "poll").collect();
+    for c in &calls {
+        if c.began <= kill.ended {
+            continue;
+        }
+        // Begun after the kill was answered: the session has ended.
+        match c.method {
+            "poll" => {
+                let r = &c.answer["result"];
+                assert_eq!(
+                    (r["status"].as_str(), r["completion_reason"].as_str()),
+                    (Some("exited"), Some("killed")),
+                    "{r}"
+                );
+            }
+            "write_stdin" => assert!(
+                c.answer["result"]["status"] == "already_exited"
+                    || c.answer["error"]["code"] == -32002,
+                "{}",
+                c.answer
+            ),
+            "resize" => assert_eq!(c.answer["error"]["code"], -32002, "{}", c.answer),
+            _ => {}
+        }
+    }
+    for a in &polls {
+        for b in polls.iter().filter(|b| b.began > a.ended) {
+            assert!(
+                restarts(a) <= restarts(b),
+                "restarts went back: {} then {}",
+                a.answer,
+                b.answer
+            );
+            if a.answer["result"]["completion_reason"] == "killed" {
+                assert_eq!(
+                    b.answer["result"]["status"], "exited",
+                    "{} then {}",
+                    a.answer, b.answer
+                );
+            }
+        }
+    }
+    // It really restarted in between.
+    assert!(
+        polls.iter().map(|c| restarts(c)).max() >= Some(1),
+        "no restart happened"
+    );
+}
