@@ -24,11 +24,17 @@ async function agent(...extra) {
   });
   const client = new Client({ name: "procd-test", version: "1.0.0" });
   const pushes = [];
+  // Progress for a request the client gave up on reaches no handler: the
+  // SDK reports it here. The server must send none after a cancel.
+  const strays = [];
+  client.onerror = (e) => {
+    if (String(e.message).includes("progress notification for an unknown token")) strays.push(String(e.message));
+  };
   client.fallbackNotificationHandler = async (n) => {
     pushes.push(n);
   };
   await client.connect(transport);
-  return { client, pushes };
+  return { client, pushes, strays };
 }
 
 const text = (r) => (r.content && r.content[0] ? r.content[0].text : "");
@@ -85,8 +91,12 @@ const afterCancel = await call(plain.client, "list", { status: "running" });
 out.cancel.running_after = afterCancel.structuredContent.processes.map((p) => p.session_id);
 out.cancel.silent_id = silentId;
 out.cancel.progress_before = cancelProgress.length;
+const straysBefore = plain.strays.length;
 await new Promise((r) => setTimeout(r, 2500));
 out.cancel.progress_after = cancelProgress.length;
+// Notes the server sent for the cancelled request after the cancel (at
+// 1 s apart, a server that went on waiting sends two in 2.5 s).
+out.cancel.strays_after = plain.strays.length - straysBefore;
 
 // Push: with --channel the server declares claude/channel and sends this
 // agent's completion; without it, nothing is pushed.
