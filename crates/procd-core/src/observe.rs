@@ -53,6 +53,53 @@ pub struct Watched {
 /// /proc scan as the root's descendants and its group (the marker search
 /// of a kill plan, every process's environ for each session, is left out:
 /// a look once a tick must stay cheap).
+/// The live processes of a tree: with a cgroup, its members (each
+/// one's memory from `statm`, cheap, when the cgroup gives the CPU time;
+/// else from its `stat`); without one, found through the /proc table.
+fn members_of(
+    tree: &TreeSpec,
+    cgroup_cpu: bool,
+    procfs: &ProcFs,
+    table: &[crate::procfs::ProcStat],
+    by_pid: &HashMap<i32, &crate::procfs::ProcStat>,
+) -> Vec<Member> {
+    match tree.cgroup.as_ref().and_then(|c| c.procs().ok()) {
+        Some(pids) if cgroup_cpu => pids
+            .into_iter()
+            .filter_map(|pid| match procfs.resident_pages(pid) {
+                Ok(Some(rss_pages)) => Some(Member {
+                    pid,
+                    rss_pages,
+                    cpu_ticks: 0,
+                    state: None,
+                }),
+                // A zombie, or gone meanwhile.
+                _ => None,
+            })
+            .collect(),
+        Some(pids) => pids
+            .into_iter()
+            .filter_map(|p| procfs.stat(p).ok())
+            .filter(|s| !s.is_dead())
+            .map(Member::from)
+            .collect(),
+        None => {
+            let tree = TreeSpec {
+                marker: Vec::new(),
+                cgroup: None,
+                ..tree.clone()
+            };
+            KillPlan::from_table(&tree, procfs, table, true)
+                .targets
+                .iter()
+                .filter_map(|t| by_pid.get(&t.pid).filter(|s| s.start_time == t.start_time))
+                .filter(|s| !s.is_dead())
+                .map(|s| Member::from(**s))
+                .collect()
+        }
+    }
+}
+
 pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
     let page = page_size();
     let hz = crate::procfs::clock_ticks_per_second();
@@ -70,41 +117,7 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
             // and each member's memory from `statm` (cheap); otherwise
             // from each process's `stat`, found through the table.
             let cgroup_cpu = tree.cgroup.as_ref().and_then(|c| c.cpu_seconds());
-            let members: Vec<Member> = match tree.cgroup.as_ref().and_then(|c| c.procs().ok()) {
-                Some(pids) if cgroup_cpu.is_some() => pids
-                    .into_iter()
-                    .filter_map(|pid| match procfs.resident_pages(pid) {
-                        Ok(Some(rss_pages)) => Some(Member {
-                            pid,
-                            rss_pages,
-                            cpu_ticks: 0,
-                            state: None,
-                        }),
-                        // A zombie, or gone meanwhile.
-                        _ => None,
-                    })
-                    .collect(),
-                Some(pids) => pids
-                    .into_iter()
-                    .filter_map(|p| procfs.stat(p).ok())
-                    .filter(|s| !s.is_dead())
-                    .map(Member::from)
-                    .collect(),
-                None => {
-                    let tree = TreeSpec {
-                        marker: Vec::new(),
-                        cgroup: None,
-                        ..tree.clone()
-                    };
-                    KillPlan::from_table(&tree, procfs, &table, true)
-                        .targets
-                        .iter()
-                        .filter_map(|t| by_pid.get(&t.pid).filter(|s| s.start_time == t.start_time))
-                        .filter(|s| !s.is_dead())
-                        .map(|s| Member::from(**s))
-                        .collect()
-                }
-            };
+            let members = members_of(tree, cgroup_cpu.is_some(), procfs, &table, &by_pid);
             // A cgroup's listening sockets are the ones made in it, as the
             // kernel tags them: no process's descriptors need be listed.
             let cgroup_ports = tree

@@ -893,23 +893,11 @@ pub async fn supervise(
         mut watch,
         mut handing_over,
     } = how;
-    const FINAL_DRAIN_MAX: usize = 1 << 20;
     let store = session.output.clone();
     let mut buf = vec![0u8; MIN_READ_BUF];
     let mut filtered = Vec::with_capacity(MIN_READ_BUF);
     let mut eof = false;
-    // Counted from the run's start, which a recovered session's is too:
-    // `timeout_at` in the checkpoint is the same instant.
-    let deadline = session
-        .spec
-        .timeout
-        .and_then(|t| session.started_instant.checked_add(t));
-    let timer = async move {
-        match deadline {
-            Some(at) => tokio::time::sleep_until(at.into()).await,
-            None => std::future::pending().await,
-        }
-    };
+    let timer = sleep_until(timeout_at(&session));
     tokio::pin!(timer);
     let mut on_timeout = Some(on_timeout);
     // Set while this session has used up its share of a multi-flood
@@ -956,34 +944,66 @@ pub async fn supervise(
         }
     };
     session.reaped.store(true, Ordering::SeqCst);
+    let mut tail = Tail {
+        buf: &mut buf,
+        filtered: &mut filtered,
+        noise: &mut noise,
+        watch: &mut watch,
+    };
+    if !eof {
+        tail.drain(&session, &mut output, final_drain).await;
+    }
+    Some(tail.finish(&session, exit).await)
+}
 
-    // Final drain: everything the child wrote is already in the pipe; a
-    // descendant may add more, but only until it has been quiet a while.
-    let mut drained = 0usize;
-    while !eof && drained < FINAL_DRAIN_MAX {
-        match tokio::time::timeout(final_drain, output.next(&store, &mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(n)) => {
-                drained += n;
-                noise.set_terminating(session.terminating.load(Ordering::Relaxed));
-                store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
-                watch_step(&mut watch, |m, now| m.feed(&filtered, now));
+/// What the final drain works with: the supervisor's buffers, filter
+/// and watch.
+struct Tail<'a> {
+    buf: &'a mut Vec<u8>,
+    filtered: &'a mut Vec<u8>,
+    noise: &'a mut NoiseFilter,
+    watch: &'a mut Option<Watch>,
+}
+
+impl Tail<'_> {
+    /// After the drain: what the noise filter held is output too (stored
+    /// and watched), the watch's last matches go out, and the run's end is
+    /// recorded on its store.
+    async fn finish(&mut self, session: &Session, exit: Option<ChildExit>) -> Arc<ExitRecord> {
+        let store = &session.output;
+        if finish_noise(store, self.noise, self.filtered) {
+            store.compact().await;
+        }
+        watch_step(self.watch, |m, now| m.feed(self.filtered, now));
+        watch_step(self.watch, WatchMatcher::finish);
+        let record = exit_record(session, exit);
+        if store.tidy_due().is_some() {
+            store.tidy().await;
+        }
+        store.finish();
+        record
+    }
+
+    /// The final drain: everything the child wrote is already in the
+    /// pipe; a descendant may add more, but only until it has been quiet
+    /// for `final_drain` (and at most 1 MiB).
+    async fn drain(&mut self, session: &Session, output: &mut OutputSource, final_drain: Duration) {
+        const FINAL_DRAIN_MAX: usize = 1 << 20;
+        let store = &session.output;
+        let mut drained = 0usize;
+        while drained < FINAL_DRAIN_MAX {
+            match tokio::time::timeout(final_drain, output.next(store, self.buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                Ok(Ok(n)) => {
+                    drained += n;
+                    self.noise
+                        .set_terminating(session.terminating.load(Ordering::Relaxed));
+                    store_chunk(store, self.noise, &self.buf[..n], self.filtered).await;
+                    watch_step(self.watch, |m, now| m.feed(self.filtered, now));
+                }
             }
         }
     }
-    if finish_noise(&store, &mut noise, &mut filtered) {
-        store.compact().await;
-    }
-    // What the noise filter held back is output too, for watching as well.
-    watch_step(&mut watch, |m, now| m.feed(&filtered, now));
-    watch_step(&mut watch, WatchMatcher::finish);
-
-    let record = exit_record(&session, exit);
-    if store.tidy_due().is_some() {
-        store.tidy().await;
-    }
-    store.finish();
-    Some(record)
 }
 
 /// How the session ended: the child's status (None when unknowable), and
@@ -1031,6 +1051,16 @@ async fn handed_over(handing_over: &mut watch::Receiver<bool>) {
     if handing_over.wait_for(|h| *h).await.is_err() {
         std::future::pending::<()>().await;
     }
+}
+
+/// When the run's timeout fires: counted from its start, which a
+/// recovered session's is too (`timeout_at` in the checkpoint is the same
+/// instant).
+fn timeout_at(session: &Session) -> Option<Instant> {
+    session
+        .spec
+        .timeout
+        .and_then(|t| session.started_instant.checked_add(t))
 }
 
 /// Sleeps until `due` (a watch match has waited long enough for its

@@ -546,19 +546,7 @@ async fn client_command(
     let current = conn.last().await;
     let client: &Client = &current;
     match command {
-        ClientCommand::Spawn(args) => {
-            let remote = target.host.is_some();
-            let params = match args.params(remote) {
-                Ok(params) => params,
-                Err(e) => {
-                    eprintln!("procd: {e}");
-                    return Ok(EXIT_USAGE);
-                }
-            };
-            let r = procd_client::spawn(client, params).await?;
-            target.print(&r, render::spawned);
-            Ok(EXIT_OK)
-        }
+        ClientCommand::Spawn(args) => spawn(target, client, args).await,
         ClientCommand::Ps { task, running } => {
             let filter = running.then_some(procd_proto::ListFilter::Running);
             let r = client.list(task, None, filter, None).await?;
@@ -607,8 +595,13 @@ async fn client_command(
         }
         ClientCommand::Wait(args) => match &args.ids[..] {
             [id] => {
-                let id = resolve(client, id.clone()).await?;
-                wait(target, conn, id, args.timeout).await
+                wait(
+                    target,
+                    conn,
+                    resolve(client, id.clone()).await?,
+                    args.timeout,
+                )
+                .await
             }
             _ => {
                 eprintln!("procd wait: several sessions need --any");
@@ -625,6 +618,25 @@ async fn client_command(
         ClientCommand::Attach { id } => crate::attach::run(conn, resolve(client, id).await?).await,
         ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
     }
+}
+
+/// `procd spawn`: its flags checked (a usage error sends nothing), then
+/// the spawn.
+async fn spawn(
+    target: &Target,
+    client: &Client,
+    args: crate::spawning::SpawnArgs,
+) -> Result<i32, ClientError> {
+    let params = match args.params(target.host.is_some()) {
+        Ok(params) => params,
+        Err(e) => {
+            eprintln!("procd: {e}");
+            return Ok(EXIT_USAGE);
+        }
+    };
+    let r = procd_client::spawn(client, params).await?;
+    target.print(&r, render::spawned);
+    Ok(EXIT_OK)
 }
 
 /// `procd wait`: exits as the session did, or 124 at the timeout.

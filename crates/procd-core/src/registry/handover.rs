@@ -145,16 +145,7 @@ impl Registry {
             (&next_run, true)
         };
         let keeper = self.keeper.clone()?;
-        let log_path = PathBuf::from(&e.log_path);
-        if log_path.parent() != Some(self.logs_dir.as_path()) {
-            return None;
-        }
-        let (max, tail) = (self.config.max_log_bytes, self.config.memory_tail_bytes);
-        let output =
-            tokio::task::spawn_blocking(move || OutputStore::open_existing(&log_path, max, tail))
-                .await
-                .ok()?
-                .ok()?;
+        let output = self.reopen_log(e).await?;
         let mut spec = recovered_spec(e);
         let launch = handed.launch.take();
         if handed.stdin.is_some() || handed.pty.is_some() {
@@ -167,11 +158,7 @@ impl Registry {
                 return None;
             }
         };
-        let stdin_tx = sink.map(|sink| {
-            let (tx, rx) = mpsc::channel(16);
-            tokio::spawn(session::stdin_writer(sink, rx));
-            tx
-        });
+        let stdin_tx = sink.map(stdin_writer);
         let mut session = Session::handed_over(
             e.session_id.clone(),
             spec,
@@ -190,18 +177,7 @@ impl Registry {
             session.set_output_probe(fd);
         }
         session.hold_slot(self.running.take());
-        // Its ready condition: met before stays met; else it is watched on.
-        let watch_ready = match (e.ready_after_ms, session.spec.ready.clone()) {
-            (Some(after_ms), _) => {
-                session.set_readiness(Readiness::Ready { after_ms });
-                None
-            }
-            (None, Some(check)) => {
-                session.set_readiness(Readiness::Pending { timed_out: false });
-                Some(check)
-            }
-            (None, None) => None,
-        };
+        let watch_ready = resume_readiness(&session, e.ready_after_ms);
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
         if let Some(check) = watch_ready {
@@ -224,6 +200,48 @@ impl Registry {
         let exit_rx = keeper.exit_of(e.pid);
         self.supervise_in_background(session, reader, exit_rx);
         Some(())
+    }
+}
+
+impl Registry {
+    /// A handed-over session's log, reopened at its end (off the event
+    /// loop); None for a log outside procd's logs dir (planted).
+    async fn reopen_log(&self, e: &CheckpointEntry) -> Option<OutputStore> {
+        let log_path = PathBuf::from(&e.log_path);
+        if log_path.parent() != Some(self.logs_dir.as_path()) {
+            return None;
+        }
+        let (max, tail) = (self.config.max_log_bytes, self.config.memory_tail_bytes);
+        tokio::task::spawn_blocking(move || OutputStore::open_existing(&log_path, max, tail))
+            .await
+            .ok()?
+            .ok()
+    }
+}
+
+/// A writer task for a session's stdin, and the sender that feeds it.
+fn stdin_writer(sink: StdinSink) -> mpsc::Sender<session::StdinOp> {
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(session::stdin_writer(sink, rx));
+    tx
+}
+
+/// A taken-back session's ready condition: met before stays met; else it
+/// is watched on (the check to watch with is returned).
+fn resume_readiness(
+    session: &Session,
+    ready_after_ms: Option<u64>,
+) -> Option<crate::readiness::ReadyCheck> {
+    match (ready_after_ms, session.spec.ready.clone()) {
+        (Some(after_ms), _) => {
+            session.set_readiness(Readiness::Ready { after_ms });
+            None
+        }
+        (None, Some(check)) => {
+            session.set_readiness(Readiness::Pending { timed_out: false });
+            Some(check)
+        }
+        (None, None) => None,
     }
 }
 

@@ -232,29 +232,8 @@ impl Registry {
             match self.adopt(&entry).await {
                 Some(()) => recovered += 1,
                 None => {
-                    // Ended as its last run did, like an entry with its exit;
-                    // else lost.
-                    if !self.end_backoff(&entry).await {
+                    if !self.end_not_taken_back(entry).await {
                         dropped += 1;
-                        self.list_lost(&entry).await;
-                    }
-                    // A dead session's scope is stopped; if that fails the
-                    // entry stays in the checkpoint to be retried next start.
-                    if let Some(unit) = &entry.systemd_unit {
-                        let stopped = match &self.scopes {
-                            Some(scopes) => scopes.stop(unit).await,
-                            None => {
-                                Scopes::new(self.config.worker_memory_max_mb)
-                                    .stop(unit)
-                                    .await
-                            }
-                        };
-                        if !stopped {
-                            self.retained
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .push(entry);
-                        }
                     }
                 }
             }
@@ -271,6 +250,34 @@ impl Registry {
         // (retried by the monitor), not a reason to refuse to serve.
         let _ = self.write_checkpoint().await;
         Ok((recovered, dropped))
+    }
+
+    /// Ends a session that could not be taken back: as its last run did
+    /// (true), like an entry with its exit, else lost (false). Its scope is
+    /// stopped; if that fails the entry stays in the checkpoint to be
+    /// retried next start.
+    async fn end_not_taken_back(&self, entry: CheckpointEntry) -> bool {
+        let ended_as_run = self.end_backoff(&entry).await;
+        if !ended_as_run {
+            self.list_lost(&entry).await;
+        }
+        if let Some(unit) = &entry.systemd_unit {
+            let stopped = match &self.scopes {
+                Some(scopes) => scopes.stop(unit).await,
+                None => {
+                    Scopes::new(self.config.worker_memory_max_mb)
+                        .stop(unit)
+                        .await
+                }
+            };
+            if !stopped {
+                self.retained
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(entry);
+            }
+        }
+        ended_as_run
     }
 
     /// Removes the temp dirs of sandboxed sessions that no running session

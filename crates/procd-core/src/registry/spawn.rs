@@ -25,7 +25,7 @@ use procd_proto::{
 };
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,28 +105,8 @@ impl Registry {
     /// session's spec. Numbers come already checked by their procd-proto
     /// types; what is left is what only the daemon can judge.
     pub(super) fn validate(&self, req: &SpawnParams) -> Result<SessionSpec, Error> {
-        let n = req.command.len();
-        if n == 0 || n > MAX_COMMAND_BYTES {
-            return Err(Error::InvalidParams(format!(
-                "command: must be 1 to {MAX_COMMAND_BYTES} bytes, got {n}"
-            )));
-        }
-        if req.command.contains('\0') {
-            return Err(Error::InvalidParams("command: contains a NUL byte".into()));
-        }
-        let cwd = match &req.cwd {
-            None => self.default_cwd.clone(),
-            Some(c) if c.contains('\0') => {
-                return Err(Error::InvalidParams("cwd: contains a NUL byte".into()))
-            }
-            Some(c) => self.default_cwd.join(c),
-        };
-        if !cwd.is_dir() {
-            return Err(Error::InvalidParams(format!(
-                "cwd: not an existing directory: {}",
-                cwd.display()
-            )));
-        }
+        check_command(&req.command)?;
+        let cwd = self.cwd_of(req.cwd.as_deref())?;
         if let Some(env) = &req.env {
             check_env(env)?;
         }
@@ -975,6 +955,41 @@ fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), Err
 }
 
 /// Watch patterns: bounded in count, each 1..=MAX bytes on one line.
+/// `command`, checked: 1 to `MAX_COMMAND_BYTES` bytes, no NUL.
+fn check_command(command: &str) -> Result<(), Error> {
+    let n = command.len();
+    if n == 0 || n > MAX_COMMAND_BYTES {
+        return Err(Error::InvalidParams(format!(
+            "command: must be 1 to {MAX_COMMAND_BYTES} bytes, got {n}"
+        )));
+    }
+    if command.contains('\0') {
+        return Err(Error::InvalidParams("command: contains a NUL byte".into()));
+    }
+    Ok(())
+}
+
+impl Registry {
+    /// Where a session runs: `cwd` from the default one (the user's home),
+    /// an existing directory.
+    fn cwd_of(&self, cwd: Option<&str>) -> Result<PathBuf, Error> {
+        let cwd = match cwd {
+            None => self.default_cwd.clone(),
+            Some(c) if c.contains('\0') => {
+                return Err(Error::InvalidParams("cwd: contains a NUL byte".into()))
+            }
+            Some(c) => self.default_cwd.join(c),
+        };
+        if !cwd.is_dir() {
+            return Err(Error::InvalidParams(format!(
+                "cwd: not an existing directory: {}",
+                cwd.display()
+            )));
+        }
+        Ok(cwd)
+    }
+}
+
 /// The largest `meta`, as JSON.
 pub const MAX_META_BYTES: usize = 4096;
 
