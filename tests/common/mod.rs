@@ -601,6 +601,42 @@ pub fn prepared(script: &str, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// clients/python, the `procd-client` package.
+pub const PYTHON_PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/python");
+
+/// pytest over `tests` of clients/python with `python`, against this
+/// suite's procd (`PROCD_BIN`), writing nothing into the repository.
+pub fn python_package_tests(python: &str, tests: &str) -> Command {
+    let mut pytest = Command::new(python);
+    pytest
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", tests])
+        .current_dir(PYTHON_PACKAGE)
+        .env("PYTHONPATH", Path::new(PYTHON_PACKAGE).join("src"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PROCD_BIN", BIN)
+        .env_remove("PROCD_HOME");
+    pytest
+}
+
+/// Runs `command` to its end (within 5 minutes) and returns what it
+/// printed; panics, showing it, if it failed.
+pub fn run_ok(what: &str, command: &mut Command) -> String {
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let out = output_within_for(child, what, Duration::from_secs(300));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{what} failed:\n{text}");
+    text
+}
+
 /// The Python of the project's test venv (tests/mcp-venv.sh), to run an
 /// MCP SDK client or kubernetes-validate with.
 pub fn mcp_python() -> String {

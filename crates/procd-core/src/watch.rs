@@ -30,38 +30,80 @@ pub const BREAKER_MAX: usize = 15;
 pub const BREAKER_WINDOW: Duration = Duration::from_secs(10);
 pub const BREAKER_PAUSE: Duration = Duration::from_secs(30);
 
-#[derive(Debug, Default)]
+/// What the breaker says of one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Deliver it; `held` were held since the last delivery (to say so).
+    Pass { held: u32 },
+    /// This one opened the breaker: hold it (and say once that it opened).
+    Trip,
+    /// Held while the breaker is open.
+    Hold,
+}
+
+#[derive(Debug, Clone)]
 pub struct Breaker {
+    max: usize,
+    window: Duration,
+    pause: Duration,
     recent: std::collections::VecDeque<Instant>,
     open_until: Option<Instant>,
     held: u32,
 }
 
+impl Default for Breaker {
+    /// The watch breaker's numbers.
+    fn default() -> Breaker {
+        Breaker::new(BREAKER_MAX, BREAKER_WINDOW, BREAKER_PAUSE)
+    }
+}
+
 impl Breaker {
-    /// Whether a match may be delivered now: `Some(held)` (the matches
-    /// held since the last delivery, to say so), or None to hold it.
-    pub fn admit(&mut self, now: Instant) -> Option<u32> {
+    /// More than `max` deliveries within `window` open it for `pause`.
+    pub fn new(max: usize, window: Duration, pause: Duration) -> Breaker {
+        Breaker {
+            max,
+            window,
+            pause,
+            recent: std::collections::VecDeque::new(),
+            open_until: None,
+            held: 0,
+        }
+    }
+
+    pub fn judge(&mut self, now: Instant) -> Verdict {
         if let Some(until) = self.open_until {
             if now < until {
                 self.held += 1;
-                return None;
+                return Verdict::Hold;
             }
             self.open_until = None;
         }
         while self
             .recent
             .front()
-            .is_some_and(|t| now.duration_since(*t) >= BREAKER_WINDOW)
+            .is_some_and(|t| now.duration_since(*t) >= self.window)
         {
             self.recent.pop_front();
         }
-        if self.recent.len() >= BREAKER_MAX {
-            self.open_until = Some(now + BREAKER_PAUSE);
+        if self.recent.len() >= self.max {
+            self.open_until = Some(now + self.pause);
             self.held += 1;
-            return None;
+            return Verdict::Trip;
         }
         self.recent.push_back(now);
-        Some(std::mem::take(&mut self.held))
+        Verdict::Pass {
+            held: std::mem::take(&mut self.held),
+        }
+    }
+
+    /// Whether a match may be delivered now: `Some(held)` (the matches
+    /// held since the last delivery, to say so), or None to hold it.
+    pub fn admit(&mut self, now: Instant) -> Option<u32> {
+        match self.judge(now) {
+            Verdict::Pass { held } => Some(held),
+            Verdict::Trip | Verdict::Hold => None,
+        }
     }
 }
 

@@ -10,11 +10,12 @@
 //! breaker pauses all pushes, says so once, and the first push after the
 //! pause counts what it held. Held events stay queued for `notifications`.
 
+use procd_core::watch::{Breaker, Verdict};
 use procd_proto::Event;
 use rmcp::model::{CustomNotification, ServerNotification};
 use rmcp::{Peer, RoleServer};
 use serde_json::json;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -43,58 +44,53 @@ pub enum Pace {
     Trip(String),
 }
 
-/// The pacing state: per-session cooldowns and the global breaker.
-#[derive(Default)]
+/// The pacing state: per-session cooldowns and the global breaker (the
+/// watch breaker's kind, at the push's numbers).
 pub struct Pacing {
     sessions: HashMap<String, (Instant, u32)>,
-    recent: VecDeque<Instant>,
-    paused_until: Option<Instant>,
-    held_in_pause: u32,
+    breaker: Breaker,
+}
+
+impl Default for Pacing {
+    fn default() -> Pacing {
+        Pacing {
+            sessions: HashMap::new(),
+            breaker: Breaker::new(BREAKER_MAX, BREAKER_WINDOW, BREAKER_PAUSE),
+        }
+    }
 }
 
 impl Pacing {
     pub fn admit(&mut self, session: &str, completion: bool, now: Instant) -> Pace {
-        let mut said = Vec::new();
-        match self.paused_until {
-            Some(until) if now < until => {
-                self.held_in_pause += 1;
-                return Pace::Hold;
-            }
-            Some(_) => {
-                self.paused_until = None;
-                said.push(format!(
-                    "procd held {} event(s) while pushes were paused; call `notifications` for them.",
-                    std::mem::take(&mut self.held_in_pause)
-                ));
-            }
-            None => {}
-        }
-        let held_here = match self.sessions.get_mut(session) {
-            Some((last, held)) if !completion && now.duration_since(*last) < SESSION_COOLDOWN => {
+        // Within its cooldown a session's push is held before the breaker
+        // counts it (a completion never is).
+        if let Some((last, held)) = self.sessions.get_mut(session) {
+            if !completion && now.duration_since(*last) < SESSION_COOLDOWN {
                 *held += 1;
                 return Pace::Hold;
             }
-            Some((_, held)) => std::mem::take(held),
-            None => 0,
-        };
-        while self
-            .recent
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= BREAKER_WINDOW)
-        {
-            self.recent.pop_front();
         }
-        if self.recent.len() >= BREAKER_MAX {
-            self.paused_until = Some(now + BREAKER_PAUSE);
-            self.held_in_pause = 1;
-            return Pace::Trip(format!(
-                "procd: {BREAKER_MAX} events in {} s, so pushes pause for {} s. Call `notifications` to read what is held.",
-                BREAKER_WINDOW.as_secs(),
-                BREAKER_PAUSE.as_secs()
+        let held_in_pause = match self.breaker.judge(now.into_std()) {
+            Verdict::Hold => return Pace::Hold,
+            Verdict::Trip => {
+                return Pace::Trip(format!(
+                    "procd: {BREAKER_MAX} events in {} s, so pushes pause for {} s. Call `notifications` to read what is held.",
+                    BREAKER_WINDOW.as_secs(),
+                    BREAKER_PAUSE.as_secs()
+                ))
+            }
+            Verdict::Pass { held } => held,
+        };
+        let held_here = self
+            .sessions
+            .insert(session.to_string(), (now, 0))
+            .map_or(0, |(_, held)| held);
+        let mut said = Vec::new();
+        if held_in_pause > 0 {
+            said.push(format!(
+                "procd held {held_in_pause} event(s) while pushes were paused; call `notifications` for them."
             ));
         }
-        self.recent.push_back(now);
-        self.sessions.insert(session.to_string(), (now, 0));
         if held_here > 0 {
             said.push(format!(
                 "({held_here} earlier event(s) of {session} were held; call `notifications` for them.)"
