@@ -502,3 +502,78 @@ fn a_burst_of_watch_matches_across_sessions_trips_the_breaker() {
         .count();
     assert_eq!(matches, 15, "20 matches, 15 delivered: {events}");
 }
+
+/// `search` (issue: find it in the output): the lines `grep -n` finds in
+/// the log, numbered alike, with context, cursors to read from, a count of
+/// all matches, redaction, and bad input refused by name.
+#[test]
+fn search_finds_what_grep_finds_with_lines_cursors_and_context() {
+    let d = Daemon::start();
+    let id = d.spawn(
+        "for i in $(seq 1 20000); do if [ $((i % 997)) = 0 ]; then echo \"line $i ERROR here\"; else echo \"line $i ok\"; fi; done; echo 'ERROR key sk-proj-abc123def456ghi789jkl012'",
+    );
+    d.wait_exit(&id);
+    let log = d.state_dir().join(format!("logs/{id}.log"));
+    // The CLI prints what grep prints for the log file (the key aside).
+    let ours = d.cli(&["logs", &id, "--grep", "ERROR line|line .* ERROR", "-C", "2"]);
+    let grep = std::process::Command::new("grep")
+        .args(["-n", "-E", "-C", "2", "ERROR line|line .* ERROR"])
+        .arg(&log)
+        .output()
+        .expect("grep");
+    assert_eq!(ours.status.code(), Some(0), "{ours:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&grep.stdout)
+    );
+    // Over the socket: all counted, the first ones returned, each with
+    // the cursor its line starts at; the secret redacted.
+    let r = d.ok(
+        "search",
+        json!({"session_ids": [id], "pattern": "error", "ignore_case": true, "max_matches": 3, "before": 1}),
+    );
+    assert_eq!(
+        (r["total"].as_u64(), r["truncated"].as_bool()),
+        (Some(21), Some(true)),
+        "{r}"
+    );
+    let first = &r["matches"][0];
+    assert_eq!(
+        (first["line"].as_u64(), first["text"].as_str()),
+        (Some(997), Some("line 997 ERROR here")),
+        "{r}"
+    );
+    assert_eq!(first["before"], json!(["line 996 ok"]), "{r}");
+    let at = d.ok(
+        "read",
+        json!({"session_id": id, "cursor": first["cursor"], "max_bytes": 19}),
+    );
+    assert_eq!(at["data"], "line 997 ERROR here", "{at}");
+    let key = d.ok("search", json!({"session_ids": [id], "pattern": "key"}));
+    let text = key["matches"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("ERROR key ") && !text.contains("abc123def456ghi789"),
+        "{text}"
+    );
+    // Nothing found: exit 1, as grep's.
+    assert_eq!(d.cli(&["grep", "NOT-THERE", &id]).status.code(), Some(1));
+    for (params, names) in [
+        (json!({"pattern": "("}), "pattern:"),
+        (json!({"pattern": ""}), "pattern:"),
+        (json!({"pattern": "x", "before": 21}), "before:"),
+        (
+            json!({"pattern": "x", "from_cursor": 9, "to_cursor": 1}),
+            "from_cursor:",
+        ),
+        (json!({"pattern": "x", "stream": "stderr"}), "stream"),
+    ] {
+        let (code, message) = d.err("search", params.clone());
+        assert_eq!(code, -32602, "{params}: {message}");
+        assert!(message.contains(names), "{params}: {message}");
+    }
+    let (code, _) = d.err(
+        "search",
+        json!({"pattern": "x", "session_ids": ["proc_ffffffffffff"]}),
+    );
+    assert_eq!(code, -32001);
+}

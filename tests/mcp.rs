@@ -61,6 +61,7 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
             "list",
             "notifications",
             "read",
+            "search",
             "signal",
             "start",
             "up",

@@ -167,6 +167,12 @@ fn errors_of(method: &str) -> &'static [i64] {
             WRONG_STATE as i64,
         ],
         "up" => &[INVALID_PARAMS as i64, LIMIT_REACHED as i64],
+        // -32004: past 256 sessions.
+        "search" => &[
+            INVALID_PARAMS as i64,
+            SESSION_NOT_FOUND as i64,
+            LIMIT_REACHED as i64,
+        ],
         // -32002: a key with no running session; -32004: past 64 sessions.
         "wait_any" => &[
             INVALID_PARAMS as i64,
@@ -199,6 +205,7 @@ fn fits(method: &str, result: &Value) -> Result<(), String> {
         "log" => shape::<LogResult>(result),
         "wait" => shape::<WaitResult>(result),
         "wait_any" => shape::<WaitAnyResult>(result),
+        "search" => shape::<procd_proto::SearchResult>(result),
         "update" => shape::<UpdateResult>(result),
         "kill" => shape::<KillResult>(result),
         "signal" => shape::<SignalResult>(result),

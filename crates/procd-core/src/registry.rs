@@ -40,6 +40,7 @@ mod reading;
 mod ready;
 mod recovery;
 mod restarts;
+mod search;
 mod spawn;
 mod stdin;
 mod termination;
@@ -47,6 +48,7 @@ mod update;
 mod wait_any;
 mod yields;
 
+pub use search::SearchAsk;
 pub use spawn::MAX_META_BYTES;
 pub use termination::Whose;
 pub use wait_any::{WaitAnyAsk, MAX_WAIT_ANY_SESSIONS};

@@ -12,9 +12,9 @@ use crate::params::{
 };
 use crate::types::{
     CloseTerminalResult, DrainResult, HasActiveResult, KillResult, KilledCount, ListFilter,
-    ListResult, LogResult, OutputItem, PollResult, ReadResult, ResizeResult, ShutdownResult,
-    SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult, StreamedEvent,
-    WaitAnyResult, WaitCondition, WaitResult,
+    ListResult, LogResult, OutputItem, PollResult, ReadResult, ResizeResult, SearchResult,
+    ShutdownResult, SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult,
+    StreamedEvent, WaitAnyResult, WaitCondition, WaitResult,
 };
 use crate::types::{DownResult, UpResult, UpdateResult};
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
@@ -83,6 +83,21 @@ pub trait ProcdApi {
 
     /// `source`: who ends it, reported as its `termination_source`
     /// (default "kill").
+    /// Where a regex matches in sessions' logs (by id, a key's, or all).
+    #[method(name = "search", param_kind = map)]
+    async fn search(
+        &self,
+        pattern: String,
+        session_ids: Option<Vec<String>>,
+        session_key: Option<String>,
+        ignore_case: Option<bool>,
+        before: Option<u32>,
+        after: Option<u32>,
+        from_cursor: Option<u64>,
+        to_cursor: Option<u64>,
+        max_matches: Option<u64>,
+    ) -> RpcResult<SearchResult>;
+
     #[method(name = "kill", param_kind = map)]
     async fn kill(
         &self,
@@ -255,6 +270,20 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
             "limit",
             "max_output_chars",
             "max_output_tokens",
+        ],
+    ),
+    (
+        "search",
+        &[
+            "pattern",
+            "session_ids",
+            "session_key",
+            "ignore_case",
+            "before",
+            "after",
+            "from_cursor",
+            "to_cursor",
+            "max_matches",
         ],
     ),
     (

@@ -11,9 +11,9 @@ use procd_proto::{
     CloseTerminalResult, Cols, Cursor, DownResult, DrainResult, Event, GraceS, HasActiveResult,
     KillResult, KilledCount, Limit, ListFilter, ListResult, LogResult, MaxActiveAgeS, MaxBytes,
     MaxOutputChars, MaxOutputTokens, Offset, OutputItem, PollResult, ProcdApiServer, ProjectName,
-    ReadResult, ResizeResult, Rows, SessionName, ShutdownResult, SignalResult, SignalSpec,
-    SnapshotResult, SpawnParams, SpawnResult, StatusResult, StdinResult, StreamedEvent, TimeoutS,
-    UpResult, UpdateResult, WaitAnyResult, WaitCondition, WaitMs, WaitResult, YieldMs,
+    ReadResult, ResizeResult, Rows, SearchResult, SessionName, ShutdownResult, SignalResult,
+    SignalSpec, SnapshotResult, SpawnParams, SpawnResult, StatusResult, StdinResult, StreamedEvent,
+    TimeoutS, UpResult, UpdateResult, WaitAnyResult, WaitCondition, WaitMs, WaitResult, YieldMs,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -145,6 +145,32 @@ impl ProcdApiServer for Api {
             .wait(&session_id, timeout_s, budget)
             .await
             .map_err(rpc_err)
+    }
+
+    async fn search(
+        &self,
+        pattern: String,
+        session_ids: Option<Vec<String>>,
+        session_key: Option<String>,
+        ignore_case: Option<bool>,
+        before: Option<u32>,
+        after: Option<u32>,
+        from_cursor: Option<u64>,
+        to_cursor: Option<u64>,
+        max_matches: Option<u64>,
+    ) -> RpcResult<SearchResult> {
+        let ask = procd_core::registry::SearchAsk {
+            session_ids,
+            session_key,
+            pattern,
+            ignore_case: ignore_case.unwrap_or(false),
+            before: before.unwrap_or(0),
+            after: after.unwrap_or(0),
+            from_cursor,
+            to_cursor,
+            max_matches,
+        };
+        self.daemon.registry.search(ask).await.map_err(rpc_err)
     }
 
     async fn wait_any(

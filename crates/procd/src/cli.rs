@@ -146,7 +146,16 @@ enum ClientCommand {
         /// How many of the last lines (default 200).
         #[arg(long, value_name = "N")]
         limit: Option<u64>,
+        /// Only the lines matching this regex, as `grep -n` prints them.
+        #[arg(long, value_name = "REGEX", conflicts_with_all = ["follow", "limit"])]
+        grep: Option<String>,
+        /// With --grep: lines of context before and after each match.
+        #[arg(short = 'C', long, value_name = "N", requires = "grep")]
+        context: Option<u32>,
     },
+    /// Find a regex in sessions' output (all, or the ones named), as
+    /// `grep -n` prints it; exits 1 when nothing matches.
+    Grep(crate::grep::GrepArgs),
     /// Wait for a session to exit and exit with its code; with --any, for
     /// the first exit, readiness, prompt or output match of several.
     Wait(crate::waiting::WaitArgs),
@@ -436,6 +445,8 @@ async fn client_run(target: &Target, config: Option<PathBuf>, command: ClientCom
                 id,
                 follow: false,
                 limit,
+                grep: None,
+                ..
             } => crate::offline::logs(&target.paths, &config, &id, limit, target.json).await,
             _ => not_running(target),
         },
@@ -579,7 +590,28 @@ async fn client_command(
             target.print(&r, render::poll);
             Ok(EXIT_OK)
         }
-        ClientCommand::Logs { id, follow, limit } => {
+        ClientCommand::Logs {
+            id,
+            grep: Some(pattern),
+            context,
+            ..
+        } => {
+            let args = crate::grep::GrepArgs {
+                pattern,
+                ids: vec![id],
+                key: None,
+                ignore_case: false,
+                context,
+                before: None,
+                after: None,
+                max: Some(procd_proto::MAX_COUNT.min(10_000)),
+            };
+            crate::grep::run(&args, target.json, client).await
+        }
+        ClientCommand::Grep(args) => crate::grep::run(&args, target.json, client).await,
+        ClientCommand::Logs {
+            id, follow, limit, ..
+        } => {
             let id = resolve(client, id).await?;
             if follow {
                 return follow_output(target, conn, id).await;

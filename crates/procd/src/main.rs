@@ -7,6 +7,7 @@ mod base;
 mod cli;
 mod dial;
 mod events;
+mod grep;
 mod lifecycle;
 mod mcp;
 mod offline;

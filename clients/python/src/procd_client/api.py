@@ -105,6 +105,21 @@ class Api(Generic[R]):
     ) -> R:
         return self._call("wait_any", _params(locals()))
 
+    def search(
+        self,
+        pattern: str,
+        *,
+        session_ids: Optional[List[str]] = None,
+        session_key: Optional[str] = None,
+        ignore_case: Optional[bool] = None,
+        before: Optional[int] = None,
+        after: Optional[int] = None,
+        from_cursor: Optional[int] = None,
+        to_cursor: Optional[int] = None,
+        max_matches: Optional[int] = None,
+    ) -> R:
+        return self._call("search", _params(locals()))
+
     def kill(
         self,
         session_id: str,
@@ -230,7 +245,18 @@ class Api(Generic[R]):
 #: The others, cut by a daemon's death, raise `ConnectionLost` with
 #: `may_have_happened`, since the daemon may have done them.
 REPEATABLE = frozenset(
-    {"poll", "read", "log", "wait", "wait_any", "list", "has_active", "snapshot_running", "status"}
+    {
+        "poll",
+        "read",
+        "log",
+        "wait",
+        "wait_any",
+        "search",
+        "list",
+        "has_active",
+        "snapshot_running",
+        "status",
+    }
 )
 
 #: Subscriptions, served by `subscribe_output` / `subscribe_events`.

@@ -228,6 +228,34 @@ pub struct UpdateResult {
     pub meta: Option<serde_json::Value>,
 }
 
+/// One line `search` found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchMatch {
+    pub session_id: String,
+    /// 1 for the first line the log keeps.
+    pub line: u64,
+    /// Where the line starts: `read` from here.
+    pub cursor: u64,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+}
+
+/// `search`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchResult {
+    /// In log order, session by session; at most `max_matches`.
+    pub matches: Vec<SearchMatch>,
+    /// Every match in what was searched, returned or not.
+    pub total: u64,
+    pub sessions_searched: u32,
+    pub bytes_scanned: u64,
+    /// More matches than were returned.
+    pub truncated: bool,
+}
+
 /// What `wait_any` waits for (docs/protocol.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

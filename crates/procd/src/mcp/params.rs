@@ -263,3 +263,19 @@ pub struct ListParams {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct NotificationsParams {}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SearchParams {
+    #[schemars(
+        description = "Regex to find in each output line, e.g. \"error|FAILED\" or \"listening on\"."
+    )]
+    pub pattern: String,
+    #[schemars(description = "Sessions to search (ids or names). Default: all of yours.")]
+    pub session_ids: Option<Vec<String>>,
+    #[schemars(description = "Match without regard to case. Default false.")]
+    pub ignore_case: Option<bool>,
+    #[schemars(description = "Lines of context before and after each match (0 to 20). Default 2.")]
+    pub context: Option<u32>,
+    #[schemars(description = "Most matches to return (all are counted). Default 50.")]
+    pub max_matches: Option<u64>,
+}

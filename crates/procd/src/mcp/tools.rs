@@ -4,7 +4,7 @@
 
 use super::params::{
     service_names, DownParams, KillParams, ListParams, NotificationsParams, ReadParams,
-    ReadyParams, SignalParams, StartParams, UpParams, WaitParams, WriteParams,
+    ReadyParams, SearchParams, SignalParams, StartParams, UpParams, WaitParams, WriteParams,
 };
 use super::progress::{Awaited, Waited};
 use super::said::{answer, change_error, exit_words, failed, tool_error, Now};
@@ -264,6 +264,62 @@ impl ProcdMcp {
             });
         }
         self.wait_any(p, timeout, budget, &ctx).await
+    }
+
+    #[tool(
+        description = "Find a regex in your processes' output without reading all of it: the matching lines with their line numbers, context lines, and the cursor to `read` from. Use it to find the error, the URL, the failing test in a long log.",
+        annotations(read_only_hint = true)
+    )]
+    async fn search(
+        &self,
+        Parameters(p): Parameters<SearchParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut ids = Vec::new();
+        for arg in p.session_ids.iter().flatten() {
+            match self.id_of(arg).await {
+                Ok(id) => ids.push(id),
+                Err(e) => return Ok(tool_error(e)),
+            }
+        }
+        let key = ids.is_empty().then(|| self.key.clone());
+        let context = Some(p.context.unwrap_or(2));
+        let r = self
+            .client()
+            .await
+            .search(
+                p.pattern,
+                Some(ids).filter(|i| !i.is_empty()),
+                key,
+                p.ignore_case,
+                context,
+                context,
+                None,
+                None,
+                Some(p.max_matches.unwrap_or(50)),
+            )
+            .await;
+        Ok(match r {
+            Ok(r) => {
+                let summary = format!(
+                    "{} match(es) in {} process(es) ({} bytes searched){}:",
+                    r.total,
+                    r.sessions_searched,
+                    r.bytes_scanned,
+                    match r.truncated {
+                        true => format!("; the first {} shown", r.matches.len()),
+                        false => String::new(),
+                    }
+                );
+                let body = crate::grep::as_grep(&r, false, true);
+                answer(
+                    summary,
+                    Some(&body).filter(|b| !b.is_empty()).map(|b| b.as_str()),
+                    &r,
+                    None,
+                )
+            }
+            Err(e) => tool_error(e),
+        })
     }
 
     #[tool(

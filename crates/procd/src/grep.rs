@@ -1,0 +1,115 @@
+//! `procd grep` and `procd logs ID --grep`: the daemon's `search`, printed
+//! as `grep -n` prints a file — `LINE:text` for a match, `LINE-text` for a
+//! context line, `--` between groups that do not touch — with `SESSION:`
+//! before each line when several sessions are searched. Exits 0 when
+//! something matched, 1 when nothing did, as grep does.
+
+use crate::base::{EXIT_FAILED, EXIT_OK};
+use jsonrpsee::core::client::{Client, Error as ClientError};
+use procd_client::ProcdApiClient;
+use procd_proto::SearchResult;
+use std::collections::BTreeMap;
+
+#[derive(clap::Args, Debug)]
+pub struct GrepArgs {
+    /// The regex to look for, in each output line.
+    pub pattern: String,
+    /// Sessions to search (ids, prefixes or names; default: all).
+    pub ids: Vec<String>,
+    /// Only the sessions of this session key.
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Match without regard to case.
+    #[arg(short = 'i', long)]
+    pub ignore_case: bool,
+    /// Lines of context before and after each match.
+    #[arg(short = 'C', long, value_name = "N")]
+    pub context: Option<u32>,
+    /// Lines of context before each match.
+    #[arg(short = 'B', long, value_name = "N")]
+    pub before: Option<u32>,
+    /// Lines of context after each match.
+    #[arg(short = 'A', long, value_name = "N")]
+    pub after: Option<u32>,
+    /// At most this many matches (default 100; all are counted).
+    #[arg(short = 'm', long = "max", value_name = "N")]
+    pub max: Option<u64>,
+}
+
+pub async fn run(args: &GrepArgs, json: bool, client: &Client) -> Result<i32, ClientError> {
+    let mut ids = Vec::new();
+    for arg in &args.ids {
+        ids.push(procd_client::resolve_session(client, arg).await?);
+    }
+    let r = client
+        .search(
+            args.pattern.clone(),
+            Some(ids.clone()).filter(|i| !i.is_empty()),
+            args.key.clone(),
+            Some(args.ignore_case),
+            args.before.or(args.context),
+            args.after.or(args.context),
+            None,
+            None,
+            args.max,
+        )
+        .await?;
+    if json {
+        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+    } else {
+        let context = args.context.or(args.before).or(args.after).unwrap_or(0) > 0;
+        print!("{}", as_grep(&r, ids.len() == 1, context));
+        if r.truncated {
+            eprintln!(
+                "procd grep: {} of {} matches shown (--max for more)",
+                r.matches.len(),
+                r.total
+            );
+        }
+    }
+    Ok(if r.total > 0 { EXIT_OK } else { EXIT_FAILED })
+}
+
+/// The result as `grep -n` prints it; `one`: a single session, so no
+/// session prefix; `context`: context was asked for, so groups that do
+/// not touch are set apart by `--`.
+pub fn as_grep(r: &SearchResult, one: bool, context: bool) -> String {
+    // Each session's lines to print, by number: (text, matched).
+    type Lines<'a> = BTreeMap<u64, (&'a str, bool)>;
+    let mut sessions: Vec<(&str, Lines)> = Vec::new();
+    for m in &r.matches {
+        if sessions.last().is_none_or(|(id, _)| *id != m.session_id) {
+            sessions.push((&m.session_id, BTreeMap::new()));
+        }
+        let Some((_, lines)) = sessions.last_mut() else {
+            continue;
+        };
+        let first = m.line.saturating_sub(m.before.len() as u64);
+        for (i, text) in m.before.iter().enumerate() {
+            lines.entry(first + i as u64).or_insert((text, false));
+        }
+        lines.insert(m.line, (&m.text, true));
+        for (i, text) in m.after.iter().enumerate() {
+            lines.entry(m.line + 1 + i as u64).or_insert((text, false));
+        }
+    }
+    let mut out = String::new();
+    let mut printed_any = false;
+    for (id, lines) in sessions {
+        let mut last: Option<u64> = None;
+        for (n, (text, matched)) in lines {
+            let adjacent = last.is_some_and(|l| l + 1 == n);
+            if context && printed_any && !adjacent {
+                out.push_str("--\n");
+            }
+            let mark = if matched { ':' } else { '-' };
+            if !one {
+                out.push_str(&format!("{id}{mark}"));
+            }
+            out.push_str(&format!("{n}{mark}{text}\n"));
+            last = Some(n);
+            printed_any = true;
+        }
+    }
+    out
+}
