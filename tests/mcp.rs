@@ -19,24 +19,7 @@ impl Drop for Home {
 #[test]
 fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     let home = Home(short_tempdir());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/mcp_client.py");
-    let python = mcp_python();
-    let client = Command::new(python)
-        .arg(script)
-        .arg(BIN)
-        .arg(home.0.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the Python MCP client");
-    let out = output_within_for(client, "the Python MCP client", Duration::from_secs(120));
-    assert!(
-        out.status.success(),
-        "the MCP client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client's JSON report");
+    let seen = python_client("mcp_client.py", home.0.path(), &[]);
 
     assert_eq!(seen["server"], "procd");
     // Commands run where the agent runs procd mcp (its project), and a

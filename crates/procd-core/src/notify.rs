@@ -254,7 +254,8 @@ impl NotificationQueue {
     }
 
     /// The number the next event will have.
-    pub fn next_seq(&self) -> u64 {
+    #[cfg(test)]
+    fn next_seq(&self) -> u64 {
         self.lock().next_seq
     }
 

@@ -17,7 +17,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_TIMEOUT_S: f64 = 86_400.0;
 /// Compiled size limit of `ready.output` (a hostile pattern cannot make
 /// the daemon build a huge automaton).
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// How long one HTTP probe may take, connect to status line.
 const HTTP_PROBE_LIMIT: Duration = Duration::from_secs(2);
 
@@ -74,10 +73,7 @@ impl ReadyCheck {
         let output = match &spec.output {
             None => None,
             Some(p) => Some(
-                regex::RegexBuilder::new(p)
-                    .size_limit(REGEX_SIZE_LIMIT)
-                    .build()
-                    .map_err(|e| format!("ready.output: not a valid regex: {e}"))?,
+                crate::text::bounded_regex(p, false).map_err(|e| format!("ready.output: {e}"))?,
             ),
         };
         let port = match spec.port {

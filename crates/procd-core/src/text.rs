@@ -63,6 +63,26 @@ pub fn first_chars(s: &str, n: usize) -> &str {
 
 /// Removes ANSI escape sequences (CSI, OSC, and two-byte escapes) and
 /// carriage returns that only precede a newline.
+/// The longest regex a caller may give (ready.output, wait_any's output,
+/// search's pattern), and what its compiled form may take.
+pub const MAX_REGEX_CHARS: usize = 4096;
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// A caller's regex, bounded in length and in compiled size (the regex
+/// crate is linear in the input; this bounds what it builds). The error
+/// says what is wrong; the caller names the field.
+pub fn bounded_regex(pattern: &str, ignore_case: bool) -> Result<regex::Regex, String> {
+    if pattern.is_empty() || pattern.chars().count() > MAX_REGEX_CHARS {
+        return Err(format!("a regex of 1 to {MAX_REGEX_CHARS} characters"));
+    }
+    regex::RegexBuilder::new(pattern)
+        .case_insensitive(ignore_case)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| format!("not a valid regex: {e}"))
+}
+
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();

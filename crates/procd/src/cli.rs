@@ -596,32 +596,13 @@ async fn client_command(
             context,
             ..
         } => {
-            let args = crate::grep::GrepArgs {
-                pattern,
-                ids: vec![id],
-                key: None,
-                ignore_case: false,
-                context,
-                before: None,
-                after: None,
-                max: Some(procd_proto::MAX_COUNT.min(10_000)),
-            };
+            let args = crate::grep::GrepArgs::of_log(id, pattern, context);
             crate::grep::run(&args, target.json, client).await
         }
         ClientCommand::Grep(args) => crate::grep::run(&args, target.json, client).await,
         ClientCommand::Logs {
             id, follow, limit, ..
-        } => {
-            let id = resolve(client, id).await?;
-            if follow {
-                return follow_output(target, conn, id).await;
-            }
-            let r = client
-                .log(id, None, limit.map(procd_proto::Limit::new), None, None)
-                .await?;
-            target.print(&r, |r| r.output.clone());
-            Ok(EXIT_OK)
-        }
+        } => logs(target, conn, resolve(client, id).await?, follow, limit).await,
         ClientCommand::Wait(args) if args.any => {
             crate::waiting::wait_any(&args, target.json, conn).await
         }
@@ -650,6 +631,23 @@ async fn client_command(
         ClientCommand::Attach { id } => crate::attach::run(conn, resolve(client, id).await?).await,
         ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
     }
+}
+
+/// `procd logs`: the last lines, or (`follow`) the output as it comes.
+async fn logs(
+    target: &Target,
+    conn: &procd_client::Reconnecting,
+    id: String,
+    follow: bool,
+    limit: Option<u64>,
+) -> Result<i32, ClientError> {
+    if follow {
+        return follow_output(target, conn, id).await;
+    }
+    let limit = limit.map(procd_proto::Limit::new);
+    let r = conn.last().await.log(id, None, limit, None, None).await?;
+    target.print(&r, |r| r.output.clone());
+    Ok(EXIT_OK)
 }
 
 /// `procd spawn`: its flags checked (a usage error sends nothing), then

@@ -142,7 +142,10 @@ async fn pending(
     args: &EventsArgs,
     print: impl Fn(&StreamedEvent) -> bool,
 ) -> Result<i32, ClientError> {
-    let (first, owned) = args.keys.split_first().unwrap_or((&args.keys[0], &[]));
+    // clap makes --pending require --key: there is a first one.
+    let Some((first, owned)) = args.keys.split_first() else {
+        return Ok(EXIT_USAGE);
+    };
     let owned = Some(owned.to_vec()).filter(|o| !o.is_empty());
     let drained = client
         .drain_notifications(Some(first.clone()), owned)

@@ -36,6 +36,23 @@ pub struct GrepArgs {
     pub max: Option<u64>,
 }
 
+impl GrepArgs {
+    /// `procd logs ID --grep RE [-C N]`: one session, as many matches as
+    /// search returns.
+    pub fn of_log(id: String, pattern: String, context: Option<u32>) -> GrepArgs {
+        GrepArgs {
+            pattern,
+            ids: vec![id],
+            key: None,
+            ignore_case: false,
+            context,
+            before: None,
+            after: None,
+            max: Some(10_000),
+        }
+    }
+}
+
 pub async fn run(args: &GrepArgs, json: bool, client: &Client) -> Result<i32, ClientError> {
     let mut ids = Vec::new();
     for arg in &args.ids {

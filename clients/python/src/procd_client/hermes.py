@@ -87,7 +87,6 @@ class ProcdProcessRegistry(_hermes.ProcessRegistry):  # type: ignore[misc]
     def __init__(self, client: Optional[Client] = None, *, home: Optional[str] = None) -> None:
         super().__init__()
         self.procd = client or Client(home)
-        self._procd_lock = threading.Lock()
         #: Sessions of this hermes home, told apart from another hermes's.
         self.hermes_home = os.environ.get("HERMES_HOME") or os.path.expanduser("~/.hermes")
         self._pump = threading.Thread(target=self._follow_events, daemon=True, name="procd-events")
@@ -107,18 +106,17 @@ class ProcdProcessRegistry(_hermes.ProcessRegistry):  # type: ignore[misc]
         cwd = _hermes._resolve_safe_cwd(cwd or os.getcwd())
         env = dict(env_vars or {})
         env.setdefault("PYTHONUNBUFFERED", "1")
-        with self._procd_lock:
-            r = self.procd.spawn(
-                command,
-                cwd=cwd,
-                env=env,
-                pty=use_pty,
-                task_id=task_id or None,
-                session_key=session_key or None,
-                # Outlives a hermes crash; this registry kills its own.
-                persist=True,
-                meta={"client": CLIENT, "hermes_home": self.hermes_home},
-            )
+        r = self.procd.spawn(
+            command,
+            cwd=cwd,
+            env=env,
+            pty=use_pty,
+            task_id=task_id or None,
+            session_key=session_key or None,
+            # Outlives a hermes crash; this registry kills its own.
+            persist=True,
+            meta={"client": CLIENT, "hermes_home": self.hermes_home},
+        )
         session = self._adopt(
             {
                 "session_id": r["session_id"],
@@ -171,8 +169,7 @@ class ProcdProcessRegistry(_hermes.ProcessRegistry):  # type: ignore[misc]
         if session.exited:
             return
         try:
-            with self._procd_lock:
-                self.procd.update(session.id, **changes)
+            self.procd.update(session.id, **changes)
         except ProcdError:
             pass  # it ended meanwhile: nothing left to change
 
@@ -181,10 +178,9 @@ class ProcdProcessRegistry(_hermes.ProcessRegistry):  # type: ignore[misc]
     def _tail(self, session_id: str) -> str:
         """The last `TAIL_BYTES` of a session's output."""
         try:
-            with self._procd_lock:
-                # The end: a read from past it (2**53, the largest cursor) says where it is.
-                end = self.procd.read(session_id, 2**53, max_bytes=1)["next_cursor"]
-                chunk = self.procd.read(session_id, max(0, end - TAIL_BYTES), max_bytes=TAIL_BYTES)
+            # The end: a read from past it (2**53, the largest cursor) says where it is.
+            end = self.procd.read(session_id, 2**53, max_bytes=1)["next_cursor"]
+            chunk = self.procd.read(session_id, max(0, end - TAIL_BYTES), max_bytes=TAIL_BYTES)
         except ProcdError:
             return ""
         return str(chunk.get("data", ""))
@@ -205,8 +201,7 @@ class ProcdProcessRegistry(_hermes.ProcessRegistry):  # type: ignore[misc]
         if session.exited:
             return session
         try:
-            with self._procd_lock:
-                state = self.procd.poll(session.id, max_output_chars=0)
+            state = self.procd.poll(session.id, max_output_chars=0)
         except SessionNotFound:
             state = {"status": "exited", "completion_reason": "lost"}
         if state.get("status") == "exited":
@@ -248,8 +243,7 @@ class ProcdProcessRegistry(_hermes.ProcessRegistry):  # type: ignore[misc]
                 interrupted = True
                 break
             left = max(0.001, min(1.0, deadline - time.monotonic()))
-            with self._procd_lock:
-                r = self.procd.wait(session.id, timeout_s=left, max_output_chars=0)
+            r = self.procd.wait(session.id, timeout_s=left, max_output_chars=0)
             if r.get("status") == "exited":
                 self._refresh_detached_session(session)
         if session.exited:
@@ -281,8 +275,7 @@ class ProcdProcessRegistry(_hermes.ProcessRegistry):  # type: ignore[misc]
             return dict(super().kill_process(session_id, source=source, consume_output=consume_output))
         if session.exited:
             return dict(super().kill_process(session_id, source=source, consume_output=consume_output))
-        with self._procd_lock:
-            r = self.procd.kill(session.id, source=source)
+        r = self.procd.kill(session.id, source=source)
         if r.get("status") == "error":
             return {"status": "error", "error": r.get("error", "kill incomplete")}
         output = _hermes_strip(session.output_buffer[-2000:])
@@ -319,8 +312,7 @@ class ProcdProcessRegistry(_hermes.ProcessRegistry):  # type: ignore[misc]
         if session is None or session.exited:
             return {"status": "already_exited", "error": "Process has already finished"}
         try:
-            with self._procd_lock:
-                r = call()
+            r = call()
         except ProcdError as e:
             return {"status": "error", "error": e.message}
         if r.get("status") == "already_exited":
@@ -336,8 +328,7 @@ class ProcdProcessRegistry(_hermes.ProcessRegistry):  # type: ignore[misc]
         with their output and real exit codes; then hermes's own checkpoint
         for what it ran natively."""
         found = 0
-        with self._procd_lock:
-            entries = self.procd.list().get("processes", [])
+        entries = self.procd.list().get("processes", [])
         for entry in entries:
             meta = entry.get("meta") or {}
             ours = meta.get("client") == CLIENT and meta.get("hermes_home") == self.hermes_home

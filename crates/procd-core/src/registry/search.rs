@@ -23,8 +23,6 @@ const DEFAULT_MATCHES: u64 = 100;
 pub const MAX_SEARCH_CONTEXT: u32 = 20;
 /// A returned line longer than this is cut (with "…").
 const LINE_CHARS: usize = 500;
-const MAX_PATTERN_CHARS: usize = 4096;
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// Sessions one search may cover.
 const MAX_SESSIONS: usize = 256;
 
@@ -232,18 +230,8 @@ fn cut(line: &str) -> String {
     }
 }
 
-/// The pattern, bounded in length and in compiled size (the regex crate
-/// is linear in the input; this bounds what it builds).
+/// The pattern (`text::bounded_regex`).
 fn compile(pattern: &str, ignore_case: bool) -> Result<regex::Regex, Error> {
-    if pattern.is_empty() || pattern.chars().count() > MAX_PATTERN_CHARS {
-        return Err(Error::InvalidParams(format!(
-            "pattern: a regex of 1 to {MAX_PATTERN_CHARS} characters"
-        )));
-    }
-    regex::RegexBuilder::new(pattern)
-        .case_insensitive(ignore_case)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(REGEX_SIZE_LIMIT)
-        .build()
+    crate::text::bounded_regex(pattern, ignore_case)
         .map_err(|e| Error::InvalidParams(format!("pattern: {e}")))
 }

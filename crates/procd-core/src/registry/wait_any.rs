@@ -22,10 +22,6 @@ use tokio::time::Instant;
 /// Sessions one call may wait on: each costs three watch subscriptions
 /// per round.
 pub const MAX_WAIT_ANY_SESSIONS: usize = 64;
-/// The longest `output` regex, and what its compiled form may take: the
-/// regex crate is linear in the input, and this bounds its size.
-const MAX_REGEX_CHARS: usize = 4096;
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// Output scanned for the regex per read of the log.
 const SCAN_BYTES: u64 = 1 << 20;
 
@@ -175,9 +171,16 @@ impl Registry {
                     break;
                 }
                 w.scanned = window.end();
-                let text = crate::text::lossy(&window.bytes);
-                if let Some(line) = text.lines().find(|l| regex.is_match(l)) {
-                    let line = self.redactor.output(line, s.env_dump).into_owned();
+                // Up to 1 MiB matched: off the event loop, as search does.
+                let (bytes, re) = (window.bytes, regex.clone());
+                let matched = tokio::task::spawn_blocking(move || {
+                    let text = crate::text::lossy(&bytes);
+                    text.lines().find(|l| re.is_match(l)).map(str::to_string)
+                })
+                .await
+                .map_err(|e| Error::Internal(format!("matching failed: {e}")))?;
+                if let Some(line) = matched {
+                    let line = self.redactor.output(&line, s.env_dump).into_owned();
                     let hit = Hit {
                         outcome: WaitAnyOutcome::Output,
                         line: Some(crate::text::first_chars(&line, 2000).to_string()),
@@ -364,18 +367,9 @@ fn conditions(
     }
 }
 
-/// The `output` regex, bounded in length and in compiled size.
+/// The `output` regex (`text::bounded_regex`).
 fn compile(re: &str) -> Result<regex::Regex, Error> {
-    if re.chars().count() > MAX_REGEX_CHARS {
-        return Err(Error::InvalidParams(format!(
-            "output: a regex of at most {MAX_REGEX_CHARS} characters"
-        )));
-    }
-    regex::RegexBuilder::new(re)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| Error::InvalidParams(format!("output: {e}")))
+    crate::text::bounded_regex(re, false).map_err(|e| Error::InvalidParams(format!("output: {e}")))
 }
 
 /// A watch that says it changed, or, once its sender is gone, never wakes
@@ -400,7 +394,7 @@ mod tests {
         assert!(e.message().starts_with("output:"), "{}", e.message());
         assert!(conditions(Some(vec![Exit]), true).is_err());
         assert!(compile("(").unwrap_err().message().starts_with("output:"));
-        assert!(compile(&"a".repeat(MAX_REGEX_CHARS + 1)).is_err());
+        assert!(compile(&"a".repeat(crate::text::MAX_REGEX_CHARS + 1)).is_err());
         // A regex whose compiled form would be huge is refused, not built.
         assert!(compile("\\w{1000}{1000}").is_err());
     }
