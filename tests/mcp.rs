@@ -257,14 +257,14 @@ fn a_model_reading_only_structured_content_sees_what_procd_says() {
     for step in ["prompt_start", "prompt_read", "prompt_wait_timeout"] {
         let m = model(&seen[step]);
         assert!(m.contains("WAITING FOR INPUT"), "{step}: {m}");
-        assert!(m.contains(r#""prompt":"Name? ""#), "{step}: {m}");
+        assert!(m.contains(r#""prompt":"Name?""#), "{step}: {m}");
         assert!(m.contains(r#""waiting_for_input":true"#), "{step}: {m}");
         assert!(m.contains(r#""summary":"#), "{step}: {m}");
     }
     assert!(model(&seen["prompt_start"]).contains(r#""next_cursor":6"#));
     assert!(model(&seen["prompt_read"]).contains(r#""next_cursor":6"#));
     let list = model(&seen["prompt_list"]);
-    assert!(list.contains(r#""prompt":"Name? ""#), "{list}");
+    assert!(list.contains(r#""prompt":"Name?""#), "{list}");
     // The answer: its output, the exit and its code.
     let write = model(&seen["prompt_write"]);
     assert!(

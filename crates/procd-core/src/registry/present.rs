@@ -64,17 +64,34 @@ pub(super) fn redacted_tail(r: &Redactor, s: &Session, chars: usize) -> String {
     })
 }
 
-/// Ports, resources, readiness and waiting-for-input, for poll and list.
-fn activity(s: &Session) -> Activity {
+/// Ports, resources, readiness and waiting-for-input (with the prompt),
+/// for poll and list.
+fn activity(r: &Redactor, s: &Session) -> Activity {
     let observed = s.observed();
     let readiness = s.readiness();
+    let waiting = s.waiting_for_input();
     Activity {
         ports: observed.ports,
         resources: observed.resources,
         ready: readiness.flag(),
         ready_after_ms: readiness.after_ms(),
-        waiting_for_input: s.waiting_for_input(),
+        waiting_for_input: waiting,
+        prompt: waiting.then(|| prompt(r, s)),
     }
+}
+
+/// The last unfinished line of a session's output (redacted, ANSI
+/// stripped, at most 200 chars): what it asks.
+pub(super) fn prompt(r: &Redactor, s: &Session) -> String {
+    // The poll's length: the text made for a poll is reused.
+    let tail = redacted_tail(r, s, PREVIEW_CHARS);
+    let tail = crate::text::strip_ansi(&tail);
+    let line = tail
+        .trim_end()
+        .rsplit(['\n', '\r'])
+        .next()
+        .unwrap_or_default();
+    last_chars(line, 200).to_string()
 }
 
 /// A running session as `spawn` answers it (no yield, not reused).
@@ -110,7 +127,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         started_at: s.started_at_text().to_string(),
         uptime_seconds: uptime(s),
         output_preview: redacted_tail(r, s, PREVIEW_CHARS),
-        activity: activity(s),
+        activity: activity(r, s),
         note: s.note.clone(),
         original_chars: None,
         kept_error_lines: None,
@@ -142,7 +159,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         persist: s.spec.persist,
         notify_on_complete: s.notify_on_complete(),
         watch_patterns: s.asks().watch_patterns.to_vec(),
-        activity: activity(s),
+        activity: activity(r, s),
         session_scoped,
         note: s.note.clone(),
         restart: restart_info(s),

@@ -3,12 +3,11 @@
 //! a waiting yield or that task takes, and the events `ready`,
 //! `ready_timeout` and `input_wanted`.
 
-use super::{present::redacted_tail, reading::next_change, Registry, PREVIEW_CHARS};
+use super::{reading::next_change, Registry};
 use crate::kill;
 use crate::observe::{Observation, Watched};
 use crate::readiness::{LineMatcher, Readiness, ReadyCheck};
 use crate::session::Session;
-use crate::text::{last_chars, strip_ansi};
 use procd_proto::Event;
 use std::sync::Arc;
 use std::time::Duration;
@@ -196,14 +195,6 @@ impl Registry {
     /// The last unfinished line of a session's output (redacted, ANSI
     /// stripped, at most 200 chars): what it asks.
     pub(super) fn prompt_of(&self, s: &Session) -> String {
-        // The poll's length: the text made for a poll is reused.
-        let tail = redacted_tail(&self.redactor, s, PREVIEW_CHARS);
-        let tail = strip_ansi(&tail);
-        let line = tail
-            .trim_end()
-            .rsplit(['\n', '\r'])
-            .next()
-            .unwrap_or_default();
-        last_chars(line, 200).to_string()
+        super::present::prompt(&self.redactor, s)
     }
 }

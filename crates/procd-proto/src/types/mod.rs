@@ -451,6 +451,10 @@ pub struct Activity {
     /// been quiet for 250 ms.
     #[serde(default)]
     pub waiting_for_input: bool,
+    /// While it waits for input: what it asks (its last line, redacted,
+    /// escape sequences out, at most 200 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
 }
 
 /// Resources of a session's live tree, as the monitor last saw them.

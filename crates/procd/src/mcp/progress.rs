@@ -83,7 +83,7 @@ impl super::ProcdMcp {
             .ok()?;
         let plain = procd_core::text::strip_ansi(&p.output_preview);
         let line = plain.lines().rev().find(|l| !l.trim().is_empty())?;
-        Some(super::said::prompt_of(line))
+        Some(procd_core::text::last_chars(line.trim_end(), 200).to_string())
     }
 }
 

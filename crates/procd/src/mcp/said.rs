@@ -31,7 +31,7 @@ impl Now {
         let waiting = p.activity.waiting_for_input && p.status == SessionStatus::Running;
         Now {
             waiting_for_input: waiting,
-            prompt: waiting.then(|| prompt_of(&p.output_preview)),
+            prompt: p.activity.prompt.clone().filter(|_| waiting),
             ready: p.activity.ready,
             ready_after_ms: p.activity.ready_after_ms,
             ports: p.activity.ports.clone(),
@@ -78,20 +78,6 @@ impl Now {
             format!(" [{}]", words.join("; "))
         }
     }
-}
-
-/// The last line of a preview, without escape sequences: what a program
-/// that waits for input asks (at most 200 characters).
-pub fn prompt_of(preview: &str) -> String {
-    let plain = procd_core::text::strip_ansi(preview);
-    let line = plain
-        .trim_end_matches(['\n', '\r'])
-        .rsplit('\n')
-        .next()
-        .unwrap_or("")
-        .trim_end_matches('\r');
-    let start = line.char_indices().rev().nth(199).map_or(0, |(i, _)| i);
-    line[start..].to_string()
 }
 
 /// One answer: `summary` (the sentence), then the output it introduces
@@ -171,15 +157,6 @@ pub fn exit_words(exit: &Option<procd_proto::ExitInfo>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_prompt_is_the_last_line_without_escapes() {
-        assert_eq!(prompt_of("hello\nName? "), "Name? ");
-        assert_eq!(prompt_of("\x1b[1mPassword:\x1b[0m "), "Password: ");
-        assert_eq!(prompt_of("done\n"), "done");
-        assert_eq!(prompt_of(&"x".repeat(500)).len(), 200);
-        assert_eq!(prompt_of(&"é".repeat(300)).chars().count(), 200);
-    }
 
     #[test]
     fn the_structured_answer_carries_the_summary_and_the_state() {

@@ -416,8 +416,7 @@ impl ProcdMcp {
             Err(e) => return Ok(tool_error(e)),
         };
         let mut lines = Vec::new();
-        let mut fields = serde_json::to_value(&r).unwrap_or_default();
-        for (i, e) in r.processes.iter().enumerate() {
+        for e in &r.processes {
             let status = match (e.status, e.exit_code) {
                 (procd_proto::SessionStatus::Running, _) => "running".to_string(),
                 (_, Some(c)) => format!("exited {c}"),
@@ -431,14 +430,13 @@ impl ProcdMcp {
                 extra.push_str("  ready");
             }
             if e.activity.waiting_for_input {
-                let prompt = super::said::prompt_of(&e.output_preview);
+                let prompt = e.activity.prompt.as_deref().unwrap_or_default();
                 extra.push_str(&format!("  WAITING FOR INPUT at {prompt:?}"));
-                fields["processes"][i]["prompt"] = json!(prompt);
             }
             lines.push(format!("{}  {status}{extra}  {}", e.session_id, e.command));
         }
         let summary = format!("{} process(es).", r.processes.len());
-        Ok(answer(summary, Some(&lines.join("\n")), &fields, None))
+        Ok(answer(summary, Some(&lines.join("\n")), &r, None))
     }
 
     #[tool(
