@@ -1045,3 +1045,22 @@ fn a_keeper_gives_up_after_five_daemons_that_die_before_serving() {
     wait_until("the held session's process is gone", || !alive(pid));
     remove_instance_cgroups(d.home.path());
 }
+
+/// An exit a kill answered with is on disk when the answer comes: the
+/// keeper and the daemon SIGKILLed right after `kill_all` (nothing left to
+/// write a checkpoint), the next daemon lists each session as killed by
+/// `kill_all`, none of them lost.
+#[test]
+fn exits_a_kill_answered_with_outlive_a_crash_right_after() {
+    let mut d = Daemon::start();
+    let ids: Vec<String> = (0..24).map(|_| d.spawn("sleep 300")).collect();
+    let killed = d.ok("kill_all", json!({}));
+    d.crash();
+    assert_eq!(killed["killed"], 24, "{killed}");
+    d.restart();
+    for id in &ids {
+        let p = d.ok("poll", json!({"session_id": id}));
+        let exit = json!([p["status"], p["completion_reason"], p["termination_source"]]);
+        assert_eq!(exit, json!(["exited", "killed", "kill_all"]), "{id}: {p}");
+    }
+}

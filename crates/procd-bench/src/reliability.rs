@@ -878,11 +878,11 @@ fn chaos(rounds: usize) -> Vec<Figure> {
             .filter_map(|p| p["session_id"].as_str().map(String::from))
             .collect();
         t.untracked += end_untracked(home.path(), &running);
-        t.exits_changed += same_exits(&mut acked_ever, &listed);
+        t.same_exits(&mut acked_ever, &listed);
         let mut c = d.connect();
         c.call("kill_all", json!({}));
         // Every exit is known now; the next daemon must keep each.
-        t.exits_changed += same_exits(&mut acked_ever, &c.call("list", json!({})));
+        t.same_exits(&mut acked_ever, &c.call("list", json!({})));
         d.crash();
         t.quiet_kills += 1;
     }
@@ -900,7 +900,7 @@ fn chaos(rounds: usize) -> Vec<Figure> {
             n => t.duplicated += n - 1,
         }
     }
-    t.exits_changed += same_exits(&mut acked_ever, &listed);
+    t.same_exits(&mut acked_ever, &listed);
     let unended = acked_ever.values().filter(|exit| exit.is_none()).count();
     end_everything(d, home.path());
     t.figure(seed, unended, acked_ever.len())
@@ -915,6 +915,8 @@ struct ChaosTally {
     unparsable: usize,
     exits_lost: usize,
     exits_changed: usize,
+    /// The first exit that changed, before and after: where to look.
+    first_change: Option<String>,
     /// Kills amid traffic, those after a round's kill_all, and how many of
     /// the first left the keeper alive.
     kills: usize,
@@ -932,17 +934,48 @@ impl ChaosTally {
             unparsable,
             exits_lost,
             exits_changed,
+            first_change,
             kills,
             quiet_kills,
             daemon_kills,
         } = self;
+        let first_change =
+            first_change.map_or(String::new(), |c| format!("; first exit changed: {c}"));
         vec![Figure {
             check: format!("chaos: daemon SIGKILLed {kills} times amid spawn/kill traffic ({daemon_kills} of them the daemon alone, its keeper left), and {quiet_kills} times after a round's kill_all"),
             value: format!("{lost} lost, {duplicated} duplicated, {untracked} untracked, {unparsable} unparsable files, {exits_lost} exits unknown after a daemon-only kill, {exits_changed} exits changed, {unended} never ended ({sessions} sessions)"),
             target: "0 / 0 / 0 / 0 / 0 / 0 / 0".into(),
             met: lost + duplicated + untracked + unparsable + exits_lost + exits_changed + unended == 0 && sessions > 0,
-            detail: format!("seed {seed}; a kill lands 5-155 ms into each round; after each, a new daemon must list every session acknowledged in any round once, with the exit an earlier daemon listed, and track every live session process; the last lists all of them ended"),
+            detail: format!("seed {seed}; a kill lands 5-155 ms into each round; after each, a new daemon must list every session acknowledged in any round once, with the exit an earlier daemon listed, and track every live session process; the last lists all of them ended{first_change}"),
         }]
+    }
+
+    /// Records the exit of every ended session in a `list` answer that
+    /// `acked` holds, and counts those whose exit differs from the one
+    /// recorded before (an exit, once known, never changes).
+    fn same_exits(
+        &mut self,
+        acked: &mut std::collections::BTreeMap<String, Option<Value>>,
+        listed: &Value,
+    ) {
+        for p in entries(listed).filter(|p| p["status"] == "exited") {
+            let Some((id, known)) = p["session_id"]
+                .as_str()
+                .and_then(|id| acked.get_mut(id).map(|known| (id, known)))
+            else {
+                continue;
+            };
+            let exit = json!([p["exit_code"], p["completion_reason"]]);
+            match known {
+                Some(before) if *before != exit => {
+                    self.exits_changed += 1;
+                    self.first_change
+                        .get_or_insert_with(|| format!("{id} {before} then {exit}"));
+                }
+                Some(_) => {}
+                None => *known = Some(exit),
+            }
+        }
     }
 
     /// A new daemon's `list`: every id in `must_list` once, none twice.
@@ -1087,31 +1120,6 @@ fn end_untracked(home: &Path, running: &std::collections::HashSet<String>) -> us
         );
     }
     strays.len()
-}
-
-/// Records the exit of every ended session in a `list` answer that
-/// `acked` holds, and counts those whose exit differs from the one
-/// recorded before (an exit, once known, never changes).
-fn same_exits(
-    acked: &mut std::collections::BTreeMap<String, Option<Value>>,
-    listed: &Value,
-) -> usize {
-    let mut changed = 0;
-    for p in listed["processes"].as_array().into_iter().flatten() {
-        if p["status"] != "exited" {
-            continue;
-        }
-        let Some(known) = p["session_id"].as_str().and_then(|id| acked.get_mut(id)) else {
-            continue;
-        };
-        let exit = json!([p["exit_code"], p["completion_reason"]]);
-        match known {
-            Some(before) if *before != exit => changed += 1,
-            Some(_) => {}
-            None => *known = Some(exit),
-        }
-    }
-    changed
 }
 
 // ----- load -------------------------------------------------------------------------

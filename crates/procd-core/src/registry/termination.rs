@@ -101,7 +101,7 @@ impl Registry {
             Some(spec) => signal_param(&spec)?,
         };
         let grace = self.grace(grace_s);
-        Ok(self
+        let killed = self
             .terminate(
                 &s,
                 signal,
@@ -109,7 +109,17 @@ impl Registry {
                 CompletionReason::Killed,
                 source.unwrap_or("kill"),
             )
-            .await)
+            .await;
+        self.exits_on_disk().await;
+        Ok(killed)
+    }
+
+    /// Waits until the checkpoint holds every exit recorded so far: a kill
+    /// answers only then, so the exit it reports outlives a crash of the
+    /// daemon and its keeper right after (the write an exit schedules may
+    /// not have run yet). A failed write is a fault, retried.
+    async fn exits_on_disk(&self) {
+        let _ = self.write_checkpoint().await;
     }
 
     pub async fn signal(&self, id: &str, signal: SignalSpec) -> Result<SignalResult, Error> {
@@ -135,11 +145,13 @@ impl Registry {
         let kills = victims
             .iter()
             .map(|s| self.terminate(s, libc::SIGTERM, grace, CompletionReason::Killed, source));
-        futures::future::join_all(kills)
+        let killed = futures::future::join_all(kills)
             .await
             .into_iter()
             .filter(|r| r.status == KillStatus::Killed)
-            .count() as u32
+            .count() as u32;
+        self.exits_on_disk().await;
+        killed
     }
 
     /// Kills the running sessions of `whose` (each filter given must
