@@ -87,6 +87,9 @@ enum Command {
     Top,
     /// Serve the Model Context Protocol on stdin/stdout for a coding agent.
     Mcp(McpArgs),
+    /// Serve Codex's exec-server protocol on stdin/stdout: Codex runs its
+    /// commands as procd sessions (docs/codex.md).
+    ExecServer,
     /// Connect stdin/stdout to this machine's daemon (started on demand),
     /// byte for byte: what `--host` runs on the far side.
     DialStdio,
@@ -396,6 +399,15 @@ fn local_command(
         }
         Command::Top => block_on(crate::top::run(target.endpoint())),
         Command::DialStdio => block_on(crate::dial::run(&target.paths, &target.launcher)),
+        Command::ExecServer => block_on(async {
+            match crate::exec_server::run(&target.paths, &target.launcher).await {
+                Ok(()) => EXIT_OK,
+                Err(e) => {
+                    eprintln!("procd exec-server: {e}");
+                    EXIT_FAILED
+                }
+            }
+        }),
         Command::Client(client) => return Err(Box::new(client)),
     })
 }

@@ -7,6 +7,7 @@ mod base;
 mod cli;
 mod dial;
 mod events;
+mod exec_server;
 mod grep;
 mod lifecycle;
 mod mcp;

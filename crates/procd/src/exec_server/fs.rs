@@ -1,0 +1,172 @@
+//! `fs/*`: the file calls Codex's file tools and apply_patch make, on
+//! this machine, with the errors Codex's own server gives (a missing
+//! path is -32004). Off the event loop: a file may be large or slow.
+
+use super::{params, path_of, uri_of, RpcError};
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PathParams {
+    path: String,
+    #[serde(default)]
+    sandbox: Option<Value>,
+    #[serde(default)]
+    recursive: Option<bool>,
+    #[serde(default)]
+    force: Option<bool>,
+    #[serde(default)]
+    data_base64: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CopyParams {
+    source_path: String,
+    destination_path: String,
+    recursive: bool,
+    #[serde(default)]
+    sandbox: Option<Value>,
+}
+
+fn io_error(e: std::io::Error) -> RpcError {
+    let code = if e.kind() == std::io::ErrorKind::NotFound {
+        -32004
+    } else {
+        -32603
+    };
+    RpcError::new(code, e.to_string())
+}
+
+fn no_sandbox(sandbox: &Option<Value>) -> Result<(), RpcError> {
+    match sandbox {
+        Some(s) if !s.is_null() => Err(RpcError::invalid(
+            "procd exec-server cannot enforce Codex's sandbox intents on fs calls yet (docs/codex.md)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
+    let method = method.to_string();
+    if method == "fs/copy" {
+        let p: CopyParams = params(p)?;
+        no_sandbox(&p.sandbox)?;
+        let (from, to) = (path_of(&p.source_path)?, path_of(&p.destination_path)?);
+        return blocking(move || copy(&from, &to, p.recursive).map(|()| json!({}))).await;
+    }
+    let p: PathParams = params(p)?;
+    no_sandbox(&p.sandbox)?;
+    let path = path_of(&p.path)?;
+    blocking(move || match method.as_str() {
+        "fs/readFile" => std::fs::read(&path)
+            .map(|d| json!({"dataBase64": base64::engine::general_purpose::STANDARD.encode(d)})),
+        "fs/writeFile" => {
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(p.data_base64.unwrap_or_default())
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            std::fs::write(&path, data).map(|()| json!({}))
+        }
+        "fs/createDirectory" => if p.recursive.unwrap_or(false) {
+            std::fs::create_dir_all(&path)
+        } else {
+            std::fs::create_dir(&path)
+        }
+        .map(|()| json!({})),
+        "fs/getMetadata" => metadata(&path),
+        "fs/canonicalize" => std::fs::canonicalize(&path).map(|c| json!({"path": uri_of(&c)})),
+        "fs/readDirectory" => read_directory(&path),
+        "fs/remove" => remove(
+            &path,
+            p.recursive.unwrap_or(false),
+            p.force.unwrap_or(false),
+        )
+        .map(|()| json!({})),
+        other => Err(std::io::Error::other(format!(
+            "procd exec-server does not implement `{other}`"
+        ))),
+    })
+    .await
+    .map_err(|e| match e.code {
+        -32603 if e.message.contains("does not implement") => RpcError::new(-32601, e.message),
+        _ => e,
+    })
+}
+
+async fn blocking(
+    f: impl FnOnce() -> std::io::Result<Value> + Send + 'static,
+) -> Result<Value, RpcError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(io_error),
+        Err(e) => Err(RpcError::internal(e.to_string())),
+    }
+}
+
+fn millis(t: std::io::Result<std::time::SystemTime>) -> i64 {
+    t.ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn metadata(path: &Path) -> std::io::Result<Value> {
+    let link = std::fs::symlink_metadata(path)?;
+    let m = std::fs::metadata(path).unwrap_or(link.clone());
+    Ok(json!({
+        "isDirectory": m.is_dir(),
+        "isFile": m.is_file(),
+        "isSymlink": link.file_type().is_symlink(),
+        "size": m.len(),
+        "createdAtMs": millis(m.created()),
+        "modifiedAtMs": millis(m.modified()),
+    }))
+}
+
+fn read_directory(path: &Path) -> std::io::Result<Value> {
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(path)? {
+        let e = e?;
+        let m = std::fs::metadata(e.path()).ok();
+        entries.push(json!({
+            "fileName": e.file_name().to_string_lossy(),
+            "isDirectory": m.as_ref().is_some_and(|m| m.is_dir()),
+            "isFile": m.as_ref().is_some_and(|m| m.is_file()),
+        }));
+    }
+    Ok(json!({"entries": entries}))
+}
+
+fn remove(path: &Path, recursive: bool, force: bool) -> std::io::Result<()> {
+    let removed = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() && recursive => std::fs::remove_dir_all(path),
+        Ok(m) if m.is_dir() => std::fs::remove_dir(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Err(e) if force && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+fn copy(from: &Path, to: &Path, recursive: bool) -> std::io::Result<()> {
+    let m = std::fs::symlink_metadata(from)?;
+    if !m.is_dir() {
+        return std::fs::copy(from, to).map(drop);
+    }
+    if !recursive {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "fs/copy requires recursive: true when sourcePath is a directory",
+        ));
+    }
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let target: PathBuf = to.join(e.file_name());
+        copy(&e.path(), &target, true)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,584 @@
+//! `procd exec-server`: Codex's exec-server protocol on stdio
+//! (docs/codex.md), as a client of the local procd daemon. Each Codex
+//! process is a procd session, so it is contained, killed with its whole
+//! tree, and outlives this server's connection.
+//!
+//! - `mod.rs`: the connection (one JSON object per line, JSON-RPC without
+//!   `"jsonrpc"`), `initialize` and `environment/info`, dispatch;
+//! - `process.rs`: `process/*` and the numbered output they push;
+//! - `env.rs`: Codex's environment policy and the command line;
+//! - `fs.rs`: `fs/*`.
+
+mod env;
+mod fs;
+mod process;
+
+use procd_client::{Launcher, Lease};
+use procd_gateway::Paths;
+use procd_proto::{GraceS, ProcdApiClient, SignalSpec, SpawnParams};
+use process::Process;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// The Codex release whose wire this speaks (docs/codex.md).
+pub const CODEX_VERSION: &str = "0.171.0";
+
+/// How long the last pushes may take to be written after Codex left.
+const WRITER_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The longest line read (a `fs/writeFile` carries a whole file).
+const MAX_LINE: usize = 64 << 20;
+
+/// An error in Codex's shape: `{code, message, data?}`.
+#[derive(Debug)]
+pub struct RpcError {
+    code: i64,
+    message: String,
+    data: Option<Value>,
+}
+
+impl RpcError {
+    fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> RpcError {
+        RpcError::new(-32602, message)
+    }
+
+    fn internal(message: impl Into<String>) -> RpcError {
+        RpcError::new(-32603, message)
+    }
+
+    fn json(self) -> Value {
+        let mut e = json!({"code": self.code, "message": self.message});
+        if let Some(data) = self.data {
+            e["data"] = data;
+        }
+        e
+    }
+}
+
+/// Where answers and notifications go: one writer, lines in send order.
+#[derive(Clone)]
+pub struct Outbox(mpsc::UnboundedSender<Value>);
+
+impl Outbox {
+    fn notify(&self, method: &str, params: Value) {
+        let _ = self.0.send(json!({"method": method, "params": params}));
+    }
+
+    fn answer(&self, id: Value, result: Result<Value, RpcError>) {
+        let _ = self.0.send(match result {
+            Ok(result) => json!({"id": id, "result": result}),
+            Err(e) => json!({"id": id, "error": e.json()}),
+        });
+    }
+}
+
+struct Server {
+    conn: Arc<procd_client::Reconnecting>,
+    /// The lease every process is owned by: they end with this server
+    /// unless `exec_server_keeps` says otherwise.
+    owner: String,
+    /// This connection's session (`initialize`), also each process's
+    /// procd session key.
+    session_id: String,
+    processes: Mutex<HashMap<String, Arc<Process>>>,
+    out: Outbox,
+}
+
+/// Runs the server on stdin/stdout until Codex closes stdin.
+pub async fn run(paths: &Paths, launcher: &Launcher) -> Result<(), String> {
+    let lease = Lease::acquire(paths, "exec-server")
+        .await
+        .map_err(|e| format!("cannot take a client lease: {e}"))?;
+    let client = procd_client::connect_or_start(paths, launcher)
+        .await
+        .map_err(|e| e.to_string())?;
+    let conn =
+        procd_client::Reconnecting::new(procd_client::Endpoint::Socket(paths.socket()), client);
+    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let server = Arc::new(Server {
+        conn: Arc::new(conn),
+        owner: lease.token().to_string(),
+        session_id: new_session_id(),
+        processes: Mutex::new(HashMap::new()),
+        out: Outbox(tx),
+    });
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(msg) = rx.recv().await {
+            let mut line = msg.to_string();
+            line.push('\n');
+            if stdout.write_all(line.as_bytes()).await.is_err() {
+                return;
+            }
+            let _ = stdout.flush().await;
+        }
+    });
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut stdin)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.len() > MAX_LINE {
+            server
+                .out
+                .answer(Value::Null, Err(RpcError::new(-32700, "line too long")));
+            // Skip the rest of the line.
+            let mut rest = Vec::new();
+            let _ = stdin.read_until(b'\n', &mut rest).await;
+            continue;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let msg: Value = match serde_json::from_slice(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                server.out.answer(
+                    Value::Null,
+                    Err(RpcError::new(-32700, format!("parse error: {e}"))),
+                );
+                continue;
+            }
+        };
+        let server = server.clone();
+        tokio::spawn(async move { server.handle(msg).await });
+    }
+    // Codex is gone: so is the lease, and with it the processes it
+    // started (the daemon ends them); what they push meanwhile is
+    // written while stdout takes it, for a moment at most.
+    drop(server);
+    let _ = lease.release(false).await;
+    let _ = tokio::time::timeout(WRITER_LINGER, writer).await;
+    Ok(())
+}
+
+use tokio::io::AsyncReadExt as _;
+
+/// A fresh session id in Codex's form (a UUID).
+fn new_session_id() -> String {
+    let mut b = [0u8; 16];
+    let _ = getrandom_bytes(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+fn getrandom_bytes(b: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(b)
+}
+
+/// Parses a method's params, naming what is wrong.
+fn params<T: for<'de> Deserialize<'de>>(p: Value) -> Result<T, RpcError> {
+    serde_json::from_value(p).map_err(|e| RpcError::invalid(e.to_string()))
+}
+
+/// A `file://` URI's path.
+fn path_of(uri: &str) -> Result<std::path::PathBuf, RpcError> {
+    let bad = |why: &str| RpcError::invalid(format!("invalid URI: {why}"));
+    let Some((scheme, rest)) = uri.split_once(':') else {
+        return Err(bad("relative URL without a base"));
+    };
+    if !scheme.eq_ignore_ascii_case("file") {
+        return Err(bad("not a file URI"));
+    }
+    let rest = rest
+        .strip_prefix("//")
+        .ok_or_else(|| bad("not a file URI"))?;
+    let path = match rest.find('/') {
+        Some(0) => rest,
+        Some(i) if &rest[..i] == "localhost" => &rest[i..],
+        _ => return Err(bad("not a local path")),
+    };
+    let mut bytes = Vec::with_capacity(path.len());
+    let mut it = path.bytes();
+    while let Some(b) = it.next() {
+        if b == b'%' {
+            let hex = [it.next(), it.next()];
+            let [Some(h), Some(l)] = hex else {
+                return Err(bad("bad percent escape"));
+            };
+            let v = std::str::from_utf8(&[h, l])
+                .ok()
+                .and_then(|s| u8::from_str_radix(s, 16).ok())
+                .ok_or_else(|| bad("bad percent escape"))?;
+            bytes.push(v);
+        } else {
+            bytes.push(b);
+        }
+    }
+    use std::os::unix::ffi::OsStringExt;
+    Ok(std::path::PathBuf::from(std::ffi::OsString::from_vec(
+        bytes,
+    )))
+}
+
+/// A path as a `file://` URI.
+fn uri_of(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut s = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
+}
+
+/// `environment/info` (also in `initialize`'s answer): only the
+/// capabilities procd has (docs/codex.md); false or absent is "not here".
+fn environment_info() -> Value {
+    let shell = std::env::var("SHELL").unwrap_or_else(|_| "/bin/bash".into());
+    let name = std::path::Path::new(&shell)
+        .file_name()
+        .map_or("bash".into(), |n| n.to_string_lossy().into_owned());
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let home = std::env::var_os("HOME").map_or_else(|| "/".into(), std::path::PathBuf::from);
+    json!({
+        "shell": {"name": name, "path": shell},
+        "executorVersion": CODEX_VERSION,
+        "cwd": uri_of(&cwd),
+        "userHomeDir": uri_of(&home),
+        "platformOs": "linux",
+        "prependPathDirs": [],
+        "temporaryDirectories": [],
+        "tempDir": uri_of(&std::env::temp_dir()),
+        "capabilities": {
+            "networkProxyLaunch": false,
+            "networkProxyReviewDomains": false,
+            "networkProxyTransparentTcp": false,
+            "credentialMasking": false,
+            "credentialMaskingCustomProviders": false,
+            "capabilityDiscoverySandbox": false,
+            "fsWatchMissing": false,
+            "capabilityDiscoveryV2": false,
+            "environmentConfigRead": false,
+            "httpHeaderEnvVars": false,
+            "sandboxedFileStreaming": false,
+            "fileWriteStreaming": false,
+            "shellSnapshotV2": false,
+            "windowsMxc": false,
+            "linuxRootWritePreservesDevices": false,
+            "linuxApprovedRootWritePreservesRestrictions": false,
+        },
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StartParams {
+    process_id: String,
+    argv: Vec<String>,
+    cwd: String,
+    #[serde(default)]
+    env_policy: Option<env::EnvPolicy>,
+    env: BTreeMap<String, String>,
+    tty: bool,
+    #[serde(default)]
+    pipe_stdin: bool,
+    #[serde(default)]
+    arg0: Option<String>,
+    #[serde(default)]
+    sandbox: Option<Value>,
+    #[serde(default)]
+    enforce_managed_network: bool,
+    #[serde(default)]
+    #[allow(dead_code)]
+    managed_network: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReadParams {
+    process_id: String,
+    #[serde(default)]
+    after_seq: Option<u64>,
+    #[serde(default)]
+    max_bytes: Option<usize>,
+    #[serde(default)]
+    wait_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WriteParams {
+    process_id: String,
+    chunk: String,
+    write_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProcessRef {
+    process_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SignalParams {
+    process_id: String,
+    signal: CodexSignal,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum CodexSignal {
+    Interrupt,
+}
+
+/// The longest `waitMs` honoured: a read waits at most this long.
+const MAX_WAIT_MS: u64 = 300_000;
+
+impl Server {
+    async fn handle(self: Arc<Self>, msg: Value) {
+        let Some(method) = msg
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        else {
+            if let Some(id) = msg.get("id") {
+                self.out
+                    .answer(id.clone(), Err(RpcError::new(-32600, "no method")));
+            }
+            return;
+        };
+        let Some(id) = msg.get("id").cloned() else {
+            return; // a notification (`initialized`): nothing to answer
+        };
+        let p = msg.get("params").cloned().unwrap_or(json!({}));
+        if method == "process/start" {
+            let started = match params(p) {
+                Ok(p) => self.start(p).await,
+                Err(e) => Err(e),
+            };
+            match started {
+                Ok(proc) => {
+                    // The answer goes out before the first output (one
+                    // writer, lines in send order).
+                    let answer = json!({"processId": proc.id, "sandboxType": "none"});
+                    self.out.answer(id, Ok(answer));
+                    tokio::spawn(proc.pump(self.conn.clone(), self.out.clone()));
+                }
+                Err(e) => self.out.answer(id, Err(e)),
+            }
+            return;
+        }
+        let answer = self.call(&method, p).await;
+        self.out.answer(id, answer);
+    }
+
+    async fn call(self: &Arc<Self>, method: &str, p: Value) -> Result<Value, RpcError> {
+        match method {
+            "initialize" => Ok(json!({
+                "sessionId": self.session_id,
+                "environmentInfo": environment_info(),
+            })),
+            "environment/info" => Ok(environment_info()),
+            "process/read" => {
+                let p: ReadParams = params(p)?;
+                let proc = self.process(&p.process_id)?;
+                let wait = p.wait_ms.unwrap_or(0).min(MAX_WAIT_MS);
+                Ok(proc.read(p.after_seq.unwrap_or(0), p.max_bytes, wait).await)
+            }
+            "process/write" => self.write(params(p)?).await,
+            "process/signal" => {
+                let p: SignalParams = params(p)?;
+                let proc = self.process(&p.process_id)?;
+                let CodexSignal::Interrupt = p.signal;
+                if proc.running() {
+                    let client = self.conn.last().await;
+                    let _ = client
+                        .signal(proc.session_id.clone(), SignalSpec::Name("SIGINT".into()))
+                        .await;
+                }
+                Ok(json!({}))
+            }
+            "process/terminate" => {
+                let p: ProcessRef = params(p)?;
+                let proc = self.process(&p.process_id)?;
+                let running = proc.running();
+                if running {
+                    // The whole tree, at once, as Codex's own server kills.
+                    let client = self.conn.last().await;
+                    client
+                        .kill(
+                            proc.session_id.clone(),
+                            Some(SignalSpec::Name("SIGKILL".into())),
+                            Some(GraceS::new(0.0)),
+                            Some("codex".into()),
+                        )
+                        .await
+                        .map_err(|e| RpcError::internal(e.to_string()))?;
+                }
+                Ok(json!({"running": running}))
+            }
+            m if m.starts_with("fs/") => fs::call(m, p).await,
+            m => Err(RpcError::new(
+                -32601,
+                format!("procd exec-server does not implement `{m}`"),
+            )),
+        }
+    }
+
+    fn process(&self, id: &str) -> Result<Arc<Process>, RpcError> {
+        self.processes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| process::unknown(id))
+    }
+
+    /// `process/start`: a procd session running `argv` as Codex asked.
+    async fn start(self: &Arc<Self>, p: StartParams) -> Result<Arc<Process>, RpcError> {
+        if p.argv.is_empty() {
+            return Err(RpcError::invalid("argv must not be empty"));
+        }
+        if p.sandbox.as_ref().is_some_and(|s| !s.is_null()) {
+            // Never weakened: refused until procd can give it exactly.
+            return Err(RpcError::invalid(
+                "procd exec-server cannot enforce Codex's sandbox intents yet; run with sandbox_mode = \"danger-full-access\" (docs/codex.md)",
+            ));
+        }
+        if p.enforce_managed_network {
+            return Err(RpcError::invalid(
+                "procd exec-server cannot enforce managed networking",
+            ));
+        }
+        let cwd = path_of(&p.cwd)?;
+        let env = env::resolve(p.env_policy.as_ref(), std::env::vars(), &p.env);
+        // Codex's server fails a start whose program or cwd is missing;
+        // procd would start a shell that says so and exits 127.
+        let found = {
+            let (argv0, env, cwd) = (p.argv[0].clone(), env.clone(), cwd.clone());
+            tokio::task::spawn_blocking(move || cwd.is_dir() && resolvable(&argv0, &env, &cwd))
+                .await
+                .unwrap_or(false)
+        };
+        if !found {
+            let mut e = RpcError::internal("No such file or directory (os error 2)");
+            e.data = Some(json!({"kind": "spawnNotFound"}));
+            return Err(e);
+        }
+        if self.process(&p.process_id).is_ok() {
+            return Err(exists(&p.process_id));
+        }
+        let stdin = p.tty || p.pipe_stdin;
+        let spawn = SpawnParams {
+            command: env::command_line(&p.argv, p.arg0.as_deref(), &env),
+            cwd: Some(cwd.to_string_lossy().into_owned()),
+            pty: Some(p.tty),
+            session_key: Some(self.session_id.clone()),
+            owner: Some(self.owner.clone()),
+            stdin: Some(if stdin {
+                procd_proto::StdinMode::Pipe
+            } else {
+                procd_proto::StdinMode::Null
+            }),
+            meta: Some(json!({"codex_process_id": p.process_id})),
+            ..Default::default()
+        };
+        let client = self.conn.last().await;
+        let started = procd_client::spawn(&client, spawn)
+            .await
+            .map_err(|e| RpcError::internal(e.to_string()))?;
+        let proc = Process::new(p.process_id.clone(), started.session_id, p.tty, stdin);
+        let raced = {
+            let mut table = self.processes.lock().unwrap_or_else(|e| e.into_inner());
+            let raced = table.contains_key(&p.process_id);
+            if !raced {
+                table.insert(p.process_id.clone(), proc.clone());
+            }
+            raced
+        };
+        if raced {
+            // Two starts of one id raced: the second loses, and ends.
+            let _ = client
+                .kill(
+                    proc.session_id.clone(),
+                    Some(SignalSpec::Name("SIGKILL".into())),
+                    None,
+                    None,
+                )
+                .await;
+            return Err(exists(&p.process_id));
+        }
+        Ok(proc)
+    }
+
+    async fn write(&self, p: WriteParams) -> Result<Value, RpcError> {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(p.chunk.as_bytes())
+            .map_err(|e| RpcError::invalid(e.to_string()))?;
+        let Ok(proc) = self.process(&p.process_id) else {
+            return Ok(json!({"status": "unknownProcess"}));
+        };
+        if !proc.first_write(&p.write_id) {
+            return Ok(json!({"status": "accepted"}));
+        }
+        if !proc.stdin || !proc.running() {
+            return Ok(json!({"status": "stdinClosed"}));
+        }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let client = self.conn.last().await;
+        match client
+            .write_stdin(proc.session_id.clone(), text, None, None, None)
+            .await
+        {
+            Ok(r) if r.status == procd_proto::StdinStatus::Ok => Ok(json!({"status": "accepted"})),
+            Ok(_) => Ok(json!({"status": "stdinClosed"})),
+            Err(e) => Err(RpcError::internal(e.to_string())),
+        }
+    }
+}
+
+fn exists(id: &str) -> RpcError {
+    RpcError::new(-32600, format!("process {id} already exists"))
+}
+
+/// Whether `argv0` names a program: a path that exists, or a name found
+/// on the process's PATH (else the default one, as execvp searches).
+fn resolvable(argv0: &str, env: &BTreeMap<String, String>, cwd: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if argv0.contains('/') {
+        return executable(&cwd.join(argv0));
+    }
+    let path = env
+        .get("PATH")
+        .map_or("/usr/local/bin:/usr/bin:/bin", String::as_str);
+    path.split(':')
+        .any(|dir| executable(&cwd.join(dir).join(argv0)))
+}

@@ -1,0 +1,222 @@
+//! One Codex process: a procd session, its output numbered as Codex
+//! numbers it (one `seq` per process, shared by `process/output`,
+//! `process/exited` and `process/closed`), and the chunks kept for
+//! `process/read`.
+
+use super::{Outbox, RpcError};
+use base64::Engine as _;
+use procd_proto::{Cursor, OutputItem, ProcdApiClient};
+use serde_json::{json, Value};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+/// The output a process keeps for `process/read` (the log keeps it all).
+const KEPT_BYTES: usize = 8 << 20;
+/// The `writeId`s remembered to drop a repeated write.
+const KEPT_WRITE_IDS: usize = 4096;
+
+pub struct Process {
+    /// Codex's name for it.
+    pub id: String,
+    /// procd's.
+    pub session_id: String,
+    pub tty: bool,
+    /// Whether `process/write` may reach its stdin.
+    pub stdin: bool,
+    /// Everything `process/read` answers from; readers wait on it.
+    state: watch::Sender<Output>,
+    writes: Mutex<WriteIds>,
+}
+
+#[derive(Default)]
+struct WriteIds {
+    seen: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+#[derive(Default, Clone)]
+pub struct Output {
+    chunks: VecDeque<(u64, Arc<Vec<u8>>)>,
+    kept: usize,
+    /// The last seq given.
+    seq: u64,
+    exit_code: Option<i32>,
+    closed: bool,
+}
+
+impl Process {
+    pub fn new(id: String, session_id: String, tty: bool, stdin: bool) -> Arc<Process> {
+        Arc::new(Process {
+            id,
+            session_id,
+            tty,
+            stdin,
+            state: watch::Sender::new(Output::default()),
+            writes: Mutex::new(WriteIds::default()),
+        })
+    }
+
+    fn stream(&self) -> &'static str {
+        if self.tty {
+            "pty"
+        } else {
+            "stdout"
+        }
+    }
+
+    /// Whether the process still runs (no exit seen yet).
+    pub fn running(&self) -> bool {
+        self.state.borrow().exit_code.is_none()
+    }
+
+    /// False when `write_id` was seen before: the write is dropped.
+    pub fn first_write(&self, write_id: &str) -> bool {
+        let mut w = self.writes.lock().unwrap_or_else(|e| e.into_inner());
+        if !w.seen.insert(write_id.to_string()) {
+            return false;
+        }
+        w.order.push_back(write_id.to_string());
+        if w.order.len() > KEPT_WRITE_IDS {
+            if let Some(old) = w.order.pop_front() {
+                w.seen.remove(&old);
+            }
+        }
+        true
+    }
+
+    /// Streams the session's output and exit to Codex, numbering each, until
+    /// it is closed; rides through a daemon restart from the cursor reached.
+    pub async fn pump(self: Arc<Self>, conn: Arc<procd_client::Reconnecting>, out: Outbox) {
+        let mut cursor = 0u64;
+        loop {
+            let id = self.session_id.clone();
+            let from = Some(Cursor::new(cursor));
+            let subscribed = conn
+                .call(|c| {
+                    let id = id.clone();
+                    async move { c.subscribe_output(id, from).await }
+                })
+                .await;
+            let Ok(mut items) = subscribed else {
+                // No daemon comes back: the process is lost to us.
+                self.exited(&out, -1);
+                return;
+            };
+            while let Some(item) = items.next().await {
+                match item {
+                    Ok(OutputItem::Output {
+                        data, next_cursor, ..
+                    }) => {
+                        cursor = next_cursor;
+                        if !data.is_empty() {
+                            self.output(&out, data.into_bytes());
+                        }
+                    }
+                    Ok(OutputItem::Exit {
+                        exit_code, signal, ..
+                    }) => {
+                        self.exited(&out, exit_status(exit_code, signal.as_deref()));
+                        return;
+                    }
+                    Err(_) => continue,
+                }
+            }
+        }
+    }
+
+    fn output(&self, out: &Outbox, bytes: Vec<u8>) {
+        let chunk = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        self.state.send_modify(|o| {
+            o.seq += 1;
+            o.kept += bytes.len();
+            o.chunks.push_back((o.seq, Arc::new(bytes)));
+            while o.kept > KEPT_BYTES {
+                match o.chunks.pop_front() {
+                    Some((_, c)) => o.kept -= c.len(),
+                    None => break,
+                }
+            }
+            // Sent while the seq is taken: notifications leave in seq order.
+            out.notify(
+                "process/output",
+                json!({"processId": self.id, "seq": o.seq, "stream": self.stream(), "chunk": chunk}),
+            );
+        });
+    }
+
+    fn exited(&self, out: &Outbox, code: i32) {
+        self.state.send_modify(|o| {
+            o.seq += 1;
+            o.exit_code = Some(code);
+            out.notify(
+                "process/exited",
+                json!({"processId": self.id, "seq": o.seq, "exitCode": code, "sandboxDenied": false}),
+            );
+            o.seq += 1;
+            o.closed = true;
+            out.notify(
+                "process/closed",
+                json!({"processId": self.id, "seq": o.seq}),
+            );
+        });
+    }
+
+    /// `process/read`: the chunks after `after_seq` (up to `max_bytes`,
+    /// at least one), waiting up to `wait_ms` for one or for the end.
+    pub async fn read(&self, after_seq: u64, max_bytes: Option<usize>, wait_ms: u64) -> Value {
+        let mut rx = self.state.subscribe();
+        let has_news = |o: &Output| o.seq > after_seq || o.closed;
+        if wait_ms > 0 {
+            let wait = rx.wait_for(has_news);
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(wait_ms), wait).await;
+        }
+        let o = rx.borrow().clone();
+        let mut chunks = Vec::new();
+        let mut size = 0usize;
+        let mut next_seq = after_seq + 1;
+        for (seq, bytes) in o.chunks.iter().filter(|(s, _)| *s > after_seq) {
+            if !chunks.is_empty() && max_bytes.is_some_and(|m| size + bytes.len() > m) {
+                break;
+            }
+            size += bytes.len();
+            next_seq = seq + 1;
+            chunks.push(json!({
+                "seq": seq,
+                "stream": self.stream(),
+                "chunk": base64::engine::general_purpose::STANDARD.encode(&**bytes),
+            }));
+        }
+        let all_read = next_seq > o.chunks.back().map_or(0, |(s, _)| *s);
+        if all_read {
+            next_seq = next_seq.max(o.seq + 1);
+        }
+        json!({
+            "chunks": chunks,
+            "nextSeq": next_seq,
+            "exited": o.exit_code.is_some(),
+            "exitCode": o.exit_code,
+            "closed": o.closed,
+            "failure": null,
+            "sandboxDenied": false,
+        })
+    }
+}
+
+/// A shell's exit status: the code, or 128 plus the signal that ended it.
+fn exit_status(code: Option<i32>, signal: Option<&str>) -> i32 {
+    match code {
+        // procd says -N for "killed by signal N".
+        Some(code) if code < 0 => return 128 - code,
+        Some(code) => return code,
+        None => {}
+    }
+    signal
+        .and_then(|s| s.parse::<nix::sys::signal::Signal>().ok())
+        .map_or(-1, |s| 128 + s as i32)
+}
+
+/// An unknown `processId`, as Codex's server says it.
+pub fn unknown(id: &str) -> RpcError {
+    RpcError::new(-32600, format!("unknown process id {id}"))
+}
