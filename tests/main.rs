@@ -13,6 +13,7 @@ mod common;
 mod agents;
 mod blind_spots;
 mod cli;
+mod codex;
 mod containment;
 mod docs;
 mod hermes;

@@ -1,0 +1,192 @@
+"""One scripted transcript of Codex's exec-server protocol, run against a
+server command (argv after `--`), printed as normalised JSON: the same
+steps give the same text from Codex's own server and from
+`procd exec-server` (tests/codex.rs compares them; docs/codex.md lists
+what is normalised and why).
+
+Usage: codex_exec_transcript.py WORKDIR -- SERVER ARGV...
+The server runs in WORKDIR; paths under it print as <W>.
+"""
+
+import base64
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+DEADLINE_S = 30
+
+
+class Server:
+    def __init__(self, argv, workdir):
+        self.proc = subprocess.Popen(
+            argv, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=open(os.path.join(workdir, ".server.err"), "wb"))
+        self.buf = b""
+        self.pending = []
+        self.next_id = 0
+
+    def send(self, msg):
+        self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def recv(self, until):
+        """Messages until `until(msg)` holds for one (kept), or the deadline."""
+        end = time.monotonic() + DEADLINE_S
+        while True:
+            for i, m in enumerate(self.pending):
+                if until(m):
+                    return self.pending.pop(i)
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                self.pending.append(json.loads(line))
+            if any(until(m) for m in self.pending):
+                continue
+            left = end - time.monotonic()
+            if left <= 0:
+                raise SystemExit(f"no answer in {DEADLINE_S}s; pending: {self.pending}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if ready:
+                data = os.read(self.proc.stdout.fileno(), 1 << 16)
+                if not data:
+                    raise SystemExit(f"the server closed its stdout; pending: {self.pending}")
+                self.buf += data
+
+    def call(self, method, params):
+        self.next_id += 1
+        n = self.next_id
+        self.send({"id": n, "method": method, "params": params})
+        answer = self.recv(lambda m: m.get("id") == n)
+        del answer["id"]
+        return answer
+
+    def events(self, pid):
+        """The notifications of process `pid` until it is closed, checked
+        for one consecutive seq and summarised: output joined, exit code."""
+        seen = []
+        while not seen or seen[-1]["method"] != "process/closed":
+            seen.append(self.recv(lambda m: m.get("params", {}).get("processId") == pid
+                                  and "method" in m))
+        seqs = [m["params"]["seq"] for m in seen]
+        kinds = [m["method"] for m in seen]
+        output = b"".join(base64.b64decode(m["params"]["chunk"]) for m in seen
+                          if m["method"] == "process/output")
+        streams = sorted({m["params"]["stream"] for m in seen if m["method"] == "process/output"})
+        exited = [m["params"] for m in seen if m["method"] == "process/exited"]
+        return {
+            "seq_consecutive_from_1": seqs == list(range(1, len(seqs) + 1)),
+            # Codex's server may push `exited` before the last output
+            # (its pipes drain after the wait returns); `closed` is last.
+            "closed_last_exited_once": kinds[-1] == "process/closed"
+            and kinds.count("process/exited") == 1,
+            "output": output.decode(errors="replace"),
+            "streams": streams,
+            "exitCode": exited[0]["exitCode"] if exited else None,
+            "sandboxDenied": exited[0].get("sandboxDenied") if exited else None,
+            # How many chunks the output came in is the server's own
+            # business (docs/codex.md), so the last seq is not shown.
+            "_last_seq": seqs[-1],
+        }
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+def main():
+    workdir = os.path.realpath(sys.argv[1])
+    argv = sys.argv[sys.argv.index("--") + 1:]
+    w = "file://" + workdir
+    s = Server(argv, workdir)
+    out = []
+
+    def step(name, value):
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if not k.startswith("_")}
+        text = json.dumps(value, sort_keys=True).replace(workdir, "<W>")
+        out.append({"step": name, "got": json.loads(text)})
+
+    def start(pid, argv, **kw):
+        params = {"processId": pid, "argv": argv, "cwd": w, "env": {}, "tty": False}
+        params.update(kw)
+        return s.call("process/start", params)
+
+    init = s.call("initialize", {"clientName": "procd-transcript"})
+    info = init["result"]["environmentInfo"]
+    step("initialize", {
+        "sessionId_is_uuid": len(init["result"]["sessionId"]) == 36,
+        "info": {k: info.get(k) for k in ("shell", "cwd", "platformOs", "userHomeDir", "tempDir")},
+    })
+    s.send({"method": "initialized"})
+    step("environment/info", s.call("environment/info", {})["result"] == info)
+
+    step("start exit 3", start("p1", ["/bin/sh", "-c", "echo hi; exit 3"]))
+    ev = s.events("p1")
+    step("events exit 3", ev)
+    r = s.call("process/read", {"processId": "p1", "afterSeq": 0})["result"]
+    step("read exit 3", {
+        "output": b"".join(base64.b64decode(c["chunk"]) for c in r["chunks"]).decode(),
+        "nextSeq_after_closed": r["nextSeq"] == ev["_last_seq"] + 1,
+        **{k: r[k] for k in ("exited", "exitCode", "closed", "failure", "sandboxDenied")},
+    })
+    r = s.call("process/read", {"processId": "p1", "afterSeq": ev["_last_seq"], "waitMs": 50})
+    step("read past the end", {"chunks": r["result"]["chunks"], "closed": r["result"]["closed"]})
+
+    step("start stdin", start("p2", ["/bin/sh", "-c", "read a; read b; echo \"$a $b\""],
+                              pipeStdin=True))
+    step("write", s.call("process/write", {"processId": "p2", "chunk": b64("x\n"), "writeId": "w1"}))
+    step("write again", s.call("process/write", {"processId": "p2", "chunk": b64("x\n"), "writeId": "w1"}))
+    step("write next", s.call("process/write", {"processId": "p2", "chunk": b64("y\n"), "writeId": "w2"}))
+    step("events stdin", s.events("p2"))
+
+    step("start env", start("p3", ["/bin/sh", "-c", "env | grep -v '^PROCD_' | sort"],
+                            env={"FOO": "bar baz"}))
+    step("events env", s.events("p3"))
+    step("start arg0", start("p4", ["/bin/sh", "-c", "echo $0; pwd"], arg0="named"))
+    step("events arg0", s.events("p4"))
+
+    step("start sleeper", start("p5", ["sleep", "100"]))
+    step("terminate", s.call("process/terminate", {"processId": "p5"}))
+    step("events terminated", s.events("p5"))
+    step("terminate again", s.call("process/terminate", {"processId": "p5"}))
+
+    step("start tty", start("p6", ["/bin/sh", "-c", "tty >/dev/null && echo is-a-tty"], tty=True))
+    step("events tty", s.events("p6"))
+
+    step("start an id in use", start("p1", ["true"]))
+    step("start no argv", start("p7", []))
+    step("start a missing program", start("p8", ["/nonexistent/program"]))
+    step("start in a missing cwd", start("p9", ["true"], cwd=w + "/missing"))
+    step("read an unknown process", s.call("process/read", {"processId": "nope", "afterSeq": 0}))
+    step("write bad base64", s.call("process/write", {"processId": "p2", "chunk": "!!!", "writeId": "w3"}))
+    unknown = s.call("no/such/method", {})
+    step("an unknown method", {"code": unknown["error"]["code"]})
+
+    f = w + "/a.txt"
+    step("fs/writeFile", s.call("fs/writeFile", {"path": f, "dataBase64": b64("hello")}))
+    step("fs/readFile", s.call("fs/readFile", {"path": f}))
+    md = s.call("fs/getMetadata", {"path": f})["result"]
+    step("fs/getMetadata", {**md, "createdAtMs": md["createdAtMs"] >= 0,
+                            "modifiedAtMs": md["modifiedAtMs"] > 0})
+    step("fs/createDirectory", s.call("fs/createDirectory", {"path": w + "/d/e", "recursive": True}))
+    step("fs/createDirectory existing", s.call("fs/createDirectory", {"path": w + "/d", "recursive": False}))
+    step("fs/copy", s.call("fs/copy", {"sourcePath": f, "destinationPath": w + "/d/b.txt",
+                                       "recursive": False}))
+    listed = s.call("fs/readDirectory", {"path": w + "/d"})
+    listed["result"]["entries"].sort(key=lambda e: e["fileName"])
+    step("fs/readDirectory", listed)
+    step("fs/canonicalize", s.call("fs/canonicalize", {"path": w + "/d/../a.txt"}))
+    step("fs/remove", s.call("fs/remove", {"path": w + "/d", "recursive": True}))
+    step("fs/getMetadata missing", s.call("fs/getMetadata", {"path": w + "/d"}))
+    step("fs/remove missing, forced", s.call("fs/remove", {"path": w + "/d", "force": True}))
+    step("fs/readFile a relative URI", s.call("fs/readFile", {"path": "a.txt"}))
+
+    s.proc.stdin.close()
+    step("server exits", s.proc.wait(timeout=DEADLINE_S))
+    json.dump(out, sys.stdout, indent=1, sort_keys=True)
+    print()
+
+
+main()
