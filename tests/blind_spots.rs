@@ -171,6 +171,35 @@ fn releasing_a_lease_ends_its_owners_sessions_but_not_persistent_ones() {
     d.ok("kill", json!({"session_id": kept}));
 }
 
+/// An agent that goes leaves nothing running, not even what a command of
+/// its that already finished forked off (`setsid cmd &`): the leftovers
+/// of its exited sessions are ended with its running ones, once.
+#[test]
+fn releasing_a_lease_ends_what_its_finished_sessions_left_behind() {
+    let d = Daemon::with_config("monitor_interval_s = 0.1");
+    let holder = Stand::sleep();
+    let token = d.lease(holder.pid());
+    let done = d.spawn_with(
+        json!({"command": "setsid sleep 300 >/dev/null 2>&1 & echo $!", "owner": token}),
+    );
+    let kept = d.spawn_with(json!({"command": "setsid sleep 300 >/dev/null 2>&1 & echo $!", "owner": token, "persist": true}));
+    let forked = |id: &str| -> i32 {
+        d.wait_exit(id);
+        d.read_all(id).trim().parse().expect("the forked pid")
+    };
+    let (gone, stays) = (forked(&done), forked(&kept));
+    assert!(
+        alive(gone) && alive(stays),
+        "the forks run on after their command"
+    );
+    let out = d.cli(&["lease", "release", &token, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_until("the finished session's fork is ended", || !alive(gone));
+    assert!(alive(stays), "a persistent session's fork was ended");
+    d.ok("kill", json!({"session_id": kept}));
+    wait_until("the kept fork is ended by kill", || !alive(stays));
+}
+
 #[test]
 fn subscription_items_and_yielded_output_are_redacted() {
     let d = Daemon::start();

@@ -592,6 +592,8 @@ async fn monitor(
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut idle_since: Option<Instant> = None;
+    // Owners whose lease is gone and whose leftovers were ended.
+    let mut swept_owners = HashSet::new();
     loop {
         tokio::select! {
             _ = crate::stopped(&mut shutdown) => return,
@@ -604,7 +606,10 @@ async fn monitor(
             continue;
         };
         let live: HashSet<String> = leases.tokens.iter().cloned().collect();
-        let ended = daemon.registry.kill_orphaned_owners(&live).await;
+        let ended = daemon
+            .registry
+            .end_released_owners(&live, &mut swept_owners)
+            .await;
         if ended > 0 {
             tracing::info!(ended, "ended sessions whose owner's lease is gone");
         }

@@ -202,20 +202,54 @@ impl Registry {
             .any(|s| s.spec.owner.is_some() && s.is_running())
     }
 
-    /// Ends the non-persistent sessions of owners whose lease is gone.
-    pub async fn kill_orphaned_owners(&self, live_owners: &HashSet<String>) -> u32 {
-        let victims = self
-            .all_sessions()
-            .into_iter()
-            .filter(|s| s.is_running() && !s.spec.persist)
-            .filter(|s| {
-                s.spec
-                    .owner
-                    .as_ref()
-                    .is_some_and(|o| !live_owners.contains(o))
-            })
-            .collect();
-        self.kill_many(victims, "owner_released").await
+    /// Ends what owners whose lease is gone started: their running
+    /// non-persistent sessions, and, once per owner, what their exited
+    /// ones left behind (a daemon forked by a finished command), so that
+    /// an agent that goes leaves nothing running. `swept`, kept by the
+    /// caller across calls, holds the owners already seen gone; it is
+    /// trimmed to owners that still have sessions here.
+    pub async fn end_released_owners(
+        &self,
+        live_owners: &HashSet<String>,
+        swept: &mut HashSet<String>,
+    ) -> u32 {
+        let sessions = self.all_sessions();
+        let released_owner = |s: &Session| {
+            s.spec
+                .owner
+                .as_ref()
+                .filter(|o| !s.spec.persist && !live_owners.contains(*o))
+                .cloned()
+        };
+        let mut victims = Vec::new();
+        let mut leftovers = Vec::new();
+        for s in &sessions {
+            let Some(owner) = released_owner(s) else {
+                continue;
+            };
+            if s.is_running() {
+                victims.push(s.clone());
+            } else if !swept.contains(&owner) {
+                leftovers.push(s.clone());
+            }
+        }
+        let grace = self.grace(None);
+        let leftovers = leftovers.iter().map(|s| {
+            self.terminate(
+                s,
+                libc::SIGTERM,
+                grace,
+                CompletionReason::Killed,
+                "owner_released",
+            )
+        });
+        let (killed, _) = tokio::join!(
+            self.kill_many(victims, "owner_released"),
+            futures::future::join_all(leftovers)
+        );
+        swept.extend(sessions.iter().filter_map(|s| released_owner(s)));
+        swept.retain(|o| sessions.iter().any(|s| s.spec.owner.as_ref() == Some(o)));
+        killed
     }
 
     /// Terminates every running session (daemon shutdown), then every
