@@ -142,3 +142,198 @@ fn processes_end_with_the_codex_that_started_them() {
     wait_until("the tree is gone", || session_pids(&session).is_empty());
     assert!(!alive(root), "root {root} still runs");
 }
+
+const MOCK_MODEL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/codex_mock_model.py"
+);
+
+/// The stand-in for Codex's model (tests/codex_mock_model.py): it asks
+/// for one shell call of `command`, then says "done". Killed when dropped.
+struct MockModel {
+    child: std::process::Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl MockModel {
+    fn start(command: &str, dir: &Path) -> MockModel {
+        use std::io::BufRead;
+        let log = dir.join("requests.jsonl");
+        let mut child = Command::new("python3")
+            .arg(MOCK_MODEL)
+            .arg(command)
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the mock model");
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        out.read_line(&mut line).expect("its port");
+        let port = line.trim().parse().unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("the mock model printed {line:?}, not a port")
+        });
+        MockModel { child, port, log }
+    }
+
+    /// What Codex sent back as the tool's result.
+    fn tool_outputs(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .flat_map(|r| r["body"]["input"].as_array().cloned().unwrap_or_default())
+            .filter(|i| i["type"] == "function_call_output")
+            .map(|i| i["output"].to_string())
+            .collect()
+    }
+}
+
+impl Drop for MockModel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `codex exec --json PROMPT` in `work`, with a `CODEX_HOME` whose model is
+/// `model` and whose only environment is `program args…` (docs/codex.md's
+/// two files). Returns its JSONL events.
+fn codex_exec(codex: &str, model: &MockModel, work: &Path, program: &str, args: &[&str]) -> String {
+    let codex_home = short_tempdir();
+    let config = format!(
+        r#"model = "mock-model"
+model_provider = "mock"
+sandbox_mode = "danger-full-access"
+approval_policy = "never"
+
+[model_providers.mock]
+name = "mock"
+base_url = "http://127.0.0.1:{}/v1"
+wire_api = "responses"
+env_key = "MOCK_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+plugins = false
+
+[analytics]
+enabled = false
+
+[otel]
+metrics_exporter = "none"
+"#,
+        model.port
+    );
+    let environments = format!(
+        "default = \"procd\"\ninclude_local = false\n\n[[environments]]\nid = \"procd\"\nprogram = {}\nargs = {}\n",
+        json!(program),
+        json!(args)
+    );
+    std::fs::write(codex_home.path().join("config.toml"), config).expect("config.toml");
+    std::fs::write(codex_home.path().join("environments.toml"), environments)
+        .expect("environments.toml");
+    let child = Command::new(codex)
+        .args(["exec", "--json", "--skip-git-repo-check", "run it"])
+        .current_dir(work)
+        .env("CODEX_HOME", codex_home.path())
+        .env("MOCK_API_KEY", "not-a-key")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("codex exec");
+    let out = output_within_for(child, "codex exec", std::time::Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "codex exec: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// The real Codex CLI, with a mock model and procd as its only
+/// environment: its shell call runs as a procd session, the output goes
+/// back to the model, and a daemon the command forks is gone once Codex
+/// is.
+#[test]
+fn codex_exec_runs_its_commands_as_procd_sessions() {
+    let codex = prepared("codex-cli.sh", "Codex's CLI");
+    let d = Daemon::start();
+    let work = short_tempdir();
+    let model = MockModel::start(
+        "echo ran-as-$PROCD_SESSION_ID; setsid sleep 300 >/dev/null 2>&1 & echo forked=$!",
+        work.path(),
+    );
+    let home = d.home.path().to_str().expect("utf-8");
+    let events = codex_exec(
+        &codex,
+        &model,
+        work.path(),
+        BIN,
+        &["--home", home, "exec-server"],
+    );
+
+    let outputs = model.tool_outputs();
+    assert_eq!(outputs.len(), 1, "one tool result: {outputs:?}\n{events}");
+    let session = outputs[0]
+        .split("ran-as-")
+        .nth(1)
+        .and_then(|rest| rest.get(..17))
+        .unwrap_or_else(|| panic!("no session id in the tool result: {outputs:?}"));
+    assert!(session.starts_with("proc_"), "{outputs:?}");
+    let forked: i32 = outputs[0]
+        .split("forked=")
+        .nth(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no forked pid in the tool result: {outputs:?}"));
+
+    let ps = d.cli(&["ps"]);
+    let ps_text = String::from_utf8_lossy(&ps.stdout);
+    assert!(
+        ps_text.contains(session),
+        "{session} not in procd ps:\n{ps_text}"
+    );
+    let polled = d.ok("poll", json!({"session_id": session}));
+    assert!(polled["meta"]["codex_process_id"].is_string(), "{polled}");
+
+    // Codex has exited: its exec-server released its lease, and what the
+    // command left behind goes with it.
+    wait_until("the forked daemon is gone", || !alive(forked));
+    wait_until("the session's tree is gone", || {
+        session_pids(session).is_empty()
+    });
+}
+
+/// With procd's exec-server unable to start, Codex does not fall back to
+/// running the command itself (`include_local = false`).
+#[test]
+fn codex_exec_runs_nothing_locally_when_procd_cannot_start() {
+    let codex = prepared("codex-cli.sh", "Codex's CLI");
+    let work = short_tempdir();
+    let marker = work.path().join("ran-locally");
+    let model = MockModel::start(&format!("touch {}", marker.display()), work.path());
+    let events = codex_exec(
+        &codex,
+        &model,
+        work.path(),
+        BIN,
+        &["--home", "/dev/null/procd", "exec-server"],
+    );
+    let outputs = model.tool_outputs();
+    assert_eq!(outputs.len(), 1, "one tool result: {outputs:?}\n{events}");
+    assert!(
+        outputs[0].contains("No usable execution environment"),
+        "{outputs:?}"
+    );
+    assert!(!marker.exists(), "the command ran locally");
+    assert!(!events.contains("\"command_execution\""), "{events}");
+}
