@@ -202,11 +202,23 @@ impl Drop for MockModel {
 /// `model` and whose only environment is `program args…` (docs/codex.md's
 /// two files). Returns its JSONL events.
 fn codex_exec(codex: &str, model: &MockModel, work: &Path, program: &str, args: &[&str]) -> String {
+    codex_exec_in(codex, model, work, program, args, "danger-full-access")
+}
+
+/// `codex_exec` with another `sandbox_mode`.
+fn codex_exec_in(
+    codex: &str,
+    model: &MockModel,
+    work: &Path,
+    program: &str,
+    args: &[&str],
+    sandbox_mode: &str,
+) -> String {
     let codex_home = short_tempdir();
     let config = format!(
         r#"model = "mock-model"
 model_provider = "mock"
-sandbox_mode = "danger-full-access"
+sandbox_mode = "{sandbox_mode}"
 approval_policy = "never"
 
 [model_providers.mock]
@@ -336,4 +348,59 @@ fn codex_exec_runs_nothing_locally_when_procd_cannot_start() {
     );
     assert!(!marker.exists(), "the command ran locally");
     assert!(!events.contains("\"command_execution\""), "{events}");
+}
+
+/// Codex's workspace-write intent, given by procd's kernel sandbox: the
+/// command writes in the workspace, and the kernel refuses it a file
+/// outside (not under /tmp, which workspace-write leaves writable).
+#[test]
+fn a_workspace_write_turn_cannot_write_outside_the_workspace() {
+    let codex = prepared("codex-cli.sh", "Codex's CLI");
+    // Not under /tmp: a sandbox may not make procd's own state writable.
+    let outside_tmp = || {
+        tempfile::Builder::new()
+            .prefix("pd")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir")
+    };
+    let d = Daemon::in_home(outside_tmp(), "");
+    let elsewhere = outside_tmp();
+    let outside = elsewhere.path().join("outside");
+    let work = short_tempdir();
+    let model = MockModel::start(
+        &format!(
+            "touch inside && echo wrote-inside; touch {} || echo refused-outside",
+            outside.display()
+        ),
+        work.path(),
+    );
+    let home = d.home.path().to_str().expect("utf-8");
+    let events = codex_exec_in(
+        &codex,
+        &model,
+        work.path(),
+        BIN,
+        &["--home", home, "exec-server"],
+        "workspace-write",
+    );
+    let outputs = model.tool_outputs();
+    assert_eq!(outputs.len(), 1, "one tool result: {outputs:?}\n{events}");
+    let said = &outputs[0];
+    assert!(
+        said.contains("wrote-inside") && said.contains("refused-outside"),
+        "{said}"
+    );
+    assert!(said.contains("Permission denied"), "{said}");
+    assert!(work.path().join("inside").exists(), "the workspace write");
+    assert!(!outside.exists(), "written outside the workspace");
+    let listed = d.ok("list", json!({}));
+    let session = &listed["processes"][0];
+    let root = work.path().to_str().expect("utf-8");
+    assert!(
+        session["sandbox"]["writable"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|p| p == root)),
+        "{session}"
+    );
+    assert_eq!(session["sandbox"]["network"], "none", "{session}");
 }

@@ -12,6 +12,7 @@
 mod env;
 mod fs;
 mod process;
+mod sandbox;
 
 use procd_client::{Launcher, Lease};
 use procd_gateway::Paths;
@@ -384,7 +385,14 @@ impl Server {
                 Ok(proc) => {
                     // The answer goes out before the first output (one
                     // writer, lines in send order).
-                    let answer = json!({"processId": proc.id, "sandboxType": "none"});
+                    // Codex's name for the Linux sandbox (procd's is Landlock
+                    // and seccomp; Codex's own, bubblewrap and seccomp).
+                    let kind = if proc.sandboxed {
+                        "linuxSeccomp"
+                    } else {
+                        "none"
+                    };
+                    let answer = json!({"processId": proc.id, "sandboxType": kind});
                     self.out.answer(id, Ok(answer));
                     tokio::spawn(proc.pump(self.conn.clone(), self.out.clone()));
                 }
@@ -463,12 +471,6 @@ impl Server {
         if p.argv.is_empty() {
             return Err(RpcError::invalid("argv must not be empty"));
         }
-        if p.sandbox.as_ref().is_some_and(|s| !s.is_null()) {
-            // Never weakened: refused until procd can give it exactly.
-            return Err(RpcError::invalid(
-                "procd exec-server cannot enforce Codex's sandbox intents yet; run with sandbox_mode = \"danger-full-access\" (docs/codex.md)",
-            ));
-        }
         if p.enforce_managed_network {
             return Err(RpcError::invalid(
                 "procd exec-server cannot enforce managed networking",
@@ -476,6 +478,11 @@ impl Server {
         }
         let cwd = path_of(&p.cwd)?;
         let env = env::resolve(p.env_policy.as_ref(), std::env::vars(), &p.env);
+        // Given exactly by the daemon, or refused with the reason.
+        let sandbox = match p.sandbox.as_ref().filter(|s| !s.is_null()) {
+            Some(intent) => Some(sandbox::rules(intent, &env).map_err(RpcError::invalid)?),
+            None => None,
+        };
         // Codex's server fails a start whose program or cwd is missing;
         // procd would start a shell that says so and exits 127.
         let found = {
@@ -505,13 +512,20 @@ impl Server {
                 procd_proto::StdinMode::Null
             }),
             meta: Some(json!({"codex_process_id": p.process_id})),
+            sandbox: sandbox.clone().map(procd_proto::SandboxSpec::Rules),
             ..Default::default()
         };
         let client = self.conn.last().await;
         let started = procd_client::spawn(&client, spawn)
             .await
             .map_err(|e| RpcError::internal(e.to_string()))?;
-        let proc = Process::new(p.process_id.clone(), started.session_id, p.tty, stdin);
+        let proc = Process::new(
+            p.process_id.clone(),
+            started.session_id,
+            p.tty,
+            stdin,
+            sandbox.is_some(),
+        );
         let raced = {
             let mut table = self.processes.lock().unwrap_or_else(|e| e.into_inner());
             let raced = table.contains_key(&p.process_id);

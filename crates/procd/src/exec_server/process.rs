@@ -24,6 +24,8 @@ pub struct Process {
     pub tty: bool,
     /// Whether `process/write` may reach its stdin.
     pub stdin: bool,
+    /// Whether it runs in a sandbox (Codex's intent, given by procd).
+    pub sandboxed: bool,
     /// Everything `process/read` answers from; readers wait on it.
     state: watch::Sender<Output>,
     writes: Mutex<WriteIds>,
@@ -46,12 +48,19 @@ pub struct Output {
 }
 
 impl Process {
-    pub fn new(id: String, session_id: String, tty: bool, stdin: bool) -> Arc<Process> {
+    pub fn new(
+        id: String,
+        session_id: String,
+        tty: bool,
+        stdin: bool,
+        sandboxed: bool,
+    ) -> Arc<Process> {
         Arc::new(Process {
             id,
             session_id,
             tty,
             stdin,
+            sandboxed,
             state: watch::Sender::new(Output::default()),
             writes: Mutex::new(WriteIds::default()),
         })
@@ -149,9 +158,10 @@ impl Process {
         self.state.send_modify(|o| {
             o.seq += 1;
             o.exit_code = Some(code);
+            let denied = self.sandbox_denied(o);
             out.notify(
                 "process/exited",
-                json!({"processId": self.id, "seq": o.seq, "exitCode": code, "sandboxDenied": false}),
+                json!({"processId": self.id, "seq": o.seq, "exitCode": code, "sandboxDenied": denied}),
             );
             o.seq += 1;
             o.closed = true;
@@ -160,6 +170,30 @@ impl Process {
                 json!({"processId": self.id, "seq": o.seq}),
             );
         });
+    }
+
+    /// Whether a sandboxed process that failed said what a refused
+    /// file or socket call says (Codex tells its model so, and may offer
+    /// to run it again outside the sandbox). Its last 64 KiB are read.
+    fn sandbox_denied(&self, o: &Output) -> bool {
+        const SIGNS: [&[u8]; 3] = [
+            b"Permission denied",
+            b"Operation not permitted",
+            b"Read-only file system",
+        ];
+        if !self.sandboxed || o.exit_code == Some(0) {
+            return false;
+        }
+        let mut tail = Vec::new();
+        for (_, c) in o.chunks.iter().rev() {
+            tail.splice(0..0, c.iter().copied());
+            if tail.len() >= 64 << 10 {
+                break;
+            }
+        }
+        SIGNS
+            .iter()
+            .any(|sign| tail.windows(sign.len()).any(|w| w == *sign))
     }
 
     /// `process/read`: the chunks after `after_seq` (up to `max_bytes`,
@@ -198,7 +232,7 @@ impl Process {
             "exitCode": o.exit_code,
             "closed": o.closed,
             "failure": null,
-            "sandboxDenied": false,
+            "sandboxDenied": o.exit_code.is_some() && self.sandbox_denied(&o),
         })
     }
 }
