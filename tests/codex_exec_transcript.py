@@ -167,10 +167,23 @@ def main():
     f = w + "/a.txt"
     step("fs/writeFile", s.call("fs/writeFile", {"path": f, "dataBase64": b64("hello")}))
     step("fs/readFile", s.call("fs/readFile", {"path": f}))
+    step("fs/open", s.call("fs/open", {"handleId": "h1", "path": f}))
+    step("fs/open a taken handle", s.call("fs/open", {"handleId": "h1", "path": f}))
+    block = lambda off, n: s.call("fs/readBlock", {"handleId": "h1", "offset": off, "len": n})
+    step("fs/readBlock", block(0, 3))
+    step("fs/readBlock to the end", block(3, 2))
+    step("fs/readBlock past the end", block(5, 1))
+    step("fs/readBlock of nothing", block(0, 0))
+    step("fs/readBlock of too much", block(0, (1 << 20) + 1))
+    step("fs/open a missing file", s.call("fs/open", {"handleId": "h2", "path": w + "/missing"}))
+    step("fs/close", s.call("fs/close", {"handleId": "h1"}))
+    step("fs/close again", s.call("fs/close", {"handleId": "h1"}))
+    step("fs/readBlock of a closed handle", block(0, 1))
     md = s.call("fs/getMetadata", {"path": f})["result"]
     step("fs/getMetadata", {**md, "createdAtMs": md["createdAtMs"] >= 0,
                             "modifiedAtMs": md["modifiedAtMs"] > 0})
     step("fs/createDirectory", s.call("fs/createDirectory", {"path": w + "/d/e", "recursive": True}))
+    step("fs/open a directory", s.call("fs/open", {"handleId": "h3", "path": w + "/d"}))
     step("fs/createDirectory existing", s.call("fs/createDirectory", {"path": w + "/d", "recursive": False}))
     step("fs/copy", s.call("fs/copy", {"sourcePath": f, "destinationPath": w + "/d/b.txt",
                                        "recursive": False}))

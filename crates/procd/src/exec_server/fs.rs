@@ -6,7 +6,9 @@ use super::{params, path_of, uri_of, RpcError};
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -169,4 +171,135 @@ fn copy(from: &Path, to: &Path, recursive: bool) -> std::io::Result<()> {
         copy(&e.path(), &target, true)?;
     }
     Ok(())
+}
+
+/// The most bytes one `fs/readBlock` returns, as Codex's server allows.
+const MAX_BLOCK: usize = 1 << 20;
+/// Files one connection may hold open (Codex closes what it opens; a
+/// client that does not is refused more, not given every descriptor).
+const MAX_HANDLES: usize = 256;
+
+/// `fs/open`, `fs/readBlock`, `fs/close`: files held open by the client's
+/// handle ids, for this connection.
+#[derive(Default)]
+pub struct Handles {
+    open: Mutex<HashMap<String, Arc<std::fs::File>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct OpenParams {
+    handle_id: String,
+    path: String,
+    #[serde(default)]
+    sandbox: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct BlockParams {
+    handle_id: String,
+    offset: u64,
+    len: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CloseParams {
+    handle_id: String,
+}
+
+impl Handles {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<std::fs::File>>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<std::fs::File>, RpcError> {
+        self.table()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RpcError::new(-32004, format!("unknown file handle `{id}`")))
+    }
+
+    /// Answers one of the three calls; None when `method` is another.
+    pub async fn call(&self, method: &str, p: Value) -> Option<Result<Value, RpcError>> {
+        Some(match method {
+            "fs/open" => self.open(p).await,
+            "fs/readBlock" => self.read_block(p).await,
+            "fs/close" => params::<CloseParams>(p).map(|p| {
+                self.table().remove(&p.handle_id);
+                json!({})
+            }),
+            _ => return None,
+        })
+    }
+
+    async fn open(&self, p: Value) -> Result<Value, RpcError> {
+        let p: OpenParams = params(p)?;
+        no_sandbox(&p.sandbox)?;
+        let path = path_of(&p.path)?;
+        let taken = |id: &str| RpcError::new(-32600, format!("file handle `{id}` already exists"));
+        if self.table().contains_key(&p.handle_id) {
+            return Err(taken(&p.handle_id));
+        }
+        let shown = path.display().to_string();
+        let file = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(&path)?;
+            if !file.metadata()?.is_file() {
+                return Err(std::io::Error::other(format!(
+                    "path `{shown}` is not a file"
+                )));
+            }
+            Ok(file)
+        })
+        .await
+        .map_err(|e| RpcError::internal(e.to_string()))?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::Other => RpcError::new(-32600, e.to_string()),
+            _ => io_error(e),
+        })?;
+        let mut table = self.table();
+        if table.contains_key(&p.handle_id) {
+            return Err(taken(&p.handle_id));
+        }
+        if table.len() >= MAX_HANDLES {
+            return Err(RpcError::new(
+                -32600,
+                format!("at most {MAX_HANDLES} files may be open at once: close one first"),
+            ));
+        }
+        table.insert(p.handle_id.clone(), Arc::new(file));
+        Ok(json!({"handleId": p.handle_id}))
+    }
+
+    async fn read_block(&self, p: Value) -> Result<Value, RpcError> {
+        use std::os::unix::fs::FileExt;
+        let p: BlockParams = params(p)?;
+        if !(1..=MAX_BLOCK).contains(&p.len) {
+            return Err(RpcError::new(
+                -32600,
+                format!("file read block length must be between 1 and {MAX_BLOCK}"),
+            ));
+        }
+        let file = self.get(&p.handle_id)?;
+        blocking(move || {
+            let mut buf = vec![0u8; p.len];
+            let mut got = 0;
+            // A short read is not the end; only a read of nothing is.
+            while got < p.len {
+                match file.read_at(&mut buf[got..], p.offset + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            buf.truncate(got);
+            Ok(json!({
+                "chunk": base64::engine::general_purpose::STANDARD.encode(&buf),
+                "eof": got < p.len,
+            }))
+        })
+        .await
+    }
 }

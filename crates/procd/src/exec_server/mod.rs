@@ -87,13 +87,14 @@ impl Outbox {
 
 struct Server {
     conn: Arc<procd_client::Reconnecting>,
-    /// The lease every process is owned by: they end with this server
-    /// unless `exec_server_keeps` says otherwise.
+    /// The lease every process is owned by: they end with this server.
     owner: String,
     /// This connection's session (`initialize`), also each process's
     /// procd session key.
     session_id: String,
     processes: Mutex<HashMap<String, Arc<Process>>>,
+    /// Files Codex holds open by handle (`fs/open`).
+    files: fs::Handles,
     out: Outbox,
 }
 
@@ -113,6 +114,7 @@ pub async fn run(paths: &Paths, launcher: &Launcher) -> Result<(), String> {
         owner: lease.token().to_string(),
         session_id: new_session_id(),
         processes: Mutex::new(HashMap::new()),
+        files: fs::Handles::default(),
         out: Outbox(tx),
     });
     let writer = tokio::spawn(async move {
@@ -449,7 +451,10 @@ impl Server {
                 }
                 Ok(json!({"running": running}))
             }
-            m if m.starts_with("fs/") => fs::call(m, p).await,
+            m if m.starts_with("fs/") => match self.files.call(m, p.clone()).await {
+                Some(answer) => answer,
+                None => fs::call(m, p).await,
+            },
             m => Err(RpcError::new(
                 -32601,
                 format!("procd exec-server does not implement `{m}`"),

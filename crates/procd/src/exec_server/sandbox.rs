@@ -27,6 +27,8 @@ const CONTEXT_FIELDS: &[&str] = &[
     "windowsSandboxLevel",
     "windowsSandboxProxySettingsMode",
     "useLegacyLandlock",
+    // Windows only: nothing to give on Linux.
+    "windowsSandboxPrivateDesktop",
 ];
 
 /// procd's rules for Codex's intent `ctx`; `env` is the environment the
