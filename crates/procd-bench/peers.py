@@ -31,6 +31,11 @@ PM2 = os.path.join(PEERS, "npm/node_modules/.bin/pm2")
 PUEUE = os.path.join(PEERS, "pueue/bin/pueue")
 PUEUED = os.path.join(PEERS, "pueue/bin/pueued")
 SUPERVISOR_PY = os.path.join(PEERS, "venv/bin/python")
+# tests/codex-cli.sh installs it here (peer_rows runs it).
+CODEX = os.path.join(PEERS, "codex/node_modules/.bin/codex")
+# process/start of `true` to its process/exited, per exec-server (cheap:
+# four times the other figures' rounds).
+CODEX_ROUNDS = 4 * ROUNDS
 FIGURES = []
 # Kills of a 20-process tree per manager (each up to 3 s when it fails).
 KILL_ROUNDS = 3
@@ -721,6 +726,98 @@ def cli_figures(peer_class):
             m.close()
 
 
+# ----- Codex's exec-server beside procd exec-server -------------------------------
+
+class ExecServer:
+    """One exec-server on stdio (JSON-RPC lines without "jsonrpc")."""
+
+    def __init__(self, name, argv, env):
+        import queue
+        import threading
+        self.name = name
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.next_id = 0
+        self.call("initialize", {"clientName": "procd-bench"})
+        self.send({"method": "initialized", "params": {}})
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(json.loads(line))
+        self.lines.put(None)
+
+    def send(self, msg):
+        self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def take(self, want, limit=20.0):
+        deadline = time.monotonic() + limit
+        while True:
+            msg = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                raise RuntimeError(f"{self.name} exec-server ended")
+            if want(msg):
+                return msg
+
+    def call(self, method, params):
+        self.next_id += 1
+        i = self.next_id
+        self.send({"id": i, "method": method, "params": params})
+        msg = self.take(lambda m: m.get("id") == i)
+        if "error" in msg:
+            raise RuntimeError(f"{self.name} {method}: {msg['error']}")
+        return msg["result"]
+
+    def start_to_exit(self, pid_name, cwd):
+        """process/start of `true`, to its process/exited."""
+        t0 = time.perf_counter()
+        self.send({"id": f"s-{pid_name}", "method": "process/start", "params": {
+            "processId": pid_name, "argv": ["/bin/true"], "cwd": "file://" + cwd,
+            "env": {"PATH": "/usr/bin:/bin"}, "tty": False, "pipeStdin": False, "arg0": None}})
+        msg = self.take(lambda m: m.get("method") == "process/exited"
+                        and m["params"]["processId"] == pid_name
+                        or m.get("id") == f"s-{pid_name}" and "error" in m)
+        if "error" in msg:
+            raise RuntimeError(f"{self.name} process/start: {msg['error']}")
+        return time.perf_counter() - t0
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def codex_figures():
+    h = home("pb-codex-")
+    env = env_for(h)
+    env["CODEX_HOME"] = os.path.join(h, "codex")
+    os.makedirs(env["CODEX_HOME"], exist_ok=True)
+    work = os.path.join(h, "work")
+    os.makedirs(work)
+    servers = [ExecServer("procd", [PROCD, "exec-server"], env),
+               ExecServer("Codex", [CODEX, "exec-server", "--listen", "stdio"], env)]
+    try:
+        times = {s.name: [] for s in servers}
+        for r in range(CODEX_ROUNDS + 3):
+            for s in (servers if r % 2 == 0 else servers[::-1]):
+                took = s.start_to_exit(f"p{r}", work)
+                if r >= 3:  # the first rounds start the daemon and warm up
+                    times[s.name].append(took)
+        figure("exec-server: process/start of true to process/exited", "ms",
+               median_ms(times["procd"]), median_ms(times["Codex"]), "Codex's exec-server 0.171.0",
+               "lower", f"median of {CODEX_ROUNDS} alternating rounds over stdio after 3 warm-up "
+               "rounds; procd's runs each as a daemon session (cgroup, log, checkpoint)")
+    finally:
+        for s in servers:
+            s.close()
+        procd_stop(h)
+
+
 def main():
     try:
         only = os.environ.get("PEERS_ONLY", "")
@@ -732,6 +829,8 @@ def main():
             cli_figures(Pm2)
         if only in ("", "supervisor"):
             cli_figures(Supervisor)
+        if only in ("", "codex"):
+            codex_figures()
     finally:
         for h in HOMES:
             shutil.rmtree(h, ignore_errors=True)

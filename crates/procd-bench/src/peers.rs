@@ -1,6 +1,7 @@
 //! procd beside its peers (`procd-bench --only peers`): Desktop Commander
 //! through the same MCP client as `procd mcp`; pueue, pm2 and supervisor
-//! through their CLIs beside procd's. `install-peers.sh` puts pinned versions of them in
+//! through their CLIs beside procd's; Codex's exec-server beside `procd
+//! exec-server`, over the same stdio protocol. `install-peers.sh` puts pinned versions of them in
 //! `target/peers/`; `peers.py` measures, alternating procd and the peer,
 //! and prints figures that become rows here. A row is met when procd is at
 //! least as good as the peer; where a peer wins, the row says NO.
@@ -62,6 +63,13 @@ pub fn peer_rows(rounds: usize) -> Vec<Row> {
     let peers = target.join("peers");
     let peers_str = peers.display().to_string();
     run(&Path::new(DIR).join("install-peers.sh"), &[&peers_str]);
+    // Codex's CLI, whose exec-server is procd exec-server's peer.
+    let codex = Command::new(Path::new(DIR).join("../../tests/codex-cli.sh"))
+        .env("PROCD_CODEX_DIR", peers.join("codex"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("tests/codex-cli.sh");
+    assert!(codex.success(), "tests/codex-cli.sh failed: {codex}");
     let python = run(&Path::new(DIR).join("../../tests/mcp-venv.sh"), &[]);
     let script = Path::new(DIR).join("peers.py").display().to_string();
     let out = run(
