@@ -34,6 +34,30 @@ struct CopyParams {
     sandbox: Option<Value>,
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WalkParams {
+    path: String,
+    options: WalkOptions,
+    #[serde(default)]
+    sandbox: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WalkOptions {
+    /// Directories this far below the root's children are not read.
+    max_depth: usize,
+    /// Directories read, the root included.
+    max_directories: usize,
+    max_entries: usize,
+    follow_directory_symlinks: bool,
+}
+
+/// The most entries one walk returns, whatever is asked: the answer is
+/// held in memory (then `truncated`).
+const MAX_WALK_ENTRIES: usize = 200_000;
+
 fn io_error(e: std::io::Error) -> RpcError {
     let code = if e.kind() == std::io::ErrorKind::NotFound {
         -32004
@@ -59,6 +83,12 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
         no_sandbox(&p.sandbox)?;
         let (from, to) = (path_of(&p.source_path)?, path_of(&p.destination_path)?);
         return blocking(move || copy(&from, &to, p.recursive).map(|()| json!({}))).await;
+    }
+    if method == "fs/walk" {
+        let p: WalkParams = params(p)?;
+        no_sandbox(&p.sandbox)?;
+        let root = path_of(&p.path)?;
+        return blocking(move || walk(&root, &p.options)).await;
     }
     let p: PathParams = params(p)?;
     no_sandbox(&p.sandbox)?;
@@ -138,6 +168,72 @@ fn read_directory(path: &Path) -> std::io::Result<Value> {
         }));
     }
     Ok(json!({"entries": entries}))
+}
+
+/// `fs/walk`, as Codex's server walks: breadth first, each directory's
+/// entries in byte order of their names, files and directories only
+/// (a symlink only when followed, and only to a directory, which is read
+/// once whatever the path to it); a directory that cannot be read is an
+/// `errors` entry, and a limit reached makes the answer `truncated`.
+fn walk(root: &Path, o: &WalkOptions) -> std::io::Result<Value> {
+    use std::os::unix::fs::MetadataExt;
+    let top = std::fs::metadata(root)?;
+    let (mut entries, mut errors, mut truncated) = (Vec::new(), Vec::new(), false);
+    let max_entries = o.max_entries.min(MAX_WALK_ENTRIES);
+    let mut seen = std::collections::HashSet::from([(top.dev(), top.ino())]);
+    let mut queue = std::collections::VecDeque::new();
+    if top.is_dir() {
+        queue.push_back((root.to_path_buf(), 0usize));
+    }
+    let mut read = 0usize;
+    'dirs: while let Some((dir, level)) = queue.pop_front() {
+        if read >= o.max_directories {
+            truncated = true;
+            break;
+        }
+        read += 1;
+        let mut children: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(list) => list.filter_map(Result::ok).map(|e| e.path()).collect(),
+            Err(e) => {
+                errors.push(json!({"path": uri_of(&dir), "message": e.to_string()}));
+                continue;
+            }
+        };
+        children.sort_by(|a, b| {
+            use std::os::unix::ffi::OsStrExt;
+            let name = |p: &PathBuf| p.file_name().map(|n| n.as_bytes().to_vec());
+            name(a).cmp(&name(b))
+        });
+        for child in children {
+            let Ok(link) = std::fs::symlink_metadata(&child) else {
+                continue;
+            };
+            let meta = if link.file_type().is_symlink() {
+                match std::fs::metadata(&child) {
+                    Ok(m) if o.follow_directory_symlinks && m.is_dir() => m,
+                    _ => continue,
+                }
+            } else {
+                link
+            };
+            let kind = if meta.is_dir() {
+                "directory"
+            } else if meta.is_file() {
+                "file"
+            } else {
+                continue;
+            };
+            if entries.len() >= max_entries {
+                truncated = true;
+                break 'dirs;
+            }
+            entries.push(json!({"path": uri_of(&child), "kind": kind}));
+            if meta.is_dir() && level < o.max_depth && seen.insert((meta.dev(), meta.ino())) {
+                queue.push_back((child, level + 1));
+            }
+        }
+    }
+    Ok(json!({"entries": entries, "errors": errors, "truncated": truncated}))
 }
 
 fn remove(path: &Path, recursive: bool, force: bool) -> std::io::Result<()> {
