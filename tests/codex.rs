@@ -65,7 +65,7 @@ fn procds_exec_server_answers_as_codexs_own_does() {
         .iter()
         .filter(|p| p["meta"]["codex_process_id"].is_string())
         .collect();
-    assert_eq!(ours.len(), 6, "{listed:#}");
+    assert_eq!(ours.len(), 7, "{listed:#}");
     let keys: std::collections::HashSet<&str> = ours
         .iter()
         .filter_map(|p| p["session_key"].as_str())

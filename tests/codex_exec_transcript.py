@@ -116,6 +116,13 @@ def main():
         params.update(kw)
         return s.call("process/start", params)
 
+    # A resume over stdio: each stdio connection is a new server.
+    r = Server(argv, workdir)
+    step("initialize resuming a session", r.call("initialize", {
+        "clientName": "procd-transcript", "resumeSessionId": "0199a213-81c0-7800-8aa1-bbab2a035a53"}))
+    step("initialize without a client name", r.call("initialize", {}))
+    r.proc.stdin.close()
+    r.proc.wait(timeout=DEADLINE_S)
     init = s.call("initialize", {"clientName": "procd-transcript"})
     info = init["result"]["environmentInfo"]
     step("initialize", {
@@ -162,6 +169,18 @@ def main():
     step("start no argv", start("p7", []))
     step("start a missing program", start("p8", ["/nonexistent/program"]))
     step("start in a missing cwd", start("p9", ["true"], cwd=w + "/missing"))
+    # More output than either server keeps (Codex's 1 MiB, procd's 8 MiB):
+    # a read from the start gets the oldest chunk still kept.
+    start("flood", ["/bin/sh", "-c", "head -c 9500000 /dev/zero | tr '\\0' x"])
+    flood = s.events("flood")
+    r = s.call("process/read", {"processId": "flood", "afterSeq": 0, "maxBytes": 100})["result"]
+    step("read from the start after a flood", {
+        "output_bytes": len(flood["output"]),
+        "oldest_dropped": r["chunks"][0]["seq"] > 1,
+        "one_chunk": len(r["chunks"]) == 1,
+        "nextSeq_follows": r["nextSeq"] == r["chunks"][0]["seq"] + 1,
+        "closed": r["closed"],
+    })
     step("read an unknown process", s.call("process/read", {"processId": "nope", "afterSeq": 0}))
     step("write bad base64", s.call("process/write", {"processId": "p2", "chunk": "!!!", "writeId": "w3"}))
     unknown = s.call("no/such/method", {})

@@ -321,6 +321,15 @@ struct StartParams {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
+struct InitializeParams {
+    #[allow(dead_code)]
+    client_name: String,
+    #[serde(default)]
+    resume_session_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ReadParams {
     process_id: String,
     #[serde(default)]
@@ -408,10 +417,18 @@ impl Server {
 
     async fn call(self: &Arc<Self>, method: &str, p: Value) -> Result<Value, RpcError> {
         match method {
-            "initialize" => Ok(json!({
-                "sessionId": self.session_id,
-                "environmentInfo": environment_info(),
-            })),
+            "initialize" => {
+                let p: InitializeParams = params(p)?;
+                if let Some(id) = p.resume_session_id {
+                    // Over stdio every connection is a new server, as with
+                    // Codex's own stdio server: nothing to resume.
+                    return Err(RpcError::new(-32600, format!("unknown session id {id}")));
+                }
+                Ok(json!({
+                    "sessionId": self.session_id,
+                    "environmentInfo": environment_info(),
+                }))
+            }
             "environment/info" => Ok(environment_info()),
             "process/read" => {
                 let p: ReadParams = params(p)?;
