@@ -61,8 +61,6 @@ pub fn first_chars(s: &str, n: usize) -> &str {
     }
 }
 
-/// Removes ANSI escape sequences (CSI, OSC, and two-byte escapes) and
-/// carriage returns that only precede a newline.
 /// The longest regex a caller may give (ready.output, wait_any's output,
 /// search's pattern), and what its compiled form may take.
 pub const MAX_REGEX_CHARS: usize = 4096;
@@ -83,6 +81,8 @@ pub fn bounded_regex(pattern: &str, ignore_case: bool) -> Result<regex::Regex, S
         .map_err(|e| format!("not a valid regex: {e}"))
 }
 
+/// Removes ANSI escape sequences (CSI, OSC, and two-byte escapes) and
+/// carriage returns that only precede a newline.
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
