@@ -577,3 +577,58 @@ fn search_finds_what_grep_finds_with_lines_cursors_and_context() {
     );
     assert_eq!(code, -32001);
 }
+
+/// `procd logs -f --grep`: the session's matching lines as they come,
+/// numbered as `procd logs --grep` numbers them, the first printed while
+/// the session still runs; exit 0 once it has ended.
+#[test]
+fn logs_follow_with_grep_prints_matching_lines_as_they_come() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let d = Daemon::start();
+    let go = d.home.path().join("go");
+    let id = d.spawn(&format!(
+        "echo 'a odd'; echo 'b even'; while [ ! -e {} ]; do sleep 0.05; done; echo 'c odd'; printf 'last odd'",
+        go.display()
+    ));
+    let mut follower = Command::new(BIN)
+        .arg("--home")
+        .arg(d.home.path())
+        .args(["logs", "-f", "--grep", "odd", &id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("procd logs -f");
+    // Lines as the follower prints them, read off the test's thread so
+    // that each wait has a deadline.
+    let stdout = follower.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    let first = rx.recv_timeout(PATIENCE).map(|l| l + "\n");
+    let first = first.unwrap_or_else(|_| {
+        let _ = follower.kill();
+        panic!("no first match within {PATIENCE:?}")
+    });
+    assert_eq!(first, "1:a odd\n");
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
+    std::fs::write(&go, "").expect("go");
+    let status = output_within(follower, "procd logs -f").status;
+    let _ = reader.join(); // its stdout closed with it
+    let rest: String = rx.try_iter().map(|l| l + "\n").collect();
+    assert_eq!(rest, "3:c odd\n4:last odd\n");
+    assert_eq!(status.code(), Some(0));
+    // The same lines, the same numbers, as the search after the end.
+    let searched = d.cli(&["logs", &id, "--grep", "odd"]);
+    assert_eq!(
+        String::from_utf8_lossy(&searched.stdout),
+        format!("{first}{rest}")
+    );
+    // A bad regex is a usage error, said before anything is followed.
+    let bad = d.cli(&["logs", "-f", "--grep", "(", &id]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a valid regex"));
+}

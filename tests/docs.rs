@@ -289,7 +289,7 @@ fn readme_tour_runs() {
             .ok_or(format!("no {what:?} in {text:?}"))
     }
     // (the line's command, what its comment says, as a check)
-    let checks: [(&str, Check); 11] = [
+    let checks: [(&str, Check); 12] = [
         ("procd spawn --ready-output ready -- npm run dev", |o, _| {
             has(o, "proc_")?;
             has(o, "\nready")
@@ -301,6 +301,9 @@ fn readme_tour_runs() {
         }),
         ("procd poll proc_3f2a", |o, _| has(o, "ready after")),
         ("procd logs proc_3f2a", |o, _| has(o, "dev server ready")),
+        ("procd logs proc_3f2a --grep ready", |o, _| {
+            has(o, ":dev server ready")
+        }),
         ("procd send proc_3f2a \"rs\"", |o, _| has(o, "sent 3 bytes")),
         ("procd kill proc_3f2a", |o, id| {
             has(o, &format!("{id} killed"))

@@ -149,11 +149,18 @@ enum ClientCommand {
         /// How many of the last lines (default 200).
         #[arg(long, value_name = "N")]
         limit: Option<u64>,
-        /// Only the lines matching this regex, as `grep -n` prints them.
-        #[arg(long, value_name = "REGEX", conflicts_with_all = ["follow", "limit"])]
+        /// Only the lines matching this regex, as `grep -n` prints them
+        /// (with -f, as they come).
+        #[arg(long, value_name = "REGEX", conflicts_with = "limit")]
         grep: Option<String>,
         /// With --grep: lines of context before and after each match.
-        #[arg(short = 'C', long, value_name = "N", requires = "grep")]
+        #[arg(
+            short = 'C',
+            long,
+            value_name = "N",
+            requires = "grep",
+            conflicts_with = "follow"
+        )]
         context: Option<u32>,
     },
     /// Find a regex in sessions' output (all, or the ones named), as
@@ -602,6 +609,12 @@ async fn client_command(
             target.print(&r, render::poll);
             Ok(EXIT_OK)
         }
+        ClientCommand::Logs {
+            id,
+            grep: Some(pattern),
+            follow: true,
+            ..
+        } => crate::grep::follow(conn, resolve(client, id).await?, &pattern).await,
         ClientCommand::Logs {
             id,
             grep: Some(pattern),

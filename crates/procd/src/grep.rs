@@ -2,9 +2,11 @@
 //! as `grep -n` prints a file — `LINE:text` for a match, `LINE-text` for a
 //! context line, `--` between groups that do not touch — with `SESSION:`
 //! before each line when several sessions are searched. Exits 0 when
-//! something matched, 1 when nothing did, as grep does.
+//! something matched, 1 when nothing did, as grep does. `procd logs -f
+//! --grep` follows one session's output and prints its matching lines the
+//! same way as they come.
 
-use crate::base::{EXIT_FAILED, EXIT_OK};
+use crate::base::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use jsonrpsee::core::client::{Client, Error as ClientError};
 use procd_client::ProcdApiClient;
 use procd_proto::SearchResult;
@@ -129,4 +131,65 @@ pub fn as_grep(r: &SearchResult, one: bool, context: bool) -> String {
         }
     }
     out
+}
+
+/// `procd logs -f ID --grep RE`: the session's output from the start as it
+/// comes, only its matching lines, numbered as `search` numbers them
+/// (from the first line the log keeps), each flushed as it is printed;
+/// ends when the session has exited and everything was read.
+pub async fn follow(
+    conn: &procd_client::Reconnecting,
+    id: String,
+    pattern: &str,
+) -> Result<i32, ClientError> {
+    use std::io::Write;
+    let re = match procd_core::text::bounded_regex(pattern, false) {
+        Ok(re) => re,
+        Err(e) => {
+            eprintln!("procd logs: --grep: {e}");
+            return Ok(EXIT_USAGE);
+        }
+    };
+    let (mut cursor, mut line_no, mut matched) = (0u64, 0u64, false);
+    // The start of a line not yet ended.
+    let mut partial = String::new();
+    loop {
+        let r = conn
+            .call(|c| {
+                let id = id.clone();
+                async move {
+                    let from = Some(procd_proto::Cursor::new(cursor));
+                    let wait = Some(procd_proto::WaitMs::new(30_000.0));
+                    c.read(id, from, None, wait, None, None).await
+                }
+            })
+            .await?;
+        partial.push_str(&r.data);
+        let mut out = std::io::stdout().lock();
+        let mut rest = partial.as_str();
+        while let Some(end) = rest.find('\n') {
+            line_no += 1;
+            let line = rest[..end].trim_end_matches('\r');
+            if re.is_match(line) {
+                matched = true;
+                let _ = writeln!(out, "{line_no}:{line}");
+                let _ = out.flush();
+            }
+            rest = &rest[end + 1..];
+        }
+        if r.eof && !rest.is_empty() {
+            line_no += 1;
+            if re.is_match(rest) {
+                matched = true;
+                let _ = writeln!(out, "{line_no}:{rest}");
+            }
+            rest = "";
+        }
+        partial = rest.to_string();
+        cursor = r.next_cursor;
+        if r.eof {
+            let _ = out.flush();
+            return Ok(if matched { EXIT_OK } else { EXIT_FAILED });
+        }
+    }
 }
