@@ -404,3 +404,153 @@ fn a_workspace_write_turn_cannot_write_outside_the_workspace() {
     );
     assert_eq!(session["sandbox"]["network"], "none", "{session}");
 }
+
+/// Codex's workspace-write intent as it sends it (Codex 0.171.0), for
+/// the workspace `root`.
+fn workspace_write(root: &Path) -> Value {
+    let special = |kind: &str, access: &str| json!({"path": {"type": "special", "value": {"kind": kind}}, "access": access});
+    let mut git = special("project_roots", "read");
+    git["path"]["value"]["subpath"] = json!(".git");
+    git["missing_path_behavior"] = json!("skip");
+    let uri = format!("file://{}", root.display());
+    json!({
+        "permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": [
+            special("root", "read"), special("project_roots", "write"),
+            special("slash_tmp", "write"), special("tmpdir", "write"), git,
+        ]}, "network": "restricted"},
+        "cwd": uri, "workspaceRoots": [uri],
+        "windowsSandboxLevel": "disabled", "windowsSandboxProxySettingsMode": "reconcile",
+        "useLegacyLandlock": false,
+    })
+}
+
+/// `fs/*` calls sent with a sandbox intent are made by a thread the
+/// kernel confines to it: inside the workspace they work, outside it the
+/// kernel refuses them, and nothing is written there.
+#[test]
+fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start();
+    let work = short_tempdir();
+    // Not under /tmp, which workspace-write leaves writable.
+    let elsewhere = tempfile::Builder::new()
+        .prefix("pd")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("tempdir");
+    std::fs::write(elsewhere.path().join("kept.txt"), "kept").expect("a file outside");
+    let mut server = Command::new(BIN)
+        .arg("--home")
+        .arg(d.home.path())
+        .arg("exec-server")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("procd exec-server");
+    let mut stdin = server.stdin.take().expect("stdin");
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let stdout = server.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+        }
+    });
+    let mut next = 0;
+    let mut call = |method: &str, params: Value| -> Value {
+        next += 1;
+        writeln!(
+            stdin,
+            "{}",
+            json!({"id": next, "method": method, "params": params})
+        )
+        .expect("write");
+        loop {
+            let msg = rx.recv_timeout(PATIENCE).expect("an answer in time");
+            if msg["id"] == next {
+                return msg;
+            }
+        }
+    };
+    call("initialize", json!({"clientName": "t"}));
+    let sandbox = workspace_write(work.path());
+    let at = |dir: &Path, name: &str| format!("file://{}", dir.join(name).display());
+    let hello = json!("aGVsbG8="); // "hello"
+
+    let inside = call(
+        "fs/writeFile",
+        json!({"path": at(work.path(), "in.txt"), "dataBase64": hello, "sandbox": sandbox}),
+    );
+    assert_eq!(inside["result"], json!({}), "{inside}");
+    let outside = call(
+        "fs/writeFile",
+        json!({"path": at(elsewhere.path(), "out.txt"), "dataBase64": hello, "sandbox": sandbox}),
+    );
+    assert!(
+        outside["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Permission denied")),
+        "{outside}"
+    );
+    let read = call(
+        "fs/readFile",
+        json!({"path": at(elsewhere.path(), "kept.txt"), "sandbox": sandbox}),
+    );
+    assert_eq!(
+        read["result"]["dataBase64"], "a2VwdA==",
+        "reads stay allowed: {read}"
+    );
+    for (method, params) in [
+        (
+            "fs/createDirectory",
+            json!({"path": at(elsewhere.path(), "dir"), "sandbox": sandbox}),
+        ),
+        (
+            "fs/remove",
+            json!({"path": at(elsewhere.path(), "kept.txt"), "sandbox": sandbox}),
+        ),
+        (
+            "fs/copy",
+            json!({"sourcePath": at(work.path(), "in.txt"), "destinationPath": at(elsewhere.path(), "copy.txt"), "recursive": false, "sandbox": sandbox}),
+        ),
+    ] {
+        let r = call(method, params);
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Permission denied")),
+            "{method}: {r}"
+        );
+    }
+    // What Landlock cannot give is refused, never weakened.
+    std::fs::create_dir(work.path().join(".git")).expect(".git");
+    let carved = call(
+        "fs/writeFile",
+        json!({"path": at(work.path(), "in2.txt"), "dataBase64": hello, "sandbox": sandbox}),
+    );
+    assert_eq!(carved["error"]["code"], -32602, "{carved}");
+    assert!(!work.path().join("in2.txt").exists());
+    // The same calls without an intent are this machine's, as before.
+    let free = call(
+        "fs/writeFile",
+        json!({"path": at(elsewhere.path(), "free.txt"), "dataBase64": hello}),
+    );
+    assert_eq!(free["result"], json!({}), "{free}");
+
+    drop(stdin);
+    assert!(server.wait().expect("the exec-server ends").success());
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("in.txt")).expect("in.txt"),
+        "hello"
+    );
+    let left: Vec<_> = std::fs::read_dir(elsewhere.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        left,
+        ["free.txt", "kept.txt"],
+        "written outside the workspace"
+    );
+}

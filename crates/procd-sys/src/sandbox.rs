@@ -134,6 +134,32 @@ fn kernel_has(rules: &Rules, abi: i32) -> Result<(), SandboxError> {
 /// The paths were checked when the plan was (`check`); one gone since
 /// fails its open below, with the same kind of error.
 pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
+    let ruleset: Option<OwnedFd> = ruleset(rules)?.into();
+    let ruleset = ruleset.ok_or_else(|| SandboxError::Missing("Landlock ruleset".into()))?;
+    let filter = match rules.network {
+        Network::All => None,
+        Network::None => Some(socket_filter(&[])?),
+        Network::Ports { .. } => Some(socket_filter(&[libc::AF_INET, libc::AF_INET6])?),
+    };
+    Ok(Enforcement { ruleset, filter })
+}
+
+/// Confines the calling thread, and only it (a Landlock domain is a
+/// thread's), to `rules`' file system access, for file work done in this
+/// process on a caller's behalf (`procd exec-server`'s `fs/*` calls under
+/// a Codex sandbox). It cannot be undone: the thread must be one made for
+/// that work, ended after it. It gets no_new_privs, as Landlock requires.
+/// No seccomp filter: the work makes no socket.
+pub fn confine_this_thread(rules: &Rules) -> Result<(), SandboxError> {
+    let landlock = |e: landlock::RulesetError| SandboxError::Other(format!("Landlock: {e}"));
+    // HardRequirement: anything the kernel cannot give fails here.
+    ruleset(rules)?.restrict_self().map_err(landlock)?;
+    Ok(())
+}
+
+/// The Landlock ruleset for `rules` (file system, and TCP unless
+/// `network: "all"`).
+fn ruleset(rules: &Rules) -> Result<landlock::RulesetCreated, SandboxError> {
     let kernel_abi = landlock_abi();
     kernel_has(rules, kernel_abi)?;
     let abi = ABI::from(kernel_abi);
@@ -203,14 +229,7 @@ pub fn prepare(rules: &Rules) -> Result<Enforcement, SandboxError> {
                 .map_err(landlock)?;
         }
     }
-    let ruleset: Option<OwnedFd> = created.into();
-    let ruleset = ruleset.ok_or_else(|| SandboxError::Missing("Landlock ruleset".into()))?;
-    let filter = match rules.network {
-        Network::All => None,
-        Network::None => Some(socket_filter(&[])?),
-        Network::Ports { .. } => Some(socket_filter(&[libc::AF_INET, libc::AF_INET6])?),
-    };
-    Ok(Enforcement { ruleset, filter })
+    Ok(created)
 }
 
 /// What the domain is scoped to, where the kernel can (Landlock ABI 6):

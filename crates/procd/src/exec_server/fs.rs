@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use procd_sys::sandbox::Rules;
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PathParams {
@@ -67,12 +69,14 @@ fn io_error(e: std::io::Error) -> RpcError {
     RpcError::new(code, e.to_string())
 }
 
-fn no_sandbox(sandbox: &Option<Value>) -> Result<(), RpcError> {
+/// The confinement of a call made under Codex's sandbox intent, if one
+/// was sent; refused with the reason when procd cannot give it exactly.
+fn confinement(sandbox: &Option<Value>) -> Result<Option<Rules>, RpcError> {
     match sandbox {
-        Some(s) if !s.is_null() => Err(RpcError::invalid(
-            "procd exec-server cannot enforce Codex's sandbox intents on fs calls yet (docs/codex.md)",
-        )),
-        _ => Ok(()),
+        Some(s) if !s.is_null() => super::sandbox::confinement(s)
+            .map(Some)
+            .map_err(RpcError::invalid),
+        _ => Ok(None),
     }
 }
 
@@ -80,20 +84,23 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
     let method = method.to_string();
     if method == "fs/copy" {
         let p: CopyParams = params(p)?;
-        no_sandbox(&p.sandbox)?;
+        let confine = confinement(&p.sandbox)?;
         let (from, to) = (path_of(&p.source_path)?, path_of(&p.destination_path)?);
-        return blocking(move || copy(&from, &to, p.recursive).map(|()| json!({}))).await;
+        return blocking(confine, move || {
+            copy(&from, &to, p.recursive).map(|()| json!({}))
+        })
+        .await;
     }
     if method == "fs/walk" {
         let p: WalkParams = params(p)?;
-        no_sandbox(&p.sandbox)?;
+        let confine = confinement(&p.sandbox)?;
         let root = path_of(&p.path)?;
-        return blocking(move || walk(&root, &p.options)).await;
+        return blocking(confine, move || walk(&root, &p.options)).await;
     }
     let p: PathParams = params(p)?;
-    no_sandbox(&p.sandbox)?;
+    let confine = confinement(&p.sandbox)?;
     let path = path_of(&p.path)?;
-    blocking(move || match method.as_str() {
+    blocking(confine, move || match method.as_str() {
         "fs/readFile" => std::fs::read(&path)
             .map(|d| json!({"dataBase64": base64::engine::general_purpose::STANDARD.encode(d)})),
         "fs/writeFile" => {
@@ -128,13 +135,34 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
     })
 }
 
-async fn blocking(
-    f: impl FnOnce() -> std::io::Result<Value> + Send + 'static,
-) -> Result<Value, RpcError> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r.map_err(io_error),
-        Err(e) => Err(RpcError::internal(e.to_string())),
+/// Runs `f` off the event loop: on the blocking pool, or, confined, on a
+/// thread of its own that the confinement ends with (a pool thread would
+/// carry it into the next call).
+async fn blocking<T: Send + 'static>(
+    confine: Option<Rules>,
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T, RpcError> {
+    let Some(rules) = confine else {
+        return match tokio::task::spawn_blocking(f).await {
+            Ok(r) => r.map_err(io_error),
+            Err(e) => Err(RpcError::internal(e.to_string())),
+        };
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("fs-confined".into())
+        .spawn(move || {
+            let r = match procd_sys::sandbox::confine_this_thread(&rules) {
+                Ok(()) => f().map_err(io_error),
+                Err(e) => Err(RpcError::new(-32002, e.to_string())),
+            };
+            let _ = tx.send(r);
+        });
+    if let Err(e) = spawned {
+        return Err(RpcError::internal(e.to_string()));
     }
+    rx.await
+        .unwrap_or_else(|_| Err(RpcError::internal("the confined file call ended")))
 }
 
 fn millis(t: std::io::Result<std::time::SystemTime>) -> i64 {
@@ -332,28 +360,23 @@ impl Handles {
 
     async fn open(&self, p: Value) -> Result<Value, RpcError> {
         let p: OpenParams = params(p)?;
-        no_sandbox(&p.sandbox)?;
+        let confine = confinement(&p.sandbox)?;
         let path = path_of(&p.path)?;
         let taken = |id: &str| RpcError::new(-32600, format!("file handle `{id}` already exists"));
         if self.table().contains_key(&p.handle_id) {
             return Err(taken(&p.handle_id));
         }
         let shown = path.display().to_string();
-        let file = tokio::task::spawn_blocking(move || {
+        // Not a file: Codex's -32600, not an I/O error.
+        let file = blocking(confine, move || {
             let file = std::fs::File::open(&path)?;
-            if !file.metadata()?.is_file() {
-                return Err(std::io::Error::other(format!(
-                    "path `{shown}` is not a file"
-                )));
-            }
-            Ok(file)
+            Ok(match file.metadata()?.is_file() {
+                true => Ok(file),
+                false => Err(format!("path `{shown}` is not a file")),
+            })
         })
-        .await
-        .map_err(|e| RpcError::internal(e.to_string()))?
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::Other => RpcError::new(-32600, e.to_string()),
-            _ => io_error(e),
-        })?;
+        .await?
+        .map_err(|e| RpcError::new(-32600, e))?;
         let mut table = self.table();
         if table.contains_key(&p.handle_id) {
             return Err(taken(&p.handle_id));
@@ -378,7 +401,8 @@ impl Handles {
             ));
         }
         let file = self.get(&p.handle_id)?;
-        blocking(move || {
+        // The file was opened under any confinement asked; reading it needs none.
+        blocking(None, move || {
             let mut buf = vec![0u8; p.len];
             let mut got = 0;
             // A short read is not the end; only a read of nothing is.

@@ -126,6 +126,25 @@ pub fn rules(ctx: &Value, env: &BTreeMap<String, String>) -> Result<SandboxRules
     })
 }
 
+/// What an `fs/*` call under Codex's intent `ctx` may touch, for the
+/// thread that makes it (`procd_sys::sandbox::confine_this_thread`); the
+/// process's own `TMPDIR` is Codex's `tmpdir`. No network rules: a file
+/// call makes no socket.
+pub fn confinement(ctx: &Value) -> Result<procd_sys::sandbox::Rules, String> {
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let r = rules(ctx, &env)?;
+    let paths = |p: Vec<String>| p.into_iter().map(PathBuf::from).collect::<Vec<_>>();
+    Ok(procd_sys::sandbox::Rules {
+        readable: match r.readable {
+            Some(Readable::Paths(p)) => Some(paths(p)),
+            Some(Readable::All) | None => None,
+        },
+        writable: paths(r.writable.unwrap_or_default()),
+        network: procd_sys::sandbox::Network::All,
+        terminal: None,
+    })
+}
+
 #[derive(Clone, Copy)]
 enum Access {
     Read,
