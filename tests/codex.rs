@@ -554,3 +554,84 @@ fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
         "written outside the workspace"
     );
 }
+
+/// `procd exec-server` (with `args`) that has started `sleep 300` as
+/// Codex process `pid`: the server, its stdin, and the procd session.
+fn exec_server_running_a_sleep(
+    d: &Daemon,
+    args: &[&str],
+    pid: &str,
+) -> (std::process::Child, std::process::ChildStdin, String) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut server = Command::new(BIN)
+        .arg("--home")
+        .arg(d.home.path())
+        .arg("exec-server")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("procd exec-server");
+    let mut stdin = server.stdin.take().expect("stdin");
+    let stdout = server.stdout.take().expect("stdout");
+    for msg in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"id": 2, "method": "process/start", "params": {
+            "processId": pid, "argv": ["/bin/sleep", "300"],
+            "cwd": "file:///", "env": {}, "tty": false}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+        }
+    });
+    loop {
+        let msg = rx
+            .recv_timeout(PATIENCE)
+            .expect("an answer to process/start");
+        if msg["id"] == 2 {
+            assert_eq!(msg["result"]["processId"], pid, "{msg}");
+            break;
+        }
+    }
+    let listed = d.ok("list", json!({}));
+    let session = listed["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["meta"]["codex_process_id"] == pid)
+        .and_then(|p| p["session_id"].as_str())
+        .expect("its session")
+        .to_string();
+    (server, stdin, session)
+}
+
+/// `procd exec-server --keep`: what Codex started runs on after Codex
+/// goes; without it, it ends.
+#[test]
+fn keep_leaves_what_codex_started_running_after_it_goes() {
+    let d = Daemon::with_config("monitor_interval_s = 0.1");
+    let (mut kept_server, kept_stdin, kept) = exec_server_running_a_sleep(&d, &["--keep"], "k");
+    let (mut ended_server, ended_stdin, ended) = exec_server_running_a_sleep(&d, &[], "e");
+    drop(kept_stdin);
+    assert!(kept_server.wait().expect("ends").success());
+    // The kept one's lease is gone first; the other's goes next, and the
+    // pass that ends its process has seen both gone.
+    drop(ended_stdin);
+    assert!(ended_server.wait().expect("ends").success());
+    let exit = d.wait_exit(&ended);
+    assert_eq!(exit["termination_source"], "owner_released", "{exit}");
+    // A later pass ends a later one; by then the pass that ended the
+    // other has finished whatever it ended.
+    let (mut later_server, later_stdin, later) = exec_server_running_a_sleep(&d, &[], "l");
+    drop(later_stdin);
+    assert!(later_server.wait().expect("ends").success());
+    d.wait_exit(&later);
+    let polled = d.ok("poll", json!({"session_id": kept}));
+    assert_eq!(polled["status"], "running", "{polled}");
+    d.ok("kill", json!({"session_id": kept}));
+}

@@ -89,7 +89,7 @@ enum Command {
     Mcp(McpArgs),
     /// Serve Codex's exec-server protocol on stdin/stdout: Codex runs its
     /// commands as procd sessions (docs/codex.md).
-    ExecServer,
+    ExecServer(ExecServerArgs),
     /// Connect stdin/stdout to this machine's daemon (started on demand),
     /// byte for byte: what `--host` runs on the far side.
     DialStdio,
@@ -100,6 +100,16 @@ enum Command {
     },
     /// Print the manual page (roff), e.g. `procd man | man -l -`.
     Man,
+}
+
+/// `procd exec-server`'s flags.
+#[derive(clap::Args, Debug)]
+struct ExecServerArgs {
+    /// Keep the processes Codex started running after it goes (they are
+    /// started with `persist`); by default they end when Codex closes
+    /// the connection, as with Codex's own stdio server.
+    #[arg(long)]
+    keep: bool,
 }
 
 /// `procd mcp`'s flags (docs/agents.md).
@@ -406,8 +416,8 @@ fn local_command(
         }
         Command::Top => block_on(crate::top::run(target.endpoint())),
         Command::DialStdio => block_on(crate::dial::run(&target.paths, &target.launcher)),
-        Command::ExecServer => block_on(async {
-            match crate::exec_server::run(&target.paths, &target.launcher).await {
+        Command::ExecServer(args) => block_on(async {
+            match crate::exec_server::run(&target.paths, &target.launcher, args.keep).await {
                 Ok(()) => EXIT_OK,
                 Err(e) => {
                     eprintln!("procd exec-server: {e}");

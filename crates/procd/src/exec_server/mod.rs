@@ -87,8 +87,12 @@ impl Outbox {
 
 struct Server {
     conn: Arc<procd_client::Reconnecting>,
-    /// The lease every process is owned by: they end with this server.
+    /// The lease every process is owned by: they end with this server
+    /// unless `keep`.
     owner: String,
+    /// `--keep`: processes are started with `persist`, so that the end of
+    /// the lease ends none of them.
+    keep: bool,
     /// This connection's session (`initialize`), also each process's
     /// procd session key.
     session_id: String,
@@ -99,7 +103,8 @@ struct Server {
 }
 
 /// Runs the server on stdin/stdout until Codex closes stdin.
-pub async fn run(paths: &Paths, launcher: &Launcher) -> Result<(), String> {
+/// `keep`: the processes outlive this server (`--keep`).
+pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), String> {
     let lease = Lease::acquire(paths, "exec-server")
         .await
         .map_err(|e| format!("cannot take a client lease: {e}"))?;
@@ -112,6 +117,7 @@ pub async fn run(paths: &Paths, launcher: &Launcher) -> Result<(), String> {
     let server = Arc::new(Server {
         conn: Arc::new(conn),
         owner: lease.token().to_string(),
+        keep,
         session_id: new_session_id(),
         processes: Mutex::new(HashMap::new()),
         files: fs::Handles::default(),
@@ -535,6 +541,7 @@ impl Server {
             }),
             meta: Some(json!({"codex_process_id": p.process_id})),
             sandbox: sandbox.clone().map(procd_proto::SandboxSpec::Rules),
+            persist: self.keep.then_some(true),
             ..Default::default()
         };
         let client = self.conn.last().await;
