@@ -33,4 +33,5 @@ mod snapshot;
 mod stacks;
 mod survival;
 mod systemd;
+mod testruns;
 mod top;

@@ -453,6 +453,7 @@ impl FloorAnswers {
             restart: None,
             sandbox: None,
             meta: None,
+            tests: None,
         };
         let seq = Ask::PollWithOutput.output();
         let poll_with_output = procd_proto::PollResult {

@@ -96,6 +96,9 @@ pub struct CheckpointEntry {
     /// The limits its cgroup was given (a restart's cgroup gets them too).
     #[serde(default, skip_serializing_if = "procd_sys::cgroup::Limits::is_none")]
     pub limits: procd_sys::cgroup::Limits,
+    /// `spawn{junit}`, resolved: the next daemon reads it at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub junit: Option<String>,
 }
 
 /// A restarting session's policy and runs, as the checkpoint keeps them.

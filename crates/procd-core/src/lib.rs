@@ -33,6 +33,7 @@ pub mod slot;
 pub mod snapshot;
 pub mod sockdiag;
 pub mod stack;
+pub mod testrun;
 pub mod text;
 pub mod up;
 pub mod watch;

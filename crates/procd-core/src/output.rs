@@ -35,6 +35,7 @@
 
 use crate::redact::KEY_CONTEXT_BYTES;
 use crate::text::complete_utf8_len;
+use procd_proto::TestSummary;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -93,6 +94,9 @@ struct Inner {
     undecided: Option<u64>,
     /// The last text `tail_text` made, kept until the output moves.
     tail_made: Option<TailMade>,
+    /// What a recognised test runner said so far (testrun.rs), as the
+    /// supervisor last put it.
+    tests: Option<Arc<TestSummary>>,
 }
 
 /// A text made from the tail: for the output's `end` and `max_chars` it
@@ -299,6 +303,7 @@ impl OutputStore {
                 finished: false,
                 undecided: Some(0),
                 tail_made: None,
+                tests: None,
             }),
             layout: tokio::sync::RwLock::new(()),
             changed,
@@ -783,6 +788,16 @@ impl OutputStore {
         text.extend_from_slice(line.as_bytes());
         text.push(b'\n');
         self.append(&text);
+    }
+
+    /// The session's test run as its supervisor reads it (None: no
+    /// runner recognised, or a run it could not follow to its totals).
+    pub fn set_tests(&self, tests: Option<TestSummary>) {
+        self.lock().tests = tests.map(Arc::new);
+    }
+
+    pub fn tests(&self) -> Option<Arc<TestSummary>> {
+        self.lock().tests.clone()
     }
 
     /// No more output will come (the session exited).

@@ -10,6 +10,7 @@ use crate::noise::NoiseFilter;
 use crate::output::OutputStore;
 use crate::reaper::ChildExit;
 use crate::redact::Redactor;
+use crate::testrun::TestRun;
 use crate::watch::{WatchMatcher, WatchOutcome};
 use procd_proto::{CompletionReason, StdinMode};
 use std::path::PathBuf;
@@ -57,6 +58,9 @@ pub struct SessionSpec {
     pub restart: Option<crate::restart::RestartPlan>,
     /// What its tree may touch (docs/SECURITY.md); None: no sandbox.
     pub sandbox: Option<crate::sandbox::SandboxPlan>,
+    /// The JUnit XML report its command writes, read at its end for its
+    /// test summary (`testrun/junit.rs`).
+    pub junit: Option<PathBuf>,
 }
 
 /// How a restarting session's runs start: the first run's argv and
@@ -892,6 +896,7 @@ pub async fn supervise(
         on_timeout,
         mut watch,
         mut handing_over,
+        mut tests,
     } = how;
     let store = session.output.clone();
     let mut buf = vec![0u8; MIN_READ_BUF];
@@ -915,6 +920,7 @@ pub async fn supervise(
                     noise.set_terminating(session.terminating.load(Ordering::Relaxed));
                     store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
                     watch_step(&mut watch, |m, now| m.feed(&filtered, now));
+                    tests_step(&store, &mut tests, &filtered);
                     fit_read_buffers(&mut buf, &mut filtered, n);
                     held_until = crate::fairness::charge(&session.id, n, Instant::now());
                 }
@@ -949,6 +955,7 @@ pub async fn supervise(
         filtered: &mut filtered,
         noise: &mut noise,
         watch: &mut watch,
+        tests: &mut tests,
     };
     if !eof {
         tail.drain(&session, &mut output, final_drain).await;
@@ -956,13 +963,14 @@ pub async fn supervise(
     Some(tail.finish(&session, exit).await)
 }
 
-/// What the final drain works with: the supervisor's buffers, filter
-/// and watch.
+/// What the final drain works with: the supervisor's buffers, filter,
+/// watch and test run.
 struct Tail<'a> {
     buf: &'a mut Vec<u8>,
     filtered: &'a mut Vec<u8>,
     noise: &'a mut NoiseFilter,
     watch: &'a mut Option<Watch>,
+    tests: &'a mut Option<TestRun>,
 }
 
 impl Tail<'_> {
@@ -976,6 +984,8 @@ impl Tail<'_> {
         }
         watch_step(self.watch, |m, now| m.feed(self.filtered, now));
         watch_step(self.watch, WatchMatcher::finish);
+        tests_step(store, self.tests, self.filtered);
+        finish_tests(session, self.tests.take()).await;
         let record = exit_record(session, exit);
         if store.tidy_due().is_some() {
             store.tidy().await;
@@ -1000,6 +1010,7 @@ impl Tail<'_> {
                         .set_terminating(session.terminating.load(Ordering::Relaxed));
                     store_chunk(store, self.noise, &self.buf[..n], self.filtered).await;
                     watch_step(self.watch, |m, now| m.feed(self.filtered, now));
+                    tests_step(store, self.tests, self.filtered);
                 }
             }
         }
@@ -1044,6 +1055,35 @@ pub struct Supervision<T> {
     pub watch: Option<Watch>,
     /// Turns true when the daemon hands its sessions over.
     pub handing_over: watch::Receiver<bool>,
+    /// The run's test runner, read from its first byte (None for a run
+    /// that is no test run, and for one taken over mid-way: a count from
+    /// half the output would be wrong).
+    pub tests: Option<TestRun>,
+}
+
+/// Reads what was just stored into the test run, and shows its counts.
+fn tests_step(store: &OutputStore, tests: &mut Option<TestRun>, stored: &[u8]) {
+    let Some(run) = tests.as_mut() else { return };
+    run.feed(stored, store.end());
+    if run.take_changed() {
+        store.set_tests(run.live());
+    }
+}
+
+/// The run's end: the runner's totals, or those of the JUnit report the
+/// spawn named (read off the event loop), or none.
+async fn finish_tests(session: &Session, tests: Option<TestRun>) {
+    let from_output = tests.and_then(|mut run| run.finish());
+    let from_report = match session.spec.junit.clone() {
+        Some(path) => tokio::task::spawn_blocking(move || crate::testrun::read_junit(&path))
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
+    if from_report.is_some() || from_output.is_some() || session.output.tests().is_some() {
+        session.output.set_tests(from_report.or(from_output));
+    }
 }
 
 /// Resolves once the daemon hands its sessions over (never if it cannot).

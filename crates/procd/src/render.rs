@@ -109,6 +109,10 @@ pub fn poll(r: &PollResult) -> String {
             s.writable.join(", ")
         ));
     }
+    if let Some(t) = &r.tests {
+        out.push_str(&procd_core::testrun::text(t));
+        out.push('\n');
+    }
     if !r.output_preview.is_empty() {
         out.push_str(&r.output_preview);
     }
@@ -116,9 +120,13 @@ pub fn poll(r: &PollResult) -> String {
 }
 
 pub fn waited(r: &WaitResult) -> String {
-    match r.status {
+    let said = match r.status {
         WaitStatus::Exited => format!("{} exited: {}", r.session_id, exit_summary(&r.exit)),
         _ => format!("{} is still running (timed out waiting)", r.session_id),
+    };
+    match &r.tests {
+        Some(t) => format!("{said}\n{}", procd_core::testrun::text(t)),
+        None => said,
     }
 }
 

@@ -121,6 +121,10 @@ pub struct SpawnArgs {
     /// may reach, e.g. connect=5432,bind=3000.
     #[arg(long, value_name = "NET", value_parser = parse_network)]
     network: Option<procd_proto::NetworkSpec>,
+    /// A JUnit XML report the command writes (relative to its cwd): its
+    /// counts and failures become the session's test results.
+    #[arg(long, value_name = "PATH")]
+    junit: Option<String>,
     /// The command: one argument is used as given; several are joined with spaces.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -185,6 +189,7 @@ impl SpawnArgs {
                 cpu_cores: self.cpus,
                 pids: self.pids.map(procd_proto::Pids::new),
             }),
+            junit: self.junit,
             ..Default::default()
         })
     }

@@ -46,6 +46,7 @@ class Api(Generic[R]):
         restart: Optional[Dict[str, Any]] = None,
         sandbox: Optional[Any] = None,
         meta: Optional[Dict[str, Any]] = None,
+        junit: Optional[str] = None,
     ) -> R:
         return self._call("spawn", _params(locals()))
 

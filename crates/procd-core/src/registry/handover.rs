@@ -198,7 +198,7 @@ impl Registry {
             }
         }
         let exit_rx = keeper.exit_of(e.pid);
-        self.supervise_in_background(session, reader, exit_rx);
+        self.supervise_in_background(session, reader, exit_rx, super::spawn::RunStart::TakenOver);
         Some(())
     }
 }

@@ -9,7 +9,7 @@ use crate::text::{first_chars, last_chars};
 use crate::watch::WatchOutcome;
 use procd_proto::{
     About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, RestartInfo,
-    SessionStatus, SpawnResult,
+    SessionStatus, SpawnResult, TestSummary,
 };
 use std::time::Instant;
 
@@ -135,7 +135,18 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         restart: restart_info(s),
         sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
         meta: s.meta(),
+        tests: tests(r, s),
     }
+}
+
+/// The session's test run (testrun.rs), its names and messages redacted.
+pub(super) fn tests(r: &Redactor, s: &Session) -> Option<TestSummary> {
+    let mut t = TestSummary::clone(&*s.output.tests()?);
+    for f in &mut t.failures {
+        f.name = r.output(&f.name, s.env_dump).into_owned();
+        f.message = r.output(&f.message, s.env_dump).into_owned();
+    }
+    Some(t)
 }
 
 pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> ProcessEntry {
@@ -171,12 +182,17 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
 pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Event {
     let output = redacted_tail(r, s, WAIT_OUTPUT_CHARS);
     let command = s.shown_command(r).to_string();
+    let tests = tests(r, s);
+    // A test run's counts and failures say what its output's tail would.
+    let said = match &tests {
+        Some(t) => crate::testrun::text(t),
+        None => format!("Output: {}", last_chars(&output, 500)),
+    };
     let text = format!(
-        "Background process {} {}. Command: {}. Output: {}",
+        "Background process {} {}. Command: {}. {said}",
         s.id,
         ending(e),
         first_chars(&command, 200),
-        last_chars(&output, 500)
     );
     Event::Completion {
         about: About {
@@ -193,6 +209,7 @@ pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Eve
         output,
         started_at: s.started_at_text().to_string(),
         exited_at: rfc3339(e.exited_at),
+        tests,
     }
 }
 

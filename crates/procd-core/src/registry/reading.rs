@@ -181,6 +181,7 @@ impl Registry {
             process_running: exited.is_none().then_some(true),
             exit: poll.exit,
             restart: poll.restart,
+            tests: poll.tests,
         })
     }
 }

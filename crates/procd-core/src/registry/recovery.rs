@@ -99,6 +99,7 @@ impl Registry {
             .map(|s| CheckpointEntry {
                 exit: s.state().exit().map(|e| EndedExit::of(e)),
                 limits: s.spec.limits,
+                junit: s.spec.junit.as_ref().map(|p| p.display().to_string()),
                 sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
                 restart: s.restarts.as_ref().map(|r| {
                     let (count, last_exit) = r.runs();
@@ -563,5 +564,11 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .sandbox
             .clone()
             .and_then(crate::sandbox::SandboxPlan::recovered),
+        // Only a path spawn would have taken (absolute, as it resolved it).
+        junit: e
+            .junit
+            .as_deref()
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute()),
     }
 }

@@ -273,7 +273,7 @@ impl Registry {
         if let Err(e) = self.write_running_checkpoint().await {
             tracing::warn!(session = %id, %e, "the checkpoint does not hold the restarted run yet");
         }
-        self.supervise_in_background(next.clone(), reader, exit_rx);
+        self.supervise_in_background(next.clone(), reader, exit_rx, super::spawn::RunStart::Fresh);
         self.watch_oom(&next);
         if let Some(t) = crate::session::termination_of(run) {
             let grace = self.grace(None);

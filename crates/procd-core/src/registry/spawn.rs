@@ -141,6 +141,11 @@ impl Registry {
                 .unwrap_or_default()
                 .or(self.config.default_limits),
         )?;
+        let junit = req
+            .junit
+            .as_deref()
+            .map(|p| junit_path(&cwd, p))
+            .transpose()?;
         let sandbox = crate::sandbox::SandboxPlan::new(
             req.sandbox.as_ref(),
             self.config.sandbox,
@@ -174,6 +179,7 @@ impl Registry {
                 .as_ref()
                 .and_then(crate::restart::RestartPlan::new),
             sandbox,
+            junit,
         })
     }
 
@@ -375,7 +381,7 @@ impl Registry {
         });
 
         let checkpointed = self.write_running_checkpoint().await;
-        self.supervise_in_background(session.clone(), reader, exit_rx);
+        self.supervise_in_background(session.clone(), reader, exit_rx, RunStart::Fresh);
         self.watch_oom(&session);
 
         if let Err(e) = checkpointed {
@@ -551,6 +557,7 @@ impl Registry {
         session: Arc<Session>,
         reader: OutputSource,
         exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
+        run: RunStart,
     ) {
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
@@ -595,6 +602,14 @@ impl Registry {
             );
             Some(watch)
         };
+        let tests = match run {
+            RunStart::Fresh => {
+                // A restart's run starts with none of the last run's counts.
+                session.output.set_tests(None);
+                crate::testrun::TestRun::for_command(&session.spec.command, session.output.end())
+            }
+            RunStart::TakenOver => None,
+        };
         // Every log line of the supervisor names its session and root.
         let span = tracing::info_span!("session", id = %session.id, pid = session.pid());
         let supervised = session;
@@ -608,6 +623,7 @@ impl Registry {
                 on_timeout,
                 watch,
                 handing_over,
+                tests,
             };
             let record = session::supervise(supervised.clone(), reader, exit_rx, how).await;
             if let Some(record) = record {
@@ -993,6 +1009,17 @@ impl Registry {
 /// The largest `meta`, as JSON.
 pub const MAX_META_BYTES: usize = 4096;
 
+/// `spawn{junit}`: a report path, relative to the cwd; read by the daemon
+/// at the end (regular files only, at most 64 MiB: `testrun/junit.rs`).
+fn junit_path(cwd: &Path, path: &str) -> Result<PathBuf, Error> {
+    if path.is_empty() || path.len() > 4096 || path.contains('\0') {
+        return Err(Error::InvalidParams(
+            "junit: a path of 1 to 4096 bytes, without NUL".into(),
+        ));
+    }
+    Ok(cwd.join(path))
+}
+
 /// `meta`, checked: a JSON object of at most `MAX_META_BYTES`.
 pub(super) fn check_meta(meta: serde_json::Value) -> Result<Arc<serde_json::Value>, Error> {
     let kind = match &meta {
@@ -1033,4 +1060,12 @@ pub(super) fn check_watch_patterns(patterns: &[String]) -> Result<(), Error> {
         ))),
         None => Ok(()),
     }
+}
+
+/// Where a supervisor starts reading a run's output.
+pub(super) enum RunStart {
+    /// At the run's first byte.
+    Fresh,
+    /// Where a previous daemon stopped reading.
+    TakenOver,
 }

@@ -37,6 +37,9 @@ pub enum Event {
         output: String,
         started_at: String,
         exited_at: String,
+        /// A recognised test runner's results (docs/agents.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tests: Option<crate::TestSummary>,
     },
     /// An output line contained a watch pattern.
     WatchMatch {

@@ -73,6 +73,10 @@ pub struct SpawnParams {
     /// kept across daemons; `update` replaces it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Value>,
+    /// A JUnit XML report the command writes (relative to `cwd`): read at
+    /// its end for the session's `tests` (docs/agents.md, "Test runs").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub junit: Option<String>,
 }
 
 /// `spawn{sandbox}`: a profile ("read-only", "workspace-write", "full")

@@ -64,6 +64,10 @@ pub struct StartParams {
         description = "Run it in a sandbox the kernel enforces on its whole tree: \"workspace-write\" (write only under its cwd and its own TMPDIR, no network), \"read-only\" (write nothing but TMPDIR, no network) or \"full\" (no sandbox). A write elsewhere fails with EACCES."
     )]
     pub sandbox: Option<String>,
+    #[schemars(
+        description = "A JUnit XML report the command writes (relative to its cwd): its counts and failures become the session's `tests`. Output of cargo test, nextest, pytest, jest, vitest, node --test and go test is read without it."
+    )]
+    pub junit: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

@@ -5,7 +5,7 @@
 //! `ports`, `resources`) is merged beside the method's own result.
 
 use jsonrpsee::core::client::Error as ClientError;
-use procd_proto::{PollResult, Resources, SessionStatus};
+use procd_proto::{PollResult, Resources, SessionStatus, TestSummary};
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -22,6 +22,9 @@ pub struct Now {
     pub ready_after_ms: Option<u64>,
     pub ports: Vec<u16>,
     pub resources: Resources,
+    /// A recognised test run's counts and failures (docs/agents.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tests: Option<TestSummary>,
     #[serde(skip)]
     running: bool,
 }
@@ -36,6 +39,7 @@ impl Now {
             ready_after_ms: p.activity.ready_after_ms,
             ports: p.activity.ports.clone(),
             resources: p.activity.resources.clone(),
+            tests: p.tests.clone(),
             running: p.status == SessionStatus::Running,
         }
     }
@@ -43,10 +47,11 @@ impl Now {
     /// " [ready (after 120 ms); listening on port(s) [3000]; …]", or ""
     /// for a session that is not running or shows nothing.
     pub fn words(&self) -> String {
+        let tests = self.tests.as_ref().map(procd_core::testrun::text);
         if !self.running {
-            return String::new();
+            return tests.map(|t| format!(" [{t}]")).unwrap_or_default();
         }
-        let mut words = Vec::new();
+        let mut words: Vec<String> = tests.into_iter().collect();
         match (self.ready, self.ready_after_ms) {
             (Some(true), Some(ms)) => words.push(format!("ready (after {ms} ms)")),
             (Some(_), _) => words.push("not ready yet".to_string()),
@@ -172,6 +177,7 @@ mod tests {
             ready_after_ms: Some(5),
             ports: vec![3000],
             resources: Resources::default(),
+            tests: None,
             running: true,
         };
         let r = answer(

@@ -585,6 +585,7 @@ impl ProcdMcp {
             name,
             restart,
             sandbox,
+            junit: p.junit,
             replace: p.replace,
             command: p.command,
             cwd: match self.local {
