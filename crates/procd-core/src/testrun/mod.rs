@@ -200,7 +200,7 @@ fn message(lines: &[String]) -> String {
 
 /// A test run's results for the model, counts first: "Tests (pytest): 1
 /// passed, 3 failed, 2 skipped in 0.02s. Failed: a (at x.py:5): what it
-/// said; …". Each failure gets its first line, cut to
+/// said; …". Each failure gets its message on one line, cut to
 /// `FAILURE_LINE_CHARS`; the rest is a `read` from its cursor away.
 pub fn text(t: &TestSummary) -> String {
     const FAILURE_LINE_CHARS: usize = 160;
@@ -226,10 +226,22 @@ pub fn text(t: &TestSummary) -> String {
                 if let Some(at) = &f.location {
                     one.push_str(&format!(" (at {})", crate::text::first_chars(at, 200)));
                 }
-                let said = f.message.lines().find(|l| !l.trim().is_empty());
-                if let Some(said) = said {
+                // Its message on one line ("Expected values to be strictly
+                // equal: 2 !== 1"), cut to the budget.
+                let said: Vec<&str> = f
+                    .message
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                if !said.is_empty() {
+                    let said = said.join(" ");
+                    let cut = crate::text::first_chars(&said, FAILURE_LINE_CHARS);
                     one.push_str(": ");
-                    one.push_str(crate::text::first_chars(said.trim(), FAILURE_LINE_CHARS));
+                    one.push_str(cut);
+                    if cut.len() < said.len() {
+                        one.push('…');
+                    }
                 }
                 one
             })
