@@ -28,6 +28,7 @@ mod remote;
 mod restarts;
 mod safety;
 mod sandbox;
+mod search;
 mod sessions;
 mod snapshot;
 mod stacks;

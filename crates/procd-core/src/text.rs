@@ -70,11 +70,34 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// crate is linear in the input; this bounds what it builds). The error
 /// says what is wrong; the caller names the field.
 pub fn bounded_regex(pattern: &str, ignore_case: bool) -> Result<regex::Regex, String> {
+    regex_length(pattern)?;
+    regex::RegexBuilder::new(pattern)
+        .case_insensitive(ignore_case)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| format!("not a valid regex: {e}"))
+}
+
+fn regex_length(pattern: &str) -> Result<(), String> {
     if pattern.is_empty() || pattern.chars().count() > MAX_REGEX_CHARS {
         return Err(format!("a regex of 1 to {MAX_REGEX_CHARS} characters"));
     }
-    regex::RegexBuilder::new(pattern)
+    Ok(())
+}
+
+/// A caller's regex for matching many lines at once (a search's window):
+/// the same bounds as `bounded_regex`, with `^` and `$` at line ends
+/// (`\r\n` too), so a match in the window is a match in its line.
+pub fn bounded_lines_regex(
+    pattern: &str,
+    ignore_case: bool,
+) -> Result<regex::bytes::Regex, String> {
+    regex_length(pattern)?;
+    regex::bytes::RegexBuilder::new(pattern)
         .case_insensitive(ignore_case)
+        .multi_line(true)
+        .crlf(true)
         .size_limit(REGEX_SIZE_LIMIT)
         .dfa_size_limit(REGEX_SIZE_LIMIT)
         .build()

@@ -81,8 +81,6 @@ pub trait ProcdApi {
         max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<WaitAnyResult>;
 
-    /// `source`: who ends it, reported as its `termination_source`
-    /// (default "kill").
     /// Where a regex matches in sessions' logs (by id, a key's, or all).
     #[method(name = "search", param_kind = map)]
     async fn search(
@@ -95,9 +93,15 @@ pub trait ProcdApi {
         after: Option<u32>,
         from_cursor: Option<u64>,
         to_cursor: Option<u64>,
+        since: Option<String>,
+        until: Option<String>,
         max_matches: Option<u64>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<SearchResult>;
 
+    /// `source`: who ends it, reported as its `termination_source`
+    /// (default "kill").
     #[method(name = "kill", param_kind = map)]
     async fn kill(
         &self,
@@ -283,7 +287,11 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
             "after",
             "from_cursor",
             "to_cursor",
+            "since",
+            "until",
             "max_matches",
+            "max_output_chars",
+            "max_output_tokens",
         ],
     ),
     (

@@ -157,8 +157,22 @@ impl ProcdApiServer for Api {
         after: Option<u32>,
         from_cursor: Option<u64>,
         to_cursor: Option<u64>,
+        since: Option<String>,
+        until: Option<String>,
         max_matches: Option<u64>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<SearchResult> {
+        let instant = |name: &str, text: Option<String>| match text {
+            None => Ok(None),
+            Some(text) => procd_sys::clock::parse_rfc3339(&text)
+                .map(Some)
+                .ok_or_else(|| {
+                    procd_proto::error::invalid_params(format!(
+                        "{name}: not an RFC 3339 time: {text:?}"
+                    ))
+                }),
+        };
         let ask = procd_core::registry::SearchAsk {
             session_ids,
             session_key,
@@ -168,7 +182,13 @@ impl ProcdApiServer for Api {
             after: after.unwrap_or(0),
             from_cursor,
             to_cursor,
+            since: instant("since", since)?,
+            until: instant("until", until)?,
             max_matches,
+            budget: chars_budget(
+                max_output_chars.map(MaxOutputChars::get),
+                max_output_tokens.map(MaxOutputTokens::get),
+            ),
         };
         self.daemon.registry.search(ask).await.map_err(rpc_err)
     }

@@ -172,6 +172,16 @@ enum ClientCommand {
             conflicts_with = "follow"
         )]
         context: Option<u32>,
+        /// With --grep: only output written since then, a time ago (30s,
+        /// 5m, 2h, 1d) or an RFC 3339 time.
+        #[arg(
+            long,
+            value_name = "WHEN",
+            requires = "grep",
+            conflicts_with = "follow",
+            value_parser = crate::grep::time_of
+        )]
+        since: Option<String>,
     },
     /// Find a regex in sessions' output (all, or the ones named), as
     /// `grep -n` prints it; exits 1 when nothing matches.
@@ -629,12 +639,13 @@ async fn client_command(
             id,
             grep: Some(pattern),
             context,
+            since,
             ..
         } => {
-            let args = crate::grep::GrepArgs::of_log(id, pattern, context);
-            crate::grep::run(&args, target.json, client).await
+            let args = crate::grep::GrepArgs::of_log(id, pattern, context, since);
+            crate::grep::run(&args, target.json, conn).await
         }
-        ClientCommand::Grep(args) => crate::grep::run(&args, target.json, client).await,
+        ClientCommand::Grep(args) => crate::grep::run(&args, target.json, conn).await,
         ClientCommand::Logs {
             id, follow, limit, ..
         } => logs(target, conn, resolve(client, id).await?, follow, limit).await,

@@ -7,7 +7,7 @@
 //! same way as they come.
 
 use crate::base::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
-use jsonrpsee::core::client::{Client, Error as ClientError};
+use jsonrpsee::core::client::Error as ClientError;
 use procd_client::ProcdApiClient;
 use procd_proto::SearchResult;
 use std::collections::BTreeMap;
@@ -36,12 +36,53 @@ pub struct GrepArgs {
     /// At most this many matches (default 100; all are counted).
     #[arg(short = 'm', long = "max", value_name = "N")]
     pub max: Option<u64>,
+    /// Only output written since then: a time ago (30s, 5m, 2h, 1d) or an
+    /// RFC 3339 time.
+    #[arg(long, value_name = "WHEN", value_parser = time_of)]
+    pub since: Option<String>,
+    /// Only output written until then (as --since).
+    #[arg(long, value_name = "WHEN", value_parser = time_of)]
+    pub until: Option<String>,
+}
+
+/// `--since 5m` or `--since 2026-12-04T10:00:00Z`, as the RFC 3339 time
+/// `search` takes (a time ago is counted from this machine's clock).
+pub fn time_of(text: &str) -> Result<String, String> {
+    if procd_sys::clock::parse_rfc3339(text).is_some() {
+        return Ok(text.to_string());
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (n, unit) = text.split_at(split);
+    let unit_s = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => 0,
+    };
+    let ago = n.parse::<u64>().ok().filter(|_| unit_s > 0);
+    let Some(ago) = ago.and_then(|n| n.checked_mul(unit_s)) else {
+        return Err(format!(
+            "{text:?} is neither a time ago (30s, 5m, 2h, 1d) nor an RFC 3339 time"
+        ));
+    };
+    let then = std::time::SystemTime::now()
+        .checked_sub(std::time::Duration::from_secs(ago))
+        .unwrap_or(std::time::UNIX_EPOCH);
+    Ok(procd_sys::clock::rfc3339(then))
 }
 
 impl GrepArgs {
-    /// `procd logs ID --grep RE [-C N]`: one session, as many matches as
-    /// search returns.
-    pub fn of_log(id: String, pattern: String, context: Option<u32>) -> GrepArgs {
+    /// `procd logs ID --grep RE [-C N] [--since WHEN]`: one session, as
+    /// many matches as search returns.
+    pub fn of_log(
+        id: String,
+        pattern: String,
+        context: Option<u32>,
+        since: Option<String>,
+    ) -> GrepArgs {
         GrepArgs {
             pattern,
             ids: vec![id],
@@ -51,27 +92,47 @@ impl GrepArgs {
             before: None,
             after: None,
             max: Some(10_000),
+            since,
+            until: None,
         }
     }
 }
 
-pub async fn run(args: &GrepArgs, json: bool, client: &Client) -> Result<i32, ClientError> {
+/// A search reads only, so one cut short by a daemon that died is asked
+/// again of the next (`Reconnecting::call`).
+pub async fn run(
+    args: &GrepArgs,
+    json: bool,
+    conn: &procd_client::Reconnecting,
+) -> Result<i32, ClientError> {
     let mut ids = Vec::new();
     for arg in &args.ids {
-        ids.push(procd_client::resolve_session(client, arg).await?);
+        ids.push(procd_client::resolve_session(&*conn.last().await, arg).await?);
     }
-    let r = client
-        .search(
-            args.pattern.clone(),
-            Some(ids.clone()).filter(|i| !i.is_empty()),
-            args.key.clone(),
-            Some(args.ignore_case),
-            args.before.or(args.context),
-            args.after.or(args.context),
-            None,
-            None,
-            args.max,
-        )
+    let sessions = Some(ids.clone()).filter(|i| !i.is_empty());
+    let r = conn
+        .call(|client| {
+            let sessions = sessions.clone();
+            async move {
+                client
+                    .search(
+                        args.pattern.clone(),
+                        sessions,
+                        args.key.clone(),
+                        Some(args.ignore_case),
+                        args.before.or(args.context),
+                        args.after.or(args.context),
+                        None,
+                        None,
+                        args.since.clone(),
+                        args.until.clone(),
+                        args.max,
+                        None,
+                        None,
+                    )
+                    .await
+            }
+        })
         .await?;
     if json {
         println!("{}", serde_json::to_string(&r).unwrap_or_default());

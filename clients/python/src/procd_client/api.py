@@ -117,8 +117,13 @@ class Api(Generic[R]):
         after: Optional[int] = None,
         from_cursor: Optional[int] = None,
         to_cursor: Optional[int] = None,
+        since: Optional[str] = None,
+        until: Optional[str] = None,
         max_matches: Optional[int] = None,
+        max_output_chars: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
     ) -> R:
+        """`since`/`until`: RFC 3339 times (only output written then)."""
         return self._call("search", _params(locals()))
 
     def kill(

@@ -2,19 +2,22 @@
 //! cursors to `read` from and context lines, so an agent finds the error
 //! without reading everything.
 //!
-//! A log is read a window (1 MiB) at a time, in order, and each window is
+//! A log is read a window (4 MiB) at a time, in order, and each window is
 //! matched off the event loop; only the matches kept and a few context
-//! lines are held, so memory is bounded whatever the log's size. Lines
-//! are numbered from the first byte the log still keeps (after the cap
-//! dropped older output, line 1 is the oldest line kept), as `grep -n` on
-//! the log file numbers them.
+//! lines are held, so memory is bounded whatever the log's size. A window
+//! is matched whole, as grep does, not line by line: the regex's own
+//! literal search skips the lines that cannot match, and a line is looked
+//! at only where a match starts. Lines are numbered from the first byte
+//! the log still keeps (after the cap dropped older output, line 1 is the
+//! oldest line kept), as `grep -n` on the log file numbers them.
 
-use super::{Registry, MAX_READ_BYTES};
+use super::Registry;
 use crate::error::Error;
 use crate::session::Session;
 use procd_proto::{SearchMatch, SearchResult};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// At most this many matches are returned (all are counted).
 pub const MAX_SEARCH_MATCHES: u64 = 10_000;
@@ -23,6 +26,10 @@ const DEFAULT_MATCHES: u64 = 100;
 pub const MAX_SEARCH_CONTEXT: u32 = 20;
 /// A returned line longer than this is cut (with "…").
 const LINE_CHARS: usize = 500;
+/// What one step of a scan reads and matches: large enough that the
+/// steps cost little beside the matching, small enough that a search
+/// holds a few MiB whatever the log's size.
+const SEARCH_WINDOW: u64 = 4 << 20;
 /// Sessions one search may cover.
 const MAX_SESSIONS: usize = 256;
 
@@ -36,14 +43,24 @@ pub struct SearchAsk {
     pub after: u32,
     pub from_cursor: Option<u64>,
     pub to_cursor: Option<u64>,
+    /// Only output written in this time range (RFC 3339 on the wire).
+    pub since: Option<SystemTime>,
+    pub until: Option<SystemTime>,
     pub max_matches: Option<u64>,
+    /// Characters of returned lines (matches and context), all matches
+    /// together; past it, no more matches are returned (all are counted).
+    pub budget: Option<usize>,
 }
 
 /// Where a scan of one log stands between two windows.
 struct Scan {
-    line: u64,
+    /// Newlines in the log before `cursor`: a line's number is one more
+    /// than the newlines before it.
+    newlines: u64,
+    /// Where the next window starts.
     cursor: u64,
-    /// The last `before` lines, for the next match's context.
+    /// The last `before` lines of the windows so far, for the context of
+    /// a match on a window's first lines.
     recent: VecDeque<String>,
     /// Matches still collecting their after-context: (index, lines left).
     open: Vec<(usize, u32)>,
@@ -52,14 +69,31 @@ struct Scan {
     scanned: u64,
 }
 
+/// What one scan looks for, the same for every window.
+struct Look {
+    regex: regex::bytes::Regex,
+    /// Only lines that start in this cursor range.
+    range: (u64, u64),
+    before: u32,
+    after: u32,
+    /// Matches to keep (the rest are counted).
+    keep: u64,
+}
+
 impl Registry {
     pub async fn search(&self, ask: SearchAsk) -> Result<SearchResult, Error> {
-        let regex = compile(&ask.pattern, ask.ignore_case)?;
+        let regex = crate::text::bounded_lines_regex(&ask.pattern, ask.ignore_case)
+            .map_err(|e| Error::InvalidParams(format!("pattern: {e}")))?;
         if let (Some(from), Some(to)) = (ask.from_cursor, ask.to_cursor) {
             if from > to {
                 return Err(Error::InvalidParams(format!(
                     "from_cursor: {from} is after to_cursor {to}"
                 )));
+            }
+        }
+        if let (Some(since), Some(until)) = (ask.since, ask.until) {
+            if since > until {
+                return Err(Error::InvalidParams("since: it is after until".to_string()));
             }
         }
         for (name, n) in [("before", ask.before), ("after", ask.after)] {
@@ -81,12 +115,36 @@ impl Registry {
             bytes_scanned: 0,
             truncated: false,
         };
+        let mut chars_left = ask.budget.unwrap_or(usize::MAX);
         for s in sessions {
-            let left = max.saturating_sub(result.matches.len() as u64);
-            let scan = self.scan_log(&s, &regex, &ask, left).await?;
+            let (since, until) = s.output.cursors_between(ask.since, ask.until);
+            let look = Look {
+                regex: regex.clone(),
+                range: (
+                    ask.from_cursor.unwrap_or(0).max(since),
+                    ask.to_cursor.unwrap_or(u64::MAX).min(until),
+                ),
+                before: ask.before,
+                after: ask.after,
+                keep: max.saturating_sub(result.matches.len() as u64),
+            };
+            let scan = self.scan_log(&s, Arc::new(look)).await?;
             result.bytes_scanned += scan.scanned;
             result.total += scan.total;
-            result.matches.extend(scan.found);
+            for m in scan.found {
+                let chars = [&m.text]
+                    .into_iter()
+                    .chain(&m.before)
+                    .chain(&m.after)
+                    .map(|l| l.chars().count() + 1)
+                    .sum::<usize>();
+                if chars > chars_left {
+                    chars_left = 0;
+                    break;
+                }
+                chars_left -= chars;
+                result.matches.push(m);
+            }
         }
         result.truncated = result.total > result.matches.len() as u64;
         Ok(result)
@@ -121,15 +179,9 @@ impl Registry {
     }
 
     /// One session's log, window by window, matched off the event loop.
-    async fn scan_log(
-        &self,
-        s: &Arc<Session>,
-        regex: &regex::Regex,
-        ask: &SearchAsk,
-        keep: u64,
-    ) -> Result<Scan, Error> {
+    async fn scan_log(&self, s: &Arc<Session>, look: Arc<Look>) -> Result<Scan, Error> {
         let mut scan = Scan {
-            line: 0,
+            newlines: 0,
             cursor: 0,
             recent: VecDeque::new(),
             open: Vec::new(),
@@ -137,24 +189,22 @@ impl Registry {
             total: 0,
             scanned: 0,
         };
-        let to = ask.to_cursor.unwrap_or(u64::MAX);
-        let from = ask.from_cursor.unwrap_or(0);
-        let mut cursor = 0;
+        let to = look.range.1;
         loop {
             let window = s
                 .output
-                .window(cursor, MAX_READ_BYTES)
+                .window(scan.cursor, SEARCH_WINDOW)
                 .await
                 .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
             if window.bytes.is_empty() || window.start >= to {
                 break;
             }
-            cursor = window.end();
+            // Output the cap dropped is not counted in line numbers.
             scan.cursor = window.start;
             scan.scanned += window.bytes.len() as u64;
-            let (regex, before, after) = (regex.clone(), ask.before, ask.after);
+            let look = look.clone();
             scan = tokio::task::spawn_blocking(move || {
-                scan.window(&window.bytes, &regex, (from, to), (before, after), keep);
+                scan.window(&window.bytes, &look);
                 scan
             })
             .await
@@ -173,65 +223,148 @@ impl Registry {
 }
 
 impl Scan {
-    /// Matches the lines of one window (`bytes` start at `self.cursor`).
-    fn window(
-        &mut self,
-        bytes: &[u8],
-        regex: &regex::Regex,
-        (from, to): (u64, u64),
-        (before, after): (u32, u32),
-        keep: u64,
-    ) {
-        let mut at = self.cursor;
-        for raw in bytes.split_inclusive(|b| *b == b'\n') {
-            let start = at;
-            at += raw.len() as u64;
-            self.line += 1;
-            let text = String::from_utf8_lossy(raw);
-            let text = text.trim_end_matches(['\n', '\r']);
-            let shown = cut(text);
-            for (i, left) in &mut self.open {
-                self.found[*i].after.push(shown.clone());
-                *left -= 1;
+    /// Matches one window (`bytes` start at `self.cursor`, and end at a
+    /// line's end unless a line is longer than a window).
+    fn window(&mut self, bytes: &[u8], look: &Look) {
+        self.give_after_context(bytes);
+        let (from, to) = look.range;
+        // Where matching starts: the first line that starts at `from` or
+        // later (the window's own start if it is past `from`).
+        let mut at = match from.checked_sub(self.cursor) {
+            Some(0) | None => 0,
+            Some(skip) if skip >= bytes.len() as u64 => bytes.len(),
+            Some(skip) => line_start_from(bytes, skip as usize),
+        };
+        // Bytes whose newlines `self.newlines` has counted.
+        let mut counted = 0;
+        while at < bytes.len() {
+            let Some(m) = look.regex.find_at(bytes, at) else {
+                break;
+            };
+            let start = memchr::memrchr(b'\n', &bytes[..m.start()]).map_or(0, |i| i + 1);
+            let end =
+                memchr::memchr(b'\n', &bytes[m.start()..]).map_or(bytes.len(), |i| m.start() + i);
+            if self.cursor + start as u64 >= to {
+                break;
             }
-            self.open.retain(|(_, left)| *left > 0);
-            let inside = start >= from && start < to;
-            if inside && regex.is_match(text) {
+            let line = trim_cr(&bytes[start..end]);
+            // A match that runs past its line (`\s` takes the newline) is
+            // a match only if the line alone has one.
+            if m.end() <= start + line.len() || look.regex.is_match(line) {
+                self.newlines += count_newlines(&bytes[counted..start]);
+                counted = start;
                 self.total += 1;
-                if (self.found.len() as u64) < keep {
-                    self.found.push(SearchMatch {
-                        session_id: String::new(),
-                        line: self.line,
-                        cursor: start,
-                        text: shown.clone(),
-                        before: self.recent.iter().cloned().collect(),
-                        after: Vec::new(),
-                    });
-                    if after > 0 {
-                        self.open.push((self.found.len() - 1, after));
-                    }
+                if (self.found.len() as u64) < look.keep {
+                    self.keep_match(bytes, (start, end), look);
                 }
             }
-            if before > 0 {
-                if self.recent.len() == before as usize {
-                    self.recent.pop_front();
-                }
-                self.recent.push_back(shown);
+            at = end + 1;
+        }
+        self.newlines += count_newlines(&bytes[counted..]);
+        self.remember_last_lines(bytes, look.before);
+        self.cursor += bytes.len() as u64;
+    }
+
+    /// Keeps the match on the line at `start..end` of the window, with its
+    /// context: before it from this window (and the last ones), after it
+    /// from this window (and the next ones).
+    fn keep_match(&mut self, bytes: &[u8], (start, end): (usize, usize), look: &Look) {
+        let mut before = Vec::new();
+        let mut line_start = start;
+        while before.len() < look.before as usize && line_start > 0 {
+            let prev_end = line_start - 1;
+            let prev_start = memchr::memrchr(b'\n', &bytes[..prev_end]).map_or(0, |i| i + 1);
+            before.push(shown(&bytes[prev_start..prev_end]));
+            line_start = prev_start;
+        }
+        let from_recent = (look.before as usize - before.len()).min(self.recent.len());
+        before.extend(self.recent.iter().rev().take(from_recent).cloned());
+        before.reverse();
+        let mut after = Vec::new();
+        let mut next = end + 1;
+        while after.len() < look.after as usize && next < bytes.len() {
+            let next_end = memchr::memchr(b'\n', &bytes[next..]).map_or(bytes.len(), |i| next + i);
+            after.push(shown(&bytes[next..next_end]));
+            next = next_end + 1;
+        }
+        self.found.push(SearchMatch {
+            session_id: String::new(),
+            line: self.newlines + 1,
+            cursor: self.cursor + start as u64,
+            text: shown(&bytes[start..end]),
+            before,
+            after: after.clone(),
+        });
+        let left = look.after - after.len() as u32;
+        if left > 0 {
+            self.open.push((self.found.len() - 1, left));
+        }
+    }
+
+    /// The first lines of a window finish the after-context of matches
+    /// near the end of the last one.
+    fn give_after_context(&mut self, bytes: &[u8]) {
+        let Some(most) = self.open.iter().map(|(_, left)| *left).max() else {
+            return;
+        };
+        let lines: Vec<String> = bytes
+            .split_inclusive(|b| *b == b'\n')
+            .take(most as usize)
+            .map(shown)
+            .collect();
+        for (i, left) in &mut self.open {
+            let take = (*left as usize).min(lines.len());
+            self.found[*i].after.extend(lines[..take].iter().cloned());
+            *left -= take as u32;
+        }
+        self.open.retain(|(_, left)| *left > 0);
+    }
+
+    /// Keeps the window's last `n` lines (with the earlier ones, if the
+    /// window has fewer) for the before-context of the next window's.
+    fn remember_last_lines(&mut self, bytes: &[u8], n: u32) {
+        if n == 0 {
+            return;
+        }
+        let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let last: Vec<String> = body
+            .rsplit(|b| *b == b'\n')
+            .take(n as usize)
+            .map(shown)
+            .collect();
+        for line in last.into_iter().rev() {
+            if self.recent.len() == n as usize {
+                self.recent.pop_front();
             }
+            self.recent.push_back(line);
         }
     }
 }
 
-/// A line as returned: at most `LINE_CHARS` characters.
-fn cut(line: &str) -> String {
-    match line.char_indices().nth(LINE_CHARS) {
-        Some((at, _)) => format!("{}…", &line[..at]),
-        None => line.to_string(),
-    }
+/// Newlines in `bytes` (memchr's count runs at memory speed).
+fn count_newlines(bytes: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', bytes).count() as u64
 }
 
-/// The pattern (`text::bounded_regex`).
-fn compile(pattern: &str, ignore_case: bool) -> Result<regex::Regex, Error> {
-    crate::text::bounded_regex(pattern, ignore_case)
-        .map_err(|e| Error::InvalidParams(format!("pattern: {e}")))
+/// The first line start at or after `at` in `bytes`.
+fn line_start_from(bytes: &[u8], at: usize) -> usize {
+    if bytes[at - 1] == b'\n' {
+        return at;
+    }
+    memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i + 1)
+}
+
+fn trim_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// A line as returned: without its line end, at most `LINE_CHARS`
+/// characters.
+fn shown(line: &[u8]) -> String {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let text = String::from_utf8_lossy(trim_cr(line));
+    match text.char_indices().nth(LINE_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.into_owned(),
+    }
 }

@@ -282,4 +282,8 @@ pub struct SearchParams {
     pub context: Option<u32>,
     #[schemars(description = "Most matches to return (all are counted). Default 50.")]
     pub max_matches: Option<u64>,
+    #[schemars(
+        description = "Only output written since then: a time ago (\"30s\", \"5m\", \"2h\") or an RFC 3339 time."
+    )]
+    pub since: Option<String>,
 }

@@ -283,6 +283,10 @@ impl ProcdMcp {
         }
         let key = ids.is_empty().then(|| self.key.clone());
         let context = Some(p.context.unwrap_or(2));
+        let since = match p.since.as_deref().map(crate::grep::time_of).transpose() {
+            Ok(since) => since,
+            Err(e) => return Ok(failed(format!("since: {e}"))),
+        };
         let r = self
             .client()
             .await
@@ -295,7 +299,11 @@ impl ProcdMcp {
                 context,
                 None,
                 None,
+                since,
+                None,
                 Some(p.max_matches.unwrap_or(50)),
+                None,
+                None,
             )
             .await;
         Ok(match r {
