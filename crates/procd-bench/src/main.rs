@@ -22,6 +22,7 @@ mod instructions;
 mod peers;
 mod reliability;
 mod remote;
+mod search;
 mod survival;
 mod systemd;
 
@@ -228,7 +229,7 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Run only the groups whose name contains WORD (spawn, poll, exit,
-    /// ingest, latency, idle, many, kill, flood, observe, survival,
+    /// ingest, latency, idle, many, kill, flood, observe, search, survival,
     /// instructions).
     #[arg(long, value_name = "WORD")]
     only: Option<String>,
@@ -654,7 +655,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     // that runs (none of `--only peers`, say).
     let shared = std::cell::OnceCell::new();
     let d = || shared.get_or_init(Daemon::start);
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 15] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 16] = [
         ("spawn", &|| {
             let mut rows = vec![spawn_wait(d(), s), spawn_wait_sandboxed(d(), s)];
             rows.extend(spawn_wait_slow_rc(s));
@@ -669,6 +670,9 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("kill", &|| kill_rows(s)),
         ("flood", &|| flood_rows(s)),
         ("observe", &|| vec![observe_tree(s)]),
+        ("search", &|| {
+            search::search_rows(s.ingest_bytes, s.peer_rounds)
+        }),
         ("survival", &|| survival::survival_rows(s.kills)),
         ("instructions", &|| {
             instructions::instruction_rows(s.counted)
