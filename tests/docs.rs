@@ -289,7 +289,7 @@ fn readme_tour_runs() {
             .ok_or(format!("no {what:?} in {text:?}"))
     }
     // (the line's command, what its comment says, as a check)
-    let checks: [(&str, Check); 12] = [
+    let checks: [(&str, Check); 13] = [
         ("procd spawn --ready-output ready -- npm run dev", |o, _| {
             has(o, "proc_")?;
             has(o, "\nready")
@@ -314,6 +314,8 @@ fn readme_tour_runs() {
         // Printed a second after the spawn: only a follower sees it.
         ("procd logs -f proc_9b1c", |o, _| has(o, "done")),
         ("procd wait proc_9b1c --timeout 60", |o, _| code(o, 3)),
+        // Several sessions: each line carries its session's id.
+        ("procd grep -C 1 done --since 5m", |o, _| has(o, ":1:done")),
         // What it did is looked at below, once it has ended.
         (
             "procd spawn --sandbox workspace-write -- 'touch ok /etc/no'",
