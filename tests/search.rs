@@ -400,4 +400,31 @@ fn search_over_a_gigabyte_is_grep_exact_bounded_and_survives_a_kill() {
         json!({"session_ids": [id], "pattern": "ERROR", "max_matches": 10000}),
     );
     assert_eq!(again["matches"], r["matches"]);
+
+    // A client that goes away mid-search leaves no scan running: the
+    // search's thread stops reading long before the log's end.
+    let pid = d.pid();
+    let scanning = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks.flatten().any(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "procd-search")
+                })
+            })
+            .unwrap_or(false)
+    };
+    let read_before = busy(pid);
+    let mut conn = Conn::open(&d.socket());
+    conn.send_raw(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "search", "params": {"session_ids": [id], "pattern": "ERROR"}})
+            .to_string(),
+    );
+    wait_until("the search is under way", || {
+        busy(pid) > read_before + (64 << 20)
+    });
+    drop(conn);
+    wait_until("the search's thread ends", || !scanning());
+    let read = busy(pid) - read_before;
+    assert!(read < size / 2, "{read} bytes read after the client went");
 }

@@ -997,82 +997,68 @@ impl OutputStore {
 
     /// The readable window at `cursor`, at most `max_bytes` long.
     pub async fn window(&self, cursor: u64, max_bytes: u64) -> io::Result<Window> {
-        let max_bytes = max_bytes.max(1);
         let _layout = self.layout.read().await;
-        let (context, start, stop, end, dropped, source, finished, quiet) = {
-            let inner = self.lock();
-            let first = inner.first_kept();
-            let start = cursor.clamp(first, inner.end);
-            let dropped = first.saturating_sub(cursor);
-            let stop = inner.end.min(start.saturating_add(max_bytes));
-            // The window comes with the output just before it (redaction
-            // needs it to tell whether the window starts inside a key).
-            let context = start.saturating_sub(KEY_CONTEXT_BYTES as u64).max(first);
-            let source = if context >= inner.tail_start() {
-                let at = |cursor: u64| (cursor - inner.tail_start()) as usize;
-                Source::Memory(
-                    copy_out(&inner.tail, at(context)..at(start)),
-                    copy_out(&inner.tail, at(start)..at(stop)),
-                )
-            } else {
-                match &inner.log {
-                    Some(f) => Source::File(f.clone(), inner.log_base),
-                    None => Source::Memory(Vec::new(), Vec::new()),
-                }
-            };
-            let quiet = inner
-                .last_write
-                .is_none_or(|t| t.elapsed() >= PARTIAL_LINE_QUIET);
-            (
-                context,
-                start,
-                stop,
-                inner.end,
-                dropped,
-                source,
-                inner.finished,
-                quiet,
-            )
-        };
-        // The context and the window are read apart: splitting one buffer
-        // would copy the window (up to a search's 4 MiB) once more.
-        let (before, mut bytes) = match source {
+        let (plan, source) = self.plan_window(cursor, max_bytes);
+        let (before, bytes) = match source {
             Source::Memory(before, bytes) => (before, bytes),
-            Source::File(file, base) => tokio::task::spawn_blocking(move || {
-                let read = |from: u64, to: u64| read_at(&file, from - base, (to - from) as usize);
-                Ok::<_, io::Error>((read(context, start)?, read(start, stop)?))
-            })
-            .await
-            .map_err(io::Error::other)??,
-        };
-        let at_end = stop == end || bytes.len() as u64 != stop - start;
-        let mut partial_pending = false;
-        if !(finished && at_end) {
-            let complete = complete_utf8_len(&bytes);
-            let ends_line = bytes.last() == Some(&b'\n');
-            let line_may_grow = at_end && !finished && !quiet;
-            if !ends_line && (line_may_grow || !at_end) {
-                // Never end inside a line while more of it may still come:
-                // cut after the last line end if the window has one.
-                match last_line_end(&bytes) {
-                    Some(i) => bytes.truncate(i + 1),
-                    None if line_may_grow => {
-                        bytes.clear();
-                        partial_pending = true;
-                    }
-                    None => bytes.truncate(complete),
-                }
-            } else {
-                bytes.truncate(complete);
+            Source::File(file, base) => {
+                let range = (plan.context, plan.start, plan.stop);
+                tokio::task::spawn_blocking(move || read_window(&file, base, range))
+                    .await
+                    .map_err(io::Error::other)??
             }
-        }
-        Ok(Window {
+        };
+        Ok(plan.finish(before, bytes))
+    }
+
+    /// `window`, for a thread outside the runtime that may block (a
+    /// search's scan): the same window, read on the calling thread.
+    pub fn window_blocking(&self, cursor: u64, max_bytes: u64) -> io::Result<Window> {
+        let _layout = self.layout.blocking_read();
+        let (plan, source) = self.plan_window(cursor, max_bytes);
+        let (before, bytes) = match source {
+            Source::Memory(before, bytes) => (before, bytes),
+            Source::File(file, base) => {
+                read_window(&file, base, (plan.context, plan.start, plan.stop))?
+            }
+        };
+        Ok(plan.finish(before, bytes))
+    }
+
+    /// What a window at `cursor` covers, decided under the lock; the
+    /// caller holds `layout` until it has read it.
+    fn plan_window(&self, cursor: u64, max_bytes: u64) -> (WindowPlan, Source) {
+        let inner = self.lock();
+        let first = inner.first_kept();
+        let start = cursor.clamp(first, inner.end);
+        let stop = inner.end.min(start.saturating_add(max_bytes.max(1)));
+        // The window comes with the output just before it (redaction
+        // needs it to tell whether the window starts inside a key).
+        let context = start.saturating_sub(KEY_CONTEXT_BYTES as u64).max(first);
+        let source = if context >= inner.tail_start() {
+            let at = |cursor: u64| (cursor - inner.tail_start()) as usize;
+            Source::Memory(
+                copy_out(&inner.tail, at(context)..at(start)),
+                copy_out(&inner.tail, at(start)..at(stop)),
+            )
+        } else {
+            match &inner.log {
+                Some(f) => Source::File(f.clone(), inner.log_base),
+                None => Source::Memory(Vec::new(), Vec::new()),
+            }
+        };
+        let plan = WindowPlan {
+            context,
             start,
-            bytes,
-            before,
-            dropped,
-            partial_pending,
-        })
+            stop,
+            end: inner.end,
+            dropped: first.saturating_sub(cursor),
+            finished: inner.finished,
+            quiet: inner
+                .last_write
+                .is_none_or(|t| t.elapsed() >= PARTIAL_LINE_QUIET),
+        };
+        (plan, source)
     }
 
     /// Lines of the kept output: `offset` None gives the last `limit` lines.
@@ -1177,6 +1163,63 @@ impl OutputStore {
         let _ = std::fs::remove_file(&self.path);
         let _ = std::fs::remove_file(redo_path(&self.path));
     }
+}
+
+/// A window decided, not yet read (`OutputStore::plan_window`).
+struct WindowPlan {
+    context: u64,
+    start: u64,
+    stop: u64,
+    end: u64,
+    dropped: u64,
+    finished: bool,
+    quiet: bool,
+}
+
+impl WindowPlan {
+    /// The window from what was read: never ending inside a line while
+    /// more of it may still come.
+    fn finish(self, before: Vec<u8>, mut bytes: Vec<u8>) -> Window {
+        let (start, stop) = (self.start, self.stop);
+        let at_end = stop == self.end || bytes.len() as u64 != stop - start;
+        let mut partial_pending = false;
+        if !(self.finished && at_end) {
+            let complete = complete_utf8_len(&bytes);
+            let ends_line = bytes.last() == Some(&b'\n');
+            let line_may_grow = at_end && !self.finished && !self.quiet;
+            if !ends_line && (line_may_grow || !at_end) {
+                // Cut after the last line end if the window has one.
+                match last_line_end(&bytes) {
+                    Some(i) => bytes.truncate(i + 1),
+                    None if line_may_grow => {
+                        bytes.clear();
+                        partial_pending = true;
+                    }
+                    None => bytes.truncate(complete),
+                }
+            } else {
+                bytes.truncate(complete);
+            }
+        }
+        Window {
+            start,
+            bytes,
+            before,
+            dropped: self.dropped,
+            partial_pending,
+        }
+    }
+}
+
+/// A window's context and the window, from the log file: read apart, as
+/// splitting one buffer would copy the window (a search's 4 MiB) again.
+fn read_window(
+    file: &File,
+    base: u64,
+    (context, start, stop): (u64, u64, u64),
+) -> io::Result<(Vec<u8>, Vec<u8>)> {
+    let read = |from: u64, to: u64| read_at(file, from - base, (to - from) as usize);
+    Ok((read(context, start)?, read(start, stop)?))
 }
 
 enum Source {

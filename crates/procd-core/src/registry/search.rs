@@ -3,7 +3,7 @@
 //! without reading everything.
 //!
 //! A log is read a window (4 MiB) at a time, in order, and each window is
-//! matched off the event loop; only the matches kept and a few context
+//! matched on a thread of the search's own, at a lower priority; only the matches kept and a few context
 //! lines are held, so memory is bounded whatever the log's size. A window
 //! is matched whole, as grep does, not line by line: the regex's own
 //! literal search skips the lines that cannot match, and a line is looked
@@ -13,9 +13,11 @@
 
 use super::Registry;
 use crate::error::Error;
+use crate::output::OutputStore;
 use crate::session::Session;
 use procd_proto::{SearchMatch, SearchResult};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -178,38 +180,10 @@ impl Registry {
         Ok(sessions)
     }
 
-    /// One session's log, window by window, matched off the event loop.
+    /// One session's log, window by window, on a thread of its own (see
+    /// `scan_in_background`).
     async fn scan_log(&self, s: &Arc<Session>, look: Arc<Look>) -> Result<Scan, Error> {
-        let mut scan = Scan {
-            newlines: 0,
-            cursor: 0,
-            recent: VecDeque::new(),
-            open: Vec::new(),
-            found: Vec::new(),
-            total: 0,
-            scanned: 0,
-        };
-        let to = look.range.1;
-        loop {
-            let window = s
-                .output
-                .window(scan.cursor, SEARCH_WINDOW)
-                .await
-                .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
-            if window.bytes.is_empty() || window.start >= to {
-                break;
-            }
-            // Output the cap dropped is not counted in line numbers.
-            scan.cursor = window.start;
-            scan.scanned += window.bytes.len() as u64;
-            let look = look.clone();
-            scan = tokio::task::spawn_blocking(move || {
-                scan.window(&window.bytes, &look);
-                scan
-            })
-            .await
-            .map_err(|e| Error::Internal(format!("search failed: {e}")))?;
-        }
+        let mut scan = scan_in_background(s.output.clone(), look).await?;
         // What is returned is redacted, as every output procd returns.
         let redact = |line: &str| self.redactor.output(line, s.env_dump).into_owned();
         for m in &mut scan.found {
@@ -220,6 +194,68 @@ impl Registry {
         }
         Ok(scan)
     }
+}
+
+/// Scans running at once; a further search waits for one to end.
+static SCANS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// Scans `log` on a thread of its own at a lower priority (nice + 10):
+/// reading and matching a log of a GiB takes a core for a third of a
+/// second, and the event loop's answers to other clients must not queue
+/// behind it. The thread ends early when the search is given up (the
+/// client went away), so a client cannot leave scans running.
+async fn scan_in_background(log: Arc<OutputStore>, look: Arc<Look>) -> Result<Scan, Error> {
+    let _permit = SCANS
+        .acquire()
+        .await
+        .map_err(|e| Error::Internal(format!("search failed: {e}")))?;
+    let given_up = Arc::new(AtomicBool::new(false));
+    // Set when this future is dropped before the scan ends.
+    struct GiveUp(Arc<AtomicBool>);
+    impl Drop for GiveUp {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let _give_up = GiveUp(given_up.clone());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("procd-search".into())
+        .spawn(move || {
+            if let Ok(nice) = rustix::process::getpriority_process(None) {
+                let _ = rustix::process::setpriority_process(None, (nice + 10).min(19));
+            }
+            let _ = tx.send(scan_now(&log, &look, &given_up));
+        })
+        .map_err(|e| Error::Internal(format!("search failed: no thread: {e}")))?;
+    rx.await
+        .map_err(|_| Error::Internal("search failed: its thread ended".into()))?
+}
+
+/// The scan itself, blocking, window after window.
+fn scan_now(log: &OutputStore, look: &Look, given_up: &AtomicBool) -> Result<Scan, Error> {
+    let mut scan = Scan {
+        newlines: 0,
+        cursor: 0,
+        recent: VecDeque::new(),
+        open: Vec::new(),
+        found: Vec::new(),
+        total: 0,
+        scanned: 0,
+    };
+    while !given_up.load(Ordering::Relaxed) {
+        let window = log
+            .window_blocking(scan.cursor, SEARCH_WINDOW)
+            .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
+        if window.bytes.is_empty() || window.start >= look.range.1 {
+            break;
+        }
+        // Output the cap dropped is not counted in line numbers.
+        scan.cursor = window.start;
+        scan.scanned += window.bytes.len() as u64;
+        scan.window(&window.bytes, look);
+    }
+    Ok(scan)
 }
 
 impl Scan {
