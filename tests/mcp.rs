@@ -52,6 +52,22 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
             "write"
         ]
     );
+    // `search`: the line found, numbered as grep numbers the log, in the
+    // words and in structuredContent; a bad time refused by name.
+    let search = &seen["search"];
+    let fast_id = seen["fast"]["result"]["session_id"].as_str().unwrap();
+    assert_eq!(search["is_error"], false, "{search}");
+    assert!(
+        search["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{fast_id}:1:hello from mcp")),
+        "{search}"
+    );
+    assert_eq!(search["result"]["total"], 1, "{search}");
+    let bad = &seen["search_bad_since"];
+    assert_eq!(bad["is_error"], true, "{bad}");
+    assert!(bad["text"].as_str().unwrap().starts_with("since:"), "{bad}");
     assert!(seen["start_schema"]["properties"]["command"]["description"].is_string());
     assert!(seen["start_schema"]["properties"]["ready"].is_object());
     let teach = seen["start_description"].as_str().unwrap();

@@ -48,6 +48,9 @@ async def main(procd: str, home: str) -> None:
                 return await tool_call(session, name, args)
 
             out["fast"] = await call("start", {"command": "echo hello from mcp; exit 3", "yield_ms": 10000})
+            # Found instead of read: the line, numbered, within the last hour.
+            out["search"] = await call("search", {"pattern": "hello from", "since": "1h"})
+            out["search_bad_since"] = await call("search", {"pattern": "x", "since": "yesterday"})
             out["pwd"] = await call("start", {"command": "pwd", "yield_ms": 10000})
             out["pwd_sub"] = await call("start", {"command": "pwd", "cwd": "sub", "yield_ms": 10000})
             out["project"] = project
