@@ -137,6 +137,10 @@ fn search_takes_a_time_range() {
         go.display()
     ));
     d.read_until(&id, "early match");
+    // A running session is searched as an ended one is.
+    let running = d.ok("search", json!({"session_ids": [id], "pattern": "match"}));
+    assert_eq!(running["matches"][0]["text"], "early match", "{running}");
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
     let between = next_second_after(SystemTime::now());
     next_second_after(between);
     std::fs::write(&go, "").expect("go");
