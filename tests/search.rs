@@ -107,6 +107,42 @@ fn search_over_many_windows_prints_what_grep_prints() {
     );
     assert_eq!(crossing["total"], 0, "{crossing}");
     assert!(grep(&d, &id, &["[a-z]\\srow"]).is_empty());
+
+    // From a cursor deep in the log (a line's start, or inside a line):
+    // the lines that start there or later, numbered as in the whole log,
+    // and the log before the line-count mark next to it (one a MiB) not
+    // read at all.
+    let offsets = grep(&d, &id, &["-b", "ERROR"]);
+    let deep = bytes.len() * 3 / 4;
+    let line_start = deep + bytes[deep..].iter().position(|b| *b == b'\n').unwrap() + 1;
+    for from in [line_start, line_start + 5] {
+        let expected: Vec<(u64, u64)> = offsets
+            .lines()
+            .filter_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let line = parts.next()?.parse().ok()?;
+                let at: u64 = parts.next()?.parse().ok()?;
+                (at >= from as u64).then_some((line, at))
+            })
+            .collect();
+        assert!(expected.len() >= 3, "{expected:?}");
+        let r = d.ok(
+            "search",
+            json!({"session_ids": [id], "pattern": "ERROR", "from_cursor": from}),
+        );
+        let got: Vec<(u64, u64)> = r["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["line"].as_u64().unwrap(), m["cursor"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(got, expected, "from {from}");
+        let scanned = r["bytes_scanned"].as_u64().unwrap();
+        assert!(
+            scanned <= size - from as u64 + (2 << 20),
+            "{scanned} bytes read from {from}"
+        );
+    }
 }
 
 /// Waits until the wall clock is in a later second than `t`'s.

@@ -84,7 +84,7 @@ struct Inner {
     /// (cursor, newlines before it) every MiB or so, so that dropping the
     /// head does not need to re-read it to keep line numbers exact.
     marks: VecDeque<(u64, u64)>,
-    /// When output was written, for a search's time range (`cursor_at`).
+    /// When output was written, for a search's time range (`cursors_between`).
     times: TimeIndex,
     last_write: Option<Instant>,
     finished: bool,
@@ -156,18 +156,16 @@ impl TimeIndex {
     /// second, old output is placed more coarsely.
     fn thin(&mut self) {
         let half = self.marks.len() / 2;
-        let old: Vec<TimeMark> = self.marks.drain(..half).collect();
-        let merged: Vec<TimeMark> = old
+        let (old, recent) = self.marks.make_contiguous().split_at(half);
+        self.marks = old
             .chunks(2)
             .map(|pair| TimeMark {
                 first: pair[0].first,
                 last: pair[pair.len() - 1].last,
                 cursor: pair[0].cursor,
             })
+            .chain(recent.iter().copied())
             .collect();
-        for mark in merged.into_iter().rev() {
-            self.marks.push_front(mark);
-        }
     }
 
     /// Where output written at or after second `t` starts: the first mark
@@ -198,6 +196,17 @@ fn unix_secs(t: SystemTime) -> u64 {
 const MARK_EVERY: u64 = 1 << 20;
 
 impl Inner {
+    /// The last line-count mark at or before `cursor` in the kept
+    /// output: (its cursor, newlines from the first byte ever before it).
+    fn line_mark(&self, cursor: u64) -> (u64, u64) {
+        self.marks
+            .iter()
+            .rev()
+            .find(|(at, _)| *at <= cursor && *at >= self.kept_from)
+            .copied()
+            .unwrap_or((self.kept_from, self.dropped_newlines))
+    }
+
     fn kept_newlines(&self) -> u64 {
         self.total_newlines - self.dropped_newlines
     }
@@ -801,13 +810,7 @@ impl OutputStore {
     fn newlines_before(&self, file: &File, cut: u64) -> io::Result<u64> {
         let (base, from, mut newlines) = {
             let inner = self.lock();
-            let (from, newlines) = inner
-                .marks
-                .iter()
-                .rev()
-                .find(|(at, _)| *at <= cut && *at >= inner.kept_from)
-                .copied()
-                .unwrap_or((inner.kept_from, inner.dropped_newlines));
+            let (from, newlines) = inner.line_mark(cut);
             (inner.log_base, from, newlines)
         };
         let mut buf = vec![0u8; (cut - from).min(1 << 20) as usize];
@@ -925,6 +928,19 @@ impl OutputStore {
             inner.times.first_written_after(unix_secs(t), inner.end)
         });
         (from, to)
+    }
+
+    /// Where a scan of the kept output that wants to start at `cursor`
+    /// may start without losing line numbers: the last line-count mark at
+    /// or before it, as (cursor, kept newlines before it); the first kept
+    /// byte when the output is only in memory.
+    pub fn scan_start(&self, cursor: u64) -> (u64, u64) {
+        let inner = self.lock();
+        if inner.log.is_none() {
+            return (inner.first_kept(), 0);
+        }
+        let (at, newlines) = inner.line_mark(cursor);
+        (at, newlines - inner.dropped_newlines)
     }
 
     pub fn end(&self) -> u64 {

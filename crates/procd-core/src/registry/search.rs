@@ -205,7 +205,9 @@ static SCANS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 /// behind it. The thread ends early when the search is given up (the
 /// client went away), so a client cannot leave scans running.
 async fn scan_in_background(log: Arc<OutputStore>, look: Arc<Look>) -> Result<Scan, Error> {
-    let _permit = SCANS
+    // Held by the thread, so that a search given up still counts until
+    // its thread has stopped.
+    let permit = SCANS
         .acquire()
         .await
         .map_err(|e| Error::Internal(format!("search failed: {e}")))?;
@@ -226,6 +228,7 @@ async fn scan_in_background(log: Arc<OutputStore>, look: Arc<Look>) -> Result<Sc
                 let _ = rustix::process::setpriority_process(None, (nice + 10).min(19));
             }
             let _ = tx.send(scan_now(&log, &look, &given_up));
+            drop(permit);
         })
         .map_err(|e| Error::Internal(format!("search failed: no thread: {e}")))?;
     rx.await
@@ -234,9 +237,12 @@ async fn scan_in_background(log: Arc<OutputStore>, look: Arc<Look>) -> Result<Sc
 
 /// The scan itself, blocking, window after window.
 fn scan_now(log: &OutputStore, look: &Look, given_up: &AtomicBool) -> Result<Scan, Error> {
+    // From the line-count mark nearest the range's start: a search of
+    // the last minutes of a large log does not read all of it.
+    let (cursor, newlines) = log.scan_start(look.range.0);
     let mut scan = Scan {
-        newlines: 0,
-        cursor: 0,
+        newlines,
+        cursor,
         recent: VecDeque::new(),
         open: Vec::new(),
         found: Vec::new(),
@@ -253,24 +259,23 @@ fn scan_now(log: &OutputStore, look: &Look, given_up: &AtomicBool) -> Result<Sca
         // Output the cap dropped is not counted in line numbers.
         scan.cursor = window.start;
         scan.scanned += window.bytes.len() as u64;
-        scan.window(&window.bytes, look);
+        let starts_line = window.before.last().is_none_or(|b| *b == b'\n');
+        scan.window(&window.bytes, starts_line, look);
     }
     Ok(scan)
 }
 
 impl Scan {
-    /// Matches one window (`bytes` start at `self.cursor`, and end at a
-    /// line's end unless a line is longer than a window).
-    fn window(&mut self, bytes: &[u8], look: &Look) {
+    /// Matches one window (`bytes` start at `self.cursor`, a line's start
+    /// if `starts_line`, and end at a line's end unless a line is longer
+    /// than a window).
+    fn window(&mut self, bytes: &[u8], starts_line: bool, look: &Look) {
         self.give_after_context(bytes);
         let (from, to) = look.range;
         // Where matching starts: the first line that starts at `from` or
-        // later (the window's own start if it is past `from`).
-        let mut at = match from.checked_sub(self.cursor) {
-            Some(0) | None => 0,
-            Some(skip) if skip >= bytes.len() as u64 => bytes.len(),
-            Some(skip) => line_start_from(bytes, skip as usize),
-        };
+        // later in the window.
+        let skip = from.saturating_sub(self.cursor).min(bytes.len() as u64) as usize;
+        let mut at = first_line_start(bytes, skip, starts_line);
         // Bytes whose newlines `self.newlines` has counted.
         let mut counted = 0;
         while at < bytes.len() {
@@ -382,9 +387,14 @@ fn count_newlines(bytes: &[u8]) -> u64 {
     memchr::memchr_iter(b'\n', bytes).count() as u64
 }
 
-/// The first line start at or after `at` in `bytes`.
-fn line_start_from(bytes: &[u8], at: usize) -> usize {
-    if bytes[at - 1] == b'\n' {
+/// The first line start at or after `at` in `bytes` (whose first byte
+/// starts a line if `starts_line`).
+fn first_line_start(bytes: &[u8], at: usize, starts_line: bool) -> usize {
+    let at_start = match at {
+        0 => starts_line,
+        _ => bytes.get(at - 1) == Some(&b'\n'),
+    };
+    if at_start || at >= bytes.len() {
         return at;
     }
     memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i + 1)
