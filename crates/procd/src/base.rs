@@ -1,7 +1,8 @@
 //! What every command module of the binary shares, and nothing else: exit
-//! statuses, the one-shot async runtime, where a command runs. A leaf:
-//! cli.rs, lifecycle.rs, attach.rs, mcp/, events.rs, waiting.rs and
-//! offline.rs use it; it uses none of them.
+//! statuses, the one-shot async runtime, where a command runs, a time
+//! given as a time ago or RFC 3339. A leaf: cli.rs, lifecycle.rs,
+//! attach.rs, mcp/, events.rs, waiting.rs, grep.rs and offline.rs use
+//! it; it uses none of them.
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_FAILED: i32 = 1;
@@ -59,4 +60,33 @@ pub fn describe(err: &jsonrpsee::core::client::Error) -> String {
         ),
         other => other.to_string(),
     }
+}
+
+/// `--since 5m` or `--since 2026-12-04T10:00:00Z`, as the RFC 3339 time
+/// `search` takes (a time ago is counted from this machine's clock).
+pub fn time_of(text: &str) -> Result<String, String> {
+    if procd_sys::clock::parse_rfc3339(text).is_some() {
+        return Ok(text.to_string());
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (n, unit) = text.split_at(split);
+    let unit_s = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => 0,
+    };
+    let ago = n.parse::<u64>().ok().filter(|_| unit_s > 0);
+    let Some(ago) = ago.and_then(|n| n.checked_mul(unit_s)) else {
+        return Err(format!(
+            "{text:?} is neither a time ago (30s, 5m, 2h, 1d) nor an RFC 3339 time"
+        ));
+    };
+    let then = std::time::SystemTime::now()
+        .checked_sub(std::time::Duration::from_secs(ago))
+        .unwrap_or(std::time::UNIX_EPOCH);
+    Ok(procd_sys::clock::rfc3339(then))
 }

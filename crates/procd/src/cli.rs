@@ -179,7 +179,7 @@ enum ClientCommand {
             value_name = "WHEN",
             requires = "grep",
             conflicts_with = "follow",
-            value_parser = crate::grep::time_of
+            value_parser = crate::base::time_of
         )]
         since: Option<String>,
     },

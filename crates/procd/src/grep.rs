@@ -9,8 +9,6 @@
 use crate::base::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use jsonrpsee::core::client::Error as ClientError;
 use procd_client::ProcdApiClient;
-use procd_proto::SearchResult;
-use std::collections::BTreeMap;
 
 #[derive(clap::Args, Debug)]
 pub struct GrepArgs {
@@ -38,40 +36,11 @@ pub struct GrepArgs {
     pub max: Option<u64>,
     /// Only output written since then: a time ago (30s, 5m, 2h, 1d) or an
     /// RFC 3339 time.
-    #[arg(long, value_name = "WHEN", value_parser = time_of)]
+    #[arg(long, value_name = "WHEN", value_parser = crate::base::time_of)]
     pub since: Option<String>,
     /// Only output written until then (as --since).
-    #[arg(long, value_name = "WHEN", value_parser = time_of)]
+    #[arg(long, value_name = "WHEN", value_parser = crate::base::time_of)]
     pub until: Option<String>,
-}
-
-/// `--since 5m` or `--since 2026-12-04T10:00:00Z`, as the RFC 3339 time
-/// `search` takes (a time ago is counted from this machine's clock).
-pub fn time_of(text: &str) -> Result<String, String> {
-    if procd_sys::clock::parse_rfc3339(text).is_some() {
-        return Ok(text.to_string());
-    }
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (n, unit) = text.split_at(split);
-    let unit_s = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => 0,
-    };
-    let ago = n.parse::<u64>().ok().filter(|_| unit_s > 0);
-    let Some(ago) = ago.and_then(|n| n.checked_mul(unit_s)) else {
-        return Err(format!(
-            "{text:?} is neither a time ago (30s, 5m, 2h, 1d) nor an RFC 3339 time"
-        ));
-    };
-    let then = std::time::SystemTime::now()
-        .checked_sub(std::time::Duration::from_secs(ago))
-        .unwrap_or(std::time::UNIX_EPOCH);
-    Ok(procd_sys::clock::rfc3339(then))
 }
 
 impl GrepArgs {
@@ -138,7 +107,7 @@ pub async fn run(
         println!("{}", serde_json::to_string(&r).unwrap_or_default());
     } else {
         let context = args.context.or(args.before).or(args.after).unwrap_or(0) > 0;
-        print!("{}", as_grep(&r, ids.len() == 1, context));
+        print!("{}", crate::render::as_grep(&r, ids.len() == 1, context));
         if r.truncated {
             eprintln!(
                 "procd grep: {} of {} matches shown (--max for more)",
@@ -148,50 +117,6 @@ pub async fn run(
         }
     }
     Ok(if r.total > 0 { EXIT_OK } else { EXIT_FAILED })
-}
-
-/// The result as `grep -n` prints it; `one`: a single session, so no
-/// session prefix; `context`: context was asked for, so groups that do
-/// not touch are set apart by `--`.
-pub fn as_grep(r: &SearchResult, one: bool, context: bool) -> String {
-    // Each session's lines to print, by number: (text, matched).
-    type Lines<'a> = BTreeMap<u64, (&'a str, bool)>;
-    let mut sessions: Vec<(&str, Lines)> = Vec::new();
-    for m in &r.matches {
-        if sessions.last().is_none_or(|(id, _)| *id != m.session_id) {
-            sessions.push((&m.session_id, BTreeMap::new()));
-        }
-        let Some((_, lines)) = sessions.last_mut() else {
-            continue;
-        };
-        let first = m.line.saturating_sub(m.before.len() as u64);
-        for (i, text) in m.before.iter().enumerate() {
-            lines.entry(first + i as u64).or_insert((text, false));
-        }
-        lines.insert(m.line, (&m.text, true));
-        for (i, text) in m.after.iter().enumerate() {
-            lines.entry(m.line + 1 + i as u64).or_insert((text, false));
-        }
-    }
-    let mut out = String::new();
-    let mut printed_any = false;
-    for (id, lines) in sessions {
-        let mut last: Option<u64> = None;
-        for (n, (text, matched)) in lines {
-            let adjacent = last.is_some_and(|l| l + 1 == n);
-            if context && printed_any && !adjacent {
-                out.push_str("--\n");
-            }
-            let mark = if matched { ':' } else { '-' };
-            if !one {
-                out.push_str(&format!("{id}{mark}"));
-            }
-            out.push_str(&format!("{n}{mark}{text}\n"));
-            last = Some(n);
-            printed_any = true;
-        }
-    }
-    out
 }
 
 /// `procd logs -f ID --grep RE`: the session's output from the start as it

@@ -247,3 +247,47 @@ fn row(p: &procd_proto::ProcessEntry) -> String {
         command
     )
 }
+
+/// The result as `grep -n` prints it; `one`: a single session, so no
+/// session prefix; `context`: context was asked for, so groups that do
+/// not touch are set apart by `--`.
+pub fn as_grep(r: &procd_proto::SearchResult, one: bool, context: bool) -> String {
+    // Each session's lines to print, by number: (text, matched).
+    type Lines<'a> = std::collections::BTreeMap<u64, (&'a str, bool)>;
+    let mut sessions: Vec<(&str, Lines)> = Vec::new();
+    for m in &r.matches {
+        if sessions.last().is_none_or(|(id, _)| *id != m.session_id) {
+            sessions.push((&m.session_id, std::collections::BTreeMap::new()));
+        }
+        let Some((_, lines)) = sessions.last_mut() else {
+            continue;
+        };
+        let first = m.line.saturating_sub(m.before.len() as u64);
+        for (i, text) in m.before.iter().enumerate() {
+            lines.entry(first + i as u64).or_insert((text, false));
+        }
+        lines.insert(m.line, (&m.text, true));
+        for (i, text) in m.after.iter().enumerate() {
+            lines.entry(m.line + 1 + i as u64).or_insert((text, false));
+        }
+    }
+    let mut out = String::new();
+    let mut printed_any = false;
+    for (id, lines) in sessions {
+        let mut last: Option<u64> = None;
+        for (n, (text, matched)) in lines {
+            let adjacent = last.is_some_and(|l| l + 1 == n);
+            if context && printed_any && !adjacent {
+                out.push_str("--\n");
+            }
+            let mark = if matched { ':' } else { '-' };
+            if !one {
+                out.push_str(&format!("{id}{mark}"));
+            }
+            out.push_str(&format!("{n}{mark}{text}\n"));
+            last = Some(n);
+            printed_any = true;
+        }
+    }
+    out
+}

@@ -283,7 +283,7 @@ impl ProcdMcp {
         }
         let key = ids.is_empty().then(|| self.key.clone());
         let context = Some(p.context.unwrap_or(2));
-        let since = match p.since.as_deref().map(crate::grep::time_of).transpose() {
+        let since = match p.since.as_deref().map(crate::base::time_of).transpose() {
             Ok(since) => since,
             Err(e) => return Ok(failed(format!("since: {e}"))),
         };
@@ -318,7 +318,7 @@ impl ProcdMcp {
                         false => String::new(),
                     }
                 );
-                let body = crate::grep::as_grep(&r, false, true);
+                let body = crate::render::as_grep(&r, false, true);
                 answer(
                     summary,
                     Some(&body).filter(|b| !b.is_empty()).map(|b| b.as_str()),
