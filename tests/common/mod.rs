@@ -111,6 +111,14 @@ pub trait Client {
         )
     }
 
+    /// A call that must be refused as invalid params (-32602) by a
+    /// message that names `name` (the field, or the param refused).
+    fn refused(&self, method: &str, params: Value, name: &str) {
+        let (code, message) = self.err(method, params.clone());
+        assert_eq!(code, -32602, "{method}({params}): {message}");
+        assert!(message.contains(name), "{method}({params}): {message}");
+    }
+
     /// Spawns `command` and returns its session id.
     fn spawn(&self, command: &str) -> String {
         self.spawn_with(json!({ "command": command }))

@@ -67,7 +67,7 @@ fn search_beside_ripgrep(size: u64, rounds: usize) -> Vec<Row> {
         .home
         .join(format!("state/logs/{}.log", id.as_str().unwrap_or("")));
     let bytes = std::fs::metadata(&log).expect("log").len();
-    let ripgrep = || {
+    let mut ripgrep = || {
         let t = Instant::now();
         let mut child = Command::new(rg)
             .args(["-n", "ERROR"])
@@ -89,43 +89,33 @@ fn search_beside_ripgrep(size: u64, rounds: usize) -> Vec<Row> {
         (t.elapsed(), r["total"].as_u64().unwrap_or(0))
     };
     ripgrep(); // the file in the page cache for both
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-    // Polls during procd's search, and during rg's (the same load on the
-    // machine's cores, but not in the daemon).
-    let (mut busy_polls, mut idle_polls) = (Vec::new(), Vec::new());
+               // Each side's throughput, and the polls another client made while it
+               // ran: procd's search loads the daemon, rg the same cores but not it.
+    let (mut ours, mut theirs) = (Side::default(), Side::default());
+    let once = |side: &mut Side, run: &mut dyn FnMut() -> (Duration, u64)| {
+        let mut took = Duration::ZERO;
+        side.polls.extend(polls_during(&d, &id, || {
+            let (t, found) = run();
+            took = t;
+            assert!(found > 0, "nothing found");
+        }));
+        side.rates.push(bytes as f64 / took.as_secs_f64() / 1e6);
+    };
     for round in 0..rounds {
-        let mut ours_once = || {
-            let mut took = Duration::ZERO;
-            busy_polls.extend(polls_during(&d, &id, || {
-                let (t, found) = search();
-                took = t;
-                assert!(found > 0, "search found nothing");
-            }));
-            ours.push(bytes as f64 / took.as_secs_f64() / 1e6);
-        };
-        let mut theirs_once = || {
-            let mut took = Duration::ZERO;
-            idle_polls.extend(polls_during(&d, &id, || {
-                let (t, found) = ripgrep();
-                took = t;
-                assert!(found > 0, "rg found nothing");
-            }));
-            theirs.push(bytes as f64 / took.as_secs_f64() / 1e6);
-        };
         if round % 2 == 0 {
-            ours_once();
-            theirs_once();
+            once(&mut ours, &mut search);
+            once(&mut theirs, &mut ripgrep);
         } else {
-            theirs_once();
-            ours_once();
+            once(&mut theirs, &mut ripgrep);
+            once(&mut ours, &mut search);
         }
     }
     let (rg_found, found) = (ripgrep().1, search().1);
     assert_eq!(found, rg_found, "search and rg count different matches");
     let mut throughput = Row::against(
         format!("search throughput ({} MiB log, {found} matches)", bytes >> 20),
-        median(&ours),
-        median(&theirs),
+        median(&ours.rates),
+        median(&theirs.rates),
         "MB/s",
         Ratio::AtLeast(0.5),
         format!(
@@ -133,6 +123,7 @@ fn search_beside_ripgrep(size: u64, rounds: usize) -> Vec<Row> {
         ),
     );
     throughput.baseline_name = Some("ripgrep".into());
+    let (busy_polls, idle_polls) = (ours.polls, theirs.polls);
     let (busy, idle) = (percentile(&busy_polls, 0.99), percentile(&idle_polls, 0.99));
     let polls = Row::against(
         "poll p99 while a search runs".into(),
@@ -149,6 +140,14 @@ fn search_beside_ripgrep(size: u64, rounds: usize) -> Vec<Row> {
         ),
     );
     vec![throughput, polls]
+}
+
+/// One side of the comparison: MB/s per round, and poll round trips (ms)
+/// taken meanwhile.
+#[derive(Default)]
+struct Side {
+    rates: Vec<f64>,
+    polls: Vec<f64>,
 }
 
 /// Polls of `id` on another connection, one after another, for as long
