@@ -9,8 +9,10 @@
 # filesystem debootstrapped once by tests/container-rootfs.sh), and tmux
 # (a real terminal for `procd attach` through --host), and redis-server
 # (tests/stacks.rs starts a real Redis in a stack, on its own port), and
-# golang-go (tests/testruns.rs reads a real `go test`'s output) and
-# ripgrep (the bench's search row measures procd beside `rg`). Most are on CI's machine kind already; this
+# golang-go (tests/testruns.rs reads a real `go test`'s output),
+# ripgrep (the bench's search row measures procd beside `rg`), and nodejs
+# and npm (`node --test` runs, the docs' Node examples, and the npm
+# packages of tests/mcp-ts-sdk.sh and tests/codex-cli.sh). Most are on CI's machine kind already; this
 # is for a fresh machine. Needs root and apt-get to install; otherwise it
 # says what is missing and fails.
 set -euo pipefail
@@ -26,6 +28,8 @@ command -v tmux >/dev/null || missing+=(tmux)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v go >/dev/null || missing+=(golang-go)
 command -v rg >/dev/null || missing+=(ripgrep)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "system-deps: installing ${missing[*]}" >&2
