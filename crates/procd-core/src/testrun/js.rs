@@ -191,10 +191,7 @@ impl NodeTest {
         };
         if let Some((word, n)) = total.and_then(|r| r.split_once(' ')) {
             if word == "duration_ms" {
-                self.duration = n
-                    .parse::<f64>()
-                    .ok()
-                    .map(|ms| (ms / 1000.0 * 1000.0).round() / 1000.0);
+                self.duration = n.parse::<f64>().ok().map(|ms| ms.round() / 1000.0);
             } else if let Ok(n) = n.parse::<u64>() {
                 self.totals.push((word.to_string(), n));
             }
