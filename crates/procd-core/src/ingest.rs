@@ -82,14 +82,24 @@ impl OutputSource {
     /// (undecided until `settle`; only into memory where the log cannot
     /// take them: the store knows which) and copies them into `buf`.
     /// Returns how many, as `read` does: 0 once the writers are gone.
+    /// WouldBlock: a drain was asked (`OutputStore::drained`) and the
+    /// source is empty; the caller settles what it holds and says so.
     pub async fn next(&mut self, store: &OutputStore, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             OutputSource::Pipe(pipe) => loop {
-                let mut ready = pipe.readable().await?;
-                match ready.try_io(|fd| take(store, fd.get_ref(), buf)) {
-                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Ok(got) => return got,
-                    Err(_would_block) => {}
+                tokio::select! {
+                    ready = pipe.readable() => {
+                        let mut ready = ready?;
+                        match ready.try_io(|fd| take(store, fd.get_ref(), buf)) {
+                            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Ok(got) => return got,
+                            Err(_would_block) => {}
+                        }
+                    }
+                    () = store.drain_asked() => match take(store, pipe.get_ref(), buf) {
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => store.drain_on(),
+                        step => return drain_step(store, step),
+                    },
                 }
             },
             OutputSource::Pty { master, relay } => loop {
@@ -105,23 +115,56 @@ impl OutputSource {
                         ) => {}
                     Err(e) => return Err(e),
                 }
-                let mut ready = master.readable().await?;
                 let flags = rustix::pipe::SpliceFlags::NONBLOCK;
-                let moved = ready.try_io(|fd| {
-                    rustix::pipe::splice(fd.get_ref(), None, &relay.write, None, buf.len(), flags)
+                let to_relay = |fd: &OwnedFd| {
+                    rustix::pipe::splice(fd, None, &relay.write, None, buf.len(), flags)
                         .map_err(io::Error::from)
-                });
+                };
+                let moved = tokio::select! {
+                    ready = master.readable() => match ready?.try_io(|fd| to_relay(fd.get_ref())) {
+                        Ok(moved) => moved,
+                        Err(_would_block) => continue,
+                    },
+                    // A read of an empty master first waits for the
+                    // kernel's pending flip work, so WouldBlock here means
+                    // nothing written before is still on its way.
+                    () = store.drain_asked() => match to_relay(master.get_ref()) {
+                        Ok(0) => return Ok(0),
+                        Ok(_) => {
+                            store.drain_on();
+                            continue;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                            store.drain_on();
+                            continue;
+                        }
+                        other => return drain_step(store, other),
+                    },
+                };
                 match moved {
-                    Ok(Ok(0)) => return Ok(0),
-                    Ok(Ok(_)) => {}
+                    Ok(0) => return Ok(0),
+                    Ok(_) => {}
                     // No slave left: the end of output.
-                    Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
-                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Ok(Err(e)) => return Err(e),
-                    Err(_would_block) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
                 }
             },
         }
+    }
+}
+
+/// The answer to one step of a drain: bytes (and the drain goes on at
+/// the next look), the end, or WouldBlock once the source is empty. (An
+/// interrupted step is looked at again by the caller.)
+fn drain_step(store: &OutputStore, step: io::Result<usize>) -> io::Result<usize> {
+    match step {
+        Ok(n) if n > 0 => {
+            store.drain_on();
+            Ok(n)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EIO) => Ok(0),
+        other => other,
     }
 }
 

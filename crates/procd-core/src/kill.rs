@@ -293,6 +293,17 @@ pub struct KillOutcome {
 
 /// Sends `signal` to each target that is still the same process; returns
 /// the opened pidfds (targets that vanished or were recycled are skipped).
+/// One signal to `targets` (each through the identity guard); how many
+/// received it.
+pub fn signal_targets(
+    spec: &TreeSpec,
+    targets: &[ProcessIdentity],
+    procfs: &ProcFs,
+    signal: i32,
+) -> usize {
+    signal_all(spec, targets, procfs, signal).len()
+}
+
 fn signal_all(
     spec: &TreeSpec,
     targets: &[ProcessIdentity],

@@ -29,6 +29,7 @@ pub mod rewrite;
 pub mod sandbox;
 pub mod scope;
 pub mod session;
+pub mod shell;
 pub mod slot;
 pub mod snapshot;
 pub mod sockdiag;

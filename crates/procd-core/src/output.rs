@@ -237,6 +237,12 @@ pub struct OutputStore {
     /// swap), for reading while a reader snapshots offsets and preads.
     layout: tokio::sync::RwLock<()>,
     changed: watch::Sender<u64>,
+    /// A drain asked of the supervisor (`drained`): look at the source
+    /// now, readiness or not.
+    drain_asked: tokio::sync::Notify,
+    /// Bumped each time the supervisor, asked, found its source empty and
+    /// everything before in the store (decided).
+    drains: watch::Sender<u64>,
     max_log_bytes: u64,
     tail_cap: usize,
 }
@@ -412,6 +418,8 @@ impl OutputStore {
             }),
             layout: tokio::sync::RwLock::new(()),
             changed,
+            drain_asked: tokio::sync::Notify::new(),
+            drains: watch::channel(0).0,
             max_log_bytes,
             tail_cap,
         }
@@ -952,6 +960,43 @@ impl OutputStore {
         self.changed.subscribe()
     }
 
+    /// Returns once every byte written to the session's output before the
+    /// call is in the store, decided, so that `end` covers it: a shell
+    /// command's end (`shell/`). Its writer has finished writing, so the
+    /// supervisor, asked, reads until the source is empty. Returns at
+    /// once when no supervisor reads (the session's output ended); the
+    /// caller bounds the wait for one held by a flood hold.
+    pub async fn drained(&self) {
+        let mut drains = self.drains.subscribe();
+        let before = *drains.borrow_and_update();
+        self.drain_asked.notify_one();
+        let finished = || self.lock().finished;
+        while *drains.borrow_and_update() == before && !finished() {
+            let mut changed = self.changed.subscribe();
+            tokio::select! {
+                r = drains.changed() => if r.is_err() { return },
+                _ = changed.changed() => {}
+            }
+        }
+    }
+
+    /// For the supervisor: a drain is asked.
+    pub(crate) async fn drain_asked(&self) {
+        self.drain_asked.notified().await
+    }
+
+    /// For the supervisor, in the middle of a drain: go on draining at
+    /// the next look.
+    pub(crate) fn drain_on(&self) {
+        self.drain_asked.notify_one();
+    }
+
+    /// For the supervisor: asked, it found the source empty and stored
+    /// everything before.
+    pub(crate) fn mark_drained(&self) {
+        self.drains.send_modify(|n| *n += 1);
+    }
+
     /// How long no output has arrived (since the start if none has).
     pub fn quiet_for(&self) -> Duration {
         self.lock()
@@ -1013,8 +1058,23 @@ impl OutputStore {
 
     /// The readable window at `cursor`, at most `max_bytes` long.
     pub async fn window(&self, cursor: u64, max_bytes: u64) -> io::Result<Window> {
+        self.window_as(cursor, max_bytes, false).await
+    }
+
+    /// The bytes from `start` to `stop` as they are, no line held back:
+    /// a shell command's output, whose end is known (`shell/`).
+    pub async fn range(&self, start: u64, stop: u64) -> io::Result<Window> {
+        self.window_as(start, stop.saturating_sub(start), true)
+            .await
+    }
+
+    async fn window_as(&self, cursor: u64, max_bytes: u64, whole: bool) -> io::Result<Window> {
         let _layout = self.layout.read().await;
-        let (plan, source) = self.plan_window(cursor, max_bytes);
+        let (mut plan, source) = self.plan_window(cursor, max_bytes);
+        if whole {
+            // As if the output ended at the window's end.
+            (plan.finished, plan.end) = (true, plan.stop);
+        }
         let (before, bytes) = match source {
             Source::Memory(before, bytes) => (before, bytes),
             Source::File(file, base) => {

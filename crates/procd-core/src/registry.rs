@@ -41,6 +41,7 @@ mod ready;
 mod recovery;
 mod restarts;
 mod search;
+mod shells;
 mod spawn;
 mod stdin;
 mod termination;
@@ -50,7 +51,7 @@ mod yields;
 
 pub use search::SearchAsk;
 pub use spawn::MAX_META_BYTES;
-pub use termination::Whose;
+pub use termination::{normalize_id, Whose};
 pub use wait_any::{WaitAnyAsk, MAX_WAIT_ANY_SESSIONS};
 
 use present::process_entry;

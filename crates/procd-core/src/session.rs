@@ -61,6 +61,9 @@ pub struct SessionSpec {
     /// The JUnit XML report its command writes, read at its end for its
     /// test summary (`testrun/junit.rs`).
     pub junit: Option<PathBuf>,
+    /// A shell's channel directory (`shell/`): the shell inherits its
+    /// command FIFO, its file of ends and its wake FIFO as fds 3, 4, 5.
+    pub shell: Option<PathBuf>,
 }
 
 /// How a restarting session's runs start: the first run's argv and
@@ -915,6 +918,16 @@ pub async fn supervise(
         tokio::select! {
             biased;
             chunk = output.next(&store, &mut buf), if !eof && held_until.is_none() => match chunk {
+                // Asked to drain, and empty: what the noise filter holds
+                // is output now (a shell command's end, `shell/`).
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if finish_noise(&store, &mut noise, &mut filtered) {
+                        store.compact().await;
+                    }
+                    watch_step(&mut watch, |m, now| m.feed(&filtered, now));
+                    tests_step(&store, &mut tests, &filtered);
+                    store.mark_drained();
+                }
                 Ok(0) | Err(_) => eof = true,
                 Ok(n) => {
                     noise.set_terminating(session.terminating.load(Ordering::Relaxed));

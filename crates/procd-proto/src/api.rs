@@ -17,6 +17,9 @@ use crate::types::{
     StreamedEvent, WaitAnyResult, WaitCondition, WaitResult,
 };
 use crate::types::{DownResult, UpResult, UpdateResult};
+use crate::types::{
+    SandboxSpec, ShellCloseResult, ShellCommandResult, ShellCommandsResult, ShellOpenResult,
+};
 use jsonrpsee::core::{RpcResult, SubscriptionResult};
 use jsonrpsee::proc_macros::rpc;
 
@@ -238,6 +241,74 @@ pub trait ProcdApi {
         services: Option<Vec<SessionName>>,
     ) -> RpcResult<DownResult>;
 
+    /// Opens a shell that keeps its state across commands
+    /// (docs/shells.md), or answers with the open one of that `name`.
+    #[method(name = "shell_open", param_kind = map)]
+    async fn shell_open(
+        &self,
+        name: Option<SessionName>,
+        cwd: Option<String>,
+        env: Option<std::collections::BTreeMap<String, String>>,
+        pty: Option<bool>,
+        sandbox: Option<SandboxSpec>,
+        owner: Option<String>,
+        session_key: Option<String>,
+        task_id: Option<String>,
+    ) -> RpcResult<ShellOpenResult>;
+
+    /// Runs a command in a shell, after the one running; answers when it
+    /// ends, asks for input, or `yield_ms` passes (default 30 s).
+    #[method(name = "shell_run", param_kind = map)]
+    async fn shell_run(
+        &self,
+        shell_id: String,
+        command: String,
+        yield_ms: Option<YieldMs>,
+        timeout_s: Option<TimeoutS>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<ShellCommandResult>;
+
+    /// Waits for a shell's command (the last one if not given).
+    #[method(name = "shell_wait", param_kind = map)]
+    async fn shell_wait(
+        &self,
+        shell_id: String,
+        command_id: Option<u64>,
+        timeout_s: Option<TimeoutS>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<ShellCommandResult>;
+
+    /// A shell's command as it stands (the last one if not given).
+    #[method(name = "shell_read", param_kind = map)]
+    async fn shell_read(
+        &self,
+        shell_id: String,
+        command_id: Option<u64>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<ShellCommandResult>;
+
+    /// Interrupts a shell's command (the last one if not given), as
+    /// Ctrl-C does; answers once it has ended.
+    #[method(name = "shell_interrupt", param_kind = map)]
+    async fn shell_interrupt(
+        &self,
+        shell_id: String,
+        command_id: Option<u64>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<ShellCommandResult>;
+
+    /// A shell's commands, with their exits and durations.
+    #[method(name = "shell_commands", param_kind = map)]
+    async fn shell_commands(&self, shell_id: String) -> RpcResult<ShellCommandsResult>;
+
+    /// Closes a shell (its session is killed).
+    #[method(name = "shell_close", param_kind = map)]
+    async fn shell_close(&self, shell_id: String) -> RpcResult<ShellCloseResult>;
+
     #[method(name = "status")]
     async fn status(&self) -> RpcResult<StatusResult>;
 
@@ -363,6 +434,60 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
     ("drain_notifications", &["session_key", "owned_keys"]),
     ("up", &["file", "dir", "services", "yield_ms"]),
     ("down", &["project", "services"]),
+    (
+        "shell_open",
+        &[
+            "name",
+            "cwd",
+            "env",
+            "pty",
+            "sandbox",
+            "owner",
+            "session_key",
+            "task_id",
+        ],
+    ),
+    (
+        "shell_run",
+        &[
+            "shell_id",
+            "command",
+            "yield_ms",
+            "timeout_s",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    (
+        "shell_wait",
+        &[
+            "shell_id",
+            "command_id",
+            "timeout_s",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    (
+        "shell_read",
+        &[
+            "shell_id",
+            "command_id",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    (
+        "shell_interrupt",
+        &[
+            "shell_id",
+            "command_id",
+            "max_output_chars",
+            "max_output_tokens",
+        ],
+    ),
+    ("shell_commands", &["shell_id"]),
+    ("shell_close", &["shell_id"]),
     ("status", &[]),
     ("shutdown", &["timeout_s"]),
 ];

@@ -396,8 +396,12 @@ async fn serve_claimed(
         Err(err) => return Err(StartupError::os("cannot write the checkpoint".into(), err)),
     }
 
+    let shells =
+        procd_core::shell::Shells::new(registry.clone(), options.paths.state_dir.join("shells"));
+    shells.recover().await;
+
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let daemon = Daemon::new(&options, registry.clone(), containment, shutdown)?;
+    let daemon = Daemon::new(&options, registry.clone(), shells, containment, shutdown)?;
     if let Some(keeper) = &keeper {
         listen_to_keeper(keeper, daemon.clone())?;
     }
@@ -444,11 +448,13 @@ impl Daemon {
     fn new(
         options: &DaemonOptions,
         registry: Arc<Registry>,
+        shells: Arc<procd_core::shell::Shells>,
         containment: procd_core::containment::Containment,
         shutdown: watch::Sender<bool>,
     ) -> Result<Arc<Daemon>, StartupError> {
         Ok(Arc::new(Daemon {
             registry,
+            shells,
             paths: options.paths.clone(),
             mode: options.mode,
             started_at: SystemTime::now(),

@@ -15,8 +15,18 @@ use procd_proto::{
     SignalSpec, SnapshotResult, SpawnParams, SpawnResult, StatusResult, StdinResult, StreamedEvent,
     TimeoutS, UpResult, UpdateResult, WaitAnyResult, WaitCondition, WaitMs, WaitResult, YieldMs,
 };
+use procd_proto::{
+    SandboxSpec, ShellCloseResult, ShellCommandResult, ShellCommandsResult, ShellOpenResult,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+fn budget_of(chars: Option<MaxOutputChars>, tokens: Option<MaxOutputTokens>) -> Option<usize> {
+    chars_budget(
+        chars.map(MaxOutputChars::get),
+        tokens.map(MaxOutputTokens::get),
+    )
+}
 
 pub struct Api {
     pub daemon: Arc<Daemon>,
@@ -191,6 +201,111 @@ impl ProcdApiServer for Api {
             ),
         };
         self.daemon.registry.search(ask).await.map_err(rpc_err)
+    }
+
+    async fn shell_open(
+        &self,
+        name: Option<SessionName>,
+        cwd: Option<String>,
+        env: Option<BTreeMap<String, String>>,
+        pty: Option<bool>,
+        sandbox: Option<SandboxSpec>,
+        owner: Option<String>,
+        session_key: Option<String>,
+        task_id: Option<String>,
+    ) -> RpcResult<ShellOpenResult> {
+        if let Some(token) = &owner {
+            if !self.daemon.owner_is_live(token).await {
+                return Err(procd_proto::error::invalid_params(format!(
+                    "owner: unknown owner {token:?} (no live lease has this token)"
+                )));
+            }
+        }
+        let ask = procd_core::shell::OpenAsk {
+            name,
+            cwd,
+            env,
+            pty,
+            sandbox,
+            owner,
+            session_key,
+            task_id,
+        };
+        self.daemon.shells.open(ask).await.map_err(rpc_err)
+    }
+
+    async fn shell_run(
+        &self,
+        shell_id: String,
+        command: String,
+        yield_ms: Option<YieldMs>,
+        timeout_s: Option<TimeoutS>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<ShellCommandResult> {
+        let ask = procd_core::shell::RunAsk {
+            shell_id,
+            command,
+            yield_for: yield_ms.map(YieldMs::duration),
+            timeout: timeout_s.map(TimeoutS::duration),
+            budget: budget_of(max_output_chars, max_output_tokens),
+        };
+        self.daemon.shells.run(ask).await.map_err(rpc_err)
+    }
+
+    async fn shell_wait(
+        &self,
+        shell_id: String,
+        command_id: Option<u64>,
+        timeout_s: Option<TimeoutS>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<ShellCommandResult> {
+        let timeout = timeout_s.map_or(std::time::Duration::from_secs(300), TimeoutS::duration);
+        let budget = budget_of(max_output_chars, max_output_tokens);
+        self.daemon
+            .shells
+            .wait(&shell_id, command_id, timeout, budget)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn shell_read(
+        &self,
+        shell_id: String,
+        command_id: Option<u64>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<ShellCommandResult> {
+        let budget = budget_of(max_output_chars, max_output_tokens);
+        self.daemon
+            .shells
+            .read(&shell_id, command_id, budget)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn shell_interrupt(
+        &self,
+        shell_id: String,
+        command_id: Option<u64>,
+        max_output_chars: Option<MaxOutputChars>,
+        max_output_tokens: Option<MaxOutputTokens>,
+    ) -> RpcResult<ShellCommandResult> {
+        let budget = budget_of(max_output_chars, max_output_tokens);
+        self.daemon
+            .shells
+            .interrupt(&shell_id, command_id, budget)
+            .await
+            .map_err(rpc_err)
+    }
+
+    async fn shell_commands(&self, shell_id: String) -> RpcResult<ShellCommandsResult> {
+        self.daemon.shells.commands(&shell_id).map_err(rpc_err)
+    }
+
+    async fn shell_close(&self, shell_id: String) -> RpcResult<ShellCloseResult> {
+        self.daemon.shells.close(&shell_id).await.map_err(rpc_err)
     }
 
     async fn wait_any(

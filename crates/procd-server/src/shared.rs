@@ -31,6 +31,8 @@ impl LaunchMode {
 /// State shared by the method table and the daemon's own tasks.
 pub struct Daemon {
     pub registry: Arc<Registry>,
+    /// Shells that keep their state (`procd_core::shell`), over the registry.
+    pub shells: Arc<procd_core::shell::Shells>,
     pub(crate) paths: Paths,
     pub(crate) mode: LaunchMode,
     pub(crate) started_at: SystemTime,

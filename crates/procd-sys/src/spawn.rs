@@ -21,8 +21,8 @@
 //!    the largest part of a spawn). Where clone3 fails (an older kernel, a
 //!    seccomp filter, another architecture) the child writes it instead;
 //! 3. `setsid`, and for a PTY session `TIOCSCTTY` on its terminal;
-//! 4. stdio onto fds 0–2 (every other descriptor of the daemon is
-//!    close-on-exec);
+//! 4. stdio onto fds 0–2, and the descriptors it inherits onto 3 and up
+//!    (every other descriptor of the daemon is close-on-exec);
 //! 5. `chdir`, the descriptor limit the daemon started with;
 //! 6. for a sandboxed session (`sandbox.rs`), `no_new_privs`, its Landlock
 //!    ruleset and its seccomp filter, made by the parent;
@@ -52,6 +52,9 @@ pub struct Launch<'a> {
     pub cwd: &'a CStr,
     /// What becomes fds 0, 1 and 2.
     pub stdio: [BorrowedFd<'a>; 3],
+    /// What becomes fds 3, 4, … in order (a shell's channels: at most
+    /// `MAX_INHERITED`).
+    pub inherit: &'a [BorrowedFd<'a>],
     /// Make stdin (a terminal) the controlling terminal of the new session.
     pub controlling_terminal: bool,
     /// The session's cgroups, which the child is in before it execs.
@@ -73,6 +76,9 @@ pub struct Join<'a> {
     /// The v1 hierarchies' `cgroup.procs` (limits on a hybrid host).
     pub v1: Vec<BorrowedFd<'a>>,
 }
+
+/// The most descriptors a child inherits beyond stdio.
+pub const MAX_INHERITED: usize = 4;
 
 /// The steps of the child's setup, for a failure's message (the child
 /// reports the index of the one that failed, plus one).
@@ -107,6 +113,9 @@ struct ChildArgs {
     envp: *const *const libc::c_char,
     cwd: *const libc::c_char,
     stdio: [RawFd; 3],
+    /// Sources for fds 3.. (the first `inherit_len` of them).
+    inherit: [RawFd; MAX_INHERITED],
+    inherit_len: usize,
     controlling_terminal: bool,
     /// `cgroup.procs` files to write, in order (the cgroup2 one first,
     /// unless the child was created in it).
@@ -136,19 +145,33 @@ const STACK_BYTES: usize = 64 * 1024;
 pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
     let argv = null_terminated(launch.argv);
     let envp = null_terminated(launch.envp);
-    // Sources of stdio above 2, so that no dup2 overwrites another source
-    // (and dup2 never meets fd == target, which would keep close-on-exec).
+    if launch.inherit.len() > MAX_INHERITED {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "too many inherited descriptors",
+        ));
+    }
+    // Sources above every target, so that no dup2 overwrites another
+    // source (and dup2 never meets fd == target, which would keep
+    // close-on-exec).
+    let floor = (3 + launch.inherit.len()) as RawFd;
     let mut raised = Vec::new();
+    let mut raise = |fd: BorrowedFd<'_>| -> io::Result<RawFd> {
+        if fd.as_raw_fd() >= floor {
+            return Ok(fd.as_raw_fd());
+        }
+        let high = rustix::io::fcntl_dupfd_cloexec(fd, floor)?;
+        let raw = high.as_raw_fd();
+        raised.push(high);
+        Ok(raw)
+    };
     let mut stdio = [0; 3];
     for (slot, fd) in stdio.iter_mut().zip(launch.stdio) {
-        *slot = if fd.as_raw_fd() > 2 {
-            fd.as_raw_fd()
-        } else {
-            let high = rustix::io::fcntl_dupfd_cloexec(fd, 3)?;
-            let raw = high.as_raw_fd();
-            raised.push(high);
-            raw
-        };
+        *slot = raise(fd)?;
+    }
+    let mut inherit = [-1; MAX_INHERITED];
+    for (slot, fd) in inherit.iter_mut().zip(launch.inherit) {
+        *slot = raise(*fd)?;
     }
     let mut cgroups: Vec<RawFd> = Vec::new();
     if let Some(join) = launch.cgroups {
@@ -161,6 +184,8 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
         envp: envp.as_ptr(),
         cwd: launch.cwd.as_ptr(),
         stdio,
+        inherit,
+        inherit_len: launch.inherit.len(),
         controlling_terminal: launch.controlling_terminal,
         cgroups: cgroups.as_ptr(),
         cgroups_len: cgroups.len(),
@@ -389,6 +414,11 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
                 return fail(STDIO);
             }
         }
+        for i in 0..args.inherit_len {
+            if libc::dup2(args.inherit[i], (3 + i) as c_int) == -1 {
+                return fail(STDIO);
+            }
+        }
         if libc::chdir(args.cwd) == -1 {
             return fail(CHDIR);
         }
@@ -473,6 +503,7 @@ mod tests {
             envp: &envp,
             cwd: &cwd,
             stdio: [devnull.as_fd(), w.as_fd(), w2.as_fd()],
+            inherit: &[],
             controlling_terminal: false,
             cgroups: None,
             nofile: None,
@@ -489,6 +520,44 @@ mod tests {
         let pid = nix::unistd::Pid::from_raw(pid);
         let status = nix::sys::wait::waitpid(pid, None).unwrap();
         assert_eq!(status, nix::sys::wait::WaitStatus::Exited(pid, 3));
+    }
+
+    #[test]
+    fn a_child_inherits_its_descriptors_at_3_and_up() {
+        // Sources at 3 and 4 themselves would be overwritten by a naive
+        // dup2 order: the inherited ones must come through crossed.
+        let (r, w) = std::io::pipe().unwrap();
+        let devnull = std::fs::File::open("/dev/null").unwrap();
+        let (a_r, a_w) = std::io::pipe().unwrap();
+        let (b_r, b_w) = std::io::pipe().unwrap();
+        let argv = cstrings(&["sh", "-c", "echo a >&3; echo b >&4"]);
+        let envp = cstrings(&["PATH=/usr/bin:/bin"]);
+        let program = CString::new("/bin/sh").unwrap();
+        let cwd = CString::new("/").unwrap();
+        let launch = Launch {
+            program: &program,
+            argv: &argv,
+            envp: &envp,
+            cwd: &cwd,
+            stdio: [devnull.as_fd(), w.as_fd(), w.as_fd()],
+            inherit: &[b_w.as_fd(), a_w.as_fd()],
+            controlling_terminal: false,
+            cgroups: None,
+            nofile: None,
+            sandbox: None,
+        };
+        let pid = spawn(&launch).unwrap();
+        drop((w, a_w, b_w));
+        let read = |mut p: std::io::PipeReader| {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut p, &mut s).unwrap();
+            s
+        };
+        assert_eq!(read(b_r), "a\n", "fd 3 is the first inherited");
+        assert_eq!(read(a_r), "b\n", "fd 4 is the second");
+        assert_eq!(read(r), "");
+        let pid = nix::unistd::Pid::from_raw(pid);
+        nix::sys::wait::waitpid(pid, None).unwrap();
     }
 
     #[test]
@@ -524,6 +593,7 @@ mod tests {
             envp: &[],
             cwd: &cwd,
             stdio: [devnull.as_fd(), w.as_fd(), w.as_fd()],
+            inherit: &[],
             controlling_terminal: false,
             cgroups: Some(&join),
             nofile: None,
@@ -561,6 +631,7 @@ mod tests {
             envp: &[],
             cwd: &cwd,
             stdio: [devnull.as_fd(), devnull.as_fd(), devnull.as_fd()],
+            inherit: &[],
             controlling_terminal: false,
             cgroups: None,
             nofile: None,

@@ -186,6 +186,10 @@ enum ClientCommand {
     /// Find a regex in sessions' output (all, or the ones named), as
     /// `grep -n` prints it; exits 1 when nothing matches.
     Grep(crate::grep::GrepArgs),
+    /// Run a command in the shell NAME, which keeps its cwd, variables,
+    /// functions and aliases between commands (opened on first use); exit
+    /// with the command's exit code.
+    Sh(crate::sh::ShArgs),
     /// Wait for a session to exit and exit with its code; with --any, for
     /// the first exit, readiness, prompt or output match of several.
     Wait(crate::waiting::WaitArgs),
@@ -646,6 +650,7 @@ async fn client_command(
             crate::grep::run(&args, target.json, conn).await
         }
         ClientCommand::Grep(args) => crate::grep::run(&args, target.json, conn).await,
+        ClientCommand::Sh(args) => crate::sh::run(&args, target.json, conn).await,
         ClientCommand::Logs {
             id, follow, limit, ..
         } => logs(target, conn, resolve(client, id).await?, follow, limit).await,

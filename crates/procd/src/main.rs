@@ -13,6 +13,7 @@ mod lifecycle;
 mod mcp;
 mod offline;
 mod render;
+mod sh;
 mod spawning;
 mod stacks;
 mod top;

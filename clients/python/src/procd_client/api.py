@@ -240,6 +240,73 @@ class Api(Generic[R]):
     def down(self, project: str, *, services: Optional[List[str]] = None) -> R:
         return self._call("down", _params(locals()))
 
+    def shell_open(
+        self,
+        *,
+        name: Optional[str] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Dict[str, str]] = None,
+        pty: Optional[bool] = None,
+        sandbox: Optional[Any] = None,
+        owner: Optional[str] = None,
+        session_key: Optional[str] = None,
+        task_id: Optional[str] = None,
+    ) -> R:
+        """A shell that keeps its state across commands; the open one of
+        that `name` if there is one (docs/shells.md)."""
+        return self._call("shell_open", _params(locals()))
+
+    def shell_run(
+        self,
+        shell_id: str,
+        command: str,
+        *,
+        yield_ms: Optional[float] = None,
+        timeout_s: Optional[float] = None,
+        max_output_chars: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+    ) -> R:
+        """Runs `command` in the shell after the one running; answers at
+        its end, when it asks for input, or after `yield_ms`."""
+        return self._call("shell_run", _params(locals()))
+
+    def shell_wait(
+        self,
+        shell_id: str,
+        *,
+        command_id: Optional[int] = None,
+        timeout_s: Optional[float] = None,
+        max_output_chars: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+    ) -> R:
+        return self._call("shell_wait", _params(locals()))
+
+    def shell_read(
+        self,
+        shell_id: str,
+        *,
+        command_id: Optional[int] = None,
+        max_output_chars: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+    ) -> R:
+        return self._call("shell_read", _params(locals()))
+
+    def shell_interrupt(
+        self,
+        shell_id: str,
+        *,
+        command_id: Optional[int] = None,
+        max_output_chars: Optional[int] = None,
+        max_output_tokens: Optional[int] = None,
+    ) -> R:
+        return self._call("shell_interrupt", _params(locals()))
+
+    def shell_commands(self, shell_id: str) -> R:
+        return self._call("shell_commands", _params(locals()))
+
+    def shell_close(self, shell_id: str) -> R:
+        return self._call("shell_close", _params(locals()))
+
     def status(self) -> R:
         return self._call("status", {})
 
@@ -258,6 +325,9 @@ REPEATABLE = frozenset(
         "wait",
         "wait_any",
         "search",
+        "shell_wait",
+        "shell_read",
+        "shell_commands",
         "list",
         "has_active",
         "snapshot_running",

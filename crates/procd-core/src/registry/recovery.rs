@@ -570,5 +570,7 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .as_deref()
             .map(PathBuf::from)
             .filter(|p| p.is_absolute()),
+        // A recovered shell's channels are the shell layer's (`shell/`).
+        shell: None,
     }
 }

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 
 impl Registry {
     pub async fn spawn(&self, params: SpawnParams) -> Result<SpawnResult, Error> {
-        self.spawn_from(params, None).await
+        self.spawn_from(params, None, None).await
     }
 
     /// A stack's service: `spawn`, remembering the stack file `up` read.
@@ -42,19 +42,22 @@ impl Registry {
         params: SpawnParams,
         stack_file: &Path,
     ) -> Result<SpawnResult, Error> {
-        self.spawn_from(params, Some(stack_file)).await
+        self.spawn_from(params, Some(stack_file), None).await
     }
 
-    async fn spawn_from(
+    /// `shell`: a shell's channel directory (`shell/`).
+    pub(super) async fn spawn_from(
         &self,
         params: SpawnParams,
         stack_file: Option<&Path>,
+        shell: Option<PathBuf>,
     ) -> Result<SpawnResult, Error> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(Error::WrongState("procd is shutting down".into()));
         }
         let mut spec = self.validate(&params)?;
         spec.stack_file = stack_file.map(Path::to_path_buf);
+        spec.shell = shell;
         // A named spawn holds the name from its check to its start, so
         // two callers of one name start one session.
         let _naming = match &spec.name {
@@ -180,6 +183,7 @@ impl Registry {
                 .and_then(crate::restart::RestartPlan::new),
             sandbox,
             junit,
+            shell: None,
         })
     }
 
@@ -663,8 +667,13 @@ impl Registry {
         let join = entry.as_ref().map(|e| e.join());
         let procfs = &self.procfs;
         let inspect = |pid: i32| procfs.stat(pid).map(|s| s.start_time).unwrap_or(0);
+        let channels = match &spec.shell {
+            Some(dir) => crate::shell::Channels::open(dir)?.fds(),
+            None => Vec::new(),
+        };
+        let inherit: Vec<std::os::fd::BorrowedFd> = channels.iter().map(|f| f.as_fd()).collect();
         let start = |stdio: [std::os::fd::BorrowedFd; 3], terminal: bool| {
-            let launch = prepared.launch(stdio, terminal, join.as_ref());
+            let launch = prepared.launch(stdio, &inherit, terminal, join.as_ref());
             self.reaper
                 .start(|| procd_sys::spawn::spawn(&launch), inspect)
         };
@@ -836,6 +845,7 @@ impl Prepared {
     fn launch<'a>(
         &'a self,
         stdio: [std::os::fd::BorrowedFd<'a>; 3],
+        inherit: &'a [std::os::fd::BorrowedFd<'a>],
         controlling_terminal: bool,
         cgroups: Option<&'a procd_sys::spawn::Join<'a>>,
     ) -> procd_sys::spawn::Launch<'a> {
@@ -845,6 +855,7 @@ impl Prepared {
             envp: &self.envp,
             cwd: &self.cwd,
             stdio,
+            inherit,
             controlling_terminal,
             cgroups,
             nofile: self.nofile,

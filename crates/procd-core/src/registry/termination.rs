@@ -324,7 +324,7 @@ impl Registry {
 /// what its root left to the daemon (it runs right after the exit).
 const ADOPTION_LIMIT: Duration = Duration::from_secs(2);
 
-pub(super) fn normalize_id(id: &str) -> String {
+pub fn normalize_id(id: &str) -> String {
     if id.starts_with("proc_") {
         id.to_ascii_lowercase()
     } else {

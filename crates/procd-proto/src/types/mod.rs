@@ -4,9 +4,14 @@
 //! of the other methods are here.
 
 mod events;
+mod shell;
 mod spawn;
 
 pub use events::{About, DrainResult, Event, StreamedEvent};
+pub use shell::{
+    CommandStatus, ShellCloseResult, ShellCommandResult, ShellCommandSummary, ShellCommandsResult,
+    ShellOpenResult,
+};
 pub use spawn::{
     AnyPort, Limits, NetworkSpec, Readable, ReadyPort, ReadySpec, RestartInfo, RestartPolicy,
     RestartSpec, SandboxInfo, SandboxProfile, SandboxRules, SandboxSpec, SpawnParams,

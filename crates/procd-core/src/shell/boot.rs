@@ -1,0 +1,204 @@
+//! The shell's side: the bash loop a shell session runs, the line a
+//! command is sent as, and the records of its ends.
+//!
+//! The loop reads `<n> <nonce> <command, escaped>` lines from fd 3 (the
+//! command FIFO), runs each command in the shell itself (`.` of a here
+//! string, so `cd`, variables, functions, aliases and options stay),
+//! with fds 3–5 closed for the command, then appends `E <n> <nonce>
+//! <status> <cwd>` NUL-terminated to fd 4 (the file of ends) and a byte to
+//! fd 5 (the wake FIFO). The command's output is never parsed: nothing it
+//! prints can end it, fake its status or reach the next command.
+//!
+//! Interrupts: SIGINT to the shell's process group (as a terminal's
+//! Ctrl-C). The loop's INT trap arms a DEBUG trap that returns from the
+//! command at its next step, so a loop of the command stops too and the
+//! shell lives on. (A `return` from the INT trap itself would leave bash's
+//! SIGCHLD blocked when it arrives while a child is waited for.)
+//!
+//! `set -e` is kept as an option: a failing command ends the command
+//! (the ERR trap returns from it), not the shell. `set -E` stays on so
+//! that this holds inside functions too.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+/// The loop, run as the session's command through `eval` of an
+/// environment variable (`LOOP_VAR`), which it unsets first.
+pub const LOOP: &str = r#"unset PROCD_SHELL_LOOP
+shopt -s expand_aliases
+__procd_last=0 __procd_busy= __procd_intr= __procd_e= __procd_e_hit= __procd_x= __procd_T= __procd_rc=0 __procd_st=0
+__procd_on_int='[[ -n $__procd_busy ]] && { __procd_intr=1; set -T; trap "(( \${#BASH_SOURCE[@]} )) && builtin return 130" DEBUG; }'
+__procd_on_err='__procd_st=$?; if [[ $- == *e* ]]; then if (( ${#BASH_SOURCE[@]} )); then builtin return $__procd_st; else set +e; __procd_e_hit=1; fi; fi'
+builtin trap -- "$__procd_on_int" INT
+set -E
+while IFS=' ' builtin read -r -u 3 __procd_n __procd_nonce __procd_esc; do
+  [[ $__procd_n =~ ^[0-9]+$ ]] && (( __procd_n > __procd_last )) || continue
+  __procd_last=$__procd_n
+  builtin printf -v __procd_cmd '%b' "$__procd_esc"
+  [[ $__procd_x == *x* ]] && __procd_cmd="set -x; $__procd_cmd"
+  builtin trap -- "$__procd_on_int" INT
+  builtin trap -- "$__procd_on_err" ERR
+  __procd_T=$- __procd_intr= __procd_e_hit=
+  [[ -n $__procd_e ]] && set -e
+  __procd_busy=1
+  builtin . /dev/fd/6 6<<<"$__procd_cmd" 3<&- 4>&- 5>&-
+  { __procd_rc=$? __procd_busy= __procd_x=$-; set +x; } 2>/dev/null
+  builtin trap - DEBUG
+  [[ -n $__procd_intr && $__procd_T != *T* ]] && set +T
+  if [[ $- == *e* || -n $__procd_e_hit ]]; then set +e; __procd_e=1; else __procd_e=; fi
+  builtin printf 'E %s %s %s %s\0' "$__procd_n" "$__procd_nonce" "$__procd_rc" "$PWD" >&4
+  builtin printf . >&5
+done"#;
+
+/// The variable the loop is handed in.
+pub const LOOP_VAR: &str = "PROCD_SHELL_LOOP";
+
+/// The session's command: what `list` and `poll` show of a shell.
+pub const COMMAND: &str = r#": procd shell; eval "$PROCD_SHELL_LOOP""#;
+
+/// The channel files in a shell's directory.
+pub const CTL: &str = "ctl";
+pub const ENDS: &str = "ends";
+pub const WAKE: &str = "wake";
+
+/// The line that sends command `n`: every byte but a few safe ones as
+/// `\xHH`, so the line holds no space, newline or backslash of the
+/// command's (bash's `printf %b` turns it back).
+pub fn command_line(n: u64, nonce: &str, command: &str) -> Vec<u8> {
+    let mut line = format!("{n} {nonce} ").into_bytes();
+    for &b in command.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-' | b',' | b':' | b'=')
+        {
+            line.push(b);
+        } else {
+            line.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+        }
+    }
+    line.push(b'\n');
+    line
+}
+
+/// A command's end as the shell recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndRecord {
+    pub n: u64,
+    pub nonce: String,
+    pub status: i32,
+    pub cwd: String,
+}
+
+/// The longest record read (a cwd is at most PATH_MAX).
+const MAX_RECORD: usize = 8192;
+
+/// Parses the complete records in `bytes`; returns them and how many
+/// bytes they took (a partial record at the end waits for the rest).
+/// A record that is not one of the shell's is skipped.
+pub fn parse_ends(bytes: &[u8]) -> (Vec<EndRecord>, usize) {
+    let mut records = Vec::new();
+    let mut used = 0;
+    while let Some(len) = memchr::memchr(0, &bytes[used..]) {
+        let record = &bytes[used..used + len];
+        used += len + 1;
+        if record.len() > MAX_RECORD {
+            continue;
+        }
+        if let Some(r) = parse_end(record) {
+            records.push(r);
+        }
+    }
+    // A record that never ends is not waited for past its bound.
+    if bytes.len() - used > MAX_RECORD {
+        used = bytes.len();
+    }
+    (records, used)
+}
+
+fn parse_end(record: &[u8]) -> Option<EndRecord> {
+    let text = std::str::from_utf8(record).ok()?;
+    let rest = text.strip_prefix("E ")?;
+    let mut fields = rest.splitn(4, ' ');
+    let n = fields.next()?.parse().ok()?;
+    let nonce = fields.next()?.to_string();
+    let status = fields.next()?.parse().ok()?;
+    let cwd = fields.next()?.to_string();
+    Some(EndRecord {
+        n,
+        nonce,
+        status,
+        cwd,
+    })
+}
+
+/// The channels a shell inherits, opened by the daemon (outside any
+/// sandbox): the command FIFO to read, the file of ends to append to,
+/// the wake FIFO to write (both FIFOs read-write, so neither open nor
+/// write ever waits for, or fails without, the daemon).
+pub struct Channels {
+    ctl: OwnedFd,
+    ends: OwnedFd,
+    wake: OwnedFd,
+}
+
+impl Channels {
+    pub fn open(dir: &Path) -> std::io::Result<Channels> {
+        use rustix::fs::{open, Mode, OFlags};
+        let flags = OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        Ok(Channels {
+            ctl: open(dir.join(CTL), flags | OFlags::RDWR, Mode::empty())?,
+            ends: open(
+                dir.join(ENDS),
+                flags | OFlags::WRONLY | OFlags::APPEND,
+                Mode::empty(),
+            )?,
+            wake: open(dir.join(WAKE), flags | OFlags::RDWR, Mode::empty())?,
+        })
+    }
+
+    /// fds 3, 4 and 5 of the shell, in order.
+    pub fn fds(self) -> Vec<OwnedFd> {
+        vec![self.ctl, self.ends, self.wake]
+    }
+}
+
+/// Makes a shell's directory: the two FIFOs and the empty file of ends.
+pub fn make_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    for fifo in [CTL, WAKE] {
+        nix::unistd::mkfifo(
+            &dir.join(fifo),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .map_err(std::io::Error::from)?;
+    }
+    std::fs::OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(dir.join(ENDS))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_line_has_no_byte_of_the_command_that_bash_would_split_on() {
+        let line = command_line(7, "ab12", "echo 'a b'\n\\x41 \u{e9}");
+        let text = String::from_utf8(line).unwrap();
+        assert!(text.starts_with("7 ab12 echo"));
+        assert_eq!(text.matches(' ').count(), 2, "{text}");
+        assert_eq!(text.matches('\n').count(), 1);
+        assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn ends_are_parsed_whole_and_a_partial_one_waits() {
+        let bytes = b"E 1 n1 0 /tmp\0E 2 n2 130 /a b\0junk\0E 3 n3 1 /x";
+        let (records, used) = parse_ends(bytes);
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[1].cwd, "/a b");
+        assert_eq!(records[1].status, 130);
+        assert_eq!(used, bytes.len() - "E 3 n3 1 /x".len());
+    }
+}

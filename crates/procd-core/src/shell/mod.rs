@@ -1,0 +1,943 @@
+//! Shells that keep their state (docs/shells.md): a session whose command
+//! is a bash loop (`boot.rs`) that runs commands procd sends it, one at a
+//! time, in the shell itself, so `cd`, variables, functions, aliases,
+//! options, an activated venv and `ulimit` carry over.
+//!
+//! A command's end and status come from the shell's channels (fds 3–5,
+//! which the command does not have), never from its output; its output is
+//! the log between two cursors, the second taken once the session's
+//! supervisor has drained what the command wrote (`OutputStore::drained`).
+//! Each shell has one task (`follow`) that takes its ends and its exit;
+//! a run holds the shell's turn from its send to its end, so runs queue.
+//!
+//! What the next daemon needs is in the shell's directory (`journal.rs`,
+//! the ends file the shell appends to): a command that ends while no
+//! daemon runs still arrives with its exact status.
+
+mod boot;
+mod journal;
+
+pub use boot::Channels;
+
+use crate::error::Error;
+use crate::registry::{Registry, MAX_COMMAND_BYTES};
+use crate::session::Session;
+use journal::Entry;
+use procd_proto::{
+    CommandStatus, SandboxSpec, ShellCloseResult, ShellCommandResult, ShellCommandSummary,
+    ShellCommandsResult, ShellOpenResult, SpawnParams,
+};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::net::unix::pipe;
+use tokio::sync::{watch, OwnedMutexGuard};
+
+/// The most commands a shell remembers (and `shell_commands` lists).
+const KEPT_COMMANDS: usize = 200;
+/// The most runs waiting for one shell's turn; past it a run is refused.
+pub const MAX_QUEUED: usize = 64;
+/// The most closed shells kept for their history.
+const KEPT_CLOSED: usize = 64;
+/// How long an interrupted command has after SIGINT before the
+/// processes of its group get SIGKILL, and then before the shell does.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+/// The longest a command's end waits for its output to be drained (only
+/// a flood hold makes it wait at all).
+const DRAIN_BOUND: Duration = Duration::from_secs(5);
+/// How long `shell_run` waits for the command when not told.
+const DEFAULT_RUN_YIELD: Duration = Duration::from_secs(30);
+/// The longest `shell_run` or `shell_wait` waits.
+const MAX_WAIT: Duration = Duration::from_secs(300);
+/// The most bytes of a command's output an answer reads: its last ones.
+const MAX_OUTPUT_BYTES: u64 = 1 << 20;
+
+/// Every shell of the daemon.
+pub struct Shells {
+    registry: Arc<Registry>,
+    /// `<state>/shells`: a directory per open shell.
+    dir: PathBuf,
+    /// Open shells, and the last `KEPT_CLOSED` closed ones.
+    table: Mutex<Vec<Arc<Shell>>>,
+    /// Held by an open of a named shell, so one name opens one shell.
+    naming: tokio::sync::Mutex<()>,
+}
+
+/// `shell_open`'s params, checked by the caller's types.
+#[derive(Debug, Default, Clone)]
+pub struct OpenAsk {
+    pub name: Option<procd_proto::SessionName>,
+    pub cwd: Option<String>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub pty: Option<bool>,
+    pub sandbox: Option<SandboxSpec>,
+    pub owner: Option<String>,
+    pub session_key: Option<String>,
+    pub task_id: Option<String>,
+}
+
+/// `shell_run`'s params.
+#[derive(Debug, Clone)]
+pub struct RunAsk {
+    pub shell_id: String,
+    pub command: String,
+    pub yield_for: Option<Duration>,
+    pub timeout: Option<Duration>,
+    pub budget: Option<usize>,
+}
+
+struct Shell {
+    id: String,
+    dir: PathBuf,
+    name: Option<String>,
+    pty: bool,
+    session: Arc<Session>,
+    /// One command at a time: a run holds it from its send to its end.
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// Runs waiting for the turn.
+    waiting: AtomicUsize,
+    /// The command FIFO's write end (None once the shell is gone).
+    ctl: tokio::sync::Mutex<Option<pipe::Sender>>,
+    state: Mutex<State>,
+    /// Bumped when a command ends, or the shell does.
+    changed: watch::Sender<u64>,
+    /// Where it was opened (its cwd before any command).
+    opened_in: String,
+}
+
+#[derive(Default)]
+struct State {
+    /// The last command number given.
+    last: u64,
+    commands: VecDeque<Command>,
+    closed: bool,
+    /// How far the ends file has been read.
+    ends_read: u64,
+}
+
+struct Command {
+    n: u64,
+    nonce: String,
+    /// As run, redacted.
+    text: String,
+    started_at: SystemTime,
+    started: Instant,
+    from: u64,
+    end: Option<End>,
+    /// Why it is being stopped, and the last signal sent.
+    stop: Option<(Stop, &'static str)>,
+    /// The shell's turn, given back at the end.
+    turn: Option<OwnedMutexGuard<()>>,
+}
+
+#[derive(Clone)]
+struct End {
+    status: CommandStatus,
+    exit_code: Option<i32>,
+    to: u64,
+    cwd: Option<String>,
+    duration: Duration,
+    ended_by: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Interrupt,
+    Timeout,
+}
+
+impl Shells {
+    pub fn new(registry: Arc<Registry>, dir: PathBuf) -> Arc<Shells> {
+        Arc::new(Shells {
+            registry,
+            dir,
+            table: Mutex::new(Vec::new()),
+            naming: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn table(&self) -> MutexGuard<'_, Vec<Arc<Shell>>> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn find(&self, id: &str) -> Result<Arc<Shell>, Error> {
+        let id = crate::registry::normalize_id(id);
+        self.table()
+            .iter()
+            .find(|s| s.id == id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("no shell {id} (shell_open opens one)")))
+    }
+
+    /// Opens a shell, or answers with the open one of that name.
+    pub async fn open(self: &Arc<Self>, ask: OpenAsk) -> Result<ShellOpenResult, Error> {
+        let _naming = match &ask.name {
+            Some(_) => Some(self.naming.lock().await),
+            None => None,
+        };
+        if let Some(name) = &ask.name {
+            let open = self
+                .table()
+                .iter()
+                .find(|s| s.name.as_deref() == Some(name.as_str()) && !s.state().closed)
+                .cloned();
+            if let Some(shell) = open {
+                return Ok(shell.open_result(false));
+            }
+        }
+        let dir = self.dir.join(crate::random::hex(8).map_err(internal)?);
+        let made = {
+            let (root, dir) = (self.dir.clone(), dir.clone());
+            tokio::task::spawn_blocking(move || {
+                std::fs::create_dir_all(&root)?;
+                boot::make_dir(&dir)
+            })
+            .await
+            .map_err(internal)?
+        };
+        made.map_err(|e| Error::SpawnFailed(format!("cannot make the shell's channels: {e}")))?;
+        let pty = ask.pty.unwrap_or(false);
+        let mut env = ask.env.unwrap_or_default();
+        env.insert(boot::LOOP_VAR.into(), boot::LOOP.into());
+        let params = SpawnParams {
+            command: boot::COMMAND.into(),
+            cwd: ask.cwd,
+            env: Some(env),
+            pty: Some(pty),
+            owner: ask.owner,
+            session_key: ask.session_key,
+            task_id: ask.task_id,
+            name: ask.name.clone(),
+            sandbox: ask.sandbox,
+            notify_on_complete: Some(false),
+            ..SpawnParams::default()
+        };
+        let spawned = match self.registry.spawn_shell(params, dir.clone()).await {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                remove_dir(dir).await;
+                return Err(e);
+            }
+        };
+        let session = self.registry.find(&spawned.session_id)?;
+        let file = journal::ShellFile {
+            session_id: session.id.clone(),
+            name: ask.name.map(|n| n.to_string()),
+            pty: session.spec.pty,
+        };
+        let written = {
+            let (dir, file) = (dir.clone(), file.clone());
+            tokio::task::spawn_blocking(move || journal::write_shell_file(&dir, &file)).await
+        };
+        if !matches!(written, Ok(Ok(()))) {
+            tracing::warn!(shell = %session.id, "cannot record the shell: it will not outlive the daemon");
+        }
+        let shell = self.adopt(session, dir, file, State::default())?;
+        Ok(shell.open_result(true))
+    }
+
+    /// Tracks a shell whose session runs, and starts its task.
+    fn adopt(
+        self: &Arc<Self>,
+        session: Arc<Session>,
+        dir: PathBuf,
+        file: journal::ShellFile,
+        state: State,
+    ) -> Result<Arc<Shell>, Error> {
+        let open = |name: &str| {
+            pipe::OpenOptions::new()
+                .read_write(true)
+                .unchecked(true)
+                .open_receiver(dir.join(name))
+        };
+        let wake = open(boot::WAKE).map_err(internal)?;
+        let ctl = pipe::OpenOptions::new()
+            .unchecked(true)
+            .open_sender(dir.join(boot::CTL))
+            .map_err(internal)?;
+        let shell = Arc::new(Shell {
+            id: session.id.clone(),
+            opened_in: session.spec.cwd.display().to_string(),
+            name: file.name,
+            pty: file.pty,
+            session,
+            dir,
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            waiting: AtomicUsize::new(0),
+            ctl: tokio::sync::Mutex::new(Some(ctl)),
+            state: Mutex::new(state),
+            changed: watch::channel(0).0,
+        });
+        {
+            let mut table = self.table();
+            let closed = table.iter().filter(|s| s.state().closed).count();
+            if closed >= KEPT_CLOSED {
+                if let Some(i) = table.iter().position(|s| s.state().closed) {
+                    table.remove(i);
+                }
+            }
+            table.push(shell.clone());
+        }
+        tokio::spawn(self.clone().follow(shell.clone(), wake));
+        Ok(shell)
+    }
+
+    /// Runs a command in the shell, after the one running (if any); answers
+    /// when it ends, asks for input, or `yield_for` passes.
+    pub async fn run(self: &Arc<Self>, ask: RunAsk) -> Result<ShellCommandResult, Error> {
+        check_command(&ask.command)?;
+        let shell = self.find(&ask.shell_id)?;
+        shell.check_open()?;
+        let turn = shell.take_turn().await?;
+        shell.check_open()?;
+        let n = self.send(&shell, &ask.command, turn).await?;
+        if let Some(limit) = ask.timeout {
+            let (me, shell) = (self.clone(), shell.clone());
+            tokio::spawn(async move {
+                let mut changed = shell.changed.subscribe();
+                let ended = changed.wait_for(|_| shell.command_ended(n));
+                if tokio::time::timeout(limit, ended).await.is_err() {
+                    me.stop(&shell, n, Stop::Timeout).await;
+                }
+            });
+        }
+        let wait = ask.yield_for.unwrap_or(DEFAULT_RUN_YIELD).min(MAX_WAIT);
+        let waiting = self.wait_for(&shell, n, wait).await;
+        self.result(&shell, n, waiting, ask.budget).await
+    }
+
+    /// Sends command `n` (recorded first, with its cursor); returns `n`.
+    async fn send(
+        &self,
+        shell: &Arc<Shell>,
+        command: &str,
+        turn: OwnedMutexGuard<()>,
+    ) -> Result<u64, Error> {
+        let nonce = crate::random::hex(8).map_err(internal)?;
+        let started = journal::Started {
+            n: 0,
+            nonce: nonce.clone(),
+            command: self.registry.redact_command(command),
+            from: shell.session.output.end(),
+            started_at: procd_sys::clock::rfc3339(SystemTime::now()),
+        };
+        let n = {
+            let mut state = shell.state();
+            state.last += 1;
+            let n = state.last;
+            state.commands.push_back(Command {
+                n,
+                nonce: nonce.clone(),
+                text: started.command.clone(),
+                started_at: SystemTime::now(),
+                started: Instant::now(),
+                from: started.from,
+                end: None,
+                stop: None,
+                turn: Some(turn),
+            });
+            while state.commands.len() > KEPT_COMMANDS
+                && state.commands.front().is_some_and(|c| c.end.is_some())
+            {
+                state.commands.pop_front();
+            }
+            n
+        };
+        let line = boot::command_line(n, &nonce, command);
+        let sent = {
+            use tokio::io::AsyncWriteExt;
+            let mut ctl = shell.ctl.lock().await;
+            match ctl.as_mut() {
+                Some(ctl) => ctl.write_all(&line).await,
+                None => Err(std::io::ErrorKind::BrokenPipe.into()),
+            }
+        };
+        self.record(shell, Entry::Started(journal::Started { n, ..started }))
+            .await;
+        if let Err(e) = sent {
+            tracing::warn!(shell = %shell.id, %e, "cannot send a command");
+            // The shell is gone: its task ends the command as the shell's end.
+        }
+        Ok(n)
+    }
+
+    /// Waits until command `n` ends, asks for input (true), or `wait`
+    /// passes.
+    async fn wait_for(&self, shell: &Arc<Shell>, n: u64, wait: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let mut changed = shell.changed.subscribe();
+            let mut output = shell.session.output.subscribe();
+            if shell.command_ended(n) {
+                return false;
+            }
+            if self.registry.input_wanted(&shell.session).await {
+                return true;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let probe = now + crate::session::INPUT_QUIET;
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = output.changed() => {}
+                () = tokio::time::sleep_until(deadline.min(probe)) => {}
+            }
+        }
+    }
+
+    /// The shell's task: takes its ends as they come, and its exit.
+    async fn follow(self: Arc<Self>, shell: Arc<Shell>, wake: pipe::Receiver) {
+        // Ends that came while no daemon ran.
+        self.take_ends(&shell).await;
+        let mut buf = [0u8; 256];
+        loop {
+            tokio::select! {
+                ready = wake.readable() => {
+                    if ready.is_err() {
+                        break;
+                    }
+                    while matches!(wake.try_read(&mut buf), Ok(n) if n > 0) {}
+                    self.take_ends(&shell).await;
+                }
+                _ = shell.session.wait_end() => break,
+            }
+        }
+        self.take_ends(&shell).await;
+        self.shell_ended(&shell).await;
+    }
+
+    /// Reads the ends the shell appended since the last look, and ends
+    /// those commands.
+    async fn take_ends(&self, shell: &Arc<Shell>) {
+        let from = shell.state().ends_read;
+        let path = shell.dir.join(boot::ENDS);
+        let read = tokio::task::spawn_blocking(move || read_from(&path, from)).await;
+        let Ok(Ok(bytes)) = read else { return };
+        let (records, used) = boot::parse_ends(&bytes);
+        shell.state().ends_read = from + used as u64;
+        for record in records {
+            let known = shell
+                .state()
+                .commands
+                .iter()
+                .any(|c| c.n == record.n && c.nonce == record.nonce && c.end.is_none());
+            if !known {
+                continue;
+            }
+            // Everything the command wrote is in the pipe (or the PTY's
+            // buffers) by now: have it all in the log before the cursor.
+            let _ = tokio::time::timeout(DRAIN_BOUND, shell.session.output.drained()).await;
+            let to = shell.session.output.end();
+            self.end_command(shell, record.n, |stop| End {
+                status: match stop {
+                    Some(Stop::Interrupt) => CommandStatus::Interrupted,
+                    Some(Stop::Timeout) => CommandStatus::TimedOut,
+                    None => CommandStatus::Exited,
+                },
+                exit_code: Some(record.status),
+                to,
+                cwd: Some(record.cwd.clone()),
+                duration: Duration::ZERO,
+                ended_by: None,
+            })
+            .await;
+        }
+    }
+
+    /// Records command `n`'s end (made by `end` from why it was being
+    /// stopped) and gives the turn back.
+    async fn end_command(&self, shell: &Arc<Shell>, n: u64, end: impl FnOnce(Option<Stop>) -> End) {
+        let ended = {
+            let mut state = shell.state();
+            let Some(c) = state
+                .commands
+                .iter_mut()
+                .find(|c| c.n == n && c.end.is_none())
+            else {
+                return;
+            };
+            let mut e = end(c.stop.map(|(why, _)| why));
+            e.duration = c.started.elapsed();
+            e.ended_by = c.stop.map(|(_, signal)| signal.to_string());
+            c.end = Some(e.clone());
+            c.turn = None;
+            e
+        };
+        shell.changed.send_modify(|v| *v += 1);
+        self.record(
+            shell,
+            Entry::Ended(journal::Ended {
+                ended: n,
+                status: ended.status,
+                exit_code: ended.exit_code,
+                to: ended.to,
+                cwd: ended.cwd,
+                duration_ms: ended.duration.as_millis() as u64,
+                ended_by: ended.ended_by,
+            }),
+        )
+        .await;
+    }
+
+    /// The shell's session ended: a command it ran ends with it, and the
+    /// shell is closed (its directory removed).
+    async fn shell_ended(&self, shell: &Arc<Shell>) {
+        let exit = shell.session.wait_exited(Duration::ZERO).await;
+        let running: Vec<u64> = {
+            let mut state = shell.state();
+            state.closed = true;
+            state
+                .commands
+                .iter()
+                .filter(|c| c.end.is_none())
+                .map(|c| c.n)
+                .collect()
+        };
+        let to = shell.session.output.end();
+        for n in running {
+            self.end_command(shell, n, |_| End {
+                status: CommandStatus::ShellExited,
+                exit_code: exit.as_ref().and_then(|e| e.exit_code),
+                to,
+                cwd: None,
+                duration: Duration::ZERO,
+                ended_by: None,
+            })
+            .await;
+        }
+        *shell.ctl.lock().await = None;
+        shell.changed.send_modify(|v| *v += 1);
+        remove_dir(shell.dir.clone()).await;
+    }
+
+    /// Interrupts the running command (or command `n`): SIGINT to the
+    /// shell's group, then SIGKILL to the command's processes, then to the
+    /// shell, each after `INTERRUPT_GRACE`. Answers once it has ended.
+    pub async fn interrupt(
+        self: &Arc<Self>,
+        shell_id: &str,
+        command_id: Option<u64>,
+        budget: Option<usize>,
+    ) -> Result<ShellCommandResult, Error> {
+        let shell = self.find(shell_id)?;
+        let n = match command_id {
+            Some(n) => n,
+            None => shell.state().last,
+        };
+        shell.command(n)?;
+        self.stop(&shell, n, Stop::Interrupt).await;
+        self.result(&shell, n, false, budget).await
+    }
+
+    async fn stop(&self, shell: &Arc<Shell>, n: u64, why: Stop) {
+        let steps: [(&'static str, Duration); 3] = [
+            ("SIGINT", INTERRUPT_GRACE),
+            ("SIGKILL", INTERRUPT_GRACE),
+            ("SIGKILL to the shell", Duration::from_secs(10)),
+        ];
+        for (signal, grace) in steps {
+            {
+                let mut state = shell.state();
+                let Some(c) = state.commands.iter_mut().find(|c| c.n == n) else {
+                    return;
+                };
+                if c.end.is_some() {
+                    return;
+                }
+                c.stop = Some((c.stop.map_or(why, |(first, _)| first), signal));
+            }
+            match signal {
+                "SIGINT" => {
+                    let _ = self
+                        .registry
+                        .signal(&shell.id, procd_proto::SignalSpec::Name("SIGINT".into()))
+                        .await;
+                }
+                "SIGKILL" => {
+                    self.registry.kill_group_but_root(&shell.session).await;
+                }
+                _ => {
+                    let _ = self
+                        .registry
+                        .kill(
+                            &shell.id,
+                            Some(procd_proto::SignalSpec::Name("SIGKILL".into())),
+                            None,
+                            Some("shell_interrupt"),
+                        )
+                        .await;
+                }
+            }
+            let mut changed = shell.changed.subscribe();
+            let ended = changed.wait_for(|_| shell.command_ended(n));
+            if tokio::time::timeout(grace, ended).await.is_ok() {
+                return;
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for command `n` (the last one if not given).
+    pub async fn wait(
+        self: &Arc<Self>,
+        shell_id: &str,
+        command_id: Option<u64>,
+        timeout: Duration,
+        budget: Option<usize>,
+    ) -> Result<ShellCommandResult, Error> {
+        let shell = self.find(shell_id)?;
+        let n = match command_id {
+            Some(n) => n,
+            None => shell.state().last,
+        };
+        shell.command(n)?;
+        let waiting = self.wait_for(&shell, n, timeout.min(MAX_WAIT)).await;
+        self.result(&shell, n, waiting, budget).await
+    }
+
+    /// Command `n` as it stands.
+    pub async fn read(
+        self: &Arc<Self>,
+        shell_id: &str,
+        command_id: Option<u64>,
+        budget: Option<usize>,
+    ) -> Result<ShellCommandResult, Error> {
+        self.wait(shell_id, command_id, Duration::ZERO, budget)
+            .await
+    }
+
+    pub fn commands(&self, shell_id: &str) -> Result<ShellCommandsResult, Error> {
+        let shell = self.find(shell_id)?;
+        let state = shell.state();
+        Ok(ShellCommandsResult {
+            shell_id: shell.id.clone(),
+            open: !state.closed,
+            commands: state
+                .commands
+                .iter()
+                .map(|c| ShellCommandSummary {
+                    command_id: c.n,
+                    command: c.text.clone(),
+                    status: c.end.as_ref().map_or(CommandStatus::Running, |e| e.status),
+                    exit_code: c.end.as_ref().and_then(|e| e.exit_code),
+                    started_at: procd_sys::clock::rfc3339(c.started_at),
+                    duration_ms: c.end.as_ref().map(|e| e.duration.as_millis() as u64),
+                    from_cursor: c.from,
+                    to_cursor: c.end.as_ref().map(|e| e.to),
+                    cwd: c.end.as_ref().and_then(|e| e.cwd.clone()),
+                })
+                .collect(),
+        })
+    }
+
+    /// Closes the shell: its session is killed (a running command with it).
+    pub async fn close(&self, shell_id: &str) -> Result<ShellCloseResult, Error> {
+        let shell = self.find(shell_id)?;
+        let was_open = !shell.state().closed;
+        self.registry
+            .kill(&shell.id, None, None, Some("shell_close"))
+            .await?;
+        let mut changed = shell.changed.subscribe();
+        let _ = changed.wait_for(|_| shell.state().closed).await;
+        let exit = shell.session.wait_exited(Duration::ZERO).await;
+        Ok(ShellCloseResult {
+            shell_id: shell.id.clone(),
+            status: if was_open { "closed" } else { "already_closed" }.into(),
+            exit_code: exit.and_then(|e| e.exit_code),
+        })
+    }
+
+    /// Takes back the shells a previous daemon left, once the registry
+    /// has recovered their sessions; removes the directories of the rest.
+    pub async fn recover(self: &Arc<Self>) {
+        let dir = self.dir.clone();
+        let found = tokio::task::spawn_blocking(move || recorded_shells(&dir)).await;
+        for (dir, file) in found.unwrap_or_default() {
+            let session = file
+                .as_ref()
+                .and_then(|f| self.registry.find(&f.session_id).ok())
+                .filter(|s| s.is_running());
+            let (Some(session), Some(file)) = (session, file) else {
+                remove_dir(dir).await;
+                continue;
+            };
+            let state = {
+                let dir = dir.clone();
+                tokio::task::spawn_blocking(move || replay(&journal::read(&dir)))
+                    .await
+                    .unwrap_or_default()
+            };
+            let id = session.id.clone();
+            match self.adopt(session, dir, file, state) {
+                Ok(shell) => shell.retake_turn(),
+                Err(e) => tracing::warn!(shell = %id, %e, "cannot take the shell back"),
+            }
+        }
+    }
+
+    async fn record(&self, shell: &Shell, entry: Entry) {
+        let dir = shell.dir.clone();
+        let written = tokio::task::spawn_blocking(move || journal::append(&dir, &entry)).await;
+        if !matches!(written, Ok(Ok(()))) {
+            tracing::warn!(shell = %shell.id, "cannot write the shell's journal");
+        }
+    }
+
+    /// Command `n` as an answer.
+    async fn result(
+        &self,
+        shell: &Arc<Shell>,
+        n: u64,
+        waiting_for_input: bool,
+        budget: Option<usize>,
+    ) -> Result<ShellCommandResult, Error> {
+        let (c, queued) = {
+            let state = shell.state();
+            let c = state
+                .commands
+                .iter()
+                .find(|c| c.n == n)
+                .ok_or_else(|| gone(shell, n))?;
+            let summary = (
+                c.n,
+                c.text.clone(),
+                c.started_at,
+                c.started,
+                c.from,
+                c.end.clone(),
+            );
+            (summary, false)
+        };
+        let (n, text, started_at, started, from, end) = c;
+        let to = end
+            .as_ref()
+            .map_or_else(|| shell.session.output.end(), |e| e.to);
+        let start = from.max(to.saturating_sub(MAX_OUTPUT_BYTES));
+        let window = shell
+            .session
+            .output
+            .range(start, to)
+            .await
+            .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
+        let text_out = crate::text::lossy(&window.bytes);
+        let data = self
+            .registry
+            .redact_excerpt(&shell.session, &text_out, &window.before);
+        let fetch = format!("read the shell's session from cursor {from} to see all of it");
+        let cut = crate::budget::apply(&data, budget, &fetch);
+        Ok(ShellCommandResult {
+            shell_id: shell.id.clone(),
+            command_id: n,
+            command: text,
+            status: end.as_ref().map_or(CommandStatus::Running, |e| e.status),
+            queued,
+            exit_code: end.as_ref().and_then(|e| e.exit_code),
+            ended_by: end.as_ref().and_then(|e| e.ended_by.clone()),
+            output: cut.text,
+            original_chars: cut.original_chars.map(|c| c as usize),
+            from_cursor: from,
+            to_cursor: to,
+            cwd: end.as_ref().and_then(|e| e.cwd.clone()),
+            started_at: procd_sys::clock::rfc3339(started_at),
+            duration_ms: Some(
+                end.as_ref()
+                    .map_or_else(|| started.elapsed(), |e| e.duration)
+                    .as_millis() as u64,
+            )
+            .filter(|_| end.is_some()),
+            waiting_for_input: waiting_for_input && end.is_none(),
+        })
+    }
+}
+
+impl Shell {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        match self.state().closed {
+            true => Err(Error::WrongState(format!("shell {} is closed", self.id))),
+            false => Ok(()),
+        }
+    }
+
+    fn command(&self, n: u64) -> Result<(), Error> {
+        match self.state().commands.iter().any(|c| c.n == n) {
+            true => Ok(()),
+            false => Err(gone(self, n)),
+        }
+    }
+
+    fn command_ended(&self, n: u64) -> bool {
+        self.state()
+            .commands
+            .iter()
+            .find(|c| c.n == n)
+            .is_none_or(|c| c.end.is_some())
+    }
+
+    /// Waits for the shell's turn (runs queue in order), at most
+    /// `MAX_QUEUED` waiting.
+    async fn take_turn(&self) -> Result<OwnedMutexGuard<()>, Error> {
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_QUEUED {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::WrongState(format!(
+                "shell {} is busy: {MAX_QUEUED} commands wait for it already",
+                self.id
+            )));
+        }
+        let _waiting = Waiting(&self.waiting);
+        let mut changed = self.changed.subscribe();
+        tokio::select! {
+            turn = self.turn.clone().lock_owned() => Ok(turn),
+            _ = changed.wait_for(|_| self.state().closed) => {
+                Err(Error::WrongState(format!("shell {} is closed", self.id)))
+            }
+        }
+    }
+
+    /// A recovered shell's running command holds the turn again.
+    fn retake_turn(&self) {
+        let mut state = self.state();
+        if let Some(c) = state.commands.iter_mut().find(|c| c.end.is_none()) {
+            c.turn = self.turn.clone().try_lock_owned().ok();
+        }
+    }
+
+    fn open_result(&self, opened: bool) -> ShellOpenResult {
+        let state = self.state();
+        let cwd = state
+            .commands
+            .iter()
+            .rev()
+            .find_map(|c| c.end.as_ref()?.cwd.clone())
+            .unwrap_or_else(|| self.opened_in.clone());
+        ShellOpenResult {
+            shell_id: self.id.clone(),
+            name: self.name.clone(),
+            pid: self.session.pid(),
+            pty: self.pty,
+            opened,
+            cwd,
+        }
+    }
+}
+
+/// The commands and state a journal describes.
+fn replay(entries: &[Entry]) -> State {
+    let mut state = State::default();
+    for entry in entries {
+        match entry {
+            Entry::Started(s) => {
+                state.last = state.last.max(s.n);
+                state.commands.push_back(Command {
+                    n: s.n,
+                    nonce: s.nonce.clone(),
+                    text: s.command.clone(),
+                    started_at: procd_sys::clock::parse_rfc3339(&s.started_at)
+                        .unwrap_or_else(SystemTime::now),
+                    started: started_instant(&s.started_at),
+                    from: s.from,
+                    end: None,
+                    stop: None,
+                    turn: None,
+                });
+                if state.commands.len() > KEPT_COMMANDS {
+                    state.commands.pop_front();
+                }
+            }
+            Entry::Ended(e) => {
+                if let Some(c) = state.commands.iter_mut().find(|c| c.n == e.ended) {
+                    c.end = Some(End {
+                        status: e.status,
+                        exit_code: e.exit_code,
+                        to: e.to,
+                        cwd: e.cwd.clone(),
+                        duration: Duration::from_millis(e.duration_ms),
+                        ended_by: e.ended_by.clone(),
+                    });
+                }
+            }
+        }
+    }
+    state
+}
+
+/// The instant a previous daemon's recorded time stands for.
+fn started_instant(at: &str) -> Instant {
+    procd_sys::clock::parse_rfc3339(at)
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .and_then(|ago| Instant::now().checked_sub(ago))
+        .unwrap_or_else(Instant::now)
+}
+
+/// The shells' directories and what each says of itself.
+fn recorded_shells(root: &Path) -> Vec<(PathBuf, Option<journal::ShellFile>)> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .map(|dir| {
+            let file = journal::read_shell_file(&dir);
+            (dir, file)
+        })
+        .collect()
+}
+
+/// The bytes of `path` from `offset` on (at most 1 MiB at a time).
+fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    f.seek(std::io::SeekFrom::Start(offset))?;
+    let mut bytes = Vec::new();
+    f.take(1 << 20).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+async fn remove_dir(dir: PathBuf) {
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+}
+
+fn check_command(command: &str) -> Result<(), Error> {
+    if command.trim().is_empty() {
+        return Err(Error::InvalidParams("command: empty".into()));
+    }
+    if command.len() > MAX_COMMAND_BYTES {
+        return Err(Error::InvalidParams(format!(
+            "command: longer than {MAX_COMMAND_BYTES} bytes"
+        )));
+    }
+    if command.contains('\0') {
+        return Err(Error::InvalidParams("command: contains a NUL byte".into()));
+    }
+    Ok(())
+}
+
+fn gone(shell: &Shell, n: u64) -> Error {
+    Error::NotFound(format!(
+        "shell {} has no command {n} (shell_commands lists them)",
+        shell.id
+    ))
+}
+
+fn internal(e: impl std::fmt::Display) -> Error {
+    Error::Internal(e.to_string())
+}
+
+use std::os::unix::fs::OpenOptionsExt;
