@@ -30,6 +30,7 @@ mod safety;
 mod sandbox;
 mod search;
 mod sessions;
+mod shells;
 mod snapshot;
 mod stacks;
 mod survival;
