@@ -289,7 +289,7 @@ fn readme_tour_runs() {
             .ok_or(format!("no {what:?} in {text:?}"))
     }
     // (the line's command, what its comment says, as a check)
-    let checks: [(&str, Check); 13] = [
+    let checks: [(&str, Check); 15] = [
         ("procd spawn --ready-output ready -- npm run dev", |o, _| {
             has(o, "proc_")?;
             has(o, "\nready")
@@ -321,6 +321,17 @@ fn readme_tour_runs() {
             "procd spawn --sandbox workspace-write -- 'touch ok /etc/no'",
             |o, _| has(o, "proc_"),
         ),
+        (
+            "procd sh dev -- 'mkdir -p out && cd out && export MODE=fast'",
+            |o, _| code(o, 0),
+        ),
+        ("procd sh dev -- 'echo $MODE in $PWD; exit 4'", |o, _| {
+            code(o, 4)?;
+            let text = String::from_utf8_lossy(&o.stdout);
+            (text.starts_with("fast in /") && text.ends_with("/out\n"))
+                .then_some(())
+                .ok_or(format!("{text:?}"))
+        }),
         ("procd status", |o, _| has(o, "running")),
     ];
     let commands: Vec<&str> = lines

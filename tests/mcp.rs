@@ -45,6 +45,7 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
             "notifications",
             "read",
             "search",
+            "shell",
             "signal",
             "start",
             "up",
@@ -52,6 +53,28 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
             "write"
         ]
     );
+    // `shell`: the agent's own shell keeps its cwd and variables; the
+    // command's exit code and output, in the words and the fields alike.
+    let shell = &seen["shell2"];
+    assert_eq!(
+        seen["shell1"]["result"]["exit_code"], 0,
+        "{}",
+        seen["shell1"]
+    );
+    assert_eq!(shell["result"]["exit_code"], 3, "{shell}");
+    assert_eq!(
+        shell["result"]["output"],
+        format!("dev\n{project}/sub2\n"),
+        "{shell}"
+    );
+    assert_eq!(shell["result"]["cwd"], format!("{project}/sub2"), "{shell}");
+    let said = shell["text"].as_str().unwrap();
+    assert!(said.starts_with("Command 2 exited with code 3"), "{said}");
+    assert_eq!(
+        shell["result"]["shell_id"], seen["shell1"]["result"]["shell_id"],
+        "one shell for the agent"
+    );
+    assert_eq!(seen["shell_bad"]["is_error"], true, "{}", seen["shell_bad"]);
     // `search`: the line found, numbered as grep numbers the log, in the
     // words and in structuredContent; a bad time refused by name.
     let search = &seen["search"];

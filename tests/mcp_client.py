@@ -51,6 +51,10 @@ async def main(procd: str, home: str) -> None:
             # Found instead of read: the line, numbered, within the last hour.
             out["search"] = await call("search", {"pattern": "hello from", "since": "1h"})
             out["search_bad_since"] = await call("search", {"pattern": "x", "since": "yesterday"})
+            # The agent's own shell: state carries over, the code is exact.
+            out["shell1"] = await call("shell", {"command": "mkdir -p sub2 && cd sub2 && export STAGE=dev"})
+            out["shell2"] = await call("shell", {"command": "echo $STAGE; pwd; (exit 3)"})
+            out["shell_bad"] = await call("shell", {})
             out["pwd"] = await call("start", {"command": "pwd", "yield_ms": 10000})
             out["pwd_sub"] = await call("start", {"command": "pwd", "cwd": "sub", "yield_ms": 10000})
             out["project"] = project

@@ -23,6 +23,7 @@ mod peers;
 mod reliability;
 mod remote;
 mod search;
+mod shells;
 mod survival;
 mod systemd;
 
@@ -655,7 +656,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     // that runs (none of `--only peers`, say).
     let shared = std::cell::OnceCell::new();
     let d = || shared.get_or_init(Daemon::start);
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 16] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 17] = [
         ("spawn", &|| {
             let mut rows = vec![spawn_wait(d(), s), spawn_wait_sandboxed(d(), s)];
             rows.extend(spawn_wait_slow_rc(s));
@@ -673,6 +674,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("search", &|| {
             search::search_rows(s.ingest_bytes, s.peer_rounds)
         }),
+        ("shell", &|| shells::shell_rows(d(), s.rounds)),
         ("survival", &|| survival::survival_rows(s.kills)),
         ("instructions", &|| {
             instructions::instruction_rows(s.counted)

@@ -87,7 +87,7 @@ enum Kind {
 /// The kind of value a param of this name takes (names are the protocol's).
 fn kind_of(param: &str) -> Kind {
     match param {
-        "session_id" => Kind::Session,
+        "session_id" | "shell_id" => Kind::Session,
         "pty" | "persist" | "notify_on_complete" => Kind::Bool,
         "timeout_s" | "grace_s" | "max_active_age_s" => Kind::Seconds,
         "wait_ms" | "yield_ms" => Kind::Millis,
@@ -180,6 +180,16 @@ fn errors_of(method: &str) -> &'static [i64] {
             WRONG_STATE as i64,
             LIMIT_REACHED as i64,
         ],
+        // A shell is a session: opened as one is spawned.
+        "shell_open" => &[
+            INVALID_PARAMS as i64,
+            SPAWN_FAILED as i64,
+            LIMIT_REACHED as i64,
+            WRONG_STATE as i64,
+        ],
+        // -32002: a closed shell, or one with 64 runs waiting.
+        "shell_run" | "shell_interrupt" | "shell_wait" | "shell_read" | "shell_commands"
+        | "shell_close" => SESSION,
         "no_such_method" => &[METHOD_NOT_FOUND as i64],
         _ if procd_proto::method_params(method).is_some_and(|p| p.contains(&"session_id")) => {
             SESSION
@@ -220,6 +230,12 @@ fn fits(method: &str, result: &Value) -> Result<(), String> {
         "status" => shape::<StatusResult>(result),
         "up" => shape::<UpResult>(result),
         "down" => shape::<DownResult>(result),
+        "shell_open" => shape::<procd_proto::ShellOpenResult>(result),
+        "shell_run" | "shell_wait" | "shell_read" | "shell_interrupt" => {
+            shape::<procd_proto::ShellCommandResult>(result)
+        }
+        "shell_commands" => shape::<procd_proto::ShellCommandsResult>(result),
+        "shell_close" => shape::<procd_proto::ShellCloseResult>(result),
         // A subscription's id.
         "subscribe_output" | "subscribe_events" if result.is_u64() || result.is_string() => Ok(()),
         "unsubscribe_output" | "unsubscribe_events" if result.is_boolean() => Ok(()),

@@ -11,12 +11,14 @@
 //! - `params.rs`: their parameters as the model sees them;
 //! - `said.rs`: what the model reads (text and `structuredContent` alike);
 //! - `progress.rs`: progress and cancellation of the tools that wait;
+//! - `shell.rs`: the `shell` tool, the agent's own shell;
 //! - `channel.rs`: pushes, with `--channel`.
 
 mod channel;
 mod params;
 mod progress;
 mod said;
+mod shell;
 mod tools;
 
 use procd_client::{Launcher, Lease};
@@ -62,7 +64,9 @@ pub struct ProcdMcp {
     /// The daemon runs on this machine: a relative cwd is taken from ours
     /// (over `--host` it is the far side's to resolve).
     local: bool,
-    #[expect(dead_code, reason = "read by the code #[tool_handler] generates")]
+    /// The agent's shell (`shell.rs`), opened on first use.
+    shell: Arc<tokio::sync::Mutex<Option<String>>>,
+    /// `tools.rs`'s tools and `shell.rs`'s, served by `#[tool_handler]`.
     tool_router: ToolRouter<Self>,
 }
 
@@ -93,7 +97,8 @@ impl ProcdMcp {
             owned_keys: options.owned_keys.clone(),
             channel: options.channel,
             progress_every: options.progress_every,
-            tool_router: Self::tool_router(),
+            shell: Arc::new(tokio::sync::Mutex::new(None)),
+            tool_router: Self::tool_router() + Self::shell_router(),
         })
     }
 
@@ -129,7 +134,7 @@ impl ProcdMcp {
     }
 }
 
-#[tool_handler]
+#[tool_handler(router = self.tool_router)]
 impl ServerHandler for ProcdMcp {
     fn get_info(&self) -> ServerConfig {
         let mut capabilities = ServerCapabilities::builder().enable_tools().build();
@@ -149,6 +154,7 @@ impl ServerHandler for ProcdMcp {
                  When an answer says WAITING FOR INPUT (waiting_for_input: true), the process asks a question: answer it with `write`. \
                  `wait` with no session_id sleeps until the first of your processes exits, becomes ready, asks for input or (with `output`) prints a matching line: \
                  use it instead of polling. Call `notifications` between turns to learn what finished. \
+                 Run one-off commands with `shell`: your own bash, where cd, exports, functions and an activated venv carry over between calls. \
                  A project with a procd.toml or Procfile starts as a whole with `up` and stops with `down`. Processes end when you disconnect \
                  unless started with persist.",
             )

@@ -287,3 +287,29 @@ pub struct SearchParams {
     )]
     pub since: Option<String>,
 }
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ShellParams {
+    #[schemars(
+        description = "The command, run in your shell (bash): `cd`, `export`, variables, functions, aliases and `source .venv/bin/activate` carry over to the next command. Leave it out with command_id to wait for, or interrupt, an earlier command."
+    )]
+    pub command: Option<String>,
+    #[schemars(
+        description = "An earlier command's id (from an answer that said it still runs): wait for it, or interrupt it."
+    )]
+    pub command_id: Option<u64>,
+    #[schemars(
+        description = "Interrupt the command named by command_id (Ctrl-C); the shell stays."
+    )]
+    pub interrupt: Option<bool>,
+    #[schemars(
+        description = "Interrupt the command after this many seconds (then kill it if it ignores that)."
+    )]
+    pub timeout_s: Option<f64>,
+    #[schemars(
+        description = "How long to wait for the command before answering that it still runs. Default 50000."
+    )]
+    pub yield_ms: Option<f64>,
+    #[schemars(description = "Most chars of output returned (head and tail kept). Default 20000.")]
+    pub max_output_chars: Option<u64>,
+}

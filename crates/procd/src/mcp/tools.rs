@@ -22,7 +22,7 @@ use serde_json::json;
 
 /// Output returned to the model is cut (head + tail) past this many chars
 /// unless the call asks for another budget.
-const DEFAULT_BUDGET: u64 = 20_000;
+pub(super) const DEFAULT_BUDGET: u64 = 20_000;
 /// How long `start` waits for the process to finish or go quiet.
 const DEFAULT_START_YIELD_MS: f64 = 10_000.0;
 /// How long `write` waits for the answer to the input.

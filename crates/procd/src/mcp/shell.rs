@@ -1,0 +1,133 @@
+//! The `shell` tool: the agent's own shell (docs/shells.md), opened on
+//! first use where `procd mcp` runs, owned by its lease. Commands run in
+//! it one after another and keep its cwd, variables, functions, aliases
+//! and an activated venv; each answer is the command's own output and
+//! exact exit code.
+
+use super::params::ShellParams;
+use super::said::{answer, failed, tool_error};
+use super::ProcdMcp;
+use jsonrpsee::core::client::Error as ClientError;
+use procd_client::ProcdApiClient;
+use procd_proto::{CommandStatus, MaxOutputChars, ShellCommandResult, TimeoutS, YieldMs};
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::CallToolResult;
+use rmcp::{tool, tool_router, ErrorData};
+
+/// How long a command is waited for before the answer says it runs on:
+/// under the 60 s after which clients that ignore progress give up.
+const DEFAULT_YIELD_MS: f64 = 50_000.0;
+
+#[tool_router(router = shell_router, vis = "pub(super)")]
+impl ProcdMcp {
+    #[tool(
+        description = "Run a command in your own persistent bash shell, like a terminal that stays open: cd, exported and plain variables, functions, aliases, set -o options and an activated venv carry over between calls. Returns the command's own output, its exact exit code and the shell's cwd after it. One command runs at a time. A command that asks for input says WAITING FOR INPUT: answer with `write` on the shell's session_id. For dev servers and other processes that keep running, use `start` instead.",
+        annotations(destructive_hint = true, open_world_hint = true)
+    )]
+    async fn shell(
+        &self,
+        Parameters(p): Parameters<ShellParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let budget = Some(MaxOutputChars::new(
+            p.max_output_chars.unwrap_or(super::tools::DEFAULT_BUDGET),
+        ));
+        let shell_id = match self.own_shell().await {
+            Ok(id) => id,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        let client = self.client().await;
+        let r = match (&p.command, p.command_id, p.interrupt.unwrap_or(false)) {
+            (Some(command), None, false) => {
+                let timeout = p.timeout_s.map(TimeoutS::new);
+                let wait = YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
+                client.shell_run(shell_id, command.clone(), Some(wait), timeout, budget, None).await
+            }
+            (None, Some(n), true) => client.shell_interrupt(shell_id, Some(n), budget, None).await,
+            (None, Some(n), false) => {
+                let wait = TimeoutS::new(p.yield_ms.unwrap_or(DEFAULT_YIELD_MS) / 1000.0);
+                client.shell_wait(shell_id, Some(n), Some(wait), budget, None).await
+            }
+            _ => {
+                return Ok(failed(
+                    "Invalid arguments: give `command` to run one, or `command_id` (with `interrupt: true` to stop it) for an earlier one.".into(),
+                ))
+            }
+        };
+        Ok(match r {
+            Ok(r) => answer(summary(&r), Some(&r.output), &r, None),
+            Err(e) => tool_error(e),
+        })
+    }
+}
+
+impl ProcdMcp {
+    /// This agent's shell: the one it opened, or a new one when that one
+    /// has ended (an `exit`).
+    async fn own_shell(&self) -> Result<String, ClientError> {
+        let mut shell = self.shell.lock().await;
+        let client = self.client().await;
+        if let Some(id) = shell.as_ref() {
+            if client
+                .shell_commands(id.clone())
+                .await
+                .is_ok_and(|c| c.open)
+            {
+                return Ok(id.clone());
+            }
+        }
+        let cwd = match self.local {
+            true => crate::base::cwd_from_here(None),
+            false => None,
+        };
+        let opened = client
+            .shell_open(
+                None,
+                cwd,
+                None,
+                None,
+                None,
+                self.owner.clone(),
+                Some(self.key.clone()),
+                None,
+            )
+            .await?;
+        *shell = Some(opened.shell_id.clone());
+        Ok(opened.shell_id)
+    }
+}
+
+/// The answer's sentence.
+fn summary(r: &ShellCommandResult) -> String {
+    let n = r.command_id;
+    let cwd = r
+        .cwd
+        .as_deref()
+        .map(|c| format!(" (cwd {c})"))
+        .unwrap_or_default();
+    let took = r
+        .duration_ms
+        .map(|ms| format!(" in {ms} ms"))
+        .unwrap_or_default();
+    let code = r.exit_code.map_or("unknown".to_string(), |c| c.to_string());
+    match r.status {
+        CommandStatus::Running if r.waiting_for_input => format!(
+            "Command {n} is WAITING FOR INPUT: answer with `write` on session_id {}, then call `shell` with command_id {n}. Output so far:",
+            r.shell_id
+        ),
+        CommandStatus::Running => format!(
+            "Command {n} still runs: call `shell` with command_id {n} to wait for it (interrupt: true to stop it). Output so far:"
+        ),
+        CommandStatus::Exited => format!("Command {n} exited with code {code}{took}{cwd}. Output:"),
+        CommandStatus::Interrupted => format!(
+            "Command {n} was interrupted ({}), exit code {code}{took}{cwd}; the shell stays. Output:",
+            r.ended_by.as_deref().unwrap_or("SIGINT")
+        ),
+        CommandStatus::TimedOut => format!(
+            "Command {n} ran past its timeout and was stopped ({}), exit code {code}{took}{cwd}; the shell stays. Output:",
+            r.ended_by.as_deref().unwrap_or("SIGINT")
+        ),
+        CommandStatus::ShellExited => format!(
+            "The shell ended during command {n} (exit code {code}); the next command opens a new shell, without the old one's state. Output:"
+        ),
+    }
+}
