@@ -1,12 +1,12 @@
 //! The shell's side: the bash loop a shell session runs, the line a
 //! command is sent as, and the records of its ends.
 //!
-//! The loop reads `<n> <nonce> <command, escaped>` lines from fd 3 (the
-//! command FIFO), runs each command in the shell itself (`.` of a here
+//! The loop reads a line `<n> <nonce> <length>` and the command's bytes
+//! from fd 3 (the command FIFO), runs each command in the shell itself (`.` of a here
 //! string, so `cd`, variables, functions, aliases and options stay),
 //! with fds 3–5 closed for the command, then appends `E <n> <nonce>
-//! <status> <cwd>` NUL-terminated to fd 4 (the file of ends) and a byte to
-//! fd 5 (the wake FIFO). The command's output is never parsed: nothing it
+//! <status> <cwd>` NUL-terminated to fd 4 (the file of ends, for the next
+//! daemon) and writes the same record to fd 5 (the FIFO the daemon reads). The command's output is never parsed: nothing it
 //! prints can end it, fake its status or reach the next command.
 //!
 //! Interrupts: SIGINT to the shell's process group (as a terminal's
@@ -31,10 +31,12 @@ __procd_on_int='[[ -n $__procd_busy ]] && { __procd_intr=1; set -T; trap "(( \${
 __procd_on_err='__procd_st=$?; if [[ $- == *e* ]]; then if (( ${#BASH_SOURCE[@]} )); then builtin return $__procd_st; else set +e; __procd_e_hit=1; fi; fi'
 builtin trap -- "$__procd_on_int" INT
 set -E
-while IFS=' ' builtin read -r -u 3 __procd_n __procd_nonce __procd_esc; do
-  [[ $__procd_n =~ ^[0-9]+$ ]] && (( __procd_n > __procd_last )) || continue
+while IFS=' ' builtin read -r -u 3 __procd_n __procd_nonce __procd_len; do
+  [[ $__procd_n =~ ^[0-9]+$ && $__procd_len =~ ^[0-9]+$ ]] || continue
+  __procd_cmd=
+  (( __procd_len == 0 )) || LC_ALL=C IFS= builtin read -r -N "$__procd_len" -u 3 __procd_cmd
+  (( __procd_n > __procd_last )) || continue
   __procd_last=$__procd_n
-  builtin printf -v __procd_cmd '%b' "$__procd_esc"
   [[ $__procd_x == *x* ]] && __procd_cmd="set -x; $__procd_cmd"
   builtin trap -- "$__procd_on_int" INT
   builtin trap -- "$__procd_on_err" ERR
@@ -42,12 +44,14 @@ while IFS=' ' builtin read -r -u 3 __procd_n __procd_nonce __procd_esc; do
   [[ -n $__procd_e ]] && set -e
   __procd_busy=1
   builtin . /dev/fd/6 6<<<"$__procd_cmd" 3<&- 4>&- 5>&-
-  { __procd_rc=$? __procd_busy= __procd_x=$-; set +x; } 2>/dev/null
+  __procd_rc=$? __procd_busy= __procd_x=
+  [[ $- == *x* ]] && { __procd_x=x; set +x; } 2>/dev/null
   builtin trap - DEBUG
   [[ -n $__procd_intr && $__procd_T != *T* ]] && set +T
   if [[ $- == *e* || -n $__procd_e_hit ]]; then set +e; __procd_e=1; else __procd_e=; fi
-  builtin printf 'E %s %s %s %s\0' "$__procd_n" "$__procd_nonce" "$__procd_rc" "$PWD" >&4
-  builtin printf . >&5
+  builtin printf -v __procd_end 'E %s %s %s %s' "$__procd_n" "$__procd_nonce" "$__procd_rc" "$PWD"
+  builtin printf '%s\0' "$__procd_end" >&4
+  builtin printf '%s\0' "$__procd_end" >&5
 done"#;
 
 /// The variable the loop is handed in.
@@ -61,20 +65,13 @@ pub const CTL: &str = "ctl";
 pub const ENDS: &str = "ends";
 pub const WAKE: &str = "wake";
 
-/// The line that sends command `n`: every byte but a few safe ones as
-/// `\xHH`, so the line holds no space, newline or backslash of the
-/// command's (bash's `printf %b` turns it back).
+/// What sends command `n`: a line `N NONCE LEN`, then the command's LEN
+/// bytes as they are. bash reads a FIFO a byte at a time for a line, but
+/// `read -N` takes the LEN bytes in one read (in the C locale, where a
+/// character is a byte).
 pub fn command_line(n: u64, nonce: &str, command: &str) -> Vec<u8> {
-    let mut line = format!("{n} {nonce} ").into_bytes();
-    for &b in command.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-' | b',' | b':' | b'=')
-        {
-            line.push(b);
-        } else {
-            line.extend_from_slice(format!("\\x{b:02x}").as_bytes());
-        }
-    }
-    line.push(b'\n');
+    let mut line = format!("{n} {nonce} {}\n", command.len()).into_bytes();
+    line.extend_from_slice(command.as_bytes());
     line
 }
 
@@ -183,13 +180,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_command_line_has_no_byte_of_the_command_that_bash_would_split_on() {
-        let line = command_line(7, "ab12", "echo 'a b'\n\\x41 \u{e9}");
-        let text = String::from_utf8(line).unwrap();
-        assert!(text.starts_with("7 ab12 echo"));
-        assert_eq!(text.matches(' ').count(), 2, "{text}");
-        assert_eq!(text.matches('\n').count(), 1);
-        assert!(text.ends_with('\n'));
+    fn bash_reads_a_command_back_byte_for_byte_in_any_locale() {
+        let command = "echo 'a b'\n\\x41 \u{e9}\u{20ac}\t\\c  ";
+        let mut sent = command_line(7, "ab12", command);
+        sent.extend_from_slice(b"8 cd34 2\nls");
+        let out = std::process::Command::new("bash")
+            .args(["-c", "IFS=' ' read -r n nonce len; LC_ALL=C IFS= read -r -N $len cmd; printf '%s|%s|%s' \"$n\" \"$cmd\" \"$(head -c 8)\""])
+            .env("LC_ALL", "C.UTF-8")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(&sent)?;
+                child.wait_with_output()
+            })
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("7|{command}|8 cd34 2")
+        );
     }
 
     #[test]

@@ -105,6 +105,8 @@ struct Shell {
     changed: watch::Sender<u64>,
     /// Where it was opened (its cwd before any command).
     opened_in: String,
+    /// Journal entries, written in order by the shell's journal task.
+    journal: tokio::sync::mpsc::UnboundedSender<Entry>,
 }
 
 #[derive(Default)]
@@ -113,8 +115,6 @@ struct State {
     last: u64,
     commands: VecDeque<Command>,
     closed: bool,
-    /// How far the ends file has been read.
-    ends_read: u64,
 }
 
 struct Command {
@@ -257,7 +257,10 @@ impl Shells {
             .unchecked(true)
             .open_sender(dir.join(boot::CTL))
             .map_err(internal)?;
+        let (journal, entries) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(write_journal(dir.clone(), session.id.clone(), entries));
         let shell = Arc::new(Shell {
+            journal,
             id: session.id.clone(),
             opened_in: session.spec.cwd.display().to_string(),
             name: file.name,
@@ -354,8 +357,7 @@ impl Shells {
                 None => Err(std::io::ErrorKind::BrokenPipe.into()),
             }
         };
-        self.record(shell, Entry::Started(journal::Started { n, ..started }))
-            .await;
+        shell.record(Entry::Started(journal::Started { n, ..started }));
         if let Err(e) = sent {
             tracing::warn!(shell = %shell.id, %e, "cannot send a command");
             // The shell is gone: its task ends the command as the shell's end.
@@ -373,7 +375,12 @@ impl Shells {
             if shell.command_ended(n) {
                 return false;
             }
-            if self.registry.input_wanted(&shell.session).await {
+            // Looked at only once the command itself has been quiet a
+            // moment: the shell was idle before it, which says nothing.
+            let ran_for = shell.ran_for(n);
+            if ran_for >= crate::session::INPUT_QUIET
+                && self.registry.input_wanted(&shell.session).await
+            {
                 return true;
             }
             let now = tokio::time::Instant::now();
@@ -391,34 +398,41 @@ impl Shells {
 
     /// The shell's task: takes its ends as they come, and its exit.
     async fn follow(self: Arc<Self>, shell: Arc<Shell>, wake: pipe::Receiver) {
-        // Ends that came while no daemon ran.
-        self.take_ends(&shell).await;
-        let mut buf = [0u8; 256];
+        // Ends that came while no daemon ran: the file has them all.
+        self.take_recorded_ends(&shell).await;
+        let (mut pending, mut buf) = (Vec::new(), [0u8; 4096]);
         loop {
             tokio::select! {
                 ready = wake.readable() => {
                     if ready.is_err() {
                         break;
                     }
-                    while matches!(wake.try_read(&mut buf), Ok(n) if n > 0) {}
-                    self.take_ends(&shell).await;
+                    while let Ok(n @ 1..) = wake.try_read(&mut buf) {
+                        pending.extend_from_slice(&buf[..n]);
+                    }
+                    let (records, used) = boot::parse_ends(&pending);
+                    pending.drain(..used);
+                    self.end_commands(&shell, records).await;
                 }
                 _ = shell.session.wait_end() => break,
             }
         }
-        self.take_ends(&shell).await;
+        self.take_recorded_ends(&shell).await;
         self.shell_ended(&shell).await;
     }
 
-    /// Reads the ends the shell appended since the last look, and ends
-    /// those commands.
-    async fn take_ends(&self, shell: &Arc<Shell>) {
-        let from = shell.state().ends_read;
+    /// Ends the commands whose ends the shell's file holds (its last MiB).
+    async fn take_recorded_ends(&self, shell: &Arc<Shell>) {
         let path = shell.dir.join(boot::ENDS);
-        let read = tokio::task::spawn_blocking(move || read_from(&path, from)).await;
-        let Ok(Ok(bytes)) = read else { return };
-        let (records, used) = boot::parse_ends(&bytes);
-        shell.state().ends_read = from + used as u64;
+        let read = tokio::task::spawn_blocking(move || read_tail(&path, 1 << 20)).await;
+        if let Ok(Ok(bytes)) = read {
+            self.end_commands(shell, boot::parse_ends(&bytes).0).await;
+        }
+    }
+
+    /// Ends the commands `records` name (each once: a record read twice, or
+    /// of a command that is not running, is passed over).
+    async fn end_commands(&self, shell: &Arc<Shell>, records: Vec<boot::EndRecord>) {
         for record in records {
             let known = shell
                 .state()
@@ -468,19 +482,15 @@ impl Shells {
             e
         };
         shell.changed.send_modify(|v| *v += 1);
-        self.record(
-            shell,
-            Entry::Ended(journal::Ended {
-                ended: n,
-                status: ended.status,
-                exit_code: ended.exit_code,
-                to: ended.to,
-                cwd: ended.cwd,
-                duration_ms: ended.duration.as_millis() as u64,
-                ended_by: ended.ended_by,
-            }),
-        )
-        .await;
+        shell.record(Entry::Ended(journal::Ended {
+            ended: n,
+            status: ended.status,
+            exit_code: ended.exit_code,
+            to: ended.to,
+            cwd: ended.cwd,
+            duration_ms: ended.duration.as_millis() as u64,
+            ended_by: ended.ended_by,
+        }));
     }
 
     /// The shell's session ended: a command it ran ends with it, and the
@@ -678,14 +688,6 @@ impl Shells {
         }
     }
 
-    async fn record(&self, shell: &Shell, entry: Entry) {
-        let dir = shell.dir.clone();
-        let written = tokio::task::spawn_blocking(move || journal::append(&dir, &entry)).await;
-        if !matches!(written, Ok(Ok(()))) {
-            tracing::warn!(shell = %shell.id, "cannot write the shell's journal");
-        }
-    }
-
     /// Command `n` as an answer.
     async fn result(
         &self,
@@ -754,6 +756,12 @@ impl Shells {
 }
 
 impl Shell {
+    /// Queues a journal entry (one per command start and end: bounded by
+    /// the shell's turn).
+    fn record(&self, entry: Entry) {
+        let _ = self.journal.send(entry);
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -770,6 +778,13 @@ impl Shell {
             true => Ok(()),
             false => Err(gone(self, n)),
         }
+    }
+
+    /// How long command `n` has run.
+    fn ran_for(&self, n: u64) -> Duration {
+        let state = self.state();
+        let c = state.commands.iter().find(|c| c.n == n);
+        c.map_or(Duration::ZERO, |c| c.started.elapsed())
     }
 
     fn command_ended(&self, n: u64) -> bool {
@@ -829,6 +844,29 @@ impl Shell {
             pty: self.pty,
             opened,
             cwd,
+        }
+    }
+}
+
+/// Writes a shell's journal entries in the order they came, off the
+/// event loop, a batch at a time.
+async fn write_journal(
+    dir: PathBuf,
+    id: String,
+    mut entries: tokio::sync::mpsc::UnboundedReceiver<Entry>,
+) {
+    while let Some(first) = entries.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = entries.try_recv() {
+            batch.push(more);
+        }
+        let dir = dir.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            batch.iter().try_for_each(|e| journal::append(&dir, e))
+        })
+        .await;
+        if !matches!(written, Ok(Ok(()))) {
+            tracing::warn!(shell = %id, "cannot write the shell's journal");
         }
     }
 }
@@ -897,16 +935,20 @@ fn recorded_shells(root: &Path) -> Vec<(PathBuf, Option<journal::ShellFile>)> {
         .collect()
 }
 
-/// The bytes of `path` from `offset` on (at most 1 MiB at a time).
-fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
+/// The last `max` bytes of `path` (a regular file, not followed).
+fn read_tail(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek};
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
-    f.seek(std::io::SeekFrom::Start(offset))?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    f.seek(std::io::SeekFrom::Start(meta.len().saturating_sub(max)))?;
     let mut bytes = Vec::new();
-    f.take(1 << 20).read_to_end(&mut bytes)?;
+    f.take(max).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
