@@ -435,6 +435,11 @@ fn bad_shell_input_is_refused_by_name() {
         named,
         "a new shell of that name"
     );
+    // A shell whose session is killed is closed at once.
+    let killed = open(&d, json!({}));
+    d.ok("kill", json!({"session_id": killed}));
+    let (code, message) = d.err("shell_run", json!({"shell_id": killed, "command": "true"}));
+    assert_eq!(code, -32002, "{message}");
 }
 
 #[test]
@@ -475,4 +480,41 @@ fn procd_sh_opens_the_shell_once_prints_the_output_and_exits_with_the_code() {
         .filter(|s| s["name"] == "build")
         .count();
     assert_eq!(shells, 1, "one shell named build: {listed}");
+}
+
+#[test]
+fn procd_attach_on_a_shell_shows_its_commands_and_types_into_them() {
+    let d = Daemon::start();
+    let sh = open(&d, json!({"pty": true}));
+    let attach = format!(
+        "PROCD_HOME={} {BIN} attach {sh}; echo attach-exited-$?; sleep 60",
+        d.home.path().display()
+    );
+    let tmux = crate::common::tmux::Tmux::start(&attach, 100, 30);
+    tmux.wait_for("Ctrl-] detaches");
+    let r = d.ok(
+        "shell_run",
+        json!({"shell_id": sh, "command": "read -p 'Who? ' w; echo \"hi $w\"", "yield_ms": 0}),
+    );
+    let n = r["command_id"].clone();
+    tmux.wait_for("Who? ");
+    // Typed at the attached terminal, answered in the shell.
+    tmux.run(&["send-keys", "ann", "Enter"]);
+    let r = d.ok(
+        "shell_wait",
+        json!({"shell_id": sh, "command_id": n, "timeout_s": PATIENCE.as_secs()}),
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(
+        r["output"]
+            .as_str()
+            .unwrap_or("")
+            .replace('\r', "")
+            .ends_with("hi ann\n"),
+        "{r}"
+    );
+    tmux.wait_for("hi ann");
+    tmux.run(&["send-keys", "C-]"]);
+    tmux.wait_for("attach-exited-0");
+    run_ok(&d, &sh, "echo $w", 0, "ann\r\n");
 }

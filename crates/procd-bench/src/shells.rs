@@ -68,7 +68,7 @@ pub(crate) fn shell_rows(d: &Daemon, rounds: usize) -> Vec<Row> {
         "ms",
         Ratio::AtMost(0.5),
         format!(
-            "median of {rounds} rounds, in turn: one `shell_run` (the command sent on the shell's FIFO, its end read from the shell's file, the output drained) beside `spawn` + `wait` of `true` on the same daemon"
+            "median of {rounds} rounds, in turn: one `shell_run` (the command sent on the shell's FIFO, its end read from another, the output drained) beside `spawn` + `wait` of `true` on the same daemon"
         ),
     );
     let mut beside_marker = Row::against(

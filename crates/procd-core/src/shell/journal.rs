@@ -58,15 +58,27 @@ pub fn read_shell_file(dir: &Path) -> Option<ShellFile> {
     procd_sys::atomic::read_json(&dir.join(SHELL_FILE))
 }
 
-/// Appends one entry (a line under PIPE_BUF is one write).
-pub fn append(dir: &Path, entry: &Entry) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
-    line.push(b'\n');
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(JOURNAL))?;
-    file.write_all(&line)
+/// A shell's journal, open for appending.
+pub struct Journal(std::fs::File);
+
+impl Journal {
+    pub fn open(dir: &Path) -> std::io::Result<Journal> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dir.join(JOURNAL))?;
+        Ok(Journal(file))
+    }
+
+    /// Appends one entry, as one write.
+    pub fn append(&mut self, entry: &Entry) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.0.write_all(&line)
+    }
 }
 
 /// The journal's entries, in order (in its last `MAX_JOURNAL_BYTES`).

@@ -105,8 +105,9 @@ struct Shell {
     changed: watch::Sender<u64>,
     /// Where it was opened (its cwd before any command).
     opened_in: String,
-    /// Journal entries, written in order by the shell's journal task.
-    journal: tokio::sync::mpsc::UnboundedSender<Entry>,
+    /// The journal, appended to a line at a time (None once a write
+    /// failed: the shell then does not outlive the daemon whole).
+    journal: Mutex<Option<journal::Journal>>,
 }
 
 #[derive(Default)]
@@ -253,14 +254,18 @@ impl Shells {
                 .open_receiver(dir.join(name))
         };
         let wake = open(boot::WAKE).map_err(internal)?;
+        // Read-write, as the shell holds it: a shell that is already gone
+        // is found by its task, not by an open that fails.
         let ctl = pipe::OpenOptions::new()
+            .read_write(true)
             .unchecked(true)
             .open_sender(dir.join(boot::CTL))
             .map_err(internal)?;
-        let (journal, entries) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(write_journal(dir.clone(), session.id.clone(), entries));
+        let journal = journal::Journal::open(&dir)
+            .map_err(|e| tracing::warn!(shell = %session.id, %e, "cannot open the shell's journal"))
+            .ok();
         let shell = Arc::new(Shell {
-            journal,
+            journal: Mutex::new(journal),
             id: session.id.clone(),
             opened_in: session.spec.cwd.display().to_string(),
             name: file.name,
@@ -353,7 +358,12 @@ impl Shells {
             use tokio::io::AsyncWriteExt;
             let mut ctl = shell.ctl.lock().await;
             match ctl.as_mut() {
-                Some(ctl) => ctl.write_all(&line).await,
+                // A shell that ends meanwhile reads no more: the write
+                // would wait for ever on a full FIFO.
+                Some(ctl) => tokio::select! {
+                    written = ctl.write_all(&line) => written,
+                    _ = shell.session.wait_end() => Err(std::io::ErrorKind::BrokenPipe.into()),
+                },
                 None => Err(std::io::ErrorKind::BrokenPipe.into()),
             }
         };
@@ -756,10 +766,15 @@ impl Shells {
 }
 
 impl Shell {
-    /// Queues a journal entry (one per command start and end: bounded by
-    /// the shell's turn).
+    /// Appends a journal entry: one write of one line, as the
+    /// notification journal does (a kill leaves it whole or torn, and a
+    /// torn line is skipped when read).
     fn record(&self, entry: Entry) {
-        let _ = self.journal.send(entry);
+        let mut journal = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Err(e)) = journal.as_mut().map(|j| j.append(&entry)) {
+            tracing::warn!(shell = %self.id, %e, "cannot write the shell's journal");
+            *journal = None;
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -767,7 +782,8 @@ impl Shell {
     }
 
     fn check_open(&self) -> Result<(), Error> {
-        match self.state().closed {
+        // Closed, or its session ended and its task has not said so yet.
+        match self.state().closed || !self.session.is_running() {
             true => Err(Error::WrongState(format!("shell {} is closed", self.id))),
             false => Ok(()),
         }
@@ -844,29 +860,6 @@ impl Shell {
             pty: self.pty,
             opened,
             cwd,
-        }
-    }
-}
-
-/// Writes a shell's journal entries in the order they came, off the
-/// event loop, a batch at a time.
-async fn write_journal(
-    dir: PathBuf,
-    id: String,
-    mut entries: tokio::sync::mpsc::UnboundedReceiver<Entry>,
-) {
-    while let Some(first) = entries.recv().await {
-        let mut batch = vec![first];
-        while let Ok(more) = entries.try_recv() {
-            batch.push(more);
-        }
-        let dir = dir.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            batch.iter().try_for_each(|e| journal::append(&dir, e))
-        })
-        .await;
-        if !matches!(written, Ok(Ok(()))) {
-            tracing::warn!(shell = %id, "cannot write the shell's journal");
         }
     }
 }
