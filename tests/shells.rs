@@ -518,3 +518,47 @@ fn procd_attach_on_a_shell_shows_its_commands_and_types_into_them() {
     tmux.wait_for("attach-exited-0");
     run_ok(&d, &sh, "echo $w", 0, "ann\r\n");
 }
+
+#[test]
+fn an_interrupt_that_comes_before_the_shell_took_the_command_still_ends_it() {
+    let d = Daemon::start();
+    let opened = d.ok("shell_open", json!({}));
+    let sh = opened["shell_id"].as_str().expect("id").to_string();
+    let pid = nix::unistd::Pid::from_raw(opened["pid"].as_i64().expect("pid") as i32);
+    // The shell cannot take the command up until it is continued.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("stop");
+    let r = d.ok(
+        "shell_run",
+        json!({"shell_id": sh, "command": "sleep 100", "yield_ms": 0}),
+    );
+    assert_eq!(r["status"], "running", "{r}");
+    let interrupt = std::thread::scope(|s| {
+        let asked = s.spawn(|| d.ok("shell_interrupt", json!({"shell_id": sh})));
+        // A SIGINT sent now would wait, pending, for an idle shell that
+        // ignores it. Give the daemon a second to send one, if it would.
+        let status = format!("/proc/{pid}/status");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while std::time::Instant::now() < deadline {
+            let text = std::fs::read_to_string(&status).unwrap_or_default();
+            if text
+                .lines()
+                .any(|l| l.starts_with("ShdPnd:") && !l.ends_with("0000000000000000"))
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("continue");
+        asked.join().expect("interrupt")
+    });
+    assert_eq!(
+        (
+            interrupt["status"].as_str(),
+            interrupt["ended_by"].as_str(),
+            interrupt["exit_code"].as_i64()
+        ),
+        (Some("interrupted"), Some("SIGINT"), Some(130)),
+        "{interrupt}"
+    );
+    run_ok(&d, &sh, "echo usable", 0, "usable\n");
+}

@@ -6,7 +6,8 @@
 //! string, so `cd`, variables, functions, aliases and options stay),
 //! with fds 3–5 closed for the command, then appends `E <n> <nonce>
 //! <status> <cwd>` NUL-terminated to fd 4 (the file of ends, for the next
-//! daemon) and writes the same record to fd 5 (the FIFO the daemon reads). The command's output is never parsed: nothing it
+//! daemon) and writes the same record to fd 5 (the FIFO the daemon reads),
+//! where `S <n> <nonce>` said before that the command has begun. The command's output is never parsed: nothing it
 //! prints can end it, fake its status or reach the next command.
 //!
 //! Interrupts: SIGINT to the shell's process group (as a terminal's
@@ -43,6 +44,7 @@ while IFS=' ' builtin read -r -u 3 __procd_n __procd_nonce __procd_len; do
   __procd_T=$- __procd_intr= __procd_e_hit=
   [[ -n $__procd_e ]] && set -e
   __procd_busy=1
+  builtin printf 'S %s %s\0' "$__procd_n" "$__procd_nonce" >&5
   builtin . /dev/fd/6 6<<<"$__procd_cmd" 3<&- 4>&- 5>&-
   __procd_rc=$? __procd_busy= __procd_x=
   [[ $- == *x* ]] && { __procd_x=x; set +x; } 2>/dev/null
@@ -75,6 +77,14 @@ pub fn command_line(n: u64, nonce: &str, command: &str) -> Vec<u8> {
     line
 }
 
+/// What the shell says of a command: it has begun (on the FIFO only,
+/// once an interrupt would reach it), or it has ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Begun { n: u64, nonce: String },
+    Ended(EndRecord),
+}
+
 /// A command's end as the shell recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndRecord {
@@ -90,7 +100,7 @@ const MAX_RECORD: usize = 8192;
 /// Parses the complete records in `bytes`; returns them and how many
 /// bytes they took (a partial record at the end waits for the rest).
 /// A record that is not one of the shell's is skipped.
-pub fn parse_ends(bytes: &[u8]) -> (Vec<EndRecord>, usize) {
+pub fn parse_ends(bytes: &[u8]) -> (Vec<Record>, usize) {
     let mut records = Vec::new();
     let mut used = 0;
     while let Some(len) = memchr::memchr(0, &bytes[used..]) {
@@ -99,7 +109,7 @@ pub fn parse_ends(bytes: &[u8]) -> (Vec<EndRecord>, usize) {
         if record.len() > MAX_RECORD {
             continue;
         }
-        if let Some(r) = parse_end(record) {
+        if let Some(r) = parse_record(record) {
             records.push(r);
         }
     }
@@ -110,20 +120,25 @@ pub fn parse_ends(bytes: &[u8]) -> (Vec<EndRecord>, usize) {
     (records, used)
 }
 
-fn parse_end(record: &[u8]) -> Option<EndRecord> {
+fn parse_record(record: &[u8]) -> Option<Record> {
     let text = std::str::from_utf8(record).ok()?;
+    if let Some(rest) = text.strip_prefix("S ") {
+        let (n, nonce) = rest.split_once(' ')?;
+        let (n, nonce) = (n.parse().ok()?, nonce.to_string());
+        return Some(Record::Begun { n, nonce });
+    }
     let rest = text.strip_prefix("E ")?;
     let mut fields = rest.splitn(4, ' ');
     let n = fields.next()?.parse().ok()?;
     let nonce = fields.next()?.to_string();
     let status = fields.next()?.parse().ok()?;
     let cwd = fields.next()?.to_string();
-    Some(EndRecord {
+    Some(Record::Ended(EndRecord {
         n,
         nonce,
         status,
         cwd,
-    })
+    }))
 }
 
 /// The channels a shell inherits, opened by the daemon (outside any
@@ -204,11 +219,18 @@ mod tests {
 
     #[test]
     fn ends_are_parsed_whole_and_a_partial_one_waits() {
-        let bytes = b"E 1 n1 0 /tmp\0E 2 n2 130 /a b\0junk\0E 3 n3 1 /x";
+        let bytes = b"E 1 n1 0 /tmp\0S 2 n2\0E 2 n2 130 /a b\0junk\0E 3 n3 1 /x";
         let (records, used) = parse_ends(bytes);
-        assert_eq!(records.len(), 2);
-        assert_eq!(records[1].cwd, "/a b");
-        assert_eq!(records[1].status, 130);
+        assert_eq!(records.len(), 3);
+        let begun = Record::Begun {
+            n: 2,
+            nonce: "n2".into(),
+        };
+        assert_eq!(records[1], begun);
+        let Record::Ended(end) = &records[2] else {
+            panic!("{records:?}")
+        };
+        assert_eq!((end.cwd.as_str(), end.status), ("/a b", 130));
         assert_eq!(used, bytes.len() - "E 3 n3 1 /x".len());
     }
 }

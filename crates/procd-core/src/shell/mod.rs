@@ -15,7 +15,9 @@
 //! daemon runs still arrives with its exact status.
 
 mod boot;
+mod ends;
 mod journal;
+mod recovery;
 
 pub use boot::Channels;
 
@@ -28,7 +30,7 @@ use procd_proto::{
     ShellCommandsResult, ShellOpenResult, SpawnParams,
 };
 use std::collections::{BTreeMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -126,6 +128,8 @@ struct Command {
     started_at: SystemTime,
     started: Instant,
     from: u64,
+    /// The shell has said it runs it (an interrupt now reaches it).
+    begun: bool,
     end: Option<End>,
     /// Why it is being stopped, and the last signal sent.
     stop: Option<(Stop, &'static str)>,
@@ -342,6 +346,7 @@ impl Shells {
                 started_at: SystemTime::now(),
                 started: Instant::now(),
                 from: started.from,
+                begun: false,
                 end: None,
                 stop: None,
                 turn: Some(turn),
@@ -406,132 +411,16 @@ impl Shells {
         }
     }
 
-    /// The shell's task: takes its ends as they come, and its exit.
-    async fn follow(self: Arc<Self>, shell: Arc<Shell>, wake: pipe::Receiver) {
-        // Ends that came while no daemon ran: the file has them all.
-        self.take_recorded_ends(&shell).await;
-        let (mut pending, mut buf) = (Vec::new(), [0u8; 4096]);
-        loop {
-            tokio::select! {
-                ready = wake.readable() => {
-                    if ready.is_err() {
-                        break;
-                    }
-                    while let Ok(n @ 1..) = wake.try_read(&mut buf) {
-                        pending.extend_from_slice(&buf[..n]);
-                    }
-                    let (records, used) = boot::parse_ends(&pending);
-                    pending.drain(..used);
-                    self.end_commands(&shell, records).await;
-                }
-                _ = shell.session.wait_end() => break,
-            }
-        }
-        self.take_recorded_ends(&shell).await;
-        self.shell_ended(&shell).await;
-    }
-
-    /// Ends the commands whose ends the shell's file holds (its last MiB).
-    async fn take_recorded_ends(&self, shell: &Arc<Shell>) {
-        let path = shell.dir.join(boot::ENDS);
-        let read = tokio::task::spawn_blocking(move || read_tail(&path, 1 << 20)).await;
-        if let Ok(Ok(bytes)) = read {
-            self.end_commands(shell, boot::parse_ends(&bytes).0).await;
-        }
-    }
-
-    /// Ends the commands `records` name (each once: a record read twice, or
-    /// of a command that is not running, is passed over).
-    async fn end_commands(&self, shell: &Arc<Shell>, records: Vec<boot::EndRecord>) {
-        for record in records {
-            let known = shell
-                .state()
-                .commands
-                .iter()
-                .any(|c| c.n == record.n && c.nonce == record.nonce && c.end.is_none());
-            if !known {
-                continue;
-            }
-            // Everything the command wrote is in the pipe (or the PTY's
-            // buffers) by now: have it all in the log before the cursor.
-            let _ = tokio::time::timeout(DRAIN_BOUND, shell.session.output.drained()).await;
-            let to = shell.session.output.end();
-            self.end_command(shell, record.n, |stop| End {
-                status: match stop {
-                    Some(Stop::Interrupt) => CommandStatus::Interrupted,
-                    Some(Stop::Timeout) => CommandStatus::TimedOut,
-                    None => CommandStatus::Exited,
-                },
-                exit_code: Some(record.status),
-                to,
-                cwd: Some(record.cwd.clone()),
-                duration: Duration::ZERO,
-                ended_by: None,
-            })
-            .await;
-        }
-    }
-
-    /// Records command `n`'s end (made by `end` from why it was being
-    /// stopped) and gives the turn back.
-    async fn end_command(&self, shell: &Arc<Shell>, n: u64, end: impl FnOnce(Option<Stop>) -> End) {
-        let ended = {
-            let mut state = shell.state();
-            let Some(c) = state
-                .commands
-                .iter_mut()
-                .find(|c| c.n == n && c.end.is_none())
-            else {
-                return;
-            };
-            let mut e = end(c.stop.map(|(why, _)| why));
-            e.duration = c.started.elapsed();
-            e.ended_by = c.stop.map(|(_, signal)| signal.to_string());
-            c.end = Some(e.clone());
-            c.turn = None;
-            e
-        };
-        shell.changed.send_modify(|v| *v += 1);
-        shell.record(Entry::Ended(journal::Ended {
-            ended: n,
-            status: ended.status,
-            exit_code: ended.exit_code,
-            to: ended.to,
-            cwd: ended.cwd,
-            duration_ms: ended.duration.as_millis() as u64,
-            ended_by: ended.ended_by,
-        }));
-    }
-
-    /// The shell's session ended: a command it ran ends with it, and the
-    /// shell is closed (its directory removed).
-    async fn shell_ended(&self, shell: &Arc<Shell>) {
-        let exit = shell.session.wait_exited(Duration::ZERO).await;
-        let running: Vec<u64> = {
-            let mut state = shell.state();
-            state.closed = true;
-            state
-                .commands
-                .iter()
-                .filter(|c| c.end.is_none())
-                .map(|c| c.n)
-                .collect()
-        };
-        let to = shell.session.output.end();
-        for n in running {
-            self.end_command(shell, n, |_| End {
-                status: CommandStatus::ShellExited,
-                exit_code: exit.as_ref().and_then(|e| e.exit_code),
-                to,
-                cwd: None,
-                duration: Duration::ZERO,
-                ended_by: None,
-            })
-            .await;
-        }
-        *shell.ctl.lock().await = None;
-        shell.changed.send_modify(|v| *v += 1);
-        remove_dir(shell.dir.clone()).await;
+    /// The shell and the command a call names (the last one if none).
+    fn command_of(
+        &self,
+        shell_id: &str,
+        command_id: Option<u64>,
+    ) -> Result<(Arc<Shell>, u64), Error> {
+        let shell = self.find(shell_id)?;
+        let n = command_id.unwrap_or_else(|| shell.state().last);
+        shell.command(n)?;
+        Ok((shell, n))
     }
 
     /// Interrupts the running command (or command `n`): SIGINT to the
@@ -543,61 +432,9 @@ impl Shells {
         command_id: Option<u64>,
         budget: Option<usize>,
     ) -> Result<ShellCommandResult, Error> {
-        let shell = self.find(shell_id)?;
-        let n = match command_id {
-            Some(n) => n,
-            None => shell.state().last,
-        };
-        shell.command(n)?;
+        let (shell, n) = self.command_of(shell_id, command_id)?;
         self.stop(&shell, n, Stop::Interrupt).await;
         self.result(&shell, n, false, budget).await
-    }
-
-    async fn stop(&self, shell: &Arc<Shell>, n: u64, why: Stop) {
-        let steps: [(&'static str, Duration); 3] = [
-            ("SIGINT", INTERRUPT_GRACE),
-            ("SIGKILL", INTERRUPT_GRACE),
-            ("SIGKILL to the shell", Duration::from_secs(10)),
-        ];
-        for (signal, grace) in steps {
-            {
-                let mut state = shell.state();
-                let Some(c) = state.commands.iter_mut().find(|c| c.n == n) else {
-                    return;
-                };
-                if c.end.is_some() {
-                    return;
-                }
-                c.stop = Some((c.stop.map_or(why, |(first, _)| first), signal));
-            }
-            match signal {
-                "SIGINT" => {
-                    let _ = self
-                        .registry
-                        .signal(&shell.id, procd_proto::SignalSpec::Name("SIGINT".into()))
-                        .await;
-                }
-                "SIGKILL" => {
-                    self.registry.kill_group_but_root(&shell.session).await;
-                }
-                _ => {
-                    let _ = self
-                        .registry
-                        .kill(
-                            &shell.id,
-                            Some(procd_proto::SignalSpec::Name("SIGKILL".into())),
-                            None,
-                            Some("shell_interrupt"),
-                        )
-                        .await;
-                }
-            }
-            let mut changed = shell.changed.subscribe();
-            let ended = changed.wait_for(|_| shell.command_ended(n));
-            if tokio::time::timeout(grace, ended).await.is_ok() {
-                return;
-            }
-        }
     }
 
     /// Waits up to `timeout` for command `n` (the last one if not given).
@@ -608,12 +445,7 @@ impl Shells {
         timeout: Duration,
         budget: Option<usize>,
     ) -> Result<ShellCommandResult, Error> {
-        let shell = self.find(shell_id)?;
-        let n = match command_id {
-            Some(n) => n,
-            None => shell.state().last,
-        };
-        shell.command(n)?;
+        let (shell, n) = self.command_of(shell_id, command_id)?;
         let waiting = self.wait_for(&shell, n, timeout.min(MAX_WAIT)).await;
         self.result(&shell, n, waiting, budget).await
     }
@@ -668,34 +500,6 @@ impl Shells {
             status: if was_open { "closed" } else { "already_closed" }.into(),
             exit_code: exit.and_then(|e| e.exit_code),
         })
-    }
-
-    /// Takes back the shells a previous daemon left, once the registry
-    /// has recovered their sessions; removes the directories of the rest.
-    pub async fn recover(self: &Arc<Self>) {
-        let dir = self.dir.clone();
-        let found = tokio::task::spawn_blocking(move || recorded_shells(&dir)).await;
-        for (dir, file) in found.unwrap_or_default() {
-            let session = file
-                .as_ref()
-                .and_then(|f| self.registry.find(&f.session_id).ok())
-                .filter(|s| s.is_running());
-            let (Some(session), Some(file)) = (session, file) else {
-                remove_dir(dir).await;
-                continue;
-            };
-            let state = {
-                let dir = dir.clone();
-                tokio::task::spawn_blocking(move || replay(&journal::read(&dir)))
-                    .await
-                    .unwrap_or_default()
-            };
-            let id = session.id.clone();
-            match self.adopt(session, dir, file, state) {
-                Ok(shell) => shell.retake_turn(),
-                Err(e) => tracing::warn!(shell = %id, %e, "cannot take the shell back"),
-            }
-        }
     }
 
     /// Command `n` as an answer.
@@ -803,6 +607,13 @@ impl Shell {
         c.map_or(Duration::ZERO, |c| c.started.elapsed())
     }
 
+    /// Whether command `n` has begun in the shell, or has ended.
+    fn command_begun(&self, n: u64) -> bool {
+        let state = self.state();
+        let c = state.commands.iter().find(|c| c.n == n);
+        c.is_none_or(|c| c.begun || c.end.is_some())
+    }
+
     fn command_ended(&self, n: u64) -> bool {
         self.state()
             .commands
@@ -864,87 +675,6 @@ impl Shell {
     }
 }
 
-/// The commands and state a journal describes.
-fn replay(entries: &[Entry]) -> State {
-    let mut state = State::default();
-    for entry in entries {
-        match entry {
-            Entry::Started(s) => {
-                state.last = state.last.max(s.n);
-                state.commands.push_back(Command {
-                    n: s.n,
-                    nonce: s.nonce.clone(),
-                    text: s.command.clone(),
-                    started_at: procd_sys::clock::parse_rfc3339(&s.started_at)
-                        .unwrap_or_else(SystemTime::now),
-                    started: started_instant(&s.started_at),
-                    from: s.from,
-                    end: None,
-                    stop: None,
-                    turn: None,
-                });
-                if state.commands.len() > KEPT_COMMANDS {
-                    state.commands.pop_front();
-                }
-            }
-            Entry::Ended(e) => {
-                if let Some(c) = state.commands.iter_mut().find(|c| c.n == e.ended) {
-                    c.end = Some(End {
-                        status: e.status,
-                        exit_code: e.exit_code,
-                        to: e.to,
-                        cwd: e.cwd.clone(),
-                        duration: Duration::from_millis(e.duration_ms),
-                        ended_by: e.ended_by.clone(),
-                    });
-                }
-            }
-        }
-    }
-    state
-}
-
-/// The instant a previous daemon's recorded time stands for.
-fn started_instant(at: &str) -> Instant {
-    procd_sys::clock::parse_rfc3339(at)
-        .and_then(|t| SystemTime::now().duration_since(t).ok())
-        .and_then(|ago| Instant::now().checked_sub(ago))
-        .unwrap_or_else(Instant::now)
-}
-
-/// The shells' directories and what each says of itself.
-fn recorded_shells(root: &Path) -> Vec<(PathBuf, Option<journal::ShellFile>)> {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .map(|dir| {
-            let file = journal::read_shell_file(&dir);
-            (dir, file)
-        })
-        .collect()
-}
-
-/// The last `max` bytes of `path` (a regular file, not followed).
-fn read_tail(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::{Read, Seek};
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = f.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    f.seek(std::io::SeekFrom::Start(meta.len().saturating_sub(max)))?;
-    let mut bytes = Vec::new();
-    f.take(max).read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
-
 async fn remove_dir(dir: PathBuf) {
     let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
 }
@@ -974,5 +704,3 @@ fn gone(shell: &Shell, n: u64) -> Error {
 fn internal(e: impl std::fmt::Display) -> Error {
     Error::Internal(e.to_string())
 }
-
-use std::os::unix::fs::OpenOptionsExt;

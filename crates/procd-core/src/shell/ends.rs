@@ -1,0 +1,229 @@
+//! A shell's commands come to their ends here: the shell's task reads
+//! their end records (the FIFO as they come, the file for the ones that
+//! came while no daemon ran), drains the output before it takes a
+//! command's last cursor, and ends what the shell ran when the shell
+//! itself ends. Stops (an interrupt, a timeout) escalate from here.
+
+use super::journal::{self, Entry};
+use super::{boot, remove_dir, End, Shell, Shells, Stop, DRAIN_BOUND, INTERRUPT_GRACE};
+use procd_proto::CommandStatus;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::unix::pipe;
+
+impl Shells {
+    /// The shell's task: takes its ends as they come, and its exit.
+    pub(super) async fn follow(self: Arc<Self>, shell: Arc<Shell>, wake: pipe::Receiver) {
+        // Ends that came while no daemon ran: the file has them all.
+        self.take_recorded_ends(&shell).await;
+        let (mut pending, mut buf) = (Vec::new(), [0u8; 4096]);
+        loop {
+            tokio::select! {
+                ready = wake.readable() => {
+                    if ready.is_err() {
+                        break;
+                    }
+                    while let Ok(n @ 1..) = wake.try_read(&mut buf) {
+                        pending.extend_from_slice(&buf[..n]);
+                    }
+                    let (records, used) = boot::parse_ends(&pending);
+                    pending.drain(..used);
+                    self.end_commands(&shell, records).await;
+                }
+                _ = shell.session.wait_end() => break,
+            }
+        }
+        self.take_recorded_ends(&shell).await;
+        self.shell_ended(&shell).await;
+    }
+
+    /// Ends the commands whose ends the shell's file holds (its last MiB).
+    async fn take_recorded_ends(&self, shell: &Arc<Shell>) {
+        let path = shell.dir.join(boot::ENDS);
+        let read = tokio::task::spawn_blocking(move || read_tail(&path, 1 << 20)).await;
+        if let Ok(Ok(bytes)) = read {
+            self.end_commands(shell, boot::parse_ends(&bytes).0).await;
+        }
+    }
+
+    /// Takes what `records` say: a command has begun, or ended (each
+    /// once: a record read twice, or of a command that is not running, is
+    /// passed over).
+    async fn end_commands(&self, shell: &Arc<Shell>, records: Vec<boot::Record>) {
+        for record in records {
+            let record = match record {
+                boot::Record::Begun { n, nonce } => {
+                    if let Some(c) = shell
+                        .state()
+                        .commands
+                        .iter_mut()
+                        .find(|c| c.n == n && c.nonce == nonce)
+                    {
+                        c.begun = true;
+                    }
+                    shell.changed.send_modify(|v| *v += 1);
+                    continue;
+                }
+                boot::Record::Ended(end) => end,
+            };
+            let known = shell
+                .state()
+                .commands
+                .iter()
+                .any(|c| c.n == record.n && c.nonce == record.nonce && c.end.is_none());
+            if !known {
+                continue;
+            }
+            // Everything the command wrote is in the pipe (or the PTY's
+            // buffers) by now: have it all in the log before the cursor.
+            let _ = tokio::time::timeout(DRAIN_BOUND, shell.session.output.drained()).await;
+            let to = shell.session.output.end();
+            self.end_command(shell, record.n, |stop| End {
+                status: match stop {
+                    Some(Stop::Interrupt) => CommandStatus::Interrupted,
+                    Some(Stop::Timeout) => CommandStatus::TimedOut,
+                    None => CommandStatus::Exited,
+                },
+                exit_code: Some(record.status),
+                to,
+                cwd: Some(record.cwd.clone()),
+                duration: Duration::ZERO,
+                ended_by: None,
+            })
+            .await;
+        }
+    }
+
+    /// Records command `n`'s end (made by `end` from why it was being
+    /// stopped) and gives the turn back.
+    async fn end_command(&self, shell: &Arc<Shell>, n: u64, end: impl FnOnce(Option<Stop>) -> End) {
+        let ended = {
+            let mut state = shell.state();
+            let Some(c) = state
+                .commands
+                .iter_mut()
+                .find(|c| c.n == n && c.end.is_none())
+            else {
+                return;
+            };
+            let mut e = end(c.stop.map(|(why, _)| why));
+            e.duration = c.started.elapsed();
+            e.ended_by = c.stop.map(|(_, signal)| signal.to_string());
+            c.end = Some(e.clone());
+            c.turn = None;
+            e
+        };
+        shell.changed.send_modify(|v| *v += 1);
+        shell.record(Entry::Ended(journal::Ended {
+            ended: n,
+            status: ended.status,
+            exit_code: ended.exit_code,
+            to: ended.to,
+            cwd: ended.cwd,
+            duration_ms: ended.duration.as_millis() as u64,
+            ended_by: ended.ended_by,
+        }));
+    }
+
+    /// The shell's session ended: a command it ran ends with it, and the
+    /// shell is closed (its directory removed).
+    async fn shell_ended(&self, shell: &Arc<Shell>) {
+        let exit = shell.session.wait_exited(Duration::ZERO).await;
+        let running: Vec<u64> = {
+            let mut state = shell.state();
+            state.closed = true;
+            state
+                .commands
+                .iter()
+                .filter(|c| c.end.is_none())
+                .map(|c| c.n)
+                .collect()
+        };
+        let to = shell.session.output.end();
+        for n in running {
+            self.end_command(shell, n, |_| End {
+                status: CommandStatus::ShellExited,
+                exit_code: exit.as_ref().and_then(|e| e.exit_code),
+                to,
+                cwd: None,
+                duration: Duration::ZERO,
+                ended_by: None,
+            })
+            .await;
+        }
+        *shell.ctl.lock().await = None;
+        shell.changed.send_modify(|v| *v += 1);
+        remove_dir(shell.dir.clone()).await;
+    }
+
+    pub(super) async fn stop(&self, shell: &Arc<Shell>, n: u64, why: Stop) {
+        // A SIGINT before the shell has taken the command up would find it
+        // idle and be lost: wait until it says it has begun (or ended).
+        let mut changed = shell.changed.subscribe();
+        let begun = changed.wait_for(|_| shell.command_begun(n));
+        let _ = tokio::time::timeout(INTERRUPT_GRACE, begun).await;
+        let steps: [(&'static str, Duration); 3] = [
+            ("SIGINT", INTERRUPT_GRACE),
+            ("SIGKILL", INTERRUPT_GRACE),
+            ("SIGKILL to the shell", Duration::from_secs(10)),
+        ];
+        for (signal, grace) in steps {
+            {
+                let mut state = shell.state();
+                let Some(c) = state.commands.iter_mut().find(|c| c.n == n) else {
+                    return;
+                };
+                if c.end.is_some() {
+                    return;
+                }
+                c.stop = Some((c.stop.map_or(why, |(first, _)| first), signal));
+            }
+            match signal {
+                "SIGINT" => {
+                    let _ = self
+                        .registry
+                        .signal(&shell.id, procd_proto::SignalSpec::Name("SIGINT".into()))
+                        .await;
+                }
+                "SIGKILL" => {
+                    self.registry.kill_group_but_root(&shell.session).await;
+                }
+                _ => {
+                    let _ = self
+                        .registry
+                        .kill(
+                            &shell.id,
+                            Some(procd_proto::SignalSpec::Name("SIGKILL".into())),
+                            None,
+                            Some("shell_interrupt"),
+                        )
+                        .await;
+                }
+            }
+            let mut changed = shell.changed.subscribe();
+            let ended = changed.wait_for(|_| shell.command_ended(n));
+            if tokio::time::timeout(grace, ended).await.is_ok() {
+                return;
+            }
+        }
+    }
+}
+
+/// The last `max` bytes of `path` (a regular file, not followed).
+fn read_tail(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    f.seek(std::io::SeekFrom::Start(meta.len().saturating_sub(max)))?;
+    let mut bytes = Vec::new();
+    f.take(max).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
