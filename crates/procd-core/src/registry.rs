@@ -55,6 +55,7 @@ pub use termination::{normalize_id, Whose};
 pub use wait_any::{WaitAnyAsk, MAX_WAIT_ANY_SESSIONS};
 
 use present::process_entry;
+pub(crate) use spawn::check_command;
 pub use spawn::launch_script;
 
 /// Largest command text accepted (bytes).

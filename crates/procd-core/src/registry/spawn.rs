@@ -981,9 +981,9 @@ fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), Err
     }
 }
 
-/// Watch patterns: bounded in count, each 1..=MAX bytes on one line.
-/// `command`, checked: 1 to `MAX_COMMAND_BYTES` bytes, no NUL.
-fn check_command(command: &str) -> Result<(), Error> {
+/// `command`, checked: 1 to `MAX_COMMAND_BYTES` bytes, no NUL (for
+/// `spawn` and a shell's commands alike).
+pub(crate) fn check_command(command: &str) -> Result<(), Error> {
     let n = command.len();
     if n == 0 || n > MAX_COMMAND_BYTES {
         return Err(Error::InvalidParams(format!(

@@ -13,6 +13,17 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::unix::pipe;
 
+/// The steps of a stop, each after the grace of the one before.
+#[derive(Clone, Copy)]
+enum Escalation {
+    /// SIGINT to the shell's group, as a terminal's Ctrl-C.
+    Interrupt,
+    /// SIGKILL to the group's processes but the shell.
+    KillCommand,
+    /// SIGKILL to the shell (a builtin loop that ignores SIGINT).
+    KillShell,
+}
+
 impl Shells {
     /// The shell's task: takes its ends as they come, and its exit.
     pub(super) async fn follow(self: Arc<Self>, shell: Arc<Shell>, wake: pipe::Receiver) {
@@ -164,12 +175,11 @@ impl Shells {
         let mut changed = shell.changed.subscribe();
         let begun = changed.wait_for(|_| shell.command_begun(n));
         let _ = tokio::time::timeout(INTERRUPT_GRACE, begun).await;
-        let steps: [(&'static str, Duration); 3] = [
-            ("SIGINT", INTERRUPT_GRACE),
-            ("SIGKILL", INTERRUPT_GRACE),
-            ("SIGKILL to the shell", Duration::from_secs(10)),
-        ];
-        for (signal, grace) in steps {
+        for (step, grace) in [
+            (Escalation::Interrupt, INTERRUPT_GRACE),
+            (Escalation::KillCommand, INTERRUPT_GRACE),
+            (Escalation::KillShell, Duration::from_secs(10)),
+        ] {
             {
                 let mut state = shell.state();
                 let Some(c) = state.commands.iter_mut().find(|c| c.n == n) else {
@@ -178,19 +188,23 @@ impl Shells {
                 if c.end.is_some() {
                     return;
                 }
+                let signal = match step {
+                    Escalation::Interrupt => "SIGINT",
+                    Escalation::KillCommand | Escalation::KillShell => "SIGKILL",
+                };
                 c.stop = Some((c.stop.map_or(why, |(first, _)| first), signal));
             }
-            match signal {
-                "SIGINT" => {
+            match step {
+                Escalation::Interrupt => {
                     let _ = self
                         .registry
                         .signal(&shell.id, procd_proto::SignalSpec::Name("SIGINT".into()))
                         .await;
                 }
-                "SIGKILL" => {
+                Escalation::KillCommand => {
                     self.registry.kill_group_but_root(&shell.session).await;
                 }
-                _ => {
+                Escalation::KillShell => {
                     let _ = self
                         .registry
                         .kill(

@@ -17,7 +17,6 @@ const MAX_JOURNAL_BYTES: u64 = 4 << 20;
 pub struct ShellFile {
     pub session_id: String,
     pub name: Option<String>,
-    pub pty: bool,
 }
 
 /// A journal line.

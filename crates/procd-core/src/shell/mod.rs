@@ -22,7 +22,7 @@ mod recovery;
 pub use boot::Channels;
 
 use crate::error::Error;
-use crate::registry::{Registry, MAX_COMMAND_BYTES};
+use crate::registry::Registry;
 use crate::session::Session;
 use journal::Entry;
 use procd_proto::{
@@ -94,7 +94,6 @@ struct Shell {
     id: String,
     dir: PathBuf,
     name: Option<String>,
-    pty: bool,
     session: Arc<Session>,
     /// One command at a time: a run holds it from its send to its end.
     turn: Arc<tokio::sync::Mutex<()>>,
@@ -105,8 +104,6 @@ struct Shell {
     state: Mutex<State>,
     /// Bumped when a command ends, or the shell does.
     changed: watch::Sender<u64>,
-    /// Where it was opened (its cwd before any command).
-    opened_in: String,
     /// The journal, appended to a line at a time (None once a write
     /// failed: the shell then does not outlive the daemon whole).
     journal: Mutex<Option<journal::Journal>>,
@@ -230,7 +227,6 @@ impl Shells {
         let file = journal::ShellFile {
             session_id: session.id.clone(),
             name: ask.name.map(|n| n.to_string()),
-            pty: session.spec.pty,
         };
         let written = {
             let (dir, file) = (dir.clone(), file.clone());
@@ -271,9 +267,7 @@ impl Shells {
         let shell = Arc::new(Shell {
             journal: Mutex::new(journal),
             id: session.id.clone(),
-            opened_in: session.spec.cwd.display().to_string(),
             name: file.name,
-            pty: file.pty,
             session,
             dir,
             turn: Arc::new(tokio::sync::Mutex::new(())),
@@ -510,24 +504,21 @@ impl Shells {
         waiting_for_input: bool,
         budget: Option<usize>,
     ) -> Result<ShellCommandResult, Error> {
-        let (c, queued) = {
+        let (text, started_at, started, from, end) = {
             let state = shell.state();
             let c = state
                 .commands
                 .iter()
                 .find(|c| c.n == n)
                 .ok_or_else(|| gone(shell, n))?;
-            let summary = (
-                c.n,
+            (
                 c.text.clone(),
                 c.started_at,
                 c.started,
                 c.from,
                 c.end.clone(),
-            );
-            (summary, false)
+            )
         };
-        let (n, text, started_at, started, from, end) = c;
         let to = end
             .as_ref()
             .map_or_else(|| shell.session.output.end(), |e| e.to);
@@ -549,7 +540,6 @@ impl Shells {
             command_id: n,
             command: text,
             status: end.as_ref().map_or(CommandStatus::Running, |e| e.status),
-            queued,
             exit_code: end.as_ref().and_then(|e| e.exit_code),
             ended_by: end.as_ref().and_then(|e| e.ended_by.clone()),
             output: cut.text,
@@ -663,12 +653,12 @@ impl Shell {
             .iter()
             .rev()
             .find_map(|c| c.end.as_ref()?.cwd.clone())
-            .unwrap_or_else(|| self.opened_in.clone());
+            .unwrap_or_else(|| self.session.spec.cwd.display().to_string());
         ShellOpenResult {
             shell_id: self.id.clone(),
             name: self.name.clone(),
             pid: self.session.pid(),
-            pty: self.pty,
+            pty: self.session.spec.pty,
             opened,
             cwd,
         }
@@ -679,17 +669,11 @@ async fn remove_dir(dir: PathBuf) {
     let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
 }
 
+/// As `spawn` checks a command, and not only blanks.
 fn check_command(command: &str) -> Result<(), Error> {
+    crate::registry::check_command(command)?;
     if command.trim().is_empty() {
-        return Err(Error::InvalidParams("command: empty".into()));
-    }
-    if command.len() > MAX_COMMAND_BYTES {
-        return Err(Error::InvalidParams(format!(
-            "command: longer than {MAX_COMMAND_BYTES} bytes"
-        )));
-    }
-    if command.contains('\0') {
-        return Err(Error::InvalidParams("command: contains a NUL byte".into()));
+        return Err(Error::InvalidParams("command: only blanks".into()));
     }
     Ok(())
 }

@@ -23,7 +23,7 @@ pub struct ShellOpenResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CommandStatus {
-    /// Running (or its turn has not come yet: see `queued`).
+    /// Running (a `shell_run` waiting for its turn has not answered yet).
     Running,
     /// It ended by itself; `exit_code` is its status, as bash's `$?`.
     Exited,
@@ -46,9 +46,6 @@ pub struct ShellCommandResult {
     /// As run, redacted.
     pub command: String,
     pub status: CommandStatus,
-    /// Waiting behind another command of the shell (`shell_run` queues).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub queued: bool,
     pub exit_code: Option<i32>,
     /// How an interrupted or timed-out command was ended: "SIGINT", or
     /// "SIGKILL" when it outlived SIGINT's grace.
