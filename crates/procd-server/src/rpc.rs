@@ -79,13 +79,7 @@ impl ProcdApiServer for Api {
     ) -> RpcResult<PollResult> {
         self.daemon
             .registry
-            .poll(
-                &session_id,
-                chars_budget(
-                    max_output_chars.map(MaxOutputChars::get),
-                    max_output_tokens.map(MaxOutputTokens::get),
-                ),
-            )
+            .poll(&session_id, budget_of(max_output_chars, max_output_tokens))
             .map_err(rpc_err)
     }
 
@@ -98,10 +92,7 @@ impl ProcdApiServer for Api {
         max_output_chars: Option<MaxOutputChars>,
         max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<ReadResult> {
-        let budget = chars_budget(
-            max_output_chars.map(MaxOutputChars::get),
-            max_output_tokens.map(MaxOutputTokens::get),
-        );
+        let budget = budget_of(max_output_chars, max_output_tokens);
         self.daemon
             .registry
             .read(
@@ -123,10 +114,7 @@ impl ProcdApiServer for Api {
         max_output_chars: Option<MaxOutputChars>,
         max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<LogResult> {
-        let budget = chars_budget(
-            max_output_chars.map(MaxOutputChars::get),
-            max_output_tokens.map(MaxOutputTokens::get),
-        );
+        let budget = budget_of(max_output_chars, max_output_tokens);
         self.daemon
             .registry
             .log(
@@ -146,10 +134,7 @@ impl ProcdApiServer for Api {
         max_output_chars: Option<MaxOutputChars>,
         max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<WaitResult> {
-        let budget = chars_budget(
-            max_output_chars.map(MaxOutputChars::get),
-            max_output_tokens.map(MaxOutputTokens::get),
-        );
+        let budget = budget_of(max_output_chars, max_output_tokens);
         self.daemon
             .registry
             .wait(&session_id, timeout_s, budget)
@@ -195,10 +180,7 @@ impl ProcdApiServer for Api {
             since: instant("since", since)?,
             until: instant("until", until)?,
             max_matches,
-            budget: chars_budget(
-                max_output_chars.map(MaxOutputChars::get),
-                max_output_tokens.map(MaxOutputTokens::get),
-            ),
+            budget: budget_of(max_output_chars, max_output_tokens),
         };
         self.daemon.registry.search(ask).await.map_err(rpc_err)
     }
@@ -319,10 +301,7 @@ impl ProcdApiServer for Api {
         max_output_chars: Option<MaxOutputChars>,
         max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<WaitAnyResult> {
-        let budget = chars_budget(
-            max_output_chars.map(MaxOutputChars::get),
-            max_output_tokens.map(MaxOutputTokens::get),
-        );
+        let budget = budget_of(max_output_chars, max_output_tokens);
         let ask = procd_core::registry::WaitAnyAsk {
             session_ids,
             session_key,
@@ -379,10 +358,7 @@ impl ProcdApiServer for Api {
         max_output_chars: Option<MaxOutputChars>,
         max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<StdinResult> {
-        let budget = chars_budget(
-            max_output_chars.map(MaxOutputChars::get),
-            max_output_tokens.map(MaxOutputTokens::get),
-        );
+        let budget = budget_of(max_output_chars, max_output_tokens);
         self.daemon
             .registry
             .write_stdin(&session_id, &data, false, yield_ms, budget)
@@ -398,10 +374,7 @@ impl ProcdApiServer for Api {
         max_output_chars: Option<MaxOutputChars>,
         max_output_tokens: Option<MaxOutputTokens>,
     ) -> RpcResult<StdinResult> {
-        let budget = chars_budget(
-            max_output_chars.map(MaxOutputChars::get),
-            max_output_tokens.map(MaxOutputTokens::get),
-        );
+        let budget = budget_of(max_output_chars, max_output_tokens);
         self.daemon
             .registry
             .write_stdin(&session_id, &data, true, yield_ms, budget)
