@@ -159,6 +159,13 @@ fn printed_markers_random_bytes_quotes_and_prompts_do_not_end_a_command() {
     for _ in 0..3 {
         run_ok(&d, &sh, "printf 'no newline'", 0, "no newline");
     }
+    // Begun like noise (`logout`, a bash warning) in a new shell: held by
+    // the filter, so an empty pipe alone does not say drained (the sleep
+    // lets the supervisor read it before the end comes).
+    for held in ["logo", "bash: w"] {
+        let fresh = open(&d, json!({}));
+        run_ok(&d, &fresh, &format!("printf '{held}'; sleep 0.2"), 0, held);
+    }
     // Unbalanced quotes are a syntax error of that command alone.
     let r = run(&d, &sh, "echo \"unbalanced");
     assert_eq!(r["exit_code"], 2, "{r}");

@@ -55,6 +55,12 @@ impl OutputSource {
         })
     }
 
+    /// A pipe, whose unread bytes `FIONREAD` counts exactly (a PTY's may
+    /// still be on their way through the kernel's flip buffers).
+    pub fn is_pipe(&self) -> bool {
+        matches!(self, OutputSource::Pipe(_))
+    }
+
     /// The descriptors the keeper holds so that the output outlives the
     /// daemon (the relay with its master: what is in it is output).
     pub fn kept(&self) -> Vec<(FdKind, BorrowedFd<'_>)> {
@@ -90,16 +96,22 @@ impl OutputSource {
                 tokio::select! {
                     ready = pipe.readable() => {
                         let mut ready = ready?;
+                        store.look_begins();
                         match ready.try_io(|fd| take(store, fd.get_ref(), buf)) {
                             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                             Ok(got) => return got,
-                            Err(_would_block) => {}
+                            // Empty, and the caller settled all it took
+                            // before it came back here.
+                            Err(_would_block) => store.look_found_nothing(),
                         }
                     }
-                    () = store.drain_asked() => match take(store, pipe.get_ref(), buf) {
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => store.drain_on(),
-                        step => return drain_step(store, step),
-                    },
+                    () = store.drain_asked() => {
+                        store.look_begins();
+                        match take(store, pipe.get_ref(), buf) {
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => store.drain_on(),
+                            step => return drain_step(store, step),
+                        }
+                    }
                 }
             },
             OutputSource::Pty { master, relay } => loop {

@@ -42,6 +42,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
@@ -243,6 +244,13 @@ pub struct OutputStore {
     /// Bumped each time the supervisor, asked, found its source empty and
     /// everything before in the store (decided).
     drains: watch::Sender<u64>,
+    /// The supervisor's looks at a pipe, for a drain with no round trip
+    /// (`drained_now`): odd while it reads or what it read is not all
+    /// decided, even once a look found the pipe empty and the noise
+    /// filter held nothing. Only the supervisor writes it.
+    looks: AtomicU64,
+    /// Bytes the noise filter held at the last `settle`.
+    held: AtomicU64,
     max_log_bytes: u64,
     tail_cap: usize,
 }
@@ -420,6 +428,8 @@ impl OutputStore {
             changed,
             drain_asked: tokio::sync::Notify::new(),
             drains: watch::channel(0).0,
+            looks: AtomicU64::new(1),
+            held: AtomicU64::new(0),
             max_log_bytes,
             tail_cap,
         }
@@ -557,6 +567,7 @@ impl OutputStore {
     /// run.
     pub fn settle(&self, decided: &[u8], held: [&[u8]; 2]) -> bool {
         let held_len = (held[0].len() + held[1].len()) as u64;
+        self.held.store(held_len, Ordering::SeqCst);
         let spliced = {
             let inner = self.lock();
             match (&inner.log, inner.undecided) {
@@ -977,6 +988,34 @@ impl OutputStore {
                 r = drains.changed() => if r.is_err() { return },
                 _ = changed.changed() => {}
             }
+        }
+    }
+
+    /// `drained` without asking the supervisor, when it can be told from
+    /// here: true if the supervisor's last look found its pipe empty with
+    /// nothing held, and `empty` (the pipe looked at now) says it still
+    /// is, with no look of the supervisor's in between. Then every byte
+    /// written before this call was read by a look that ended before it,
+    /// and is decided. False says nothing: ask with `drained`.
+    pub fn drained_now(&self, empty: impl FnOnce() -> bool) -> bool {
+        let before = self.looks.load(Ordering::SeqCst);
+        before % 2 == 0 && empty() && self.looks.load(Ordering::SeqCst) == before
+    }
+
+    /// For the supervisor: it is about to read its pipe.
+    pub(crate) fn look_begins(&self) {
+        let looks = self.looks.load(Ordering::SeqCst);
+        if looks % 2 == 0 {
+            self.looks.store(looks + 1, Ordering::SeqCst);
+        }
+    }
+
+    /// For the supervisor: its pipe was empty, and all it read before is
+    /// settled.
+    pub(crate) fn look_found_nothing(&self) {
+        let looks = self.looks.load(Ordering::SeqCst);
+        if looks % 2 == 1 && self.held.load(Ordering::SeqCst) == 0 {
+            self.looks.store(looks + 1, Ordering::SeqCst);
         }
     }
 

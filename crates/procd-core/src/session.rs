@@ -679,6 +679,22 @@ impl Session {
             .unwrap_or_else(|e| e.into_inner()) = Some(fd);
     }
 
+    /// Returns once every byte written to the output before the call is
+    /// in the store (`OutputStore::drained`); at once, with no round trip
+    /// to the supervisor, when its last look found the pipe empty and the
+    /// pipe still is.
+    pub async fn output_drained(&self) {
+        let empty = || {
+            let probe = self.output_probe.lock().unwrap_or_else(|e| e.into_inner());
+            probe
+                .as_ref()
+                .is_some_and(|fd| rustix::io::ioctl_fionread(fd) == Ok(0))
+        };
+        if !self.output.drained_now(empty) {
+            self.output.drained().await;
+        }
+    }
+
     /// Output the program wrote that the supervisor has not read yet: a
     /// prompt in flight is not silence.
     fn output_unread(&self) -> bool {
@@ -911,6 +927,10 @@ pub async fn supervise(
     // Set while this session has used up its share of a multi-flood
     // (`fairness.rs`): its pipe is not read until then.
     let mut held_until: Option<Instant> = None;
+    // Nothing read yet, nothing held: what a pipe holds, it tells itself.
+    if output.is_pipe() {
+        store.look_found_nothing();
+    }
 
     let exit = loop {
         let linger = watch.as_ref().and_then(|w| w.matcher.as_ref()?.deadline());
@@ -926,6 +946,9 @@ pub async fn supervise(
                     }
                     watch_step(&mut watch, |m, now| m.feed(&filtered, now));
                     tests_step(&store, &mut tests, &filtered);
+                    if output.is_pipe() {
+                        store.look_found_nothing();
+                    }
                     store.mark_drained();
                 }
                 Ok(0) | Err(_) => eof = true,

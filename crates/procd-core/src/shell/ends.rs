@@ -74,7 +74,7 @@ impl Shells {
                     {
                         c.begun = true;
                     }
-                    shell.changed.send_modify(|v| *v += 1);
+                    shell.begun.send_modify(|v| *v += 1);
                     continue;
                 }
                 boot::Record::Ended(end) => end,
@@ -89,7 +89,7 @@ impl Shells {
             }
             // Everything the command wrote is in the pipe (or the PTY's
             // buffers) by now: have it all in the log before the cursor.
-            let _ = tokio::time::timeout(DRAIN_BOUND, shell.session.output.drained()).await;
+            let _ = tokio::time::timeout(DRAIN_BOUND, shell.session.output_drained()).await;
             let to = shell.session.output.end();
             self.end_command(shell, record.n, |stop| End {
                 status: match stop {
@@ -172,9 +172,14 @@ impl Shells {
     pub(super) async fn stop(&self, shell: &Arc<Shell>, n: u64, why: Stop) {
         // A SIGINT before the shell has taken the command up would find it
         // idle and be lost: wait until it says it has begun (or ended).
-        let mut changed = shell.changed.subscribe();
-        let begun = changed.wait_for(|_| shell.command_begun(n));
-        let _ = tokio::time::timeout(INTERRUPT_GRACE, begun).await;
+        let (mut begun, mut changed) = (shell.begun.subscribe(), shell.changed.subscribe());
+        let taken = async {
+            tokio::select! {
+                _ = begun.wait_for(|_| shell.command_begun(n)) => {}
+                _ = changed.wait_for(|_| shell.command_ended(n)) => {}
+            }
+        };
+        let _ = tokio::time::timeout(INTERRUPT_GRACE, taken).await;
         for (step, grace) in [
             (Escalation::Interrupt, INTERRUPT_GRACE),
             (Escalation::KillCommand, INTERRUPT_GRACE),

@@ -104,6 +104,10 @@ struct Shell {
     state: Mutex<State>,
     /// Bumped when a command ends, or the shell does.
     changed: watch::Sender<u64>,
+    /// Bumped when the shell takes a command up: apart from `changed`,
+    /// which a run waits on, so that the begun record, which only a stop
+    /// waits for, wakes no run.
+    begun: watch::Sender<u64>,
     /// The journal, appended to a line at a time (None once a write
     /// failed: the shell then does not outlive the daemon whole).
     journal: Mutex<Option<journal::Journal>>,
@@ -275,6 +279,7 @@ impl Shells {
             ctl: tokio::sync::Mutex::new(Some(ctl)),
             state: Mutex::new(state),
             changed: watch::channel(0).0,
+            begun: watch::channel(0).0,
         });
         {
             let mut table = self.table();
