@@ -999,13 +999,13 @@ impl OutputStore {
     /// and is decided. False says nothing: ask with `drained`.
     pub fn drained_now(&self, empty: impl FnOnce() -> bool) -> bool {
         let before = self.looks.load(Ordering::SeqCst);
-        before % 2 == 0 && empty() && self.looks.load(Ordering::SeqCst) == before
+        before.is_multiple_of(2) && empty() && self.looks.load(Ordering::SeqCst) == before
     }
 
     /// For the supervisor: it is about to read its pipe.
     pub(crate) fn look_begins(&self) {
         let looks = self.looks.load(Ordering::SeqCst);
-        if looks % 2 == 0 {
+        if looks.is_multiple_of(2) {
             self.looks.store(looks + 1, Ordering::SeqCst);
         }
     }
@@ -1014,7 +1014,7 @@ impl OutputStore {
     /// settled.
     pub(crate) fn look_found_nothing(&self) {
         let looks = self.looks.load(Ordering::SeqCst);
-        if looks % 2 == 1 && self.held.load(Ordering::SeqCst) == 0 {
+        if !looks.is_multiple_of(2) && self.held.load(Ordering::SeqCst) == 0 {
             self.looks.store(looks + 1, Ordering::SeqCst);
         }
     }
