@@ -2,6 +2,7 @@
 target/hermes-venv, where hermes-agent is installed, with PROCD_BIN set
 to the procd it built)."""
 
+import atexit
 import json
 import os
 import shutil
@@ -18,9 +19,17 @@ BIN = os.environ["PROCD_BIN"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+# hermes makes HERMES_HOME/sandboxes/ again at exit, after a fixture has
+# removed the home: the homes go once more at exit, after hermes's own
+# handlers (registered later, when its tools are imported, so run first).
+HOMES: list = []
+atexit.register(lambda: [shutil.rmtree(p, ignore_errors=True) for p in HOMES])
+
+
 @pytest.fixture
 def home() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="pdhm", dir="/tmp")
+    HOMES.append(path)
     os.environ["HERMES_HOME"] = os.path.join(path, "hermes")
     os.makedirs(os.environ["HERMES_HOME"])
     try:
