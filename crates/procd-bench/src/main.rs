@@ -642,6 +642,26 @@ fn median(samples: &[f64]) -> f64 {
     percentile(samples, 0.5)
 }
 
+/// `rounds` samples of each of two measures taken in turn, each going
+/// first every other round, so that neither always runs warm.
+fn in_turn(
+    rounds: usize,
+    mut ours: impl FnMut() -> f64,
+    mut base: impl FnMut() -> f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut a, mut b) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            a.push(ours());
+            b.push(base());
+        } else {
+            b.push(base());
+            a.push(ours());
+        }
+    }
+    (a, b)
+}
+
 fn now_epoch() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -809,43 +829,33 @@ fn spawn_wait_row(
         .into_iter()
         .find(|p| Path::new(p).exists())
         .unwrap_or("bash");
-    let (mut ours, mut base) = (Vec::new(), Vec::new());
-    for round in 0..s.rounds {
-        let mut procd = || {
-            let t = Instant::now();
-            let id = c.call("spawn", json!({"command": "true"}))["session_id"].clone();
-            let w = c.call("wait", json!({"session_id": id, "timeout_s": 30}));
-            assert_eq!(w["status"], "exited");
-            t.elapsed().as_secs_f64() * 1e3
-        };
-        let baseline = || {
-            let t = Instant::now();
-            rt.block_on(async {
-                let mut child = tokio::process::Command::new(bash)
-                    .args(baseline_args)
-                    .env("HOME", d.home.as_path())
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .process_group(0)
-                    .spawn()
-                    .expect("baseline spawn");
-                let mut out = child.stdout.take().expect("stdout");
-                let mut sink = Vec::new();
-                let _ = tokio::io::AsyncReadExt::read_to_end(&mut out, &mut sink).await;
-                child.wait().await.expect("baseline wait")
-            });
-            t.elapsed().as_secs_f64() * 1e3
-        };
-        // Alternate which goes first, so that neither always runs warm.
-        if round % 2 == 0 {
-            ours.push(procd());
-            base.push(baseline());
-        } else {
-            base.push(baseline());
-            ours.push(procd());
-        }
-    }
+    let procd = || {
+        let t = Instant::now();
+        let id = c.call("spawn", json!({"command": "true"}))["session_id"].clone();
+        let w = c.call("wait", json!({"session_id": id, "timeout_s": 30}));
+        assert_eq!(w["status"], "exited");
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let baseline = || {
+        let t = Instant::now();
+        rt.block_on(async {
+            let mut child = tokio::process::Command::new(bash)
+                .args(baseline_args)
+                .env("HOME", d.home.as_path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("baseline spawn");
+            let mut out = child.stdout.take().expect("stdout");
+            let mut sink = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut out, &mut sink).await;
+            child.wait().await.expect("baseline wait")
+        });
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let (ours, base) = in_turn(s.rounds, procd, baseline);
     Row::against(
         metric.into(),
         median(&ours),

@@ -5,7 +5,7 @@
 //! marker) behind a Unix socket, as Daytona's toolbox and OpenHands'
 //! runtime serve their sessions to the agent, in the same run.
 
-use crate::{median, Daemon, Ratio, Row};
+use crate::{in_turn, median, Daemon, Ratio, Row};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -24,7 +24,7 @@ pub(crate) fn shell_rows(d: &Daemon, rounds: usize) -> Vec<Row> {
         t.elapsed().as_secs_f64() * 1e3
     };
     let mut c2 = d.connect();
-    let mut spawned = || {
+    let spawned = || {
         let t = Instant::now();
         let id = c2.call("spawn", json!({"command": "true"}))["session_id"].clone();
         let w = c2.call("wait", json!({"session_id": id, "timeout_s": 30}));
@@ -33,7 +33,7 @@ pub(crate) fn shell_rows(d: &Daemon, rounds: usize) -> Vec<Row> {
     };
     let served = MarkerServer::start(&d.home);
     let mut to_marker = served.connect();
-    let mut by_marker = || {
+    let by_marker = || {
         let t = Instant::now();
         assert_eq!(to_marker.run("true"), 0);
         t.elapsed().as_secs_f64() * 1e3
@@ -43,27 +43,8 @@ pub(crate) fn shell_rows(d: &Daemon, rounds: usize) -> Vec<Row> {
     // the daemon work to do after its answer (the reap, the cgroup, the
     // checkpoint), which the next call would pay for beside a server
     // that does none of it.
-    let (mut ours, mut spawns) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        // Each goes first in turn, so that neither always runs warm.
-        if round % 2 == 0 {
-            ours.push(in_shell());
-            spawns.push(spawned());
-        } else {
-            spawns.push(spawned());
-            ours.push(in_shell());
-        }
-    }
-    let (mut ours_alone, mut markers) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        if round % 2 == 0 {
-            ours_alone.push(in_shell());
-            markers.push(by_marker());
-        } else {
-            markers.push(by_marker());
-            ours_alone.push(in_shell());
-        }
-    }
+    let (ours, spawns) = in_turn(rounds, &mut in_shell, spawned);
+    let (ours_alone, markers) = in_turn(rounds, in_shell, by_marker);
     let ours_ms = median(&ours);
     let beside_spawn = Row::against(
         "`true` in an open shell, beside spawn + wait".into(),
