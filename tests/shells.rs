@@ -6,8 +6,14 @@ use crate::common::*;
 use serde_json::{json, Value};
 
 fn open(d: &Daemon, params: Value) -> String {
+    open_with_pid(d, params).0
+}
+
+/// Opens a shell; its id and the pid of its bash.
+fn open_with_pid(d: &Daemon, params: Value) -> (String, i32) {
     let r = d.ok("shell_open", params);
-    r["shell_id"].as_str().expect("shell_id").to_string()
+    let id = r["shell_id"].as_str().expect("shell_id").to_string();
+    (id, r["pid"].as_i64().expect("pid") as i32)
 }
 
 /// Runs `command` in the shell and waits for its end.
@@ -188,9 +194,7 @@ fn printed_markers_random_bytes_quotes_and_prompts_do_not_end_a_command() {
 #[test]
 fn an_interrupt_ends_the_command_even_a_loop_and_the_shell_lives_on() {
     let d = Daemon::start();
-    let opened = d.ok("shell_open", json!({}));
-    let sh = opened["shell_id"].as_str().expect("id").to_string();
-    let pid = opened["pid"].as_i64().expect("pid");
+    let (sh, pid) = open_with_pid(&d, json!({}));
     run_ok(&d, &sh, "x=kept", 0, "");
     for command in [
         "sleep 100; echo not-printed",
@@ -529,9 +533,8 @@ fn procd_attach_on_a_shell_shows_its_commands_and_types_into_them() {
 #[test]
 fn an_interrupt_that_comes_before_the_shell_took_the_command_still_ends_it() {
     let d = Daemon::start();
-    let opened = d.ok("shell_open", json!({}));
-    let sh = opened["shell_id"].as_str().expect("id").to_string();
-    let pid = nix::unistd::Pid::from_raw(opened["pid"].as_i64().expect("pid") as i32);
+    let (sh, pid) = open_with_pid(&d, json!({}));
+    let pid = nix::unistd::Pid::from_raw(pid);
     // The shell cannot take the command up until it is continued.
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("stop");
     let r = d.ok(
