@@ -1064,3 +1064,67 @@ fn exits_a_kill_answered_with_outlive_a_crash_right_after() {
         assert_eq!(exit, json!(["exited", "killed", "kill_all"]), "{id}: {p}");
     }
 }
+
+/// The first answer to `status` on `socket`, from a client that connects
+/// as soon as anything accepts there: it retries only while nothing is
+/// bound or listening yet, never after a connection was accepted.
+fn first_answer(socket: &std::path::Path) -> Result<serde_json::Value, String> {
+    use std::io::{BufRead, Write};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let stream = loop {
+        match std::os::unix::net::UnixStream::connect(socket) {
+            Ok(stream) => break stream,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::yield_now()
+            }
+            Err(e) => return Err(format!("connect: {e}")),
+        }
+    };
+    let timeout = Some(std::time::Duration::from_secs(30));
+    stream
+        .set_read_timeout(timeout)
+        .map_err(|e| e.to_string())?;
+    (&stream)
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"status\"}\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut line = String::new();
+    std::io::BufReader::new(&stream)
+        .read_line(&mut line)
+        .map_err(|e| format!("read: {e}"))?;
+    serde_json::from_str(&line).map_err(|e| format!("answer {line:?}: {e}"))
+}
+
+/// A whole crash (keeper and daemon SIGKILLed, one session's processes
+/// killed too), then a new daemon, and a client at its socket at once: the
+/// first request is answered, every time (docs/survival.md, "A client
+/// during a crash").
+#[test]
+fn recovery_never_drops_the_first_client() {
+    let mut d = Daemon::start();
+    let socket = d.socket();
+    for round in 0..300 {
+        let kept = d.spawn("exec sleep 300");
+        let killed = d.spawn("sleep 300 & exec sleep 301");
+        let group = pid_of(&d, &killed);
+        d.crash();
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(group),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        d.restart_at_once();
+        let answer = first_answer(&socket).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(
+            answer["result"]["pid"].as_u64().is_some(),
+            "round {round}: {answer}"
+        );
+        wait_until("the killed session is seen to have ended", || {
+            d.ok("poll", json!({"session_id": killed}))["status"] == "exited"
+        });
+        d.ok("kill", json!({"session_id": kept}));
+    }
+}

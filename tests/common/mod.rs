@@ -394,11 +394,16 @@ impl Daemon {
         self.wait_serving();
     }
 
+    /// Starts a new daemon on the same home and returns at once, without
+    /// waiting until it serves (a client may then race its start).
+    pub fn restart_at_once(&mut self) {
+        assert!(self.child.is_none(), "the previous daemon still runs");
+        self.child = Some(self.spawn_daemon());
+    }
+
     /// Waits until the daemon below this helper's keeper answers on the
-    /// socket. (Accepting a connection is not enough: right after a crash
-    /// of the keeper and the daemon both, the kernel may still hold the
-    /// dead daemon's listening socket for a moment — it was in flight
-    /// between them — and reset what it accepted.)
+    /// socket (accepting a connection is not enough: the keeper holds the
+    /// listening socket while no daemon runs).
     fn wait_serving(&self) {
         let socket = self.socket();
         wait_until("the daemon serves", || {
@@ -726,7 +731,6 @@ pub fn start_time(pid: i32) -> Option<u64> {
     stat_fields(pid).map(|f| f.1)
 }
 
-/// Whether `pid` is a live (non-zombie) process.
 /// A command that counts its runs in `dir/runs` (a restarting session's
 /// runs; `$n` is this one), prints "run N <VAR>" and then does `then`.
 pub fn counting(dir: &Path, then: &str) -> String {
@@ -767,19 +771,27 @@ pub fn pid_of(d: &Daemon, id: &str) -> i32 {
         .expect("pid") as i32
 }
 
+/// Whether `pid` is a live (non-zombie) process.
 pub fn alive(pid: i32) -> bool {
     matches!(stat_fields(pid), Some((state, _)) if state != 'Z' && state != 'X')
 }
 
 /// Whether `pid` has let go of its descriptors: gone, or a zombie whose
-/// every thread has exited. (A killed multi-threaded process's leader is a
-/// zombie before its other threads finish exiting, and until the last one
-/// does, its descriptors — a listening socket — stay open.)
+/// every other thread has exited. A killed multi-threaded process's leader
+/// is a zombie, with an empty `fd` directory, before its other threads
+/// finish exiting; the descriptor table is theirs until the last one
+/// exits, and so is a listening socket in it, which still accepts (and
+/// then resets) connections. Only the leader left in `task/` means the
+/// table was closed.
 pub fn released(pid: i32) -> bool {
-    match std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        Err(_) => true,
-        Ok(mut fds) => !alive(pid) && fds.next().is_none(),
-    }
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    let leader = pid.to_string();
+    !alive(pid)
+        && threads
+            .flatten()
+            .all(|thread| thread.file_name().to_str() == Some(leader.as_str()))
 }
 
 /// Every pid in /proc.
