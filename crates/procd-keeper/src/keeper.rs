@@ -157,34 +157,7 @@ pub fn run(launch: Launch) -> i32 {
             return 1;
         }
     };
-    let mut nofile = raise_nofile();
-    let mut keeper = Keeper::default();
-    // An upgrade: our previous program's table, and its original limit.
-    let upgraded = match Keeper::carried() {
-        Ok(Some((carried, limit))) => {
-            say(format_args!(
-                "upgraded in place; {} session(s) carried over",
-                carried.sessions.len()
-            ));
-            keeper = carried;
-            nofile = limit;
-            true
-        }
-        Ok(None) => false,
-        Err(e) => {
-            say(format_args!(
-                "cannot take over the previous keeper's table: {e}"
-            ));
-            false
-        }
-    };
-    keeper.fd_store = std::env::var_os("NOTIFY_SOCKET").is_some();
-    if !upgraded {
-        keeper.take_inherited();
-    }
-    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
-        std::env::remove_var(var);
-    }
+    let (mut keeper, nofile, upgraded) = Keeper::begin();
     let mut failed_starts = 0usize;
     let mut restart_at = Some(Instant::now());
     let mut daemon: Option<Daemon> = None;
@@ -239,6 +212,103 @@ pub fn run(launch: Launch) -> i32 {
             Next::Restart(after) => restart_at = Some(Instant::now() + after),
         }
     }
+}
+
+impl Keeper {
+    /// The keeper as it begins: carried over from our previous program
+    /// (an upgrade, with its original descriptor limit), or new with what
+    /// systemd passed. Returns it, the limit for daemons, and whether it
+    /// was an upgrade.
+    fn begin() -> (Keeper, Option<u64>, bool) {
+        let mut nofile = raise_nofile();
+        let mut keeper = Keeper::default();
+        // An upgrade: our previous program's table, and its original limit.
+        let upgraded = match Keeper::carried() {
+            Ok(Some((carried, limit))) => {
+                say(format_args!(
+                    "upgraded in place; {} session(s) carried over",
+                    carried.sessions.len()
+                ));
+                keeper = carried;
+                nofile = limit;
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                say(format_args!(
+                    "cannot take over the previous keeper's table: {e}"
+                ));
+                false
+            }
+        };
+        keeper.fd_store = std::env::var_os("NOTIFY_SOCKET").is_some();
+        if !upgraded {
+            keeper.take_inherited();
+        }
+        for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+            std::env::remove_var(var);
+        }
+        (keeper, nofile, upgraded)
+    }
+}
+
+/// The command of a daemon: procd's program with `launch`'s arguments,
+/// the link (`theirs_raw`) on fd 3, no signal blocked, and the original
+/// descriptor limit `nofile`.
+fn daemon_command(
+    launch: &Launch,
+    theirs_raw: RawFd,
+    nofile: Option<u64>,
+) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let exe = if launch.exe.exists() {
+        launch.exe.clone()
+    } else {
+        // Deleted and not replaced: the program we run as.
+        PathBuf::from("/proc/self/exe")
+    };
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(&launch.args)
+        .env(wire::ENV, "3")
+        // Readiness is the keeper's to tell (it is the main process).
+        .env_remove("NOTIFY_SOCKET");
+    // SAFETY: runs in the forked child before exec; dup2(2), fcntl(2),
+    // sigemptyset(3), pthread_sigmask(3) and get/setrlimit(2) are
+    // async-signal-safe, the closure only copies two integers and
+    // writes locals (a zeroed sigset_t is a valid value to initialise),
+    // and dup2 onto 3 clears close-on-exec there.
+    unsafe {
+        cmd.pre_exec(move || {
+            if theirs_raw == 3 {
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                if flags == -1 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(theirs_raw, 3) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The keeper blocks the signals it reads from its signalfd;
+            // the daemon (and every session, through it) must not
+            // inherit that mask.
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            if libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::other("cannot unblock signals"));
+            }
+            if let Some(soft) = nofile {
+                let mut lim = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                    lim.rlim_cur = soft.min(lim.rlim_max);
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// What the keeper does once its daemon has ended.
@@ -697,62 +767,13 @@ impl Keeper {
     /// Starts the daemon with its end of a new link on descriptor 3, and
     /// hands it everything held.
     fn start(&mut self, launch: &Launch, nofile: Option<u64>) -> std::io::Result<Daemon> {
-        use std::os::unix::process::CommandExt;
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
             None,
             SockFlag::SOCK_CLOEXEC,
         )?;
-        let exe = if launch.exe.exists() {
-            launch.exe.clone()
-        } else {
-            // Deleted and not replaced: the program we run as.
-            PathBuf::from("/proc/self/exe")
-        };
-        let mut cmd = std::process::Command::new(exe);
-        cmd.args(&launch.args)
-            .env(wire::ENV, "3")
-            // Readiness is the keeper's to tell (it is the main process).
-            .env_remove("NOTIFY_SOCKET");
-        let theirs_raw = theirs.as_raw_fd();
-        // SAFETY: runs in the forked child before exec; dup2(2), fcntl(2),
-        // sigemptyset(3), pthread_sigmask(3) and get/setrlimit(2) are
-        // async-signal-safe, the closure only copies two integers and
-        // writes locals (a zeroed sigset_t is a valid value to initialise),
-        // and dup2 onto 3 clears close-on-exec there.
-        unsafe {
-            cmd.pre_exec(move || {
-                if theirs_raw == 3 {
-                    let flags = libc::fcntl(3, libc::F_GETFD);
-                    if flags == -1 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) == -1
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(theirs_raw, 3) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The keeper blocks the signals it reads from its signalfd;
-                // the daemon (and every session, through it) must not
-                // inherit that mask.
-                let mut none: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut none);
-                if libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
-                    return Err(std::io::Error::other("cannot unblock signals"));
-                }
-                if let Some(soft) = nofile {
-                    let mut lim = libc::rlimit {
-                        rlim_cur: 0,
-                        rlim_max: 0,
-                    };
-                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-                        lim.rlim_cur = soft.min(lim.rlim_max);
-                        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-                    }
-                }
-                Ok(())
-            });
-        }
+        let mut cmd = daemon_command(launch, theirs.as_raw_fd(), nofile);
         // The child is reaped by our waitpid loop, never through `Child`.
         let child = cmd.spawn()?;
         drop(theirs);

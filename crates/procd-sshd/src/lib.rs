@@ -42,40 +42,8 @@ impl Sshd {
             .tempdir_in("/tmp")
             .map_err(|e| format!("a temp dir: {e}"))?;
         let d = dir.path();
-        for key in ["host", "id"] {
-            let out = Command::new("ssh-keygen")
-                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-                .arg(d.join(key))
-                .output()
-                .map_err(|e| format!("ssh-keygen: {e}"))?;
-            if !out.status.success() {
-                return Err(format!("ssh-keygen: {out:?}"));
-            }
-        }
+        prepare(d, user)?;
         let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
-        std::fs::copy(d.join("id.pub"), d.join("authorized_keys"))
-            .map_err(|e| io("authorized_keys", e))?;
-        // Another user's login reads the key and reaches its home through
-        // this dir; the host key and the client's key stay root's alone.
-        use std::os::unix::fs::PermissionsExt;
-        let mode = |path: &Path, mode| {
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        };
-        mode(d, 0o711).map_err(|e| io("chmod", e))?;
-        mode(&d.join("authorized_keys"), 0o644).map_err(|e| io("chmod", e))?;
-        // sshd refuses to start without its privilege separation dir.
-        std::fs::create_dir_all("/run/sshd").map_err(|e| io("/run/sshd", e))?;
-        std::fs::create_dir(d.join("remote")).map_err(|e| io("the remote home", e))?;
-        if user != "root" {
-            let out = Command::new("chown")
-                .args([&format!("{user}:"), &d.join("remote").display().to_string()])
-                .output()
-                .map_err(|e| io("chown", e))?;
-            if !out.status.success() {
-                return Err(format!("chown {user}: {out:?}"));
-            }
-            mode(&d.join("remote"), 0o700).map_err(|e| io("chmod", e))?;
-        }
         let bin_dir = match with_procd {
             true => procd.parent().unwrap_or(Path::new("/")),
             false => Path::new("/usr/local/bin"),
@@ -169,4 +137,43 @@ pub fn free_port() -> std::io::Result<u16> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
+}
+
+/// Fills the server's dir `d`: a host key, the client's key as the only
+/// authorized one, and the far daemon's home, owned by `user`.
+fn prepare(d: &Path, user: &str) -> Result<(), String> {
+    for key in ["host", "id"] {
+        let out = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(d.join(key))
+            .output()
+            .map_err(|e| format!("ssh-keygen: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("ssh-keygen: {out:?}"));
+        }
+    }
+    let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    std::fs::copy(d.join("id.pub"), d.join("authorized_keys"))
+        .map_err(|e| io("authorized_keys", e))?;
+    // Another user's login reads the key and reaches its home through
+    // this dir; the host key and the client's key stay root's alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode =
+        |path: &Path, mode| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+    mode(d, 0o711).map_err(|e| io("chmod", e))?;
+    mode(&d.join("authorized_keys"), 0o644).map_err(|e| io("chmod", e))?;
+    // sshd refuses to start without its privilege separation dir.
+    std::fs::create_dir_all("/run/sshd").map_err(|e| io("/run/sshd", e))?;
+    std::fs::create_dir(d.join("remote")).map_err(|e| io("the remote home", e))?;
+    if user != "root" {
+        let out = Command::new("chown")
+            .args([&format!("{user}:"), &d.join("remote").display().to_string()])
+            .output()
+            .map_err(|e| io("chown", e))?;
+        if !out.status.success() {
+            return Err(format!("chown {user}: {out:?}"));
+        }
+        mode(&d.join("remote"), 0o700).map_err(|e| io("chmod", e))?;
+    }
+    Ok(())
 }

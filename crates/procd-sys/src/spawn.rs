@@ -200,6 +200,23 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
         failed_step: AtomicUsize::new(0),
         errno: AtomicI32::new(0),
     };
+    let pid = clone_child(launch.cgroups.map(|join| join.dir), &mut args);
+    drop(raised);
+    let pid = pid?;
+    let step = args.failed_step.load(Ordering::Acquire);
+    if step != 0 {
+        // The child has exited: the reaper collects it like any orphan.
+        let os = io::Error::from_raw_os_error(args.errno.load(Ordering::Acquire));
+        let what = STEPS.get(step - 1).unwrap_or(&"start");
+        return Err(io::Error::new(os.kind(), format!("cannot {what}: {os}")));
+    }
+    Ok(pid)
+}
+
+/// Clones the child (into `cgroup` where the kernel can) with every signal
+/// blocked in this thread, and returns its pid once it has exec'd or
+/// failed (CLONE_VFORK).
+fn clone_child(cgroup: Option<BorrowedFd<'_>>, args: &mut ChildArgs) -> io::Result<i32> {
     let mut stack = vec![0u8; STACK_BYTES];
 
     // Block every signal in this thread across the clone: a handler of the
@@ -212,9 +229,7 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
-    let born_in = launch
-        .cgroups
-        .and_then(|join| clone_into_cgroup(join.dir, &mut stack, &mut args));
+    let born_in = cgroup.and_then(|dir| clone_into_cgroup(dir, &mut stack, args));
     let pid = match born_in {
         Some(pid) => Ok(pid),
         None => {
@@ -229,7 +244,7 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
                     child_main,
                     stack_top(&mut stack).cast::<c_void>(),
                     libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                    (&args as *const ChildArgs).cast_mut().cast::<c_void>(),
+                    (&*args as *const ChildArgs).cast_mut().cast::<c_void>(),
                 )
             };
             if pid == -1 {
@@ -243,16 +258,7 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
     }
-    drop(raised);
-    let pid = pid?;
-    let step = args.failed_step.load(Ordering::Acquire);
-    if step != 0 {
-        // The child has exited: the reaper collects it like any orphan.
-        let os = io::Error::from_raw_os_error(args.errno.load(Ordering::Acquire));
-        let what = STEPS.get(step - 1).unwrap_or(&"start");
-        return Err(io::Error::new(os.kind(), format!("cannot {what}: {os}")));
-    }
-    Ok(pid)
+    pid
 }
 
 /// The 16-byte aligned top of a child's stack (it grows down).
@@ -422,36 +428,8 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         if libc::chdir(args.cwd) == -1 {
             return fail(CHDIR);
         }
-        if let Some(soft) = args.nofile {
-            let mut limit: libc::rlimit = std::mem::zeroed();
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == -1 {
-                return fail(RLIMIT);
-            }
-            limit.rlim_cur = soft.min(limit.rlim_max);
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == -1 {
-                return fail(RLIMIT);
-            }
-        }
-        if args.ruleset >= 0 {
-            // Landlock needs no_new_privs (without CAP_SYS_ADMIN), and it
-            // keeps a setuid program from shedding the sandbox.
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1 {
-                return fail(NO_NEW_PRIVS);
-            }
-            if libc::syscall(libc::SYS_landlock_restrict_self, args.ruleset, 0) == -1 {
-                return fail(LANDLOCK);
-            }
-            if !args.filter.is_null() {
-                let program = libc::sock_fprog {
-                    len: args.filter_len,
-                    filter: args.filter.cast_mut(),
-                };
-                let program: *const libc::sock_fprog = &program;
-                if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, program) == -1
-                {
-                    return fail(SECCOMP);
-                }
-            }
+        if let Err(step) = limit_and_confine(args) {
+            return fail(step);
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
@@ -459,6 +437,46 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         libc::execve(args.program, args.argv, args.envp);
     }
     fail(EXEC)
+}
+
+/// The child's descriptor limit and sandbox (no_new_privs, the Landlock
+/// ruleset, the seccomp filter); the error is the step that failed.
+///
+/// # Safety
+/// Only in the child `spawn` cloned, with the `args` it prepared: raw,
+/// async-signal-safe syscalls only, nothing allocated, no lock taken.
+unsafe fn limit_and_confine(args: &ChildArgs) -> Result<(), usize> {
+    if let Some(soft) = args.nofile {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == -1 {
+            return Err(RLIMIT);
+        }
+        limit.rlim_cur = soft.min(limit.rlim_max);
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == -1 {
+            return Err(RLIMIT);
+        }
+    }
+    if args.ruleset >= 0 {
+        // Landlock needs no_new_privs (without CAP_SYS_ADMIN), and it
+        // keeps a setuid program from shedding the sandbox.
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1 {
+            return Err(NO_NEW_PRIVS);
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, args.ruleset, 0) == -1 {
+            return Err(LANDLOCK);
+        }
+        if !args.filter.is_null() {
+            let program = libc::sock_fprog {
+                len: args.filter_len,
+                filter: args.filter.cast_mut(),
+            };
+            let program: *const libc::sock_fprog = &program;
+            if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, program) == -1 {
+                return Err(SECCOMP);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Finds `program` the way a shell would: a name with a slash as it is,
