@@ -248,6 +248,16 @@ fn plan_from_table(
     chosen.remove(&me);
     chosen.remove(&1);
 
+    let mut targets = deepest_first(chosen, &by_pid);
+    if include_root && spec.root.pid > 1 && spec.root.pid != me {
+        targets.push(spec.root);
+    }
+    KillPlan { targets }
+}
+
+/// The live processes among `chosen`, deepest in the tree first, then by
+/// pid (the plan's order, in the module doc).
+fn deepest_first(chosen: HashSet<i32>, by_pid: &HashMap<i32, &ProcStat>) -> Vec<ProcessIdentity> {
     let depth = |pid: i32| {
         let mut d = 0u32;
         let mut cur = pid;
@@ -275,11 +285,7 @@ fn plan_from_table(
         })
         .collect();
     targets.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.pid.cmp(&b.1.pid)));
-    let mut targets: Vec<ProcessIdentity> = targets.into_iter().map(|(_, id)| id).collect();
-    if include_root && spec.root.pid > 1 && spec.root.pid != me {
-        targets.push(spec.root);
-    }
-    KillPlan { targets }
+    targets.into_iter().map(|(_, id)| id).collect()
 }
 
 /// The result of a termination.

@@ -231,6 +231,62 @@ impl Inner {
     }
 }
 
+/// What a page of lines is read from, taken under the lock.
+struct LineView {
+    /// The first byte kept, and the end.
+    first: u64,
+    end: u64,
+    /// Lines kept (a fragment left by a drop not counted).
+    total: u64,
+    /// 1 when the kept output starts with a fragment of a dropped line.
+    fragment: u64,
+    file: Option<Arc<File>>,
+    base: u64,
+    /// The kept output, when the in-memory tail covers it all.
+    tail: Option<Vec<u8>>,
+    /// Where to start looking for a line: (cursor, newlines before it).
+    seek: Vec<(u64, u64)>,
+}
+
+impl Inner {
+    fn line_view(&self) -> LineView {
+        let first = self.first_kept();
+        let partial = u64::from(self.end > first && self.tail.back() != Some(&b'\n'));
+        let newlines = if self.log.is_some() {
+            self.kept_newlines()
+        } else {
+            self.tail.iter().filter(|b| **b == b'\n').count() as u64
+        };
+        // After a drop, text before the first kept newline is a fragment.
+        let fragment = u64::from(first > 0 && newlines > 0);
+        let total = newlines + partial - fragment;
+        // The tail may reach back past what the log keeps (a tail
+        // larger than half the cap): take only the kept part.
+        let tail_covers = self.tail_start() <= first;
+        let skip = first.saturating_sub(self.tail_start()) as usize;
+        let tail = tail_covers.then(|| self.tail.iter().skip(skip).copied().collect::<Vec<u8>>());
+        // Where to start looking for a line: (cursor, newlines before it).
+        let seek: Vec<(u64, u64)> = std::iter::once((self.kept_from, self.dropped_newlines))
+            .chain(
+                self.marks
+                    .iter()
+                    .copied()
+                    .filter(|(at, _)| *at >= self.kept_from),
+            )
+            .collect();
+        LineView {
+            first,
+            end: self.end,
+            total,
+            fragment,
+            file: self.log.clone(),
+            base: self.log_base,
+            tail,
+            seek,
+        }
+    }
+}
+
 pub struct OutputStore {
     path: PathBuf,
     inner: Mutex<Inner>,
@@ -1188,45 +1244,16 @@ impl OutputStore {
         max_bytes: usize,
     ) -> io::Result<Lines> {
         let _layout = self.layout.read().await;
-        let (first, end, total, fragment, file, base, tail, seek) = {
-            let inner = self.lock();
-            let first = inner.first_kept();
-            let partial = u64::from(inner.end > first && inner.tail.back() != Some(&b'\n'));
-            let newlines = if inner.log.is_some() {
-                inner.kept_newlines()
-            } else {
-                inner.tail.iter().filter(|b| **b == b'\n').count() as u64
-            };
-            // After a drop, text before the first kept newline is a fragment.
-            let fragment = u64::from(first > 0 && newlines > 0);
-            let total = newlines + partial - fragment;
-            // The tail may reach back past what the log keeps (a tail
-            // larger than half the cap): take only the kept part.
-            let tail_covers = inner.tail_start() <= first;
-            let skip = first.saturating_sub(inner.tail_start()) as usize;
-            let tail =
-                tail_covers.then(|| inner.tail.iter().skip(skip).copied().collect::<Vec<u8>>());
-            // Where to start looking for a line: (cursor, newlines before it).
-            let seek: Vec<(u64, u64)> = std::iter::once((inner.kept_from, inner.dropped_newlines))
-                .chain(
-                    inner
-                        .marks
-                        .iter()
-                        .copied()
-                        .filter(|(at, _)| *at >= inner.kept_from),
-                )
-                .collect();
-            (
-                first,
-                inner.end,
-                total,
-                fragment,
-                inner.log.clone(),
-                inner.log_base,
-                tail,
-                seek,
-            )
-        };
+        let LineView {
+            first,
+            end,
+            total,
+            fragment,
+            file,
+            base,
+            tail,
+            seek,
+        } = self.lock().line_view();
         let start_line = match offset {
             Some(n) => n,
             None => total.saturating_sub(limit),

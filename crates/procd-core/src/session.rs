@@ -910,16 +910,15 @@ pub async fn supervise(
     how: Supervision<impl FnOnce(Arc<Session>) + Send + 'static>,
 ) -> Option<Arc<ExitRecord>> {
     let Supervision {
-        mut noise,
+        noise,
         final_drain,
         on_timeout,
-        mut watch,
+        watch,
         mut handing_over,
-        mut tests,
+        tests,
     } = how;
     let store = session.output.clone();
-    let mut buf = vec![0u8; MIN_READ_BUF];
-    let mut filtered = Vec::with_capacity(MIN_READ_BUF);
+    let mut reading = Reading::new(noise, watch, tests);
     let mut eof = false;
     let timer = sleep_until(timeout_at(&session));
     tokio::pin!(timer);
@@ -933,31 +932,21 @@ pub async fn supervise(
     }
 
     let exit = loop {
-        let linger = watch.as_ref().and_then(|w| w.matcher.as_ref()?.deadline());
+        let linger = reading
+            .watch
+            .as_ref()
+            .and_then(|w| w.matcher.as_ref()?.deadline());
         let tidy = store.tidy_due();
         tokio::select! {
             biased;
-            chunk = output.next(&store, &mut buf), if !eof && held_until.is_none() => match chunk {
-                // Asked to drain, and empty: what the noise filter holds
-                // is output now (a shell command's end, `shell/`).
+            chunk = output.next(&store, &mut reading.buf), if !eof && held_until.is_none() => match chunk {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if finish_noise(&store, &mut noise, &mut filtered) {
-                        store.compact().await;
-                    }
-                    watch_step(&mut watch, |m, now| m.feed(&filtered, now));
-                    tests_step(&store, &mut tests, &filtered);
-                    if output.is_pipe() {
-                        store.look_found_nothing();
-                    }
-                    store.mark_drained();
+                    reading.found_empty(&store, output.is_pipe()).await;
                 }
                 Ok(0) | Err(_) => eof = true,
                 Ok(n) => {
-                    noise.set_terminating(session.terminating.load(Ordering::Relaxed));
-                    store_chunk(&store, &mut noise, &buf[..n], &mut filtered).await;
-                    watch_step(&mut watch, |m, now| m.feed(&filtered, now));
-                    tests_step(&store, &mut tests, &filtered);
-                    fit_read_buffers(&mut buf, &mut filtered, n);
+                    reading.took(&session, n).await;
+                    fit_read_buffers(&mut reading.buf, &mut reading.filtered, n);
                     held_until = crate::fairness::charge(&session.id, n, Instant::now());
                 }
             },
@@ -965,14 +954,14 @@ pub async fn supervise(
             () = handed_over(&mut handing_over) => {
                 // What the noise filter holds is output the next daemon
                 // will not judge again.
-                finish_noise(&store, &mut noise, &mut filtered);
+                finish_noise(&store, &mut reading.noise, &mut reading.filtered);
                 return None;
             }
             () = sleep_until(linger), if linger.is_some() => {
-                watch_step(&mut watch, WatchMatcher::expire);
+                watch_step(&mut reading.watch, WatchMatcher::expire);
             }
-            () = Watch::changed(&mut watch) => {
-                if let Some(w) = watch.as_mut() {
+            () = Watch::changed(&mut reading.watch) => {
+                if let Some(w) = reading.watch.as_mut() {
                     w.renew();
                 }
             }
@@ -986,41 +975,69 @@ pub async fn supervise(
         }
     };
     session.reaped.store(true, Ordering::SeqCst);
-    let mut tail = Tail {
-        buf: &mut buf,
-        filtered: &mut filtered,
-        noise: &mut noise,
-        watch: &mut watch,
-        tests: &mut tests,
-    };
     if !eof {
-        tail.drain(&session, &mut output, final_drain).await;
+        reading.drain(&session, &mut output, final_drain).await;
     }
-    Some(tail.finish(&session, exit).await)
+    Some(reading.finish(&session, exit).await)
 }
 
-/// What the final drain works with: the supervisor's buffers, filter,
-/// watch and test run.
-struct Tail<'a> {
-    buf: &'a mut Vec<u8>,
-    filtered: &'a mut Vec<u8>,
-    noise: &'a mut NoiseFilter,
-    watch: &'a mut Option<Watch>,
-    tests: &'a mut Option<TestRun>,
+/// What a supervisor reads with: its buffers, the noise filter, the watch
+/// and the test run, which every stored chunk goes through in turn.
+struct Reading {
+    buf: Vec<u8>,
+    filtered: Vec<u8>,
+    noise: NoiseFilter,
+    watch: Option<Watch>,
+    tests: Option<TestRun>,
 }
 
-impl Tail<'_> {
+impl Reading {
+    fn new(noise: NoiseFilter, watch: Option<Watch>, tests: Option<TestRun>) -> Reading {
+        Reading {
+            buf: vec![0u8; MIN_READ_BUF],
+            filtered: Vec::with_capacity(MIN_READ_BUF),
+            noise,
+            watch,
+            tests,
+        }
+    }
+
+    /// Stores the `n` bytes just read into `buf`, through the noise
+    /// filter, and feeds what passed to the watch and the test run.
+    async fn took(&mut self, session: &Session, n: usize) {
+        let store = &session.output;
+        self.noise
+            .set_terminating(session.terminating.load(Ordering::Relaxed));
+        store_chunk(store, &mut self.noise, &self.buf[..n], &mut self.filtered).await;
+        watch_step(&mut self.watch, |m, now| m.feed(&self.filtered, now));
+        tests_step(store, &mut self.tests, &self.filtered);
+    }
+
+    /// Asked to drain, and the source was empty: what the noise filter
+    /// holds is output now (a shell command's end, `shell/`).
+    async fn found_empty(&mut self, store: &Arc<OutputStore>, is_pipe: bool) {
+        if finish_noise(store, &mut self.noise, &mut self.filtered) {
+            store.compact().await;
+        }
+        watch_step(&mut self.watch, |m, now| m.feed(&self.filtered, now));
+        tests_step(store, &mut self.tests, &self.filtered);
+        if is_pipe {
+            store.look_found_nothing();
+        }
+        store.mark_drained();
+    }
+
     /// After the drain: what the noise filter held is output too (stored
     /// and watched), the watch's last matches go out, and the run's end is
     /// recorded on its store.
     async fn finish(&mut self, session: &Session, exit: Option<ChildExit>) -> Arc<ExitRecord> {
         let store = &session.output;
-        if finish_noise(store, self.noise, self.filtered) {
+        if finish_noise(store, &mut self.noise, &mut self.filtered) {
             store.compact().await;
         }
-        watch_step(self.watch, |m, now| m.feed(self.filtered, now));
-        watch_step(self.watch, WatchMatcher::finish);
-        tests_step(store, self.tests, self.filtered);
+        watch_step(&mut self.watch, |m, now| m.feed(&self.filtered, now));
+        watch_step(&mut self.watch, WatchMatcher::finish);
+        tests_step(store, &mut self.tests, &self.filtered);
         finish_tests(session, self.tests.take()).await;
         let record = exit_record(session, exit);
         if store.tidy_due().is_some() {
@@ -1035,18 +1052,15 @@ impl Tail<'_> {
     /// for `final_drain` (and at most 1 MiB).
     async fn drain(&mut self, session: &Session, output: &mut OutputSource, final_drain: Duration) {
         const FINAL_DRAIN_MAX: usize = 1 << 20;
-        let store = &session.output;
         let mut drained = 0usize;
         while drained < FINAL_DRAIN_MAX {
-            match tokio::time::timeout(final_drain, output.next(store, self.buf)).await {
+            match tokio::time::timeout(final_drain, output.next(&session.output, &mut self.buf))
+                .await
+            {
                 Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
                 Ok(Ok(n)) => {
                     drained += n;
-                    self.noise
-                        .set_terminating(session.terminating.load(Ordering::Relaxed));
-                    store_chunk(store, self.noise, &self.buf[..n], self.filtered).await;
-                    watch_step(self.watch, |m, now| m.feed(self.filtered, now));
-                    tests_step(store, self.tests, self.filtered);
+                    self.took(session, n).await;
                 }
             }
         }

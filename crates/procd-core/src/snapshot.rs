@@ -372,28 +372,7 @@ impl ShellSnapshot {
             start_time,
         };
         drop(child);
-        let exit = match tokio::time::timeout(self.timeout, exit).await {
-            Ok(Ok(exit)) => exit,
-            Ok(Err(_)) => return Err("the capturing shell was lost".into()),
-            Err(_) => {
-                // Its whole group: the scripts may have started more.
-                let tree = crate::kill::TreeSpec {
-                    root,
-                    pgid: root.pid,
-                    marker: Vec::new(),
-                    root_pinned: true,
-                    adopted: Vec::new(),
-                    cgroup: None,
-                };
-                crate::kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO)
-                    .await;
-                return Err(format!(
-                    "`{} -lic` did not finish within {:?} (a login script waits or hangs)",
-                    self.shell.display(),
-                    self.timeout
-                ));
-            }
-        };
+        let exit = self.wait_capture(root, exit).await?;
         if exit != ChildExit::Code(0) {
             return Err(format!(
                 "`{} -lic` failed ({exit:?}) while capturing the login environment",
@@ -408,31 +387,72 @@ impl ShellSnapshot {
         );
         let policy = self.policy.clone();
         tokio::task::spawn_blocking(move || {
-            let env = crate::atomic::read_private(&env_path)?;
-            let defs = crate::atomic::read_private(&defs_path)?;
-            let defaults = crate::atomic::read_private(&defaults_path)?;
-            let rendered = render(
-                &env,
-                &String::from_utf8_lossy(&defs),
-                &String::from_utf8_lossy(&defaults),
-                &policy,
-            );
-            let mut listed = Vec::new();
-            for (name, value) in &rendered.vars {
-                listed.extend_from_slice(format!("{name}={value}\0").as_bytes());
-            }
-            crate::atomic::write_bytes(&path.with_file_name(ENV_FILE_NAME), &listed)?;
-            crate::atomic::write_bytes(&path, rendered.text.as_bytes())?;
-            Ok(Snapshot {
-                vars: rendered.vars,
-                script: rendered.runs.then_some(path),
-                sets_vars: rendered.sets_vars,
-            })
+            write_snapshot([&env_path, &defs_path, &defaults_path], path, &policy)
         })
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e: std::io::Error| format!("cannot write {}: {e}", self.path.display()))
     }
+
+    /// The capturing shell's exit, or why there is none: a shell still
+    /// running after the timeout is killed with its whole group.
+    async fn wait_capture(
+        &self,
+        root: ProcessIdentity,
+        exit: tokio::sync::oneshot::Receiver<ChildExit>,
+    ) -> Result<ChildExit, String> {
+        match tokio::time::timeout(self.timeout, exit).await {
+            Ok(Ok(exit)) => Ok(exit),
+            Ok(Err(_)) => Err("the capturing shell was lost".into()),
+            Err(_) => {
+                // Its whole group: the scripts may have started more.
+                let tree = crate::kill::TreeSpec {
+                    root,
+                    pgid: root.pid,
+                    marker: Vec::new(),
+                    root_pinned: true,
+                    adopted: Vec::new(),
+                    cgroup: None,
+                };
+                crate::kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO)
+                    .await;
+                Err(format!(
+                    "`{} -lic` did not finish within {:?} (a login script waits or hangs)",
+                    self.shell.display(),
+                    self.timeout
+                ))
+            }
+        }
+    }
+}
+
+/// Reads the capture's three files, renders them, and writes the snapshot
+/// and its variables (blocking).
+fn write_snapshot(
+    [env, defs, defaults]: [&Path; 3],
+    path: PathBuf,
+    policy: &EnvPolicy,
+) -> std::io::Result<Snapshot> {
+    let env = crate::atomic::read_private(env)?;
+    let defs = crate::atomic::read_private(defs)?;
+    let defaults = crate::atomic::read_private(defaults)?;
+    let rendered = render(
+        &env,
+        &String::from_utf8_lossy(&defs),
+        &String::from_utf8_lossy(&defaults),
+        policy,
+    );
+    let mut listed = Vec::new();
+    for (name, value) in &rendered.vars {
+        listed.extend_from_slice(format!("{name}={value}\0").as_bytes());
+    }
+    crate::atomic::write_bytes(&path.with_file_name(ENV_FILE_NAME), &listed)?;
+    crate::atomic::write_bytes(&path, rendered.text.as_bytes())?;
+    Ok(Snapshot {
+        vars: rendered.vars,
+        script: rendered.runs.then_some(path),
+        sets_vars: rendered.sets_vars,
+    })
 }
 
 /// What a capture gives: the variables for the environment, and the text
@@ -449,6 +469,41 @@ struct Rendered {
 /// `defs` the functions, aliases and `shopt -p` of the login shell,
 /// `defaults` the `shopt -p` of a plain `bash -c`.
 fn render(env: &[u8], defs: &str, defaults: &str, policy: &EnvPolicy) -> Rendered {
+    let (vars, shell_vars) = split_env(env, policy);
+    let mut body = String::new();
+    let sets_vars = !shell_vars.is_empty();
+    if sets_vars {
+        body.push_str("__procd_set() { case \" ${PROCD_KEEP-} \" in *\" $1 \"*) ;; *) export \"$1=$2\" ;; esac; }\n");
+        body.push_str(&shell_vars);
+        body.push_str("unset -f __procd_set; unset PROCD_KEEP\n");
+    }
+    let (aliases, expand_aliases) = push_defs(&mut body, defs, defaults);
+    if aliases && expand_aliases {
+        // Aliases are expanded in the command (sourced on its own line first).
+        body.push_str("shopt -s expand_aliases\n");
+    }
+    let runs = !body.is_empty();
+    let mut text = String::from(
+        "# procd shell snapshot (docs/operations.md): what the login scripts set up, sourced by\n\
+         # every session before its command (their exported variables are in\n\
+         # shell-snapshot.env and reach sessions at exec). Remade when they change; never edit.\n",
+    );
+    if !runs {
+        text.push_str("# Nothing to run: sessions do not source it.\n");
+    }
+    text.push_str(&body);
+    Rendered {
+        vars,
+        text,
+        runs,
+        sets_vars,
+    }
+}
+
+/// `env -0`'s entries a session may get: the variables for its
+/// environment, and the shell's own (`is_shell_var`) as `__procd_set`
+/// lines of the snapshot.
+fn split_env(env: &[u8], policy: &EnvPolicy) -> (Vec<(String, String)>, String) {
     let mut vars = Vec::new();
     let mut shell_vars = String::new();
     let mut seen = BTreeSet::new();
@@ -475,13 +530,14 @@ fn render(env: &[u8], defs: &str, defaults: &str, policy: &EnvPolicy) -> Rendere
             vars.push((name.to_string(), value.to_string()));
         }
     }
-    let mut body = String::new();
-    let sets_vars = !shell_vars.is_empty();
-    if sets_vars {
-        body.push_str("__procd_set() { case \" ${PROCD_KEEP-} \" in *\" $1 \"*) ;; *) export \"$1=$2\" ;; esac; }\n");
-        body.push_str(&shell_vars);
-        body.push_str("unset -f __procd_set; unset PROCD_KEEP\n");
-    }
+    (vars, shell_vars)
+}
+
+/// Appends `defs` to `body`: functions and aliases as they are, `shopt -p`
+/// lines that differ from a plain `bash -c` (`defaults`) as runs of `shopt
+/// -s`/`-u`. Returns whether there were aliases and whether the login
+/// shell expanded them.
+fn push_defs(body: &mut String, defs: &str, defaults: &str) -> (bool, bool) {
     let defaults: BTreeSet<&str> = defaults.lines().collect();
     // `shopt -p` lines that differ from a plain `bash -c`, a run of them as
     // one `shopt -s` and one `shopt -u` made quiet: some options cannot be
@@ -514,33 +570,14 @@ fn render(env: &[u8], defs: &str, defaults: &str, policy: &EnvPolicy) -> Rendere
             Some((flag, name)) => options[usize::from(flag == "-u")].push(name),
             None => {
                 aliases |= line.starts_with("alias ");
-                flush(&mut body, &mut options);
+                flush(body, &mut options);
                 body.push_str(line);
                 body.push('\n');
             }
         }
     }
-    flush(&mut body, &mut options);
-    if aliases && expand_aliases {
-        // Aliases are expanded in the command (sourced on its own line first).
-        body.push_str("shopt -s expand_aliases\n");
-    }
-    let runs = !body.is_empty();
-    let mut text = String::from(
-        "# procd shell snapshot (docs/operations.md): what the login scripts set up, sourced by\n\
-         # every session before its command (their exported variables are in\n\
-         # shell-snapshot.env and reach sessions at exec). Remade when they change; never edit.\n",
-    );
-    if !runs {
-        text.push_str("# Nothing to run: sessions do not source it.\n");
-    }
-    text.push_str(&body);
-    Rendered {
-        vars,
-        text,
-        runs,
-        sets_vars,
-    }
+    flush(body, &mut options);
+    (aliases, expand_aliases)
 }
 
 /// `value` as one single-quoted shell word.

@@ -25,6 +25,7 @@ use procd_proto::{
 };
 use std::collections::BTreeMap;
 use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -356,7 +357,6 @@ impl Registry {
                 return Err(e);
             }
         };
-        let pid = started.pid;
 
         // From here on the child exists: any failure must kill it first.
         self.injected_slow_setup().await;
@@ -373,9 +373,24 @@ impl Registry {
             self.open_session(id.clone(), spec, output, started, slot, restarts);
         // Make room: the new session counts towards max_sessions.
         self.prune();
+        self.publish_started(&session);
+
+        let checkpointed = self.write_running_checkpoint().await;
+        self.supervise_in_background(session.clone(), reader, exit_rx, RunStart::Fresh);
+        self.watch_oom(&session);
+
+        if let Err(e) = checkpointed {
+            return Err(self.refuse_unrecoverable(&session, e).await);
+        }
+        let result = super::present::spawn_result(&self.redactor, &session);
+        Ok((result, session))
+    }
+
+    /// The `started` event of a session just opened.
+    fn publish_started(&self, session: &Session) {
         self.notifications.publish(Event::Started {
-            session_id: id.clone(),
-            pid,
+            session_id: session.id.clone(),
+            pid: session.pid(),
             command: session.shown_command(&self.redactor).to_string(),
             task_id: session.spec.task_id.clone(),
             session_key: session.spec.session_key.clone(),
@@ -383,30 +398,25 @@ impl Registry {
             started_at: session.started_at_text().to_string(),
             meta: session.meta(),
         });
+    }
 
-        let checkpointed = self.write_running_checkpoint().await;
-        self.supervise_in_background(session.clone(), reader, exit_rx, RunStart::Fresh);
-        self.watch_oom(&session);
-
-        if let Err(e) = checkpointed {
-            // The session cannot be recovered after a crash: refuse it
-            // rather than run something procd could lose track of.
-            self.terminate(
-                &session,
-                libc::SIGKILL,
-                Duration::ZERO,
-                CompletionReason::FailedStart,
-                "spawn",
-            )
-            .await;
-            self.table().remove(&id);
-            session.output.delete_log();
-            return Err(Error::SpawnFailed(format!(
-                "cannot write the checkpoint (the process was killed): {e}"
-            )));
-        }
-        let result = super::present::spawn_result(&self.redactor, &session);
-        Ok((result, session))
+    /// A session whose checkpoint could not be written cannot be recovered
+    /// after a crash: it is killed and forgotten rather than run as
+    /// something procd could lose track of. Returns the spawn's error.
+    async fn refuse_unrecoverable(&self, session: &Arc<Session>, e: std::io::Error) -> Error {
+        self.terminate(
+            session,
+            libc::SIGKILL,
+            Duration::ZERO,
+            CompletionReason::FailedStart,
+            "spawn",
+        )
+        .await;
+        self.table().remove(&session.id);
+        session.output.delete_log();
+        Error::SpawnFailed(format!(
+            "cannot write the checkpoint (the process was killed): {e}"
+        ))
     }
 
     /// Forks the session's root (in its systemd scope, if scopes are used);
@@ -650,7 +660,6 @@ impl Registry {
         unit: Option<&str>,
         cgroup: Option<&Arc<procd_sys::cgroup::SessionCgroup>>,
     ) -> std::io::Result<StartedChild> {
-        use std::os::fd::AsFd;
         let mut argv = argv.to_vec();
         if let (Some(unit), Some(scopes)) = (unit, &self.scopes) {
             argv = scopes.wrap(unit, &argv);
@@ -678,61 +687,11 @@ impl Registry {
                 .start(|| procd_sys::spawn::spawn(&launch), inspect)
         };
         let started = session::Started::now();
-        let (pid, start_time, exit_rx, io) = if let Some((pty, pts)) = terminal {
-            pty.resize(pty_process::Size::new(spec.rows, spec.cols))
-                .map_err(std::io::Error::other)?;
-            // Made before the start, so nothing can fail after it.
-            let master = pty.as_fd().try_clone_to_owned()?;
-            let reading = pty.as_fd().try_clone_to_owned()?;
-            let relay = crate::ingest::Relay::new()?;
-            let slave = pts.as_fd();
-            let (pid, start_time, exit_rx) = start([slave, slave, slave], true)?;
-            // Only the child may hold the slave: EIO then marks the end.
-            drop(pts);
-            if self.injected_failure(true) {
-                kill_started(procfs, pid, start_time);
-                return Err(std::io::Error::other("injected PTY failure after spawn"));
-            }
-            let output = match OutputSource::pty(reading, relay) {
-                Ok(output) => output,
-                Err(e) => {
-                    kill_started(procfs, pid, start_time);
-                    return Err(e);
-                }
-            };
-            let (_, writer) = pty.into_split();
-            let io = ChildIo::Pty {
-                output,
-                writer,
-                master,
-            };
-            (pid, start_time, exit_rx, io)
-        } else {
-            let ((out_read, out_write), (stdin_read, stdin_write)) = child_pipes(spec.stdin)?;
-            let out = out_write.as_fd();
-            let (pid, start_time, exit_rx) = start([stdin_read.as_fd(), out, out], false)?;
-            // Our copies of the child's ends must close, or EOF never comes.
-            drop((out_write, stdin_read));
-            let io = (|| {
-                Ok::<_, std::io::Error>(ChildIo::Pipe {
-                    output: OutputSource::pipe(out_read.into())?,
-                    stdin: match stdin_write {
-                        Some(w) => Some(tokio::net::unix::pipe::Sender::from_owned_fd(w.into())?),
-                        None => None,
-                    },
-                })
-            })();
-            match io {
-                Ok(io) => (pid, start_time, exit_rx, io),
-                Err(e) => {
-                    // The child exists but cannot be supervised: end it.
-                    kill_started(procfs, pid, start_time);
-                    return Err(e);
-                }
-            }
+        let (pid, start_time, exit_rx, io) = match terminal {
+            Some(terminal) => self.start_on_pty(terminal, spec, start)?,
+            None => start_on_pipes(procfs, spec, start)?,
         };
         Ok(StartedChild {
-            pid,
             identity: ProcessIdentity { pid, start_time },
             started,
             exit_rx,
@@ -740,6 +699,45 @@ impl Registry {
             unit: unit.map(str::to_string),
             cgroup: cgroup.cloned(),
         })
+    }
+
+    /// Starts the child on a new PTY's slave (its controlling terminal),
+    /// with the master's copies made before, so nothing can fail after
+    /// the start but what ends the child again.
+    fn start_on_pty(
+        &self,
+        (pty, pts): (pty_process::Pty, pty_process::Pts),
+        spec: &SessionSpec,
+        start: impl FnOnce([BorrowedFd<'_>; 3], bool) -> std::io::Result<StartedRoot>,
+    ) -> std::io::Result<(i32, u64, ExitReceiver, ChildIo)> {
+        pty.resize(pty_process::Size::new(spec.rows, spec.cols))
+            .map_err(std::io::Error::other)?;
+        let master = pty.as_fd().try_clone_to_owned()?;
+        let reading = pty.as_fd().try_clone_to_owned()?;
+        let relay = crate::ingest::Relay::new()?;
+        let slave = pts.as_fd();
+        let (pid, start_time, exit_rx) = start([slave, slave, slave], true)?;
+        // Only the child may hold the slave: EIO then marks the end.
+        drop(pts);
+        let procfs = &self.procfs;
+        if self.injected_failure(true) {
+            kill_started(procfs, pid, start_time);
+            return Err(std::io::Error::other("injected PTY failure after spawn"));
+        }
+        let output = match OutputSource::pty(reading, relay) {
+            Ok(output) => output,
+            Err(e) => {
+                kill_started(procfs, pid, start_time);
+                return Err(e);
+            }
+        };
+        let (_, writer) = pty.into_split();
+        let io = ChildIo::Pty {
+            output,
+            writer,
+            master,
+        };
+        Ok((pid, start_time, exit_rx, io))
     }
 
     /// What a sandboxed session's child enters (None: no sandbox), with
@@ -751,7 +749,6 @@ impl Registry {
         env: &mut BTreeMap<String, String>,
         terminal: Option<&pty_process::Pty>,
     ) -> std::io::Result<Option<procd_sys::sandbox::Enforcement>> {
-        use std::os::fd::AsFd;
         use std::os::unix::ffi::OsStringExt;
         let Some(plan) = &spec.sandbox else {
             return Ok(None);
@@ -776,6 +773,41 @@ type ChildPipes = (
     (std::io::PipeReader, std::io::PipeWriter),
     (std::os::fd::OwnedFd, Option<std::io::PipeWriter>),
 );
+
+/// A started root, as the reaper gives it: pid, start time, its exit.
+type StartedRoot = (i32, u64, ExitReceiver);
+type ExitReceiver = tokio::sync::oneshot::Receiver<crate::reaper::ChildExit>;
+
+/// Starts the child on pipes: stdin (when it has one) and one pipe for
+/// stdout and stderr both.
+fn start_on_pipes(
+    procfs: &ProcFs,
+    spec: &SessionSpec,
+    start: impl FnOnce([BorrowedFd<'_>; 3], bool) -> std::io::Result<StartedRoot>,
+) -> std::io::Result<(i32, u64, ExitReceiver, ChildIo)> {
+    let ((out_read, out_write), (stdin_read, stdin_write)) = child_pipes(spec.stdin)?;
+    let out = out_write.as_fd();
+    let (pid, start_time, exit_rx) = start([stdin_read.as_fd(), out, out], false)?;
+    // Our copies of the child's ends must close, or EOF never comes.
+    drop((out_write, stdin_read));
+    let io = (|| {
+        Ok::<_, std::io::Error>(ChildIo::Pipe {
+            output: OutputSource::pipe(out_read.into())?,
+            stdin: match stdin_write {
+                Some(w) => Some(tokio::net::unix::pipe::Sender::from_owned_fd(w.into())?),
+                None => None,
+            },
+        })
+    })();
+    match io {
+        Ok(io) => Ok((pid, start_time, exit_rx, io)),
+        Err(e) => {
+            // The child exists but cannot be supervised: end it.
+            kill_started(procfs, pid, start_time);
+            Err(e)
+        }
+    }
+}
 
 fn child_pipes(stdin: StdinMode) -> std::io::Result<ChildPipes> {
     let (out_read, out_write) = std::io::pipe()?;
@@ -874,7 +906,6 @@ fn kill_started(procfs: &ProcFs, pid: i32, start_time: u64) {
 
 /// A child that exists, with its I/O not yet wired to tasks.
 pub(super) struct StartedChild {
-    pid: i32,
     pub(super) identity: ProcessIdentity,
     /// Read just before the fork: the session's start.
     started: session::Started,
