@@ -180,26 +180,7 @@ fn claim_instance(
     // Record ourselves before the socket accepts anything: whoever can
     // connect must also find the state (`procd status`, clients).
     let socket = paths.socket();
-    let pid = std::process::id() as i32;
-    let identity = state::RecordedIdentity::of(&procfs, pid)
-        .ok()
-        .flatten()
-        .ok_or(StartupError::Other(
-            "cannot read this process's own identity from /proc",
-        ))?;
-    let record = GatewayState {
-        pid,
-        identity: Some(identity),
-        started_at: rfc3339(SystemTime::now()),
-        launch_mode: options.mode.launch_mode().into(),
-        socket: socket.display().to_string(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        command: options.command_line.clone(),
-        log_path: (options.mode == LaunchMode::Background)
-            .then(|| paths.daemon_log().display().to_string()),
-        keeper_pid,
-        keeper_identity,
-    };
+    let record = own_record(options, &procfs, keeper_pid, keeper_identity)?;
     atomic::write_json(&paths.gateway_json(), &record)
         .doing(|| format!("cannot write {}", paths.gateway_json().display()))?;
     let unrecord = |err: StartupError| {
@@ -227,6 +208,37 @@ fn claim_instance(
         listener,
         activated,
     }))
+}
+
+/// What gateway.json records of this daemon (and of its keeper).
+fn own_record(
+    options: &DaemonOptions,
+    procfs: &ProcFs,
+    keeper_pid: Option<i32>,
+    keeper_identity: Option<state::RecordedIdentity>,
+) -> Result<GatewayState, StartupError> {
+    let paths = &options.paths;
+    let socket = paths.socket();
+    let pid = std::process::id() as i32;
+    let identity = state::RecordedIdentity::of(procfs, pid)
+        .ok()
+        .flatten()
+        .ok_or(StartupError::Other(
+            "cannot read this process's own identity from /proc",
+        ))?;
+    Ok(GatewayState {
+        pid,
+        identity: Some(identity),
+        started_at: rfc3339(SystemTime::now()),
+        launch_mode: options.mode.launch_mode().into(),
+        socket: socket.display().to_string(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        command: options.command_line.clone(),
+        log_path: (options.mode == LaunchMode::Background)
+            .then(|| paths.daemon_log().display().to_string()),
+        keeper_pid,
+        keeper_identity,
+    })
 }
 
 /// A new listening socket at `socket` (a stale one removed first), only
@@ -417,7 +429,20 @@ async fn serve_claimed(
 
     crate::listener::serve(listener, protocol(&daemon, &options), shutdown_rx).await;
 
-    let code = match daemon
+    let code = wind_down(&daemon, &registry, &options, listening.activated).await;
+    monitor.abort();
+    Ok(code)
+}
+
+/// After serving: hands every session over to the keeper's next daemon,
+/// or ends them all. Returns the exit code.
+async fn wind_down(
+    daemon: &Daemon,
+    registry: &Registry,
+    options: &DaemonOptions,
+    activated: bool,
+) -> i32 {
+    match daemon
         .handing_over
         .load(std::sync::atomic::Ordering::SeqCst)
     {
@@ -431,16 +456,14 @@ async fn serve_claimed(
         false => {
             // Stop accepting first (the listener is gone), then end every
             // session.
-            if !listening.activated {
+            if !activated {
                 let _ = std::fs::remove_file(options.paths.socket());
             }
             let killed = registry.shutdown_all().await;
             tracing::info!(killed, "sessions terminated; exiting");
             0
         }
-    };
-    monitor.abort();
-    Ok(code)
+    }
 }
 
 impl Daemon {

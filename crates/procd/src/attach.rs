@@ -92,29 +92,14 @@ pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, C
                 Some(Err(_)) => continue,
                 // The daemon went away: ride through its restart, from
                 // the cursor reached.
-                None => {
-                    let from = Some(Cursor::new(cursor));
-                    let resubscribe = |c: std::sync::Arc<Client>| {
-                        let id = id.clone();
-                        async move { c.subscribe_output(id, from).await }
-                    };
-                    match conn.call(resubscribe).await {
-                        Ok(more) => output = more,
-                        Err(_) => break EXIT_FAILED,
-                    }
-                }
+                None => match resubscribe(conn, &id, cursor).await {
+                    Ok(more) => output = more,
+                    Err(_) => break EXIT_FAILED,
+                },
             },
             keys = keys.recv() => match keys {
                 Some(bytes) => {
-                    let (send, detach) = match bytes.iter().position(|b| *b == DETACH) {
-                        Some(i) => (&bytes[..i], true),
-                        None => (&bytes[..], false),
-                    };
-                    if !send.is_empty() {
-                        let text = String::from_utf8_lossy(send).into_owned();
-                        let _ = client.write_stdin(id.clone(), text, None, None, None).await;
-                    }
-                    if detach {
+                    if typed(&client, &id, &bytes).await {
                         break EXIT_OK;
                     }
                 }
@@ -130,6 +115,37 @@ pub async fn run(conn: &procd_client::Reconnecting, id: String) -> Result<i32, C
     drop(raw);
     eprintln!("\r\n[procd: detached from {id}; it keeps running]");
     Ok(code)
+}
+
+/// Sends what was typed to the session, up to the detach key; returns
+/// whether it was there.
+async fn typed(client: &Client, id: &str, bytes: &[u8]) -> bool {
+    let (send, detach) = match bytes.iter().position(|b| *b == DETACH) {
+        Some(i) => (&bytes[..i], true),
+        None => (bytes, false),
+    };
+    if !send.is_empty() {
+        let text = String::from_utf8_lossy(send).into_owned();
+        let _ = client
+            .write_stdin(id.to_string(), text, None, None, None)
+            .await;
+    }
+    detach
+}
+
+/// The session's output from `cursor` on, subscribed again once the
+/// daemon is back.
+async fn resubscribe(
+    conn: &procd_client::Reconnecting,
+    id: &str,
+    cursor: u64,
+) -> Result<jsonrpsee::core::client::Subscription<OutputItem>, ClientError> {
+    let from = Some(Cursor::new(cursor));
+    let subscribe = |c: std::sync::Arc<Client>| {
+        let id = id.to_string();
+        async move { c.subscribe_output(id, from).await }
+    };
+    conn.call(subscribe).await
 }
 
 /// A pipe's lines end in a bare \n, which a raw terminal does not take

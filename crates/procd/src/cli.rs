@@ -633,6 +633,26 @@ async fn client_command(
             target.print(&r, render::poll);
             Ok(EXIT_OK)
         }
+        ClientCommand::Kill { id, signal, grace } => {
+            kill(target, client, resolve(client, id).await?, signal, grace).await
+        }
+        ClientCommand::Send { id, text } => {
+            send(target, client, resolve(client, id).await?, text).await
+        }
+        ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
+        following => follow_command(target, conn, client, following).await,
+    }
+}
+
+/// The client commands that follow a session or the event stream, and so
+/// use `conn`, which reconnects through a daemon restart.
+async fn follow_command(
+    target: &Target,
+    conn: &procd_client::Reconnecting,
+    client: &Client,
+    command: ClientCommand,
+) -> Result<i32, ClientError> {
+    match command {
         ClientCommand::Logs {
             id,
             grep: Some(pattern),
@@ -672,15 +692,9 @@ async fn client_command(
                 Ok(EXIT_USAGE)
             }
         },
-        ClientCommand::Kill { id, signal, grace } => {
-            kill(target, client, resolve(client, id).await?, signal, grace).await
-        }
-        ClientCommand::Send { id, text } => {
-            send(target, client, resolve(client, id).await?, text).await
-        }
         ClientCommand::Events(args) => crate::events::run(&args, target.json, conn).await,
         ClientCommand::Attach { id } => crate::attach::run(conn, resolve(client, id).await?).await,
-        ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
+        other => unreachable!("not a following command: {other:?}"),
     }
 }
 

@@ -511,19 +511,7 @@ impl Server {
             Some(intent) => Some(sandbox::rules(intent, &env).map_err(RpcError::invalid)?),
             None => None,
         };
-        // Codex's server fails a start whose program or cwd is missing;
-        // procd would start a shell that says so and exits 127.
-        let found = {
-            let (argv0, env, cwd) = (p.argv[0].clone(), env.clone(), cwd.clone());
-            tokio::task::spawn_blocking(move || cwd.is_dir() && resolvable(&argv0, &env, &cwd))
-                .await
-                .unwrap_or(false)
-        };
-        if !found {
-            let mut e = RpcError::internal("No such file or directory (os error 2)");
-            e.data = Some(json!({"kind": "spawnNotFound"}));
-            return Err(e);
-        }
+        found(&p.argv[0], &env, &cwd).await?;
         if self.process(&p.process_id).is_ok() {
             return Err(exists(&p.process_id));
         }
@@ -607,6 +595,26 @@ impl Server {
 
 fn exists(id: &str) -> RpcError {
     RpcError::new(-32600, format!("process {id} already exists"))
+}
+
+/// Codex's server fails a start whose program or cwd is missing, where
+/// procd would start a shell that says so and exits 127: the same error
+/// as Codex's, checked off the event loop.
+async fn found(
+    argv0: &str,
+    env: &BTreeMap<String, String>,
+    cwd: &std::path::Path,
+) -> Result<(), RpcError> {
+    let (argv0, env, cwd) = (argv0.to_string(), env.clone(), cwd.to_path_buf());
+    let found = tokio::task::spawn_blocking(move || cwd.is_dir() && resolvable(&argv0, &env, &cwd))
+        .await
+        .unwrap_or(false);
+    if !found {
+        let mut e = RpcError::internal("No such file or directory (os error 2)");
+        e.data = Some(json!({"kind": "spawnNotFound"}));
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Whether `argv0` names a program: a path that exists, or a name found

@@ -43,41 +43,7 @@ pub fn rules(ctx: &Value, env: &BTreeMap<String, String>) -> Result<SandboxRules
         .map(|a| a.iter().map(uri_path).collect::<Result<Vec<_>, _>>())
         .transpose()?
         .unwrap_or_default();
-    let permissions = object(field(ctx, "permissions")?, "sandbox.permissions")?;
-    only_fields(
-        permissions,
-        &["type", "file_system", "network"],
-        "sandbox.permissions",
-    )?;
-    let kind = text(field(permissions, "type")?, "sandbox.permissions.type")?;
-    if kind != "managed" {
-        return Err(format!(
-            "sandbox permissions of type `{kind}` are not supported"
-        ));
-    }
-    let network = match text(
-        field(permissions, "network")?,
-        "sandbox.permissions.network",
-    )? {
-        "restricted" => NetworkSpec::None,
-        "enabled" => NetworkSpec::All,
-        other => return Err(format!("sandbox network `{other}` is not supported")),
-    };
-    let fs = object(
-        field(permissions, "file_system")?,
-        "sandbox.permissions.file_system",
-    )?;
-    only_fields(fs, &["type", "entries"], "sandbox.permissions.file_system")?;
-    let fs_kind = text(field(fs, "type")?, "sandbox.permissions.file_system.type")?;
-    if fs_kind != "restricted" {
-        return Err(format!(
-            "a file system sandbox of type `{fs_kind}` is not supported"
-        ));
-    }
-    let entries = field(fs, "entries")?
-        .as_array()
-        .ok_or("sandbox.permissions.file_system.entries must be an array")?;
-
+    let (network, entries) = permissions(ctx)?;
     let mut read_all = false;
     let mut readable = Vec::new();
     let mut writable = Vec::new();
@@ -124,6 +90,47 @@ pub fn rules(ctx: &Value, env: &BTreeMap<String, String>) -> Result<SandboxRules
         }),
         network: Some(network),
     })
+}
+
+/// The `permissions` of a context: its network rule and its file system
+/// entries, each kind checked to be one procd gives.
+fn permissions(ctx: &Map<String, Value>) -> Result<(NetworkSpec, &Vec<Value>), String> {
+    let permissions = object(field(ctx, "permissions")?, "sandbox.permissions")?;
+    only_fields(
+        permissions,
+        &["type", "file_system", "network"],
+        "sandbox.permissions",
+    )?;
+    let kind = text(field(permissions, "type")?, "sandbox.permissions.type")?;
+    if kind != "managed" {
+        return Err(format!(
+            "sandbox permissions of type `{kind}` are not supported"
+        ));
+    }
+    let network = match text(
+        field(permissions, "network")?,
+        "sandbox.permissions.network",
+    )? {
+        "restricted" => NetworkSpec::None,
+        "enabled" => NetworkSpec::All,
+        other => return Err(format!("sandbox network `{other}` is not supported")),
+    };
+    let fs = object(
+        field(permissions, "file_system")?,
+        "sandbox.permissions.file_system",
+    )?;
+    only_fields(fs, &["type", "entries"], "sandbox.permissions.file_system")?;
+    let fs_kind = text(field(fs, "type")?, "sandbox.permissions.file_system.type")?;
+    if fs_kind != "restricted" {
+        return Err(format!(
+            "a file system sandbox of type `{fs_kind}` is not supported"
+        ));
+    }
+    let entries = field(fs, "entries")?
+        .as_array()
+        .ok_or("sandbox.permissions.file_system.entries must be an array")?;
+
+    Ok((network, entries))
 }
 
 /// What an `fs/*` call under Codex's intent `ctx` may touch, for the
