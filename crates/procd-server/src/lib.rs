@@ -13,6 +13,7 @@ mod lane;
 mod lines;
 mod listener;
 mod peer;
+mod request;
 mod rpc;
 mod shared;
 
