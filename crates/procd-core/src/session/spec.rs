@@ -1,0 +1,169 @@
+//! What a session was asked for (fixed for its life), its launch as the
+//! keeper keeps it, and what a restarting session's runs share.
+
+use super::ExitRecord;
+use procd_proto::StdinMode;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// What the caller asked for; fixed for the session's life.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    pub command: String,
+    pub cwd: PathBuf,
+    pub task_id: Option<String>,
+    pub session_key: Option<String>,
+    pub owner: Option<String>,
+    pub persist: bool,
+    pub pty: bool,
+    /// PTY window size.
+    pub rows: u16,
+    pub cols: u16,
+    pub notify_on_complete: bool,
+    /// As spawned; what holds now is `Session::asks`.
+    pub watch_patterns: Vec<String>,
+    /// The caller's `meta` as spawned; what holds now is `Session::asks`.
+    pub meta: Option<Arc<serde_json::Value>>,
+    pub timeout: Option<Duration>,
+    pub stdin: StdinMode,
+    /// When it counts as ready (docs/agents.md).
+    pub ready: Option<crate::readiness::ReadyCheck>,
+    /// Limits on its tree, as its cgroup takes them.
+    pub limits: procd_sys::cgroup::Limits,
+    /// Its name, unique among the running sessions of `project`
+    /// (docs/stacks.md).
+    pub name: Option<procd_proto::SessionName>,
+    pub project: Option<procd_proto::ProjectName>,
+    /// The stack file `up` started it from: how `procd top` restarts a
+    /// service (down, then up from the same file).
+    pub stack_file: Option<PathBuf>,
+    /// A digest of the env the caller gave, for a named spawn to tell
+    /// the same service from another; in memory only (the env may hold
+    /// secrets), so None for a session a previous daemon started.
+    pub env_digest: Option<u64>,
+    /// When its command starts again after it ends (docs/stacks.md).
+    pub restart: Option<crate::restart::RestartPlan>,
+    /// What its tree may touch (docs/SECURITY.md); None: no sandbox.
+    pub sandbox: Option<crate::sandbox::SandboxPlan>,
+    /// The JUnit XML report its command writes, read at its end for its
+    /// test summary (`testrun/junit.rs`).
+    pub junit: Option<PathBuf>,
+    /// A shell's channel directory (`shell/`): the shell inherits its
+    /// command FIFO, its file of ends and its wake FIFO as fds 3, 4, 5.
+    pub shell: Option<PathBuf>,
+}
+
+/// How a restarting session's runs start: the first run's argv and
+/// environment, kept in memory (the environment may hold secrets) and, as
+/// a sealed memfd, by the keeper (docs/survival.md).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Launch {
+    pub argv: Vec<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// The largest launch memfd read back (a command and an environment are
+/// far smaller: 64 KiB and 256 KiB, plus the shell snapshot's variables).
+const MAX_LAUNCH_BYTES: u64 = 4 << 20;
+
+impl Launch {
+    /// The launch in a sealed memfd, for the keeper to hold.
+    pub fn to_memfd(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        procd_sys::memfd::sealed("procd-launch", &bytes)
+    }
+
+    /// A launch the keeper kept (a sealed memfd `to_memfd` made).
+    pub fn from_memfd(fd: impl std::os::fd::AsFd) -> std::io::Result<Launch> {
+        let bytes = procd_sys::memfd::read_sealed(fd, MAX_LAUNCH_BYTES)?;
+        serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+    }
+}
+
+/// A restarting session across its runs; each run is a `Session` of its
+/// own (its process, cgroup and input), and they share this.
+pub struct Restarts {
+    pub plan: crate::restart::RestartPlan,
+    /// None for a session a previous daemon started whose launch the
+    /// keeper did not keep: it cannot be started again.
+    pub launch: Option<Arc<Launch>>,
+    /// The launch as a sealed memfd, for the keeper to hold with each run
+    /// (made only when there is a keeper).
+    pub launch_memfd: Option<std::os::fd::OwnedFd>,
+    /// The run now going, and how the one before it ended.
+    runs: Mutex<(crate::restart::RunCount, Option<Arc<ExitRecord>>)>,
+    /// From a run's end until the next run starts (its backoff): which
+    /// run is next and when it starts. A checkpoint keeps it, so that the
+    /// next daemon starts that run itself: the one that ended was this
+    /// daemon's child, reaped here, and no keeper will report its exit.
+    next_run: Mutex<Option<NextRun>>,
+    /// Woken by a termination request: a restart waiting out its backoff
+    /// gives up (`notify_one` keeps the wake-up if none waits yet).
+    pub stop: tokio::sync::Notify,
+}
+
+impl Restarts {
+    pub fn new(
+        plan: crate::restart::RestartPlan,
+        launch: Option<(Arc<Launch>, Option<std::os::fd::OwnedFd>)>,
+        runs: crate::restart::RunCount,
+        last_exit: Option<Arc<ExitRecord>>,
+    ) -> Restarts {
+        let (launch, launch_memfd) = launch.unzip();
+        Restarts {
+            plan,
+            launch,
+            launch_memfd: launch_memfd.flatten(),
+            runs: Mutex::new((runs, last_exit)),
+            next_run: Mutex::new(None),
+            stop: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (crate::restart::RunCount, Option<Arc<ExitRecord>>)> {
+        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The run now going (or last gone) and how the one before it ended.
+    pub fn runs(&self) -> (crate::restart::RunCount, Option<Arc<ExitRecord>>) {
+        self.lock().clone()
+    }
+
+    pub fn is_restarting(&self) -> bool {
+        self.next_run().is_some()
+    }
+
+    /// The run its backoff waits for, if it is in one.
+    pub fn next_run(&self) -> Option<NextRun> {
+        *self.next_run.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A run ended (`record`, unless a previous daemon already recorded
+    /// it) and `next` is due: it is restarting until that starts.
+    pub fn run_ended(&self, record: Option<Arc<ExitRecord>>, next: NextRun) {
+        if let Some(record) = record {
+            self.lock().1 = Some(record);
+        }
+        *self.next_run.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
+    }
+
+    /// The next run started (or none will: the session ends).
+    pub fn run_started(&self, count: Option<crate::restart::RunCount>) {
+        if let Some(count) = count {
+            self.lock().0 = count;
+        }
+        *self.next_run.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// The run a backoff waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextRun {
+    pub count: crate::restart::RunCount,
+    /// When it starts (wall clock: a checkpoint carries it to the next
+    /// daemon).
+    pub at: SystemTime,
+}
