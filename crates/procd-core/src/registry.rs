@@ -32,8 +32,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+mod checks;
 mod exit;
 mod handover;
+mod launch;
 mod names;
 mod present;
 mod reading;
@@ -49,13 +51,13 @@ mod update;
 mod wait_any;
 mod yields;
 
+pub use checks::MAX_META_BYTES;
 pub use search::SearchAsk;
-pub use spawn::MAX_META_BYTES;
 pub use termination::{normalize_id, Whose};
 pub use wait_any::{WaitAnyAsk, MAX_WAIT_ANY_SESSIONS};
 
+pub(crate) use checks::check_command;
 use present::process_entry;
-pub(crate) use spawn::check_command;
 pub use spawn::launch_script;
 
 /// Largest command text accepted (bytes).

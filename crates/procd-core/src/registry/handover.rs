@@ -4,7 +4,7 @@
 //! (`adopt_handed`). docs/survival.md has the design.
 
 use super::recovery::recovered_spec;
-use super::{spawn, Registry};
+use super::{launch, Registry};
 use crate::checkpoint::CheckpointEntry;
 use crate::identity::ProcessIdentity;
 use crate::ingest::OutputSource;
@@ -44,7 +44,7 @@ impl Registry {
         &self,
         id: &str,
         root: ProcessIdentity,
-        io: &spawn::ChildIo,
+        io: &launch::ChildIo,
         restarts: Option<&session::Restarts>,
     ) {
         let Some(keeper) = &self.keeper else {

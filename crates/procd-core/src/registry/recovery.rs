@@ -532,7 +532,7 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         meta: e
             .meta
             .clone()
-            .and_then(|m| super::spawn::check_meta(m).ok()),
+            .and_then(|m| super::checks::check_meta(m).ok()),
         // Each run's whole timeout (`timeout_at` is the run's start plus
         // it): the next run gets all of it, and this one's deadline is
         // counted from its start, as the first daemon counted it.

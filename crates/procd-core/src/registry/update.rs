@@ -4,7 +4,7 @@
 //! (the supervisor matches the new ones from its next read) and `meta`.
 //! In the checkpoint before the answer, so the next daemon keeps them.
 
-use super::spawn::{check_meta, check_watch_patterns};
+use super::checks::{check_meta, check_watch_patterns};
 use super::Registry;
 use crate::error::Error;
 use procd_proto::UpdateResult;
