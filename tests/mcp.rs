@@ -43,6 +43,7 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
             "kill",
             "list",
             "notifications",
+            "port",
             "read",
             "search",
             "shell",
@@ -88,6 +89,22 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
         "{search}"
     );
     assert_eq!(search["result"]["total"], 1, "{search}");
+    // `port`: who listens, in the words and the fields alike.
+    let port = &seen["port_owner"];
+    assert_eq!(port["is_error"], false, "{port}");
+    assert_eq!(port["result"]["owner"], "process", "{port}");
+    assert_eq!(port["result"]["pid"], seen["port_pid"], "{port}");
+    let text = port["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("pid {} (not procd's)", seen["port_pid"])),
+        "{text}"
+    );
+    let bad = &seen["port_bad"];
+    assert_eq!(bad["is_error"], true, "{bad}");
+    assert!(
+        bad["text"].as_str().unwrap().contains("port: must be"),
+        "{bad}"
+    );
     let bad = &seen["search_bad_since"];
     assert_eq!(bad["is_error"], true, "{bad}");
     assert!(bad["text"].as_str().unwrap().starts_with("since:"), "{bad}");

@@ -55,6 +55,14 @@ async def main(procd: str, home: str) -> None:
             out["shell1"] = await call("shell", {"command": "mkdir -p sub2 && cd sub2 && export STAGE=dev"})
             out["shell2"] = await call("shell", {"command": "echo $STAGE; pwd; (exit 3)"})
             out["shell_bad"] = await call("shell", {})
+            # Who listens on a port: this client's own listener.
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            out["port_pid"] = os.getpid()
+            out["port_owner"] = await call("port", {"port": listener.getsockname()[1]})
+            listener.close()
+            out["port_bad"] = await call("port", {"port": 70000})
             out["pwd"] = await call("start", {"command": "pwd", "yield_ms": 10000})
             out["pwd_sub"] = await call("start", {"command": "pwd", "cwd": "sub", "yield_ms": 10000})
             out["project"] = project

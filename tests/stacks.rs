@@ -496,6 +496,114 @@ fn a_port_already_listening_is_reported_with_its_holder() {
     d.ok("kill_all", json!({}));
 }
 
+/// `port` (and `procd port`) names who listens on a port: a session of
+/// this daemon with its name, cwd and command; a process of this user's
+/// outside procd with its pid, command and cwd; another user's, shown by
+/// uid only; or nothing (the CLI then exits 1).
+#[test]
+fn port_names_who_listens_a_session_a_process_another_user_or_nothing() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    let cwd_text = cwd.path().to_str().unwrap().to_string();
+    // A session: a named server in a cwd of its own.
+    let port = free_port();
+    let server = d.ok(
+        "spawn",
+        json!({"command": format!("exec python3 -m http.server {port} --bind 127.0.0.1"),
+               "name": "web", "cwd": cwd_text, "ready": {"port": port}, "yield_ms": 10000}),
+    );
+    assert_eq!(server["ready"], true, "{server}");
+    let owner = d.ok("port", json!({"port": port}));
+    assert_eq!(owner["owner"], "session", "{owner}");
+    assert_eq!(owner["session_id"], server["session_id"], "{owner}");
+    assert_eq!(owner["name"], "web", "{owner}");
+    assert_eq!(owner["cwd"], cwd_text.as_str(), "{owner}");
+    assert_eq!(owner["pid"], server["pid"], "{owner}");
+    assert!(
+        owner["command"].as_str().unwrap().contains("http.server"),
+        "{owner}"
+    );
+    let out = d.cli(&["port", &port.to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout);
+    let id = server["session_id"].as_str().unwrap();
+    assert!(line.contains(id) && line.contains("(web)"), "{line}");
+
+    // A process of this user's outside procd: this test, in its own cwd.
+    let outside = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = outside.local_addr().unwrap().port();
+    let owner = json_of(&d.cli(&["--json", "port", &port.to_string()]));
+    assert_eq!(owner["owner"], "process", "{owner}");
+    assert_eq!(owner["pid"], std::process::id(), "{owner}");
+    let here = std::env::current_dir().unwrap();
+    assert_eq!(owner["cwd"], here.to_str().unwrap(), "{owner}");
+    let me = std::env::current_exe().unwrap();
+    let me = me.file_name().unwrap().to_string_lossy();
+    assert!(
+        owner["command"].as_str().unwrap().contains(me.as_ref()),
+        "{owner}"
+    );
+    assert_eq!(owner.get("session_id"), None, "{owner}");
+    drop(outside);
+
+    // Another user's listener: its uid, and nothing of the process.
+    let user = crate::common::sshd::LocalUser::create();
+    let port = free_port();
+    let listen = format!(
+        "import socket,time; s=socket.socket(); s.bind(('127.0.0.1',{port})); s.listen(); \
+         print('up', flush=True); time.sleep(300)"
+    );
+    let mut other = Stand(
+        // setpriv execs: the pid Stand kills is the listener itself. The
+        // system python: the user cannot enter root's pyenv.
+        std::process::Command::new("setpriv")
+            .args(["--reuid", &user.uid.to_string(), "--regid", "65534"])
+            .args(["--clear-groups", "/usr/bin/python3", "-c", &listen])
+            .current_dir("/tmp")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("setpriv"),
+    );
+    let mut up = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(other.0.stdout.take().expect("stdout"))
+        .read_line(&mut up)
+        .expect("read");
+    assert_eq!(up, "up\n");
+    let owner = d.ok("port", json!({"port": port}));
+    assert_eq!(owner["owner"], "other_user", "{owner}");
+    assert_eq!(owner["uid"], user.uid, "{owner}");
+    for hidden in ["pid", "command", "cwd", "session_id"] {
+        assert_eq!(owner.get(hidden), None, "{hidden}: {owner}");
+    }
+    drop(other);
+
+    // Nothing: the CLI says so and exits 1.
+    let port = free_port();
+    assert_eq!(d.ok("port", json!({"port": port}))["owner"], "none");
+    let out = d.cli(&["port", &port.to_string()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nothing listens"),
+        "{out:?}"
+    );
+
+    // Bad input is refused by name.
+    for bad in [
+        json!({"port": 0}),
+        json!({"port": 65536}),
+        json!({"port": "x"}),
+    ] {
+        let (code, message) = d.err("port", bad.clone());
+        assert_eq!(code, -32602, "{bad}: {message}");
+        assert!(message.contains("port"), "{bad}: {message}");
+    }
+    let (code, message) = d.err("port", json!({"port": 80, "host": "x"}));
+    assert_eq!(code, -32602, "{message}");
+    assert!(message.contains("host"), "{message}");
+    d.ok("kill_all", json!({}));
+}
+
 #[test]
 fn the_example_stack_comes_up_and_goes_down() {
     let d = Daemon::start();

@@ -37,6 +37,7 @@ mod exit;
 mod handover;
 mod launch;
 mod names;
+mod ports;
 mod present;
 mod reading;
 mod ready;

@@ -20,6 +20,7 @@ const HEADER: usize = 16;
 /// inet_diag_msg: family, state, timer, retrans, then the 48-byte socket
 /// id (source port first, big-endian), expires, rqueue, wqueue, uid, inode.
 const SPORT_AT: usize = 4;
+const UID_AT: usize = 4 + 48 + 12;
 const INODE_AT: usize = 4 + 48 + 16;
 /// The attributes (netlink rtattrs) follow the 72-byte message.
 const ATTRS_AT: usize = INODE_AT + 4;
@@ -31,6 +32,9 @@ const INET_DIAG_CGROUP_ID: u16 = 21;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Listening {
     pub port: u16,
+    /// The uid the socket belongs to (its maker's, in the daemon's user
+    /// namespace).
+    pub uid: u32,
     /// The cgroup2 id (its directory's inode) of the process that made
     /// it, when the kernel says.
     pub cgroup: Option<u64>,
@@ -78,9 +82,10 @@ pub fn listening_tcp() -> io::Result<HashMap<u64, Listening>> {
                         if msg.len() >= ATTRS_AT {
                             let port = u16::from_be_bytes([msg[SPORT_AT], msg[SPORT_AT + 1]]);
                             let cgroup = cgroup_attr(&msg[ATTRS_AT..]);
+                            let uid = u32_at(msg, UID_AT);
                             out.insert(
                                 u64::from(u32_at(msg, INODE_AT)),
-                                Listening { port, cgroup },
+                                Listening { port, uid, cgroup },
                             );
                         }
                     }
@@ -143,6 +148,8 @@ mod tests {
             .ino();
         let table = super::listening_tcp().unwrap();
         assert_eq!(table.get(&inode).map(|l| l.port), Some(port), "{table:?}");
+        let uid = nix::unistd::getuid().as_raw();
+        assert_eq!(table.get(&inode).map(|l| l.uid), Some(uid), "{table:?}");
         // Made in this process's cgroup2: its directory's inode.
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let path = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();

@@ -8,13 +8,13 @@
 use crate::names::{ProjectName, SessionName};
 use crate::params::{
     Cols, Cursor, GraceS, Limit, MaxActiveAgeS, MaxBytes, MaxOutputChars, MaxOutputTokens, Offset,
-    Rows, TimeoutS, WaitMs, YieldMs,
+    Port, Rows, TimeoutS, WaitMs, YieldMs,
 };
 use crate::types::{
     CloseTerminalResult, DrainResult, HasActiveResult, KillResult, KilledCount, ListFilter,
-    ListResult, LogResult, OutputItem, PollResult, ReadResult, ResizeResult, SearchResult,
-    ShutdownResult, SignalResult, SignalSpec, SnapshotResult, StatusResult, StdinResult,
-    StreamedEvent, WaitAnyResult, WaitCondition, WaitResult,
+    ListResult, LogResult, OutputItem, PollResult, PortResult, ReadResult, ResizeResult,
+    SearchResult, ShutdownResult, SignalResult, SignalSpec, SnapshotResult, StatusResult,
+    StdinResult, StreamedEvent, WaitAnyResult, WaitCondition, WaitResult,
 };
 use crate::types::{DownResult, UpResult, UpdateResult};
 use crate::types::{
@@ -309,6 +309,11 @@ pub trait ProcdApi {
     #[method(name = "shell_close", param_kind = map)]
     async fn shell_close(&self, shell_id: String) -> RpcResult<ShellCloseResult>;
 
+    /// Who listens on a TCP port: a session, a process of this user's,
+    /// another user's, or nothing.
+    #[method(name = "port", param_kind = map)]
+    async fn port(&self, port: Port) -> RpcResult<PortResult>;
+
     #[method(name = "status")]
     async fn status(&self) -> RpcResult<StatusResult>;
 
@@ -488,6 +493,7 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
     ),
     ("shell_commands", &["shell_id"]),
     ("shell_close", &["shell_id"]),
+    ("port", &["port"]),
     ("status", &[]),
     ("shutdown", &["timeout_s"]),
 ];

@@ -248,6 +248,10 @@ count_param!(
 );
 
 int_param!(
+    /// A TCP port (`port`).
+    Port, "port", u16, 1, 65535, "1 to 65535"
+);
+int_param!(
     /// PTY height in rows.
     Rows, "rows", u16, 1, 4096, "1 to 4096"
 );

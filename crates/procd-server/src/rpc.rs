@@ -10,10 +10,11 @@ use procd_core::Error;
 use procd_proto::{
     CloseTerminalResult, Cols, Cursor, DownResult, DrainResult, Event, GraceS, HasActiveResult,
     KillResult, KilledCount, Limit, ListFilter, ListResult, LogResult, MaxActiveAgeS, MaxBytes,
-    MaxOutputChars, MaxOutputTokens, Offset, OutputItem, PollResult, ProcdApiServer, ProjectName,
-    ReadResult, ResizeResult, Rows, SearchResult, SessionName, ShutdownResult, SignalResult,
-    SignalSpec, SnapshotResult, SpawnParams, SpawnResult, StatusResult, StdinResult, StreamedEvent,
-    TimeoutS, UpResult, UpdateResult, WaitAnyResult, WaitCondition, WaitMs, WaitResult, YieldMs,
+    MaxOutputChars, MaxOutputTokens, Offset, OutputItem, PollResult, Port, PortResult,
+    ProcdApiServer, ProjectName, ReadResult, ResizeResult, Rows, SearchResult, SessionName,
+    ShutdownResult, SignalResult, SignalSpec, SnapshotResult, SpawnParams, SpawnResult,
+    StatusResult, StdinResult, StreamedEvent, TimeoutS, UpResult, UpdateResult, WaitAnyResult,
+    WaitCondition, WaitMs, WaitResult, YieldMs,
 };
 use procd_proto::{
     SandboxSpec, ShellCloseResult, ShellCommandResult, ShellCommandsResult, ShellOpenResult,
@@ -610,6 +611,10 @@ impl ProcdApiServer for Api {
         )
         .await
         .map_err(rpc_err)
+    }
+
+    async fn port(&self, port: Port) -> RpcResult<PortResult> {
+        Ok(self.daemon.registry.port_owner(port.get()).await)
     }
 
     async fn status(&self) -> RpcResult<StatusResult> {

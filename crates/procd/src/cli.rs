@@ -403,6 +403,14 @@ async fn client_command(
         ClientCommand::Send { id, text } => {
             send(target, client, resolve(client, id).await?, text).await
         }
+        ClientCommand::Port { port } => {
+            let r = client.port(port).await?;
+            target.print(&r, render::port_owner);
+            Ok(match r.owner {
+                procd_proto::PortOwner::None => EXIT_FAILED,
+                _ => EXIT_OK,
+            })
+        }
         ClientCommand::Rpc { method, params } => rpc(client, &method, params).await,
         following => follow_command(target, conn, client, following).await,
     }

@@ -130,6 +130,33 @@ pub fn waited(r: &WaitResult) -> String {
     }
 }
 
+/// `procd port`: who listens there, in one line.
+pub fn port_owner(r: &procd_proto::PortResult) -> String {
+    use procd_proto::PortOwner;
+    let port = r.port;
+    let unknown = || "?".to_string();
+    let pid = r.pid.map_or_else(unknown, |p| p.to_string());
+    let command = r.command.clone().unwrap_or_else(unknown);
+    let cwd = r.cwd.clone().unwrap_or_else(unknown);
+    match r.owner {
+        PortOwner::None => format!("nothing listens on port {port}"),
+        PortOwner::Session => {
+            let id = r.session_id.clone().unwrap_or_default();
+            let named = match (&r.name, &r.project) {
+                (Some(name), Some(project)) => format!(" ({project}/{name})"),
+                (Some(name), None) => format!(" ({name})"),
+                _ => String::new(),
+            };
+            format!("port {port}: session {id}{named}, pid {pid}, in {cwd}: {command}")
+        }
+        PortOwner::Process => format!("port {port}: pid {pid} (not procd's), in {cwd}: {command}"),
+        PortOwner::OtherUser => {
+            let uid = r.uid.map_or_else(unknown, |u| u.to_string());
+            format!("port {port}: another user's (uid {uid}); not shown")
+        }
+    }
+}
+
 pub fn killed(r: &KillResult) -> String {
     match r.status {
         KillStatus::Killed => format!("{} killed ({})", r.session_id, exit_summary(&r.exit)),

@@ -307,6 +307,9 @@ class Api(Generic[R]):
     def shell_close(self, shell_id: str) -> R:
         return self._call("shell_close", _params(locals()))
 
+    def port(self, port: int) -> R:
+        return self._call("port", _params(locals()))
+
     def status(self) -> R:
         return self._call("status", {})
 
@@ -331,6 +334,7 @@ REPEATABLE = frozenset(
         "list",
         "has_active",
         "snapshot_running",
+        "port",
         "status",
     }
 )

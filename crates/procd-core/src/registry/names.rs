@@ -1,18 +1,14 @@
 //! Names (docs/stacks.md): a named spawn that finds its name running
 //! reuses or replaces it; a name (with its project) stands for a session
-//! id; a port a new session is to listen on that is already taken is
-//! reported with who holds it.
+//! id.
 
 use super::Registry;
 use crate::error::Error;
 use crate::session::{Session, SessionSpec};
-use procd_proto::{CompletionReason, KillStatus, PortInUse, ProjectName, SessionName, SpawnResult};
+use procd_proto::{CompletionReason, KillStatus, ProjectName, SessionName, SpawnResult};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-
-/// The longest command a `port_in_use` shows.
-const HOLDER_COMMAND_CHARS: usize = 200;
 
 /// What a named spawn found under its name.
 pub(super) enum NameCheck {
@@ -162,47 +158,6 @@ impl Registry {
     pub fn runs_command(&self, spec: &SessionSpec, command: &str) -> bool {
         spec.command == command || spec.command == self.redactor.command(command)
     }
-
-    /// Who already listens on `port`, if anyone does: a sock_diag dump,
-    /// and the holder found in /proc only then, both off the event loop.
-    pub async fn port_in_use(&self, port: u16) -> Option<PortInUse> {
-        let procfs = self.procfs.clone();
-        let found = tokio::task::spawn_blocking(move || {
-            let (inode, listening) = crate::sockdiag::listening_tcp()
-                .ok()?
-                .into_iter()
-                .find(|(_, l)| l.port == port)?;
-            Some((listening, socket_holder(&procfs, inode)))
-        })
-        .await
-        .ok()
-        .flatten();
-        let (listening, holder) = found?;
-        let session_id = listening.cgroup.and_then(|id| {
-            self.table()
-                .values()
-                .find(|s| s.cgroup.as_ref().and_then(|c| c.inode()) == Some(id))
-                .map(|s| s.id.clone())
-        });
-        let (pid, command) = match holder {
-            Some((pid, command)) => {
-                let command: String = self
-                    .redactor
-                    .command(&command)
-                    .chars()
-                    .take(HOLDER_COMMAND_CHARS)
-                    .collect();
-                (Some(pid), Some(command))
-            }
-            None => (None, None),
-        };
-        Some(PortInUse {
-            port,
-            session_id,
-            pid,
-            command,
-        })
-    }
 }
 
 /// A digest of the env a caller gave (order-free), to compare services.
@@ -210,37 +165,4 @@ pub(super) fn env_digest(env: &BTreeMap<String, String>) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     env.hash(&mut h);
     h.finish()
-}
-
-/// The process holding the socket `inode` open, and its command line: a
-/// walk of /proc (only the user's own processes' descriptors are
-/// readable), made only when a port is found taken.
-fn socket_holder(procfs: &crate::procfs::ProcFs, inode: u64) -> Option<(i32, String)> {
-    let target = format!("socket:[{inode}]");
-    let root = procfs.root();
-    for entry in std::fs::read_dir(root).ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
-        let holds = fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
-        });
-        if holds {
-            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            let command = String::from_utf8_lossy(&cmdline)
-                .split('\0')
-                .filter(|a| !a.is_empty())
-                .collect::<Vec<_>>()
-                .join(" ");
-            return Some((pid, command));
-        }
-    }
-    None
 }

@@ -636,6 +636,51 @@ pub struct PortInUse {
     pub command: Option<String>,
 }
 
+/// Who listens on a TCP port (`port`, docs/stacks.md "Who owns a port").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortResult {
+    pub port: u16,
+    /// What listens there: nothing, a procd session, a process of this
+    /// user's outside procd, or another user's (not shown).
+    pub owner: PortOwner,
+    /// The session whose tree listens there (`owner: "session"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Its name, and its stack's project, when it has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The listening process (session or process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    /// Its command line, redacted (a session's: the command it was
+    /// spawned with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Its working directory: where a session was started, or the
+    /// process's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The uid the listening socket belongs to (every owner but `none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+}
+
+/// What listens on a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PortOwner {
+    /// Nothing listens there.
+    None,
+    /// A procd session of this daemon.
+    Session,
+    /// A process of this user's that procd does not run.
+    Process,
+    /// Another user's process: who it is is not shown.
+    OtherUser,
+}
+
 /// Where a stack's service stands, in an `up` result (docs/stacks.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

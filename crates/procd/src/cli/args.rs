@@ -195,6 +195,12 @@ pub(crate) enum ClientCommand {
     },
     /// Type a line into a session's stdin (Enter appended).
     Send { id: String, text: String },
+    /// Who listens on a TCP port: a session, a process, or another
+    /// user's. Exits 0 when something listens there, 1 when nothing does.
+    Port {
+        #[arg(value_parser = parse_param::<procd_proto::Port>)]
+        port: procd_proto::Port,
+    },
     /// Print events as they happen, one line each (SEQ KIND SESSION TEXT),
     /// for a watcher such as Claude Code's Monitor; --pending for hooks.
     Events(crate::events::EventsArgs),

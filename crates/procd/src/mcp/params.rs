@@ -260,6 +260,12 @@ pub struct SignalParams {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PortParams {
+    #[schemars(description = "A TCP port, 1 to 65535.")]
+    pub port: u32,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ListParams {
     #[schemars(description = "\"running\", \"exited\" or \"all\" (default).")]
     pub status: Option<String>,

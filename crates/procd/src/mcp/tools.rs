@@ -3,7 +3,7 @@
 //! cancellation (`progress.rs`).
 
 use super::params::{
-    service_names, DownParams, KillParams, ListParams, NotificationsParams, ReadParams,
+    service_names, DownParams, KillParams, ListParams, NotificationsParams, PortParams, ReadParams,
     ReadyParams, SearchParams, SignalParams, StartParams, UpParams, WaitParams, WriteParams,
 };
 use super::progress::{Awaited, Waited};
@@ -404,6 +404,35 @@ impl ProcdMcp {
             }
             Err(e) => tool_error(e),
         })
+    }
+
+    #[tool(
+        description = "Who listens on a TCP port: a process procd runs (its id, name, cwd and command), another process of this user's (pid, command, cwd), or another user's. Ask before starting a server on a port, or before trusting that the server answering there runs your code.",
+        annotations(read_only_hint = true)
+    )]
+    async fn port(
+        &self,
+        Parameters(p): Parameters<PortParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        // The daemon checks the rest of the range (0) and names the param.
+        let Ok(port) = u16::try_from(p.port) else {
+            return Ok(failed(format!(
+                "port: must be a whole number from 1 to 65535, got {}",
+                p.port
+            )));
+        };
+        let r = match self.client().await.port(procd_proto::Port::new(port)).await {
+            Ok(r) => r,
+            Err(e) => return Ok(tool_error(e)),
+        };
+        let summary = match r.owner {
+            procd_proto::PortOwner::Session => format!(
+                "{}. Use that session (read or restart it) rather than starting another server there.",
+                crate::render::port_owner(&r)
+            ),
+            _ => format!("{}.", crate::render::port_owner(&r)),
+        };
+        Ok(answer(summary, None, &r, None))
     }
 
     #[tool(

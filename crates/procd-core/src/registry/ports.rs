@@ -1,0 +1,177 @@
+//! Who listens on a TCP port (docs/stacks.md "Who owns a port"): a
+//! session of this daemon, a process of this user's, or another user's.
+//! Asked by the `port` method and by a spawn whose `ready.port` is
+//! already taken (`port_in_use`).
+
+use super::Registry;
+use crate::procfs::ProcFs;
+use crate::session::Session;
+use crate::sockdiag::Listening;
+use procd_proto::{PortInUse, PortOwner, PortResult};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The longest command a `port_in_use` or `port` answer shows.
+const HOLDER_COMMAND_CHARS: usize = 200;
+
+/// A listening socket found on a port, and the process holding it when
+/// it is this user's.
+struct Listener {
+    socket: Listening,
+    holder: Option<Holder>,
+}
+
+/// The process holding a listening socket open.
+struct Holder {
+    pid: i32,
+    /// Its command line, unredacted (the caller redacts it).
+    command: String,
+    cwd: Option<String>,
+}
+
+impl Registry {
+    /// Who listens on `port`: the `port` method.
+    pub async fn port_owner(&self, port: u16) -> PortResult {
+        let mut result = PortResult {
+            port,
+            owner: PortOwner::None,
+            session_id: None,
+            name: None,
+            project: None,
+            pid: None,
+            command: None,
+            cwd: None,
+            uid: None,
+        };
+        let Some(found) = self.listener(port).await else {
+            return result;
+        };
+        result.uid = Some(found.socket.uid);
+        if found.socket.uid != own_uid() {
+            result.owner = PortOwner::OtherUser;
+            return result;
+        }
+        let session = self.session_listening(&found);
+        result.pid = found.holder.as_ref().map(|h| h.pid);
+        match session {
+            Some(session) => {
+                result.owner = PortOwner::Session;
+                result.session_id = Some(session.id.clone());
+                result.name = session.spec.name.as_ref().map(|n| n.as_str().to_owned());
+                result.project = session.spec.project.as_ref().map(|p| p.as_str().to_owned());
+                result.command = Some(session.shown_command(&self.redactor).to_owned());
+                result.cwd = Some(session.spec.cwd.display().to_string());
+                result.pid = result.pid.or(Some(session.pid()));
+            }
+            None => {
+                result.owner = PortOwner::Process;
+                if let Some(holder) = &found.holder {
+                    result.command = Some(self.shown_holder_command(&holder.command));
+                    result.cwd = holder.cwd.clone();
+                }
+            }
+        }
+        result
+    }
+
+    /// Who already listens on `port`, if anyone does: for a spawn whose
+    /// `ready.port` is taken. Another user's process is not named.
+    pub async fn port_in_use(&self, port: u16) -> Option<PortInUse> {
+        let found = self.listener(port).await?;
+        let session_id = self.session_listening(&found).map(|s| s.id.clone());
+        let holder = found.holder.as_ref();
+        Some(PortInUse {
+            port,
+            session_id,
+            pid: holder.map(|h| h.pid),
+            command: holder.map(|h| self.shown_holder_command(&h.command)),
+        })
+    }
+
+    /// A listener on `port`, this user's first: a sock_diag dump, and
+    /// the holder found in /proc only then, both off the event loop.
+    async fn listener(&self, port: u16) -> Option<Listener> {
+        let procfs = self.procfs.clone();
+        tokio::task::spawn_blocking(move || {
+            let uid = own_uid();
+            let (inode, socket) = crate::sockdiag::listening_tcp()
+                .ok()?
+                .into_iter()
+                .filter(|(_, l)| l.port == port)
+                .min_by_key(|(inode, l)| (l.uid != uid, *inode))?;
+            let holder = (socket.uid == uid)
+                .then(|| socket_holder(&procfs, inode))
+                .flatten();
+            Some(Listener { socket, holder })
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// The session whose cgroup made the socket, or whose root process
+    /// holds it (where there are no cgroups).
+    fn session_listening(&self, found: &Listener) -> Option<Arc<Session>> {
+        let table = self.table();
+        let by_cgroup = found.socket.cgroup.and_then(|id| {
+            table
+                .values()
+                .find(|s| s.cgroup.as_ref().and_then(|c| c.inode()) == Some(id))
+        });
+        let by_pid = || {
+            let pid = found.holder.as_ref()?.pid;
+            table.values().find(|s| s.is_running() && s.pid() == pid)
+        };
+        by_cgroup.or_else(by_pid).cloned()
+    }
+
+    fn shown_holder_command(&self, command: &str) -> String {
+        self.redactor
+            .command(command)
+            .chars()
+            .take(HOLDER_COMMAND_CHARS)
+            .collect()
+    }
+}
+
+fn own_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+/// The process holding the socket `inode` open, its command line and
+/// its cwd: a walk of /proc, made only when a port is found taken by
+/// this user's socket.
+fn socket_holder(procfs: &ProcFs, inode: u64) -> Option<Holder> {
+    let target = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir(procfs.root()).ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if holds(&entry.path(), &target) {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let command = String::from_utf8_lossy(&cmdline)
+                .split('\0')
+                .filter(|a| !a.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let cwd = std::fs::read_link(entry.path().join("cwd"))
+                .ok()
+                .map(|p| p.display().to_string());
+            return Some(Holder { pid, command, cwd });
+        }
+    }
+    None
+}
+
+/// Whether the process at `/proc/<pid>` has `target` among its fds.
+fn holds(proc_dir: &Path, target: &str) -> bool {
+    let Ok(fds) = std::fs::read_dir(proc_dir.join("fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target))
+}
