@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator
 import pytest
 
 import procd_client
+from cgroups import remove_instance_cgroups
 from procd_client import AsyncClient, Client, Lease
 
 BIN = os.environ["PROCD_BIN"]
@@ -32,6 +33,7 @@ def home() -> Iterator[str]:
         yield path
     finally:
         _stop(path)
+        remove_instance_cgroups(path)
         shutil.rmtree(path, ignore_errors=True)
 
 

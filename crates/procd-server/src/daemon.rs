@@ -397,7 +397,15 @@ async fn serve_claimed(
     )
     .map_err(|why| StartupError::os("no containment".into(), std::io::Error::other(why)))?;
     tracing::info!(containment = containment.kind(), reason = %containment.reason(), "containment");
-    let registry = new_registry(&options, &containment, keeper.clone())?;
+    // A start that fails from here on leaves no empty instance tree
+    // behind (what a recovered session holds stays: rmdir keeps it).
+    let give_up = |e: StartupError| {
+        if let procd_core::containment::Containment::Cgroup(tree) = &containment {
+            tree.remove();
+        }
+        e
+    };
+    let registry = new_registry(&options, &containment, keeper.clone()).map_err(give_up)?;
     // Re-adopt what a previous daemon left running, and rewrite the
     // checkpoint to what we track, before the first request is served.
     match registry.recover(handed).await {
@@ -405,7 +413,12 @@ async fn serve_claimed(
         Ok((recovered, dropped)) => {
             tracing::info!(recovered, dropped, "recovered sessions from the checkpoint")
         }
-        Err(err) => return Err(StartupError::os("cannot write the checkpoint".into(), err)),
+        Err(err) => {
+            return Err(give_up(StartupError::os(
+                "cannot write the checkpoint".into(),
+                err,
+            )))
+        }
     }
 
     let shells =
@@ -413,9 +426,22 @@ async fn serve_claimed(
     shells.recover().await;
 
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let daemon = Daemon::new(&options, registry.clone(), shells, containment, shutdown)?;
+    let tree = match &containment {
+        procd_core::containment::Containment::Cgroup(tree) => Some(tree.clone()),
+        _ => None,
+    };
+    let daemon = Daemon::new(&options, registry.clone(), shells, containment, shutdown)
+        .inspect_err(|_| {
+            if let Some(tree) = &tree {
+                tree.remove();
+            }
+        })?;
     if let Some(keeper) = &keeper {
-        listen_to_keeper(keeper, daemon.clone())?;
+        listen_to_keeper(keeper, daemon.clone()).inspect_err(|_| {
+            if let Some(tree) = &tree {
+                tree.remove();
+            }
+        })?;
     }
     daemon.refresh_leases().await;
     signals.forward_to(daemon.clone());

@@ -220,10 +220,14 @@ impl CgroupTree {
     }
 
     /// Removes the instance's base directories, if no session cgroup is
-    /// left in them.
-    pub fn remove(&self) {
-        for dir in self.v1_bases.values().chain(std::iter::once(&self.base)) {
+    /// left in them. Whether the v2 base is gone.
+    pub fn remove(&self) -> bool {
+        for dir in self.v1_bases.values() {
             let _ = std::fs::remove_dir(dir);
+        }
+        match std::fs::remove_dir(&self.base) {
+            Ok(()) => true,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
         }
     }
 

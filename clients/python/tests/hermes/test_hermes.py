@@ -17,6 +17,8 @@ import pytest
 
 BIN = os.environ["PROCD_BIN"]
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from cgroups import remove_instance_cgroups  # noqa: E402
 
 
 # hermes makes HERMES_HOME/sandboxes/ again at exit, after a fixture has
@@ -36,6 +38,7 @@ def home() -> Iterator[str]:
         yield path
     finally:
         subprocess.run([BIN, "--home", path, "stop"], capture_output=True, timeout=60)
+        remove_instance_cgroups(path)
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -288,17 +288,30 @@ impl Registry {
         }
         if let Some(tree) = &self.cgroups {
             // Cgroups of sessions no longer listed (pruned with leftovers,
-            // or from a daemon before this one): end and remove them all.
-            for cgroup in tree.sessions() {
+            // or from a daemon before this one): end and remove them all,
+            // at once. A killed process can take a while to leave (it
+            // frees its memory first; a loaded machine schedules it
+            // late): each gets `SHUTDOWN_EMPTY_WAIT`, and the tree goes
+            // only once all are gone.
+            let ends = tree.sessions().into_iter().map(|cgroup| async move {
                 let _ = cgroup.kill();
-                cgroup.wait_empty(Duration::from_secs(1)).await;
-                cgroup.remove();
+                cgroup.wait_empty(SHUTDOWN_EMPTY_WAIT).await;
+                if !cgroup.remove() {
+                    tracing::warn!(cgroup = %cgroup.path().display(), "a session's cgroup did not empty; left");
+                }
+            });
+            futures::future::join_all(ends).await;
+            if !tree.remove() {
+                tracing::warn!(tree = %tree.base().display(), "the instance's cgroup tree is not empty; left");
             }
-            tree.remove();
         }
         killed
     }
 }
+
+/// How long a stopping daemon waits for a killed session's cgroup to
+/// empty before it leaves it (and says so).
+const SHUTDOWN_EMPTY_WAIT: Duration = Duration::from_secs(10);
 
 impl Registry {
     /// Observes every running session's tree (ports, resources) in one
