@@ -604,6 +604,210 @@ fn port_names_who_listens_a_session_a_process_another_user_or_nothing() {
     d.ok("kill_all", json!({}));
 }
 
+/// What a loopback HTTP server at `port` answers for `path` (the body).
+fn http_body(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("request");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).expect("answer");
+    answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or(answer)
+}
+
+/// Two git worktrees of one repo run `procd up` on the same procd.toml
+/// with `port = "auto"`: each server gets a port of its own, is ready
+/// there, and serves its own worktree's file; `up` prints its URL and
+/// poll shows the port.
+#[test]
+fn two_worktrees_get_a_port_each_from_one_procd_toml() {
+    let d = Daemon::start();
+    let root = tempfile::tempdir().expect("root");
+    let repo = root.path().join("shop");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    std::fs::write(
+        repo.join("procd.toml"),
+        "[service.web]\ncommand = \"exec python3 -m http.server {port} --bind 127.0.0.1\"\n\
+         port = \"auto\"\nready = { port = \"auto\", timeout_s = 60 }\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("which.txt"), "main tree\n").unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "one"]);
+    let second = root.path().join("shop-wt2");
+    git(&repo, &["worktree", "add", "-q", second.to_str().unwrap()]);
+    std::fs::write(second.join("which.txt"), "second tree\n").unwrap();
+
+    let mut ports = Vec::new();
+    for (tree, says) in [(&repo, "main tree\n"), (&second, "second tree\n")] {
+        let file = tree.join("procd.toml");
+        let out = d.cli(&["up", "-f", file.to_str().unwrap(), "--wait", "60"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let project = tree.file_name().unwrap().to_str().unwrap();
+        let web = d.ok("poll", json!({"name": "web", "project": project}));
+        let port = web["port"].as_u64().expect("a port") as u16;
+        assert!(
+            text.contains(&format!("ready at http://localhost:{port}/")),
+            "{text}"
+        );
+        assert_eq!(web["ready"], true, "{web}");
+        assert!(
+            web["ports"].as_array().unwrap().contains(&json!(port)),
+            "{web}"
+        );
+        assert_eq!(http_body(port, "/which.txt"), says);
+        ports.push(port);
+    }
+    assert_ne!(ports[0], ports[1]);
+    let listed = d.ok("list", json!({"status": "running"}));
+    let mut given: Vec<u64> = listed["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["port"].as_u64())
+        .collect();
+    given.sort();
+    let mut want: Vec<u64> = ports.iter().map(|&p| u64::from(p)).collect();
+    want.sort();
+    assert_eq!(given, want, "{listed}");
+    d.ok("kill_all", json!({}));
+}
+
+/// `spawn{port}`: "auto" picks a port no other session holds, given as
+/// PORT and for {port}; it stays the session's across a restart; a
+/// number is given the same way; bad asks are refused by name.
+#[test]
+fn spawn_port_auto_is_given_as_port_kept_across_restarts_and_checked() {
+    let d = Daemon::start();
+    // Many at once: all different.
+    let spawns: Vec<Value> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let d = &d;
+                scope.spawn(move || {
+                    d.ok(
+                        "spawn",
+                        json!({"command": "echo port=$PORT arg={port}; exec sleep 300",
+                               "port": "auto", "yield_ms": 5000}),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ports: Vec<u64> = spawns
+        .iter()
+        .map(|r| r["port"].as_u64().expect("port"))
+        .collect();
+    for (r, port) in spawns.iter().zip(&ports) {
+        let said = format!("port={port} arg={port}");
+        assert!(r["output"].as_str().unwrap().contains(&said), "{r}");
+    }
+    ports.sort();
+    ports.dedup();
+    assert_eq!(ports.len(), 8, "{spawns:?}");
+    d.ok("kill_all", json!({}));
+
+    // Held across a restart: each run prints the same port.
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo run-on-$PORT; sleep 0.2; exit 1", "port": "auto",
+               "restart": {"policy": "always", "backoff_s": 0.1}}),
+    );
+    let (id, port) = (
+        r["session_id"].as_str().unwrap(),
+        r["port"].as_u64().unwrap(),
+    );
+    wait_until("three runs", || {
+        let log = d.ok("log", json!({"session_id": id, "limit": 1000}));
+        log["output"]
+            .to_string()
+            .matches(&format!("run-on-{port}"))
+            .count()
+            >= 3
+    });
+    let log = d.ok("log", json!({"session_id": id, "limit": 1000}))["output"].to_string();
+    assert_eq!(
+        log.matches("run-on-").count(),
+        log.matches(&format!("run-on-{port}")).count(),
+        "{log}"
+    );
+    d.ok("kill", json!({"session_id": id}));
+
+    // A number is given the same way.
+    let fixed = free_port();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo fixed=$PORT/{port}", "port": fixed, "yield_ms": 5000}),
+    );
+    assert_eq!(r["port"], fixed, "{r}");
+    assert!(
+        r["output"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("fixed={fixed}/{fixed}")),
+        "{r}"
+    );
+
+    // Refused by name, nothing started.
+    for (bad, names) in [
+        (json!({"command": "true", "port": "soon"}), "port"),
+        (json!({"command": "true", "port": 0}), "port"),
+        (json!({"command": "true", "port": 70000}), "port"),
+        (
+            json!({"command": "true", "port": "auto", "env": {"PORT": "3000"}}),
+            "PORT",
+        ),
+        (
+            json!({"command": "true", "ready": {"port": "later"}}),
+            "ready.port",
+        ),
+    ] {
+        let (code, message) = d.err("spawn", bad.clone());
+        assert_eq!(code, -32602, "{bad}: {message}");
+        assert!(message.contains(names), "{bad}: {message}");
+    }
+    // A stack's auto port beside its env PORT is refused before anything
+    // starts.
+    let dir = tempfile::tempdir().expect("project");
+    let file = dir.path().join("procd.toml");
+    std::fs::write(
+        &file,
+        "[service.web]\ncommand = \"sleep 300\"\nport = \"auto\"\nenv = { PORT = \"3000\" }\n",
+    )
+    .unwrap();
+    let out = d.cli(&["up", "-f", file.to_str().unwrap()]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("port = \"auto\" beside env PORT"), "{err}");
+    assert_eq!(
+        d.ok("list", json!({"status": "running"}))["processes"],
+        json!([])
+    );
+}
+
 #[test]
 fn the_example_stack_comes_up_and_goes_down() {
     let d = Daemon::start();

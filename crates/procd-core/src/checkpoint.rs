@@ -99,6 +99,10 @@ pub struct CheckpointEntry {
     /// `spawn{junit}`, resolved: the next daemon reads it at the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub junit: Option<String>,
+    /// The port spawn's `port` gave it: the next daemon keeps it out of
+    /// other sessions' picks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
 }
 
 /// A restarting session's policy and runs, as the checkpoint keeps them.

@@ -78,6 +78,7 @@ impl ReadyCheck {
         };
         let port = match spec.port {
             None => None,
+            // "auto": the spawn's port, put in by `resolve_auto_port`.
             Some(ReadyPort::Any(_)) => Some(None),
             Some(ReadyPort::Number(n)) => match u16::try_from(n) {
                 Ok(p) if p > 0 => Some(Some(p)),
@@ -108,6 +109,20 @@ impl ReadyCheck {
             http,
             timeout,
         })
+    }
+
+    /// Whether `ready.port` is `"auto"`: the port spawn's `port` gives.
+    pub fn wants_auto_port(&self) -> bool {
+        self.spec.port == Some(ReadyPort::Any(procd_proto::AnyPort::Auto))
+    }
+
+    /// `ready.port: "auto"` made the session's `port` (also as the
+    /// checkpoint keeps it).
+    pub fn resolve_auto_port(&mut self, port: u16) {
+        if self.wants_auto_port() {
+            self.port = Some(Some(port));
+            self.spec.port = Some(ReadyPort::Number(u32::from(port)));
+        }
     }
 
     /// Whether the ports the tree listens on satisfy `port`.

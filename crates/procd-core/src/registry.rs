@@ -192,6 +192,9 @@ pub struct Registry {
     /// Held by a named spawn from its check of the name to its start, so
     /// two spawns of one name start one session (docs/stacks.md).
     naming: tokio::sync::Mutex<()>,
+    /// Ports picked for `port: "auto"` spawns not yet in the table, so
+    /// that two spawns at once never get one port (`registry/ports.rs`).
+    picking: Mutex<std::collections::BTreeSet<u16>>,
     /// `up`'s service tasks waiting for their dependencies (`up.rs`).
     waiting: crate::slot::Slots,
     /// Set when the daemon is shutting down: spawns are refused.
@@ -265,6 +268,7 @@ impl Registry {
                 .map(NotificationQueue::persistent)
                 .unwrap_or_default(),
             naming: tokio::sync::Mutex::new(()),
+            picking: Mutex::new(std::collections::BTreeSet::new()),
             waiting: crate::slot::Slots::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
             checkpoint_pending: std::sync::atomic::AtomicBool::new(false),

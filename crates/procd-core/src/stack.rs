@@ -3,7 +3,7 @@
 //! whole — unknown keys, unknown dependencies, cycles — before anything
 //! starts, and put in dependency order.
 
-use procd_proto::{Limits, ProjectName, ReadySpec, SessionName, SpawnParams};
+use procd_proto::{Limits, PortAsk, ProjectName, ReadySpec, SessionName, SpawnParams};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -74,7 +74,7 @@ struct TomlService {
     env: Option<BTreeMap<String, String>>,
     pty: Option<bool>,
     ready: Option<ReadySpec>,
-    port: Option<u16>,
+    port: Option<PortAsk>,
     #[serde(default)]
     depends_on: BTreeMap<String, Condition>,
     limits: Option<Limits>,
@@ -244,10 +244,20 @@ fn toml_stack(text: &str, at: &Path) -> Result<(Option<ProjectName>, Vec<Service
             .map(|(d, c)| Ok((service_name(&d, &format!("service {name}: depends_on"))?, c)))
             .collect::<Result<Vec<_>, String>>()?;
         let mut env = s.env.unwrap_or_default();
-        if let Some(port) = s.port {
+        let fixed = match s.port {
+            Some(PortAsk::Number(n)) => Some(n.get()),
+            Some(PortAsk::Auto) if env.contains_key("PORT") => {
+                return Err(format!(
+                    "service {name}: port = \"auto\" beside env PORT; give one of them"
+                ))
+            }
+            _ => None,
+        };
+        if let Some(port) = fixed {
             env.entry("PORT".into()).or_insert_with(|| port.to_string());
         }
-        let port = s.port.or_else(|| s.ready.as_ref().and_then(ready_port));
+        let auto = (s.port == Some(PortAsk::Auto)).then_some(PortAsk::Auto);
+        let port = fixed.or_else(|| s.ready.as_ref().and_then(ready_port));
         services.push(Service {
             spawn: SpawnParams {
                 command: s.command,
@@ -259,6 +269,7 @@ fn toml_stack(text: &str, at: &Path) -> Result<(Option<ProjectName>, Vec<Service
                 persist: s.persist,
                 name: Some(name.clone()),
                 restart: s.restart.map(|r| r.0),
+                port: auto,
                 ..Default::default()
             },
             name,

@@ -299,6 +299,8 @@ fn state_of(name: &SessionName, phase: &Phase) -> ServiceState {
         exit_code: None,
         blocked_by: None,
         port_in_use: None,
+        port: None,
+        url: None,
         error: None,
     };
     match phase {
@@ -320,6 +322,8 @@ fn state_of(name: &SessionName, phase: &Phase) -> ServiceState {
             state.session_id = Some(session.id.clone());
             state.reused = *reused;
             state.port_in_use = port_in_use.clone();
+            state.port = session.spec.port;
+            state.url = session.spec.port.map(|p| format!("http://localhost:{p}/"));
             state.ready = session.readiness().flag();
             match session.state() {
                 SessionState::Running => state.status = ServiceStatus::Running,

@@ -251,15 +251,15 @@ fn row(p: &procd_proto::ProcessEntry) -> String {
     } else {
         ("-".into(), "-".into())
     };
-    let ports = if p.activity.ports.is_empty() {
-        "-".to_string()
-    } else {
-        p.activity
-            .ports
-            .iter()
-            .map(u16::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
+    // The ports it listens on; the one it was given, in parentheses,
+    // while it does not listen there yet.
+    let mut ports: Vec<String> = p.activity.ports.iter().map(u16::to_string).collect();
+    if let Some(given) = p.activity.port.filter(|g| !p.activity.ports.contains(g)) {
+        ports.push(format!("({given})"));
+    }
+    let ports = match ports.is_empty() {
+        true => "-".to_string(),
+        false => ports.join(","),
     };
     format!(
         "{:<17} {:<14} {:<8} {:>8} {:>8.1}s {:>7} {:>8} {:<12}  {}\n",

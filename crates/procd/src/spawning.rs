@@ -24,6 +24,7 @@ fn ready_condition(
     let port = match port.as_deref() {
         None => None,
         Some("any") => Some(procd_proto::ReadyPort::Any(procd_proto::AnyPort::Any)),
+        Some("auto") => Some(procd_proto::ReadyPort::Any(procd_proto::AnyPort::Auto)),
         Some(p) => match p.parse() {
             Ok(n) => Some(procd_proto::ReadyPort::Number(n)),
             Err(_) => {
@@ -89,7 +90,8 @@ pub struct SpawnArgs {
     /// Ready once an output line matches this regex (then return).
     #[arg(long, value_name = "REGEX")]
     ready_output: Option<String>,
-    /// Ready once the tree listens on this TCP port, or "any".
+    /// Ready once the tree listens on this TCP port, "any", or "auto"
+    /// (the one --port gave it).
     #[arg(long, value_name = "PORT")]
     ready_port: Option<String>,
     /// Ready once this loopback URL answers 200-399.
@@ -125,6 +127,11 @@ pub struct SpawnArgs {
     /// counts and failures become the session's test results.
     #[arg(long, value_name = "PATH")]
     junit: Option<String>,
+    /// The TCP port it is to serve on: a number, or "auto" for a free one
+    /// no other session holds. Given as PORT, and for {port} in the
+    /// command.
+    #[arg(long, value_name = "PORT", value_parser = parse_port_ask)]
+    port: Option<procd_proto::PortAsk>,
     /// The command: one argument is used as given; several are joined with spaces.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -190,9 +197,19 @@ impl SpawnArgs {
                 pids: self.pids.map(procd_proto::Pids::new),
             }),
             junit: self.junit,
+            port: self.port,
             ..Default::default()
         })
     }
+}
+
+/// `--port`: a port number or "auto", checked as the daemon checks it.
+fn parse_port_ask(text: &str) -> Result<procd_proto::PortAsk, String> {
+    let value = match text.parse::<u64>() {
+        Ok(n) => serde_json::Value::from(n),
+        Err(_) => serde_json::Value::from(text),
+    };
+    serde_json::from_value(value).map_err(|e| e.to_string())
 }
 
 /// `spawn{sandbox}` from `--sandbox`, `--writable` and `--network`: the

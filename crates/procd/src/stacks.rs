@@ -75,6 +75,9 @@ pub fn service_line(s: &ServiceState) -> String {
             None => "ended".into(),
         },
     };
+    if let (ServiceStatus::Running, Some(url)) = (s.status, &s.url) {
+        line.push_str(&format!(" at {url}"));
+    }
     if s.reused {
         line.push_str(match s.status {
             ServiceStatus::Running => " (already running)",

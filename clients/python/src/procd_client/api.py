@@ -4,7 +4,7 @@ awaitable of one (`AsyncClient`). Parameters are procd's, by name
 (docs/protocol.md); those left as None are not sent, so the daemon's
 defaults apply."""
 
-from typing import Any, Dict, Generic, List, Optional, TypeVar
+from typing import Any, Dict, Generic, List, Optional, TypeVar, Union
 
 R = TypeVar("R")
 Result = Dict[str, Any]
@@ -47,6 +47,7 @@ class Api(Generic[R]):
         sandbox: Optional[Any] = None,
         meta: Optional[Dict[str, Any]] = None,
         junit: Optional[str] = None,
+        port: Optional[Union[int, str]] = None,
     ) -> R:
         return self._call("spawn", _params(locals()))
 

@@ -94,6 +94,11 @@ impl Registry {
             sandbox,
             junit,
             shell: None,
+            // "auto" is picked at the spawn (`give_port`).
+            port: match req.port {
+                Some(procd_proto::PortAsk::Number(n)) => Some(n.get()),
+                _ => None,
+            },
         })
     }
 

@@ -4,12 +4,35 @@
 //! already taken (`port_in_use`).
 
 use super::Registry;
+use crate::error::Error;
 use crate::procfs::ProcFs;
-use crate::session::Session;
+use crate::session::{Session, SessionSpec};
 use crate::sockdiag::Listening;
-use procd_proto::{PortInUse, PortOwner, PortResult};
+use procd_proto::{PortAsk, PortInUse, PortOwner, PortResult};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
+
+/// How many free ports a pick tries before it gives up: each is one the
+/// kernel just handed out, so only other sessions' ports are skipped.
+const PICK_TRIES: usize = 64;
+
+/// A port picked for a spawn, held against other picks until dropped
+/// (by then the session is in the table, holding it itself).
+pub(super) struct PickedPort<'a> {
+    registry: &'a Registry,
+    port: u16,
+}
+
+impl Drop for PickedPort<'_> {
+    fn drop(&mut self) {
+        self.registry
+            .picking
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.port);
+    }
+}
 
 /// The longest command a `port_in_use` or `port` answer shows.
 const HOLDER_COMMAND_CHARS: usize = 200;
@@ -30,6 +53,70 @@ struct Holder {
 }
 
 impl Registry {
+    /// Applies spawn's `port` to `spec`: for `"auto"` (asked, or implied
+    /// by `ready.port: "auto"`) a free port is picked. The port goes in
+    /// `PORT`, for `{port}` in the command and for `ready.port: "auto"`.
+    /// The pick is held until the returned guard drops.
+    pub(super) fn give_port(
+        &self,
+        spec: &mut SessionSpec,
+        ask: Option<PortAsk>,
+        env: &mut BTreeMap<String, String>,
+    ) -> Result<Option<PickedPort<'_>>, Error> {
+        let auto_ready = spec.ready.as_ref().is_some_and(|r| r.wants_auto_port());
+        let ask = match ask {
+            Some(ask) => ask,
+            None if auto_ready => PortAsk::Auto,
+            None => return Ok(None),
+        };
+        if env.contains_key("PORT") {
+            return Err(Error::InvalidParams(
+                "port: given beside env PORT; give one of them".into(),
+            ));
+        }
+        let (port, picked) = match ask {
+            PortAsk::Number(n) => (n.get(), None),
+            PortAsk::Auto => {
+                let picked = self.pick_port()?;
+                (picked.port, Some(picked))
+            }
+        };
+        spec.port = Some(port);
+        spec.command = spec.command.replace("{port}", &port.to_string());
+        env.insert("PORT".into(), port.to_string());
+        if let Some(ready) = &mut spec.ready {
+            ready.resolve_auto_port(port);
+        }
+        Ok(picked)
+    }
+
+    /// A free TCP port (the kernel's pick for a wildcard bind) that no
+    /// session of this daemon holds and no other spawn is being given.
+    fn pick_port(&self) -> Result<PickedPort<'_>, Error> {
+        let held: BTreeSet<u16> = self
+            .table()
+            .values()
+            .filter(|s| s.is_running() || s.restarts.as_ref().is_some_and(|r| r.is_restarting()))
+            .filter_map(|s| s.spec.port)
+            .collect();
+        let mut picking = self.picking.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..PICK_TRIES {
+            let port = std::net::TcpListener::bind(("0.0.0.0", 0))
+                .and_then(|l| l.local_addr())
+                .map_err(|e| Error::Internal(format!("port: cannot find a free port: {e}")))?
+                .port();
+            if !held.contains(&port) && picking.insert(port) {
+                return Ok(PickedPort {
+                    registry: self,
+                    port,
+                });
+            }
+        }
+        Err(Error::LimitReached(format!(
+            "port: no free port found in {PICK_TRIES} tries"
+        )))
+    }
+
     /// Who listens on `port`: the `port` method.
     pub async fn port_owner(&self, port: u16) -> PortResult {
         let mut result = PortResult {

@@ -71,6 +71,7 @@ fn activity(r: &Redactor, s: &Session) -> Activity {
     let readiness = s.readiness();
     let waiting = s.waiting_for_input();
     Activity {
+        port: s.spec.port,
         ports: observed.ports,
         resources: observed.resources,
         ready: readiness.flag(),
@@ -105,6 +106,7 @@ pub(super) fn spawn_result(r: &Redactor, s: &Session) -> SpawnResult {
         started_at: s.started_at_text().to_string(),
         reused: false,
         port_in_use: None,
+        port: s.spec.port,
         output: None,
         cursor: None,
         original_chars: None,

@@ -100,6 +100,7 @@ impl Registry {
                 exit: s.state().exit().map(|e| EndedExit::of(e)),
                 limits: s.spec.limits,
                 junit: s.spec.junit.as_ref().map(|p| p.display().to_string()),
+                port: s.spec.port,
                 sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
                 restart: s.restarts.as_ref().map(|r| {
                     let (count, last_exit) = r.runs();
@@ -572,5 +573,6 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .filter(|p| p.is_absolute()),
         // A recovered shell's channels are the shell layer's (`shell/`).
         shell: None,
+        port: e.port.filter(|&p| p > 0),
     }
 }

@@ -64,6 +64,8 @@ impl Registry {
         {
             return Ok(*result);
         }
+        let mut env = params.env.unwrap_or_default();
+        let _picked = self.give_port(&mut spec, params.port, &mut env)?;
         let port_in_use = match spec.ready.as_ref().and_then(|r| r.port.flatten()) {
             Some(port) => self.port_in_use(port).await,
             None => None,
@@ -73,7 +75,6 @@ impl Registry {
             params.max_output_chars.map(MaxOutputChars::get),
             params.max_output_tokens.map(MaxOutputTokens::get),
         );
-        let env = params.env.unwrap_or_default();
         // Take a running slot first so concurrent spawns cannot overshoot;
         // the session owns it from then on (or an error path drops it).
         let max = self.config.max_running;

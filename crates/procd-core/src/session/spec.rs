@@ -52,6 +52,10 @@ pub struct SessionSpec {
     /// A shell's channel directory (`shell/`): the shell inherits its
     /// command FIFO, its file of ends and its wake FIFO as fds 3, 4, 5.
     pub shell: Option<PathBuf>,
+    /// The TCP port it was given (spawn's `port`; picked for `"auto"`):
+    /// in its `PORT` and for `{port}` in its command, held by it for the
+    /// other sessions' picks while it runs or restarts.
+    pub port: Option<u16>,
 }
 
 /// How a restarting session's runs start: the first run's argv and

@@ -13,8 +13,9 @@ pub use shell::{
     ShellOpenResult,
 };
 pub use spawn::{
-    AnyPort, Limits, NetworkSpec, Readable, ReadyPort, ReadySpec, RestartInfo, RestartPolicy,
-    RestartSpec, SandboxInfo, SandboxProfile, SandboxRules, SandboxSpec, SpawnParams,
+    AnyPort, Limits, NetworkSpec, PortAsk, Readable, ReadyPort, ReadySpec, RestartInfo,
+    RestartPolicy, RestartSpec, SandboxInfo, SandboxProfile, SandboxRules, SandboxSpec,
+    SpawnParams,
 };
 
 use serde::{Deserialize, Serialize};
@@ -86,6 +87,9 @@ pub struct SpawnResult {
     /// Its `ready.port` was already listening before it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port_in_use: Option<PortInUse>,
+    /// The port spawn's `port` gave it (the one picked, for `"auto"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     /// With `yield_ms`: the output so far, and the cursor to read on from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
@@ -485,6 +489,9 @@ pub struct TestFailure {
 /// report it (flattened into both).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Activity {
+    /// The port spawn's `port` gave it (the one picked, for `"auto"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     /// TCP ports the session's tree listens on, sorted.
     #[serde(default)]
     pub ports: Vec<u16>,
@@ -717,6 +724,11 @@ pub struct ServiceState {
     pub blocked_by: Option<BlockedBy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port_in_use: Option<PortInUse>,
+    /// The port it was given (`port`), and its loopback URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// Why its spawn was refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -77,6 +77,44 @@ pub struct SpawnParams {
     /// its end for the session's `tests` (docs/agents.md, "Test runs").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub junit: Option<String>,
+    /// The TCP port it is to serve on: a number, or `"auto"` for a free
+    /// one procd picks that no other session of the daemon holds. Passed
+    /// as `PORT`, and put for `{port}` in the command (docs/stacks.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<PortAsk>,
+}
+
+/// `spawn{port}`: a port number, or `"auto"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortAsk {
+    Auto,
+    Number(crate::Port),
+}
+
+impl Serialize for PortAsk {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PortAsk::Auto => s.serialize_str("auto"),
+            PortAsk::Number(n) => n.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PortAsk {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        const RULE: &str = "port: a port number (1 to 65535) or \"auto\"";
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) if s == "auto" => Ok(PortAsk::Auto),
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .and_then(|n| u16::try_from(n).ok())
+                .filter(|&n| n > 0)
+                .map(|n| PortAsk::Number(crate::Port::new(n)))
+                .ok_or_else(|| D::Error::custom(format!("{RULE}, got {n}"))),
+            other => Err(D::Error::custom(format!("{RULE}, got {other}"))),
+        }
+    }
 }
 
 /// `spawn{sandbox}`: a profile ("read-only", "workspace-write", "full")
@@ -406,7 +444,7 @@ pub struct ReadySpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(
     untagged,
-    expecting = "ready.port: a port number (1 to 65535) or \"any\""
+    expecting = "ready.port: a port number (1 to 65535), \"any\" or \"auto\""
 )]
 pub enum ReadyPort {
     Number(u32),
@@ -417,4 +455,6 @@ pub enum ReadyPort {
 #[serde(rename_all = "snake_case")]
 pub enum AnyPort {
     Any,
+    /// The port spawn's `port` gave it (picked, with `"auto"`).
+    Auto,
 }

@@ -68,6 +68,10 @@ pub struct StartParams {
         description = "A JUnit XML report the command writes (relative to its cwd): its counts and failures become the session's `tests`. Output of cargo test, nextest, pytest, jest, vitest, node --test and go test is read without it."
     )]
     pub junit: Option<String>,
+    #[schemars(
+        description = "The TCP port a server is to use: a number, or \"auto\" for a free one no other process of procd's holds (for parallel worktrees). Given as PORT and put for {port} in the command; with ready {\"port\": \"auto\"} it is ready once it listens there."
+    )]
+    pub port: Option<Value>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -109,7 +113,9 @@ pub fn service_names(
 pub struct ReadyParams {
     #[schemars(description = "Regex an output line must match.")]
     pub output: Option<String>,
-    #[schemars(description = "TCP port it must listen on, or \"any\".")]
+    #[schemars(
+        description = "TCP port it must listen on, \"any\", or \"auto\" (the port it was given)."
+    )]
     pub port: Option<Value>,
     #[schemars(description = "Loopback URL that must answer with status 200-399.")]
     pub http: Option<String>,
@@ -123,6 +129,9 @@ impl ReadyParams {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if s == "any" => {
                 Some(procd_proto::ReadyPort::Any(procd_proto::AnyPort::Any))
+            }
+            Some(Value::String(s)) if s == "auto" => {
+                Some(procd_proto::ReadyPort::Any(procd_proto::AnyPort::Auto))
             }
             Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
                 Some(n) => Some(procd_proto::ReadyPort::Number(n)),

@@ -101,8 +101,12 @@ impl ProcdMcp {
             );
             answer(summary, None, &fields, now.as_ref())
         } else {
+            let url = r
+                .port
+                .map(|p| format!(" It was given port {p} (PORT): http://localhost:{p}/"))
+                .unwrap_or_default();
             let summary = format!(
-                "Started {} (pid {}): {}{words}. Output so far (next cursor {}):",
+                "Started {} (pid {}): {}{words}.{url} Output so far (next cursor {}):",
                 r.session_id,
                 r.pid,
                 exit_words(&r.exit),
@@ -642,6 +646,11 @@ impl ProcdMcp {
             yield_ms: Some(YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_START_YIELD_MS))),
             max_output_chars: Some(MaxOutputChars::new(budget)),
             ready,
+            port: p
+                .port
+                .map(serde_json::from_value::<procd_proto::PortAsk>)
+                .transpose()
+                .map_err(|e| e.to_string())?,
             ..Default::default()
         })
     }
