@@ -808,6 +808,96 @@ fn spawn_port_auto_is_given_as_port_kept_across_restarts_and_checked() {
     );
 }
 
+/// A server in a git worktree turns stale when a file under its cwd
+/// changes after it started, naming the file (edits to ignored paths
+/// are not counted), and a restart's new run is fresh again.
+#[test]
+fn a_server_is_stale_after_an_edit_and_fresh_after_a_restart() {
+    let d = Daemon::start();
+    let repo = tempfile::tempdir().expect("repo");
+    let at = |p: &str| repo.path().join(p);
+    std::fs::create_dir_all(at(".git")).unwrap();
+    std::fs::create_dir_all(at("src")).unwrap();
+    std::fs::create_dir_all(at("node_modules/dep")).unwrap();
+    std::fs::write(at(".gitignore"), "*.log\n").unwrap();
+    std::fs::write(at("src/app.ts"), "one").unwrap();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "exec python3 -m http.server {port} --bind 127.0.0.1",
+               "cwd": repo.path(), "port": "auto", "ready": {"port": "auto"},
+               "restart": {"policy": "always", "backoff_s": 0.1}, "yield_ms": 10000}),
+    );
+    assert_eq!(r["ready"], true, "{r}");
+    let id = r["session_id"].as_str().unwrap().to_string();
+    assert_eq!(d.ok("poll", json!({"session_id": id})).get("stale"), None);
+    // Ignored first, then a real edit: the watch reads them in order, so
+    // once the edit is seen the ignored ones would have been too.
+    std::fs::write(at("node_modules/dep/index.js"), "x").unwrap();
+    std::fs::write(at("server.log"), "x").unwrap();
+    std::fs::write(at("src/app.ts"), "two").unwrap();
+    let mut poll = Value::Null;
+    wait_until("the edit makes it stale", || {
+        poll = d.ok("poll", json!({"session_id": id}));
+        poll.get("stale").is_some()
+    });
+    assert_eq!(poll["stale"]["files"], json!(["src/app.ts"]), "{poll}");
+    let since = poll["stale"]["since"].as_str().unwrap();
+    assert!(since > poll["started_at"].as_str().unwrap(), "{poll}");
+    let ps = String::from_utf8_lossy(&d.cli(&["ps"]).stdout).to_string();
+    assert!(
+        ps.lines().any(|l| l.contains(&id) && l.contains("stale")),
+        "{ps}"
+    );
+    let text = String::from_utf8_lossy(&d.cli(&["poll", &id]).stdout).to_string();
+    assert!(
+        text.contains("src/app.ts changed after it started"),
+        "{text}"
+    );
+
+    // A restart: the next run serves the new code, so it is not stale.
+    let first_pid = poll["pid"].clone();
+    d.ok("signal", json!({"session_id": id, "signal": "TERM"}));
+    wait_until("the next run is ready", || {
+        let p = d.ok("poll", json!({"session_id": id}));
+        p["pid"] != first_pid && p["ready"] == true
+    });
+    assert_eq!(d.ok("poll", json!({"session_id": id})).get("stale"), None);
+    // And an edit makes the new run stale in turn.
+    std::fs::write(at("src/app.ts"), "three").unwrap();
+    wait_until("the new run turns stale", || {
+        d.ok("poll", json!({"session_id": id}))
+            .get("stale")
+            .is_some()
+    });
+    d.ok("kill", json!({"session_id": id}));
+}
+
+/// An edit made while no daemon ran (keeper and daemon SIGKILLed) is
+/// found by the next daemon: the session it takes back is stale.
+#[test]
+fn an_edit_while_the_daemon_is_down_makes_its_server_stale() {
+    let mut d = Daemon::start();
+    let repo = tempfile::tempdir().expect("repo");
+    std::fs::create_dir_all(repo.path().join(".git")).unwrap();
+    std::fs::write(repo.path().join("app.py"), "one").unwrap();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "exec sleep 300", "cwd": repo.path(), "persist": true}),
+    );
+    let id = r["session_id"].as_str().unwrap().to_string();
+    d.crash();
+    std::fs::write(repo.path().join("app.py"), "two").unwrap();
+    d.restart();
+    let mut poll = Value::Null;
+    wait_until("the recovered session is stale", || {
+        poll = d.ok("poll", json!({"session_id": id}));
+        poll.get("stale").is_some()
+    });
+    assert_eq!(poll["status"], "running", "{poll}");
+    assert_eq!(poll["stale"]["files"], json!(["app.py"]), "{poll}");
+    d.ok("kill", json!({"session_id": id}));
+}
+
 #[test]
 fn the_example_stack_comes_up_and_goes_down() {
     let d = Daemon::start();

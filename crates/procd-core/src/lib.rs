@@ -34,6 +34,7 @@ pub mod slot;
 pub mod snapshot;
 pub mod sockdiag;
 pub mod stack;
+pub mod stale;
 pub mod testrun;
 pub mod text;
 pub mod up;

@@ -191,6 +191,8 @@ struct Seen {
     /// The output end when `input_wanted` was last sent: one event per
     /// episode (cleared when the session is seen not waiting).
     input_wanted_at: Option<u64>,
+    /// Files under its cwd changed since it started (`stale.rs`).
+    stale: Option<crate::stale::Stale>,
 }
 
 impl Seen {
@@ -439,6 +441,21 @@ impl Session {
     }
 
     /// The last observation of its tree (empty once it has exited).
+    /// Whether files under its cwd changed since it started (a running
+    /// session only).
+    pub fn stale(&self) -> Option<crate::stale::Stale> {
+        if !self.is_running() {
+            return None;
+        }
+        self.seen().stale.clone()
+    }
+
+    /// Files under its cwd changed (`stale.rs`'s watch).
+    pub fn mark_stale(&self, changed: Vec<std::path::PathBuf>) {
+        let mut seen = self.seen();
+        seen.stale = Some(crate::stale::Stale::add(seen.stale.take(), changed));
+    }
+
     pub fn observed(&self) -> crate::observe::Observation {
         if !self.is_running() {
             return Default::default();

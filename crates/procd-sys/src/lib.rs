@@ -17,4 +17,5 @@ pub mod procfs;
 pub mod random;
 pub mod sandbox;
 pub mod spawn;
+pub mod tree_watch;
 pub mod wait;

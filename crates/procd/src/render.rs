@@ -80,6 +80,13 @@ pub fn poll(r: &PollResult) -> String {
     if !r.activity.ports.is_empty() {
         out.push_str(&format!("listening on {:?}\n", r.activity.ports));
     }
+    if let Some(stale) = &r.activity.stale {
+        out.push_str(&format!(
+            "stale since {}: {} changed after it started\n",
+            stale.since,
+            stale.files.join(", ")
+        ));
+    }
     if r.activity.waiting_for_input {
         out.push_str("waiting for input\n");
     }
@@ -231,6 +238,7 @@ pub fn state(p: &procd_proto::ProcessEntry) -> String {
         (SessionStatus::Running, _) if p.restart.as_ref().is_some_and(|r| r.restarting) => {
             "backoff".to_string()
         }
+        (SessionStatus::Running, _) if p.activity.stale.is_some() => "stale".to_string(),
         (SessionStatus::Running, _) => "running".to_string(),
         (SessionStatus::Exited, code) => ended_short(code),
     }

@@ -73,6 +73,10 @@ fn activity(r: &Redactor, s: &Session) -> Activity {
     Activity {
         port: s.spec.port,
         ports: observed.ports,
+        stale: s.stale().map(|stale| procd_proto::StaleInfo {
+            since: crate::clock::rfc3339(stale.since),
+            files: stale.files,
+        }),
         resources: observed.resources,
         ready: readiness.flag(),
         ready_after_ms: readiness.after_ms(),

@@ -506,6 +506,7 @@ impl Registry {
         session.hold_slot(self.running.take());
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
+        crate::stale::watch(&session);
         let me = self.me.clone();
         tokio::spawn(async move {
             let record = session::supervise_detached(session.clone(), pidfd).await;

@@ -406,6 +406,7 @@ impl Registry {
         exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
         run: RunStart,
     ) {
+        crate::stale::watch(&session);
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
         let final_drain = Duration::from_millis(self.config.final_drain_ms);

@@ -485,6 +485,16 @@ pub struct TestFailure {
     pub cursor: Option<u64>,
 }
 
+/// A running session's files changed after it started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StaleInfo {
+    /// The first change (RFC 3339).
+    pub since: String,
+    /// What changed, relative to its cwd (at most 20; `*`: the kernel
+    /// dropped events, so which is not known).
+    pub files: Vec<String>,
+}
+
 /// What a session's live tree is doing (docs/agents.md), as `poll` and `list`
 /// report it (flattened into both).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -495,6 +505,10 @@ pub struct Activity {
     /// TCP ports the session's tree listens on, sorted.
     #[serde(default)]
     pub ports: Vec<u16>,
+    /// Files under its cwd (in a git worktree) changed after it started
+    /// and no restart followed (docs/stacks.md "Stale").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale: Option<StaleInfo>,
     /// What the live tree uses.
     #[serde(default)]
     pub resources: Resources,

@@ -21,6 +21,9 @@ pub struct Now {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ready_after_ms: Option<u64>,
     pub ports: Vec<u16>,
+    /// Files under its cwd changed after it started (docs/stacks.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<procd_proto::StaleInfo>,
     pub resources: Resources,
     /// A recognised test run's counts and failures (docs/agents.md).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -38,6 +41,7 @@ impl Now {
             ready: p.activity.ready,
             ready_after_ms: p.activity.ready_after_ms,
             ports: p.activity.ports.clone(),
+            stale: p.activity.stale.clone(),
             resources: p.activity.resources.clone(),
             tests: p.tests.clone(),
             running: p.status == SessionStatus::Running,
@@ -69,6 +73,9 @@ impl Now {
                 r.cpu_seconds
             ));
         }
+        if let Some(stale) = &self.stale {
+            words.push(stale_words(stale));
+        }
         if self.waiting_for_input {
             words.push(match &self.prompt {
                 Some(p) if !p.is_empty() => {
@@ -83,6 +90,16 @@ impl Now {
             format!(" [{}]", words.join("; "))
         }
     }
+}
+
+/// "STALE: started before src/app.ts changed; restart it".
+pub fn stale_words(stale: &procd_proto::StaleInfo) -> String {
+    let files = match stale.files.as_slice() {
+        [] => "its files".to_string(),
+        [one] => one.clone(),
+        [first, rest @ ..] => format!("{first} (and {} more)", rest.len()),
+    };
+    format!("STALE: started before {files} changed; restart it to serve the new code")
 }
 
 /// One answer: `summary` (the sentence), then the output it introduces
@@ -164,6 +181,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_stale_session_is_said_plainly_with_its_files() {
+        let stale = |files: &[&str]| procd_proto::StaleInfo {
+            since: "2026-12-05T07:31:39.545Z".into(),
+            files: files.iter().map(|f| f.to_string()).collect(),
+        };
+        assert_eq!(
+            super::stale_words(&stale(&["src/app.ts"])),
+            "STALE: started before src/app.ts changed; restart it to serve the new code"
+        );
+        assert!(super::stale_words(&stale(&["a.ts", "b.ts", "c.ts"]))
+            .starts_with("STALE: started before a.ts (and 2 more) changed"));
+    }
+
+    #[test]
     fn the_structured_answer_carries_the_summary_and_the_state() {
         #[derive(Serialize)]
         struct R {
@@ -176,6 +207,7 @@ mod tests {
             ready: Some(true),
             ready_after_ms: Some(5),
             ports: vec![3000],
+            stale: None,
             resources: Resources::default(),
             tests: None,
             running: true,

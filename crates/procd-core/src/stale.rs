@@ -1,0 +1,139 @@
+//! Stale sessions (docs/stacks.md "Stale"): a running session whose cwd
+//! is in a git worktree is watched (procd-sys's `TreeWatch`, inotify),
+//! and a file changed under its cwd after it started makes it stale
+//! until its run ends; a restart's next run starts fresh. `poll` and
+//! `list` answer `stale: {since, files}`.
+
+use crate::session::{Session, SessionState};
+use procd_sys::tree_watch::{Ignore, TreeWatch, WatchError};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// Sessions watched at once: each holds an inotify instance (the user
+/// has 128 here, shared with every other program), so past this a
+/// session is not watched, and says so in the daemon's log.
+pub const MAX_WATCHED_SESSIONS: usize = 32;
+/// Directories one session's tree may have watched (each a kernel watch).
+pub const MAX_WATCHED_DIRS: usize = 10_000;
+/// Files a stale session names (the newest changes are dropped beyond).
+pub const MAX_STALE_FILES: usize = 20;
+
+/// A running session's files changed after it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stale {
+    /// The first change.
+    pub since: SystemTime,
+    /// What changed, relative to its cwd, first first (at most
+    /// `MAX_STALE_FILES`).
+    pub files: Vec<String>,
+}
+
+impl Stale {
+    /// Adds `changed` to what is known (a first change starts it).
+    pub fn add(now: Option<Stale>, changed: Vec<PathBuf>) -> Stale {
+        let mut stale = now.unwrap_or(Stale {
+            since: SystemTime::now(),
+            files: Vec::new(),
+        });
+        for path in changed {
+            let path = path.to_string_lossy().into_owned();
+            if stale.files.len() < MAX_STALE_FILES && !stale.files.contains(&path) {
+                stale.files.push(path);
+            }
+        }
+        stale
+    }
+}
+
+/// The git worktree `dir` is in, if any: the nearest directory up with a
+/// `.git` (a directory, or a worktree's file).
+pub fn git_worktree_of(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|d| d.join(".git").exists())
+        .map(Path::to_path_buf)
+}
+
+static WATCHED: AtomicUsize = AtomicUsize::new(0);
+
+/// One of the `MAX_WATCHED_SESSIONS` places, given back when dropped.
+struct Place;
+
+impl Place {
+    fn take() -> Option<Place> {
+        WATCHED
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_WATCHED_SESSIONS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Place)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        WATCHED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Watches `session`'s cwd, if it is in a git worktree, until the
+/// session's run ends. The walk that sets the watches runs off the event
+/// loop; the session is held weakly.
+pub fn watch(session: &Arc<Session>) {
+    // A shell runs commands that edit its files: not a server to restart.
+    if session.spec.shell.is_some() {
+        return;
+    }
+    let cwd = session.spec.cwd.clone();
+    let started = session.started_at;
+    let weak = Arc::downgrade(session);
+    let mut state = session.subscribe_state();
+    let id = session.id.clone();
+    tokio::spawn(async move {
+        let Some(_place) = Place::take() else {
+            tracing::info!(session = %id, "not watched for staleness: {MAX_WATCHED_SESSIONS} sessions are");
+            return;
+        };
+        let walked = tokio::task::spawn_blocking(move || {
+            git_worktree_of(&cwd)?;
+            // What changed between the start and each directory's watch
+            // is found by its mtime: no edit falls in between.
+            let ignore = Ignore::of_root(&cwd);
+            Some(TreeWatch::walk(
+                &cwd,
+                ignore,
+                MAX_WATCHED_DIRS,
+                Some(started),
+            ))
+        })
+        .await;
+        let mut unstarted = match walked {
+            Ok(Some(Ok(unstarted))) => unstarted,
+            Ok(None) | Err(_) => return,
+            Ok(Some(Err(e))) => return said(&id, &e),
+        };
+        let before = std::mem::take(&mut unstarted.changed_before);
+        let mut tree = match unstarted.start() {
+            Ok(tree) => tree,
+            Err(e) => return said(&id, &e),
+        };
+        if let (false, Some(session)) = (before.is_empty(), weak.upgrade()) {
+            session.mark_stale(before);
+        }
+        loop {
+            tokio::select! {
+                changed = tree.changed() => match (changed, weak.upgrade()) {
+                    (Ok(changed), Some(session)) => session.mark_stale(changed),
+                    (Err(e), _) => return said(&id, &e),
+                    (_, None) => return,
+                },
+                _ = state.wait_for(|s| !matches!(s, SessionState::Running)) => return,
+            }
+        }
+    });
+}
+
+fn said(id: &str, e: &WatchError) {
+    tracing::warn!(session = %id, "not watched for staleness: {e}");
+}
