@@ -397,52 +397,24 @@ async fn serve_claimed(
     )
     .map_err(|why| StartupError::os("no containment".into(), std::io::Error::other(why)))?;
     tracing::info!(containment = containment.kind(), reason = %containment.reason(), "containment");
-    // A start that fails from here on leaves no empty instance tree
-    // behind (what a recovered session holds stays: rmdir keeps it).
-    let give_up = |e: StartupError| {
-        if let procd_core::containment::Containment::Cgroup(tree) = &containment {
-            tree.remove();
-        }
-        e
-    };
-    let registry = new_registry(&options, &containment, keeper.clone()).map_err(give_up)?;
-    // Re-adopt what a previous daemon left running, and rewrite the
-    // checkpoint to what we track, before the first request is served.
-    match registry.recover(handed).await {
-        Ok((0, 0)) => {}
-        Ok((recovered, dropped)) => {
-            tracing::info!(recovered, dropped, "recovered sessions from the checkpoint")
-        }
-        Err(err) => {
-            return Err(give_up(StartupError::os(
-                "cannot write the checkpoint".into(),
-                err,
-            )))
-        }
-    }
-
-    let shells =
-        procd_core::shell::Shells::new(registry.clone(), options.paths.state_dir.join("shells"));
-    shells.recover().await;
-
-    let (shutdown, shutdown_rx) = watch::channel(false);
     let tree = match &containment {
         procd_core::containment::Containment::Cgroup(tree) => Some(tree.clone()),
         _ => None,
     };
-    let daemon = Daemon::new(&options, registry.clone(), shells, containment, shutdown)
-        .inspect_err(|_| {
-            if let Some(tree) = &tree {
-                tree.remove();
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let (daemon, registry) =
+        match assemble(&options, containment, keeper.as_ref(), handed, shutdown).await {
+            Ok(assembled) => assembled,
+            Err(e) => {
+                // A start that fails here leaves no empty instance tree
+                // behind (what a recovered session holds stays: rmdir
+                // keeps a cgroup that is not empty).
+                if let Some(tree) = &tree {
+                    tree.remove();
+                }
+                return Err(e);
             }
-        })?;
-    if let Some(keeper) = &keeper {
-        listen_to_keeper(keeper, daemon.clone()).inspect_err(|_| {
-            if let Some(tree) = &tree {
-                tree.remove();
-            }
-        })?;
-    }
+        };
     daemon.refresh_leases().await;
     signals.forward_to(daemon.clone());
     let monitor = tokio::spawn(monitor(
@@ -458,6 +430,35 @@ async fn serve_claimed(
     let code = wind_down(&daemon, &registry, &options, listening.activated).await;
     monitor.abort();
     Ok(code)
+}
+
+/// The registry with what a previous daemon left taken back, the shells,
+/// and the daemon's shared state, listening to the keeper.
+async fn assemble(
+    options: &DaemonOptions,
+    containment: procd_core::containment::Containment,
+    keeper: Option<&Arc<procd_keeper::Link>>,
+    handed: Vec<procd_keeper::HandedSession>,
+    shutdown: watch::Sender<bool>,
+) -> Result<(Arc<Daemon>, Arc<Registry>), StartupError> {
+    let registry = new_registry(options, &containment, keeper.cloned())?;
+    // Re-adopt what a previous daemon left running, and rewrite the
+    // checkpoint to what we track, before the first request is served.
+    match registry.recover(handed).await {
+        Ok((0, 0)) => {}
+        Ok((recovered, dropped)) => {
+            tracing::info!(recovered, dropped, "recovered sessions from the checkpoint")
+        }
+        Err(err) => return Err(StartupError::os("cannot write the checkpoint".into(), err)),
+    }
+    let shells =
+        procd_core::shell::Shells::new(registry.clone(), options.paths.state_dir.join("shells"));
+    shells.recover().await;
+    let daemon = Daemon::new(options, registry.clone(), shells, containment, shutdown)?;
+    if let Some(keeper) = keeper {
+        listen_to_keeper(keeper, daemon.clone())?;
+    }
+    Ok((daemon, registry))
 }
 
 /// After serving: hands every session over to the keeper's next daemon,

@@ -94,11 +94,7 @@ impl Registry {
             sandbox,
             junit,
             shell: None,
-            // "auto" is picked at the spawn (`give_port`).
-            port: match req.port {
-                Some(procd_proto::PortAsk::Number(n)) => Some(n.get()),
-                _ => None,
-            },
+            port: fixed_port(req.port),
         })
     }
 
@@ -310,3 +306,12 @@ const SESSION_VARS: [&str; 6] = [
     "PAGER",
     "GIT_PAGER",
 ];
+
+/// spawn's `port` when it is a number ("auto" is picked at the spawn:
+/// `give_port`).
+fn fixed_port(ask: Option<procd_proto::PortAsk>) -> Option<u16> {
+    match ask {
+        Some(procd_proto::PortAsk::Number(n)) => Some(n.get()),
+        _ => None,
+    }
+}

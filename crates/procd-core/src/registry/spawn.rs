@@ -396,6 +396,26 @@ impl Registry {
         (session, reader, exit_rx)
     }
 
+    /// What a session's timeout does: terminate its tree, as "timeout".
+    fn on_timeout(&self) -> impl FnOnce(Arc<Session>) + Send + 'static {
+        let me = self.me.clone();
+        let grace = Duration::from_secs_f64(self.config.kill_grace_s);
+        move |s: Arc<Session>| {
+            if let Some(reg) = me.upgrade() {
+                tokio::spawn(async move {
+                    reg.terminate(
+                        &s,
+                        libc::SIGTERM,
+                        grace,
+                        CompletionReason::Timeout,
+                        "timeout",
+                    )
+                    .await;
+                });
+            }
+        }
+    }
+
     /// Starts the session's supervisor task (session.rs): the output
     /// reader with its noise filter and watch patterns, the exit, the
     /// timeout; when it ends, the exit is recorded (`record_end`).
@@ -410,24 +430,7 @@ impl Registry {
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
         let final_drain = Duration::from_millis(self.config.final_drain_ms);
-        let grace = Duration::from_secs_f64(self.config.kill_grace_s);
-        let on_timeout = {
-            let me = me.clone();
-            move |s: Arc<Session>| {
-                if let Some(reg) = me.upgrade() {
-                    tokio::spawn(async move {
-                        reg.terminate(
-                            &s,
-                            libc::SIGTERM,
-                            grace,
-                            CompletionReason::Timeout,
-                            "timeout",
-                        )
-                        .await;
-                    });
-                }
-            }
-        };
+        let on_timeout = self.on_timeout();
         let watch = {
             let me = me.clone();
             let watched = Arc::downgrade(&session);

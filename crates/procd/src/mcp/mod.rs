@@ -14,6 +14,7 @@
 //! - `shell.rs`: the `shell` tool, the agent's own shell;
 //! - `channel.rs`: pushes, with `--channel`.
 
+mod calls;
 mod channel;
 mod params;
 mod progress;
