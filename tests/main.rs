@@ -37,3 +37,4 @@ mod survival;
 mod systemd;
 mod testruns;
 mod top;
+mod watching;

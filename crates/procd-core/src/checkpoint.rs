@@ -103,6 +103,9 @@ pub struct CheckpointEntry {
     /// other sessions' picks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// `spawn{watch}`: the next daemon follows the changes too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<procd_proto::WatchSpec>,
 }
 
 /// A restarting session's policy and runs, as the checkpoint keeps them.

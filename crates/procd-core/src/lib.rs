@@ -19,6 +19,7 @@ pub mod limits;
 pub mod noise;
 pub mod notify;
 pub mod observe;
+pub mod onchange;
 pub mod output;
 pub mod readiness;
 pub mod reaper;

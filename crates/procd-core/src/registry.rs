@@ -37,6 +37,7 @@ mod exit;
 mod handover;
 mod launch;
 mod names;
+mod onchange;
 mod ports;
 mod present;
 mod reading;

@@ -69,6 +69,17 @@ impl RestartPlan {
         })
     }
 
+    /// The plan of a session restarted only when its files change
+    /// (`spawn{watch}` without a restart policy): its own ends are final.
+    pub fn on_change_only() -> RestartPlan {
+        RestartPlan {
+            policy: RestartPolicy::No,
+            max_restarts: DEFAULT_MAX_RESTARTS,
+            backoff: DEFAULT_BACKOFF,
+            reset_after: DEFAULT_RESET_AFTER,
+        }
+    }
+
     /// The plan as a spawn would ask for it (the checkpoint keeps this).
     pub fn spec(&self) -> RestartSpec {
         RestartSpec {

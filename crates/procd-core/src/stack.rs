@@ -80,6 +80,7 @@ struct TomlService {
     limits: Option<Limits>,
     persist: Option<bool>,
     restart: Option<StackRestart>,
+    watch: Option<procd_proto::WatchSpec>,
 }
 
 /// A service's `restart`: spawn's object, or just its policy
@@ -270,6 +271,7 @@ fn toml_stack(text: &str, at: &Path) -> Result<(Option<ProjectName>, Vec<Service
                 name: Some(name.clone()),
                 restart: s.restart.map(|r| r.0),
                 port: auto,
+                watch: s.watch,
                 ..Default::default()
             },
             name,

@@ -31,6 +31,10 @@ pub const IGNORED_NAMES: [&str; 10] = [
     ".tox",
 ];
 
+/// Editors' own files beside the one being edited (vim's swap and test
+/// files, backups, emacs's lock links): a save is seen on the file itself.
+pub const EDITOR_TEMPS: [&str; 5] = ["*.swp", "*.swx", "*~", ".#*", "4913"];
+
 /// What a tree leaves out: exact names anywhere, and the simple patterns
 /// of the root's `.gitignore` (`name`, `*.ext`, `dir/`, `/anchored`; a
 /// `!` line or a pattern with an inner `/` is not understood and is
@@ -54,7 +58,7 @@ impl Ignore {
     /// 64 KiB of it is read).
     pub fn of_root(root: &Path) -> Ignore {
         let mut ignore = Ignore::default();
-        for name in IGNORED_NAMES {
+        for name in IGNORED_NAMES.iter().chain(&EDITOR_TEMPS) {
             ignore.add(name);
         }
         if let Ok(text) = std::fs::read(root.join(".gitignore")) {

@@ -132,6 +132,14 @@ pub struct SpawnArgs {
     /// command.
     #[arg(long, value_name = "PORT", value_parser = parse_port_ask)]
     port: Option<procd_proto::PortAsk>,
+    /// Restart it when a file under this directory changes (repeatable;
+    /// relative to its cwd). .git, node_modules, target… and the
+    /// .gitignore's patterns are left out.
+    #[arg(long, value_name = "DIR")]
+    watch_files: Vec<String>,
+    /// What a change does: restart (the default) or signal:NAME.
+    #[arg(long, value_name = "ACTION", requires = "watch_files")]
+    on_change: Option<String>,
     /// The command: one argument is used as given; several are joined with spaces.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -198,6 +206,11 @@ impl SpawnArgs {
             }),
             junit: self.junit,
             port: self.port,
+            watch: (!self.watch_files.is_empty()).then(|| procd_proto::WatchSpec {
+                paths: Some(self.watch_files),
+                action: self.on_change,
+                ..Default::default()
+            }),
             ..Default::default()
         })
     }

@@ -66,6 +66,7 @@ impl Registry {
             &self.tmp_dir,
             &self.own_paths,
         )?;
+        let (restart, on_change) = restart_and_watch(req, &cwd)?;
         Ok(SessionSpec {
             command: req.command.clone(),
             cwd,
@@ -87,14 +88,12 @@ impl Registry {
             project: req.project.clone(),
             stack_file: None,
             env_digest: Some(env_digest(req.env.as_ref().unwrap_or(&BTreeMap::new()))),
-            restart: req
-                .restart
-                .as_ref()
-                .and_then(crate::restart::RestartPlan::new),
+            restart,
             sandbox,
             junit,
             shell: None,
             port: fixed_port(req.port),
+            on_change,
         })
     }
 
@@ -314,4 +313,32 @@ fn fixed_port(ask: Option<procd_proto::PortAsk>) -> Option<u16> {
         Some(procd_proto::PortAsk::Number(n)) => Some(n.get()),
         _ => None,
     }
+}
+
+/// spawn's `restart` and `watch`: a watch without a policy restarts on
+/// change only (`RestartPlan::on_change_only`).
+fn restart_and_watch(
+    req: &SpawnParams,
+    cwd: &Path,
+) -> Result<
+    (
+        Option<crate::restart::RestartPlan>,
+        Option<Arc<crate::onchange::ChangePlan>>,
+    ),
+    Error,
+> {
+    let on_change = req
+        .watch
+        .as_ref()
+        .map(|w| crate::onchange::ChangePlan::check(w, cwd).map(Arc::new))
+        .transpose()
+        .map_err(Error::InvalidParams)?;
+    let restart = req
+        .restart
+        .as_ref()
+        .and_then(crate::restart::RestartPlan::new)
+        .or(on_change
+            .as_ref()
+            .map(|_| crate::restart::RestartPlan::on_change_only()));
+    Ok((restart, on_change))
 }

@@ -101,6 +101,7 @@ impl Registry {
                 limits: s.spec.limits,
                 junit: s.spec.junit.as_ref().map(|p| p.display().to_string()),
                 port: s.spec.port,
+                watch: s.spec.on_change.as_ref().map(|p| p.spec.clone()),
                 sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
                 restart: s.restarts.as_ref().map(|r| {
                     let (count, last_exit) = r.runs();
@@ -507,6 +508,7 @@ impl Registry {
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
         crate::stale::watch(&session);
+        self.follow_changes(&session);
         let me = self.me.clone();
         tokio::spawn(async move {
             let record = session::supervise_detached(session.clone(), pidfd).await;
@@ -575,5 +577,10 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         // A recovered shell's channels are the shell layer's (`shell/`).
         shell: None,
         port: e.port.filter(|&p| p > 0),
+        on_change: e
+            .watch
+            .as_ref()
+            .and_then(|w| crate::onchange::ChangePlan::check(w, std::path::Path::new(&e.cwd)).ok())
+            .map(Arc::new),
     }
 }

@@ -30,9 +30,7 @@ impl Registry {
             .exited_instant
             .saturating_duration_since(run.started_instant);
         let (count, _) = restarts.runs();
-        let (next, next_count) = restarts
-            .plan
-            .next(count, lived, record.reason, record.exit_code);
+        let (next, next_count) = next_after(restarts, count, lived, &record);
         let delay = match next {
             Next::End => return Err(record),
             Next::CrashLoop => {
@@ -103,11 +101,19 @@ impl Registry {
         let Some(last) = last else {
             return;
         };
-        let text = format!(
-            "was started again by its restart policy (run {}); its last run {}",
-            count.run,
-            super::present::ending(&last)
-        );
+        let changed = restarts.take_changed();
+        let text = match changed.is_empty() {
+            false => format!(
+                "was started again because its files changed: {} (run {})",
+                changed.join(", "),
+                count.run
+            ),
+            true => format!(
+                "was started again by its restart policy (run {}); its last run {}",
+                count.run,
+                super::present::ending(&last)
+            ),
+        };
         self.notifications.push_once(
             Some(format!("restarted {} {}", next.id, count.run)),
             Event::Restarted {
@@ -322,7 +328,11 @@ impl Registry {
         memfd: Option<std::os::fd::OwnedFd>,
     ) -> Option<Arc<Restarts>> {
         let record = e.restart.as_ref()?;
-        let plan = crate::restart::RestartPlan::new(&record.policy)?;
+        // A watch's session restarts on change with the policy "no".
+        let plan = crate::restart::RestartPlan::new(&record.policy).or(e
+            .watch
+            .as_ref()
+            .map(|_| crate::restart::RestartPlan::on_change_only()))?;
         let launch = memfd.and_then(|fd| match Launch::from_memfd(&fd) {
             Ok(launch) => Some((Arc::new(launch), Some(fd))),
             Err(err) => {
@@ -353,6 +363,29 @@ impl Registry {
             );
         }
         Some(Arc::new(restarts))
+    }
+}
+
+/// What follows a run that lived `lived` and ended with `record`. A run
+/// procd ended because its files changed (`registry/onchange.rs`) is
+/// followed at once, and does not count towards a crash loop.
+fn next_after(
+    restarts: &Restarts,
+    count: crate::restart::RunCount,
+    lived: Duration,
+    record: &ExitRecord,
+) -> (Next, crate::restart::RunCount) {
+    match restarts.change_pending() {
+        true => (
+            Next::RestartIn(Duration::ZERO),
+            crate::restart::RunCount {
+                run: count.run.saturating_add(1),
+                streak: count.streak,
+            },
+        ),
+        false => restarts
+            .plan
+            .next(count, lived, record.reason, record.exit_code),
     }
 }
 

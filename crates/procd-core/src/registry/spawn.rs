@@ -64,6 +64,11 @@ impl Registry {
         {
             return Ok(*result);
         }
+        if let Some(plan) = &spec.on_change {
+            Registry::check_watchable(plan)
+                .await
+                .map_err(Error::LimitReached)?;
+        }
         let mut env = params.env.unwrap_or_default();
         let _picked = self.give_port(&mut spec, params.port, &mut env)?;
         let port_in_use = match spec.ready.as_ref().and_then(|r| r.port.flatten()) {
@@ -427,6 +432,7 @@ impl Registry {
         run: RunStart,
     ) {
         crate::stale::watch(&session);
+        self.follow_changes(&session);
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
         let final_drain = Duration::from_millis(self.config.final_drain_ms);

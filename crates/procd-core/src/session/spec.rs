@@ -56,6 +56,8 @@ pub struct SessionSpec {
     /// in its `PORT` and for `{port}` in its command, held by it for the
     /// other sessions' picks while it runs or restarts.
     pub port: Option<u16>,
+    /// What a change of its files does (`spawn{watch}`; `onchange.rs`).
+    pub on_change: Option<Arc<crate::onchange::ChangePlan>>,
 }
 
 /// How a restarting session's runs start: the first run's argv and
@@ -105,6 +107,9 @@ pub struct Restarts {
     /// Woken by a termination request: a restart waiting out its backoff
     /// gives up (`notify_one` keeps the wake-up if none waits yet).
     pub stop: tokio::sync::Notify,
+    /// The files whose change ended the last run (`spawn{watch}`), for
+    /// the `restarted` event to name.
+    changed: Mutex<Vec<String>>,
 }
 
 impl Restarts {
@@ -122,7 +127,27 @@ impl Restarts {
             runs: Mutex::new((runs, last_exit)),
             next_run: Mutex::new(None),
             stop: tokio::sync::Notify::new(),
+            changed: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A run is being ended because `files` changed.
+    pub fn ended_by_change(&self, files: Vec<String>) {
+        *self.changed.lock().unwrap_or_else(|e| e.into_inner()) = files;
+    }
+
+    /// Whether the run now ending was ended because files changed.
+    pub fn change_pending(&self) -> bool {
+        !self
+            .changed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// The files whose change ended the last run, once.
+    pub fn take_changed(&self) -> Vec<String> {
+        std::mem::take(&mut *self.changed.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn lock(

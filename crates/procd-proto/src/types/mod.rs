@@ -15,7 +15,7 @@ pub use shell::{
 pub use spawn::{
     AnyPort, Limits, NetworkSpec, PortAsk, Readable, ReadyPort, ReadySpec, RestartInfo,
     RestartPolicy, RestartSpec, SandboxInfo, SandboxProfile, SandboxRules, SandboxSpec,
-    SpawnParams,
+    SpawnParams, WatchSpec,
 };
 
 use serde::{Deserialize, Serialize};

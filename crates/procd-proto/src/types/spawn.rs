@@ -82,6 +82,30 @@ pub struct SpawnParams {
     /// as `PORT`, and put for `{port}` in the command (docs/stacks.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<PortAsk>,
+    /// Files whose change restarts it (or signals it): docs/stacks.md
+    /// "Restart on change".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchSpec>,
+}
+
+/// `spawn{watch}`: what to watch, what to leave out, what to do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchSpec {
+    /// Directories to watch, relative to the cwd (default: the cwd).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<Vec<String>>,
+    /// `.gitignore`-style patterns left out, besides `.git`,
+    /// `node_modules`, `target`… and the cwd's `.gitignore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore: Option<Vec<String>>,
+    /// `"restart"` (the default) or `"signal:NAME"` (e.g. `"signal:HUP"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Quiet after a change before acting, in ms (default 100; 10 to
+    /// 10000): a burst of changes acts once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce_ms: Option<u64>,
 }
 
 /// `spawn{port}`: a port number, or `"auto"`.

@@ -1,0 +1,186 @@
+//! Restart on change (docs/stacks.md): a run of a session spawned with
+//! `watch` is followed until it ends. After a burst of changes (waited
+//! out: `debounce` of quiet, at most `onchange::MAX_WAIT`) the run is
+//! ended with `termination_source` "watch", and `after_run` starts the
+//! next at once; or, with `signal:NAME`, the run is signalled. Each run
+//! has its own follower: the next one walks the tree again.
+
+use super::Registry;
+use crate::onchange::{ChangeAction, ChangePlan, MAX_WAIT};
+use crate::session::{Session, SessionState};
+use procd_sys::tree_watch::TreeWatch;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// Bursts of changes queued from the trees to the follower.
+const QUEUED_BURSTS: usize = 64;
+
+impl Registry {
+    /// Checks that `plan`'s trees can be watched whole before a spawn
+    /// starts anything: too many directories, or no inotify watch left,
+    /// is the spawn's error. Off the event loop.
+    pub(super) async fn check_watchable(plan: &Arc<ChangePlan>) -> Result<(), String> {
+        let plan = plan.clone();
+        tokio::task::spawn_blocking(move || plan.walk(None).map(drop))
+            .await
+            .map_err(|e| format!("watch: {e}"))?
+    }
+
+    /// Follows `run`'s watched files until it ends (nothing without
+    /// `spawn{watch}`).
+    pub(super) fn follow_changes(&self, run: &Arc<Session>) {
+        let Some(plan) = run.spec.on_change.clone() else {
+            return;
+        };
+        let (me, weak) = (self.me.clone(), Arc::downgrade(run));
+        let mut state = run.subscribe_state();
+        let (started, cwd) = (run.started_at, run.spec.cwd.clone());
+        tokio::spawn(async move {
+            let (tx, mut changes) = mpsc::channel(QUEUED_BURSTS);
+            let Some(trees) = start_trees(&plan, started, &cwd, tx).await else {
+                return;
+            };
+            loop {
+                tokio::select! {
+                    Some(first) = changes.recv() => {
+                        let files = settle(&mut changes, first, plan.debounce).await;
+                        if !act(&me, &weak, plan.action, files).await {
+                            break;
+                        }
+                    }
+                    // (The guard wait_for returns is dropped at once.)
+                    () = ended(&mut state) => break,
+                }
+            }
+            for tree in trees {
+                tree.abort();
+            }
+        });
+    }
+}
+
+/// Until the run is no longer running.
+async fn ended(state: &mut tokio::sync::watch::Receiver<SessionState>) {
+    let _ = state
+        .wait_for(|s| !matches!(s, SessionState::Running))
+        .await;
+}
+
+/// Walks the trees (files modified since `started` count as a first
+/// change) and starts a task per tree sending its changes, relative to
+/// `cwd`, to `tx`. None when they cannot be watched (logged).
+async fn start_trees(
+    plan: &Arc<ChangePlan>,
+    started: std::time::SystemTime,
+    cwd: &Path,
+    tx: mpsc::Sender<Vec<PathBuf>>,
+) -> Option<Vec<JoinHandle<()>>> {
+    let walking = plan.clone();
+    let walked = tokio::task::spawn_blocking(move || walking.walk(Some(started))).await;
+    let unstarted = match walked {
+        Ok(Ok(unstarted)) => unstarted,
+        Ok(Err(e)) => {
+            tracing::warn!(cwd = %cwd.display(), "not following changes: {e}");
+            return None;
+        }
+        Err(_) => return None,
+    };
+    let mut tasks = Vec::new();
+    for (mut unstarted, root) in unstarted.into_iter().zip(&plan.roots) {
+        let prefix = root.strip_prefix(cwd).unwrap_or(root).to_path_buf();
+        let before = std::mem::take(&mut unstarted.changed_before);
+        let tree = match unstarted.start() {
+            Ok(tree) => tree,
+            Err(e) => {
+                tracing::warn!(cwd = %cwd.display(), "not following changes: {e}");
+                return None;
+            }
+        };
+        if !before.is_empty() {
+            let _ = tx.try_send(before.iter().map(|p| prefix.join(p)).collect());
+        }
+        tasks.push(tokio::spawn(send_changes(tree, prefix, tx.clone())));
+    }
+    Some(tasks)
+}
+
+/// Sends each batch of `tree`'s changes until the follower is gone.
+async fn send_changes(mut tree: TreeWatch, prefix: PathBuf, tx: mpsc::Sender<Vec<PathBuf>>) {
+    while let Ok(changed) = tree.changed().await {
+        let changed = changed.iter().map(|p| prefix.join(p)).collect();
+        if tx.send(changed).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The files of a burst: what came until `debounce` passed with no
+/// change, or `MAX_WAIT` since the first.
+async fn settle(
+    changes: &mut mpsc::Receiver<Vec<PathBuf>>,
+    first: Vec<PathBuf>,
+    debounce: std::time::Duration,
+) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    let mut add = |batch: Vec<PathBuf>| {
+        for path in batch {
+            let path = path.to_string_lossy().into_owned();
+            if files.len() < crate::stale::MAX_STALE_FILES && !files.contains(&path) {
+                files.push(path);
+            }
+        }
+    };
+    add(first);
+    // A slow burst (a loaded machine) still acts once: the cap grows
+    // with the debounce asked for.
+    let last_call = tokio::time::Instant::now() + MAX_WAIT.max(debounce * 4);
+    loop {
+        let quiet_until = (tokio::time::Instant::now() + debounce).min(last_call);
+        match tokio::time::timeout_at(quiet_until, changes.recv()).await {
+            Ok(Some(batch)) => add(batch),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    files
+}
+
+/// Does what a change asks to the run; whether to go on following it.
+async fn act(
+    registry: &Weak<Registry>,
+    run: &Weak<Session>,
+    action: ChangeAction,
+    files: Vec<String>,
+) -> bool {
+    let (Some(registry), Some(run)) = (registry.upgrade(), run.upgrade()) else {
+        return false;
+    };
+    if !run.is_running() {
+        return false;
+    }
+    let shown = files.join(", ");
+    match action {
+        ChangeAction::Restart => {
+            run.output
+                .mark_restart(&format!("[procd] {shown} changed: restarting"));
+            let Some(restarts) = &run.restarts else {
+                return false;
+            };
+            // Not a kill of the session (that would end it): its run's
+            // tree is ended, and `after_run` finds the change pending.
+            restarts.ended_by_change(files);
+            let grace = registry.grace(None);
+            crate::kill::terminate(&run.tree(), &registry.procfs, true, libc::SIGTERM, grace).await;
+            false
+        }
+        ChangeAction::Signal(sig) => {
+            run.output.mark_restart(&format!(
+                "[procd] {shown} changed: sent {}",
+                crate::kill::signal_name(sig)
+            ));
+            crate::kill::signal_group(&run.tree(), &registry.procfs, sig).await;
+            true
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Restart on change (docs/stacks.md): `spawn{watch}` restarts a session
+//! when files under its watched directories change, once per burst,
+//! leaving ignored paths out, and across a daemon SIGKILL.
+
+use crate::common::*;
+use serde_json::{json, Value};
+
+fn restarts(d: &Daemon, id: &str) -> u64 {
+    d.ok("poll", json!({"session_id": id}))["restarts"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+fn log_of(d: &Daemon, id: &str) -> String {
+    d.ok("log", json!({"session_id": id, "limit": 10000}))["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Writes `path` and waits until the session has restarted because of
+/// it: its log says so.
+fn edit_and_wait(d: &Daemon, id: &str, dir: &std::path::Path, path: &str) {
+    let before = restarts(d, id);
+    std::fs::write(dir.join(path), "edit").unwrap();
+    let said = format!("[procd] {path} changed: restarting");
+    wait_until(&format!("a restart for {path}"), || {
+        log_of(d, id).contains(&said)
+    });
+    wait_until("the next run", || {
+        let now = restarts(d, id);
+        now > before
+            && d.ok("poll", json!({"session_id": id}))["status"] == "running"
+            && log_of(d, id).matches("run-started").count() as u64 == now + 1
+    });
+}
+
+#[test]
+fn an_edit_restarts_once_per_burst_and_ignored_paths_restart_nothing() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    let at = |p: &str| cwd.path().join(p);
+    std::fs::create_dir_all(at("src")).unwrap();
+    std::fs::create_dir_all(at("src/node_modules/dep")).unwrap();
+    std::fs::write(at(".gitignore"), "*.log\n").unwrap();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo run-started; exec sleep 300", "cwd": cwd.path(),
+               "watch": {"paths": ["src"], "debounce_ms": 1000}, "yield_ms": 5000}),
+    );
+    let id = r["session_id"].as_str().unwrap().to_string();
+    assert_eq!(restarts(&d, &id), 0);
+
+    // One edit: one restart, same id and log, the file named in the log
+    // and in the `restarted` event.
+    edit_and_wait(&d, &id, cwd.path(), "src/a.ts");
+    assert_eq!(restarts(&d, &id), 1);
+    let events = restarted_events(&d, &id, None);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["text"].as_str().unwrap_or("").contains("src/a.ts")),
+        "{events:?}"
+    );
+
+    // 50 edits in a burst: one restart, then a sentinel's restart is the
+    // next one (a second restart for the burst would come before it).
+    // (Paced over ~200 ms, as a formatter or a checkout writes: not one
+    // read of the inotify queue.)
+    for i in 0..50 {
+        std::fs::write(at(&format!("src/b{i}.ts")), "x").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(4));
+    }
+    wait_until("the burst's restart", || restarts(&d, &id) >= 2);
+    edit_and_wait(&d, &id, cwd.path(), "src/sentinel.ts");
+    assert_eq!(restarts(&d, &id), 3, "{}", log_of(&d, &id));
+
+    // Ignored paths first, then a sentinel: only the sentinel restarts it.
+    std::fs::write(at("src/node_modules/dep/index.js"), "x").unwrap();
+    std::fs::write(at("src/server.log"), "x").unwrap();
+    edit_and_wait(&d, &id, cwd.path(), "src/sentinel2.ts");
+    assert_eq!(restarts(&d, &id), 4, "{}", log_of(&d, &id));
+    let log = log_of(&d, &id);
+    assert!(
+        !log.contains("node_modules") && !log.contains("server.log"),
+        "{log}"
+    );
+
+    // An editor's save: a swap file, then a rename over the file.
+    std::fs::write(at("src/.a.ts.swp"), "swap").unwrap();
+    std::fs::write(at("src/a.ts.tmp~"), "new").unwrap();
+    std::fs::rename(at("src/a.ts.tmp~"), at("src/a.ts")).unwrap();
+    wait_until("the save's restart", || restarts(&d, &id) == 5);
+    let log = log_of(&d, &id);
+    assert!(
+        log.contains("[procd] src/a.ts changed: restarting"),
+        "{log}"
+    );
+    assert!(!log.contains(".swp"), "{log}");
+    d.ok("kill", json!({"session_id": id}));
+}
+
+#[test]
+fn a_watch_survives_a_daemon_sigkill_and_bad_watches_are_refused() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    std::fs::create_dir_all(cwd.path().join("src")).unwrap();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo run-started; exec sleep 300", "cwd": cwd.path(),
+               "watch": {"paths": ["src"], "debounce_ms": 50}, "yield_ms": 5000}),
+    );
+    let id = r["session_id"].as_str().unwrap().to_string();
+    d.kill_daemon();
+    edit_and_wait(&d, &id, cwd.path(), "src/after-crash.ts");
+    assert_eq!(restarts(&d, &id), 1);
+    d.ok("kill", json!({"session_id": id}));
+
+    for (bad, names) in [
+        (json!({"paths": ["nope"]}), "watch.paths"),
+        (
+            json!({"paths": ["src"], "action": "reboot"}),
+            "watch.action",
+        ),
+        (
+            json!({"paths": ["src"], "debounce_ms": 0}),
+            "watch.debounce_ms",
+        ),
+        (json!({"paths": ["src"], "when": "now"}), "when"),
+    ] {
+        let (code, message) = d.err(
+            "spawn",
+            json!({"command": "true", "cwd": cwd.path(), "watch": bad.clone()}),
+        );
+        assert_eq!(code, -32602, "{bad}: {message}");
+        assert!(message.contains(names), "{bad}: {message}");
+    }
+    assert_eq!(
+        d.ok("list", json!({"status": "running"}))["processes"],
+        json!([])
+    );
+}
+
+/// A stack service with `watch` in procd.toml restarts on change too.
+#[test]
+fn a_stack_service_with_watch_restarts_on_change() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("project");
+    std::fs::create_dir_all(dir.path().join("src")).unwrap();
+    let file = dir.path().join("procd.toml");
+    std::fs::write(
+        &file,
+        "[service.web]\ncommand = \"echo run-started; exec sleep 300\"\n\
+         watch = { paths = [\"src\"] }\n",
+    )
+    .unwrap();
+    let out = d.cli(&["up", "--json", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let up: Value = serde_json::from_slice(&out.stdout).expect("up --json");
+    let id = up["services"][0]["session_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    edit_and_wait(&d, &id, dir.path(), "src/app.py");
+    assert_eq!(restarts(&d, &id), 1);
+    let _: Value = d.ok("kill", json!({"session_id": id}));
+}
