@@ -898,6 +898,30 @@ fn an_edit_while_the_daemon_is_down_makes_its_server_stale() {
     d.ok("kill", json!({"session_id": id}));
 }
 
+/// A spawn whose ready port another process already holds answers at
+/// once with `port_in_use` naming it, rather than waiting out its ready
+/// timeout (no `ready_timeout` came before the answer).
+#[test]
+fn a_ready_port_held_by_another_fails_fast_naming_the_holder() {
+    let d = Daemon::start();
+    let outside = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = outside.local_addr().unwrap().port();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo starting; exec sleep 300", "session_key": "fast",
+               "ready": {"port": port, "timeout_s": 30}, "yield_ms": 120000}),
+    );
+    assert_eq!(r["port_in_use"]["pid"], std::process::id(), "{r}");
+    assert_eq!(r["ready"], false, "{r}");
+    assert!(r["output"].as_str().unwrap().contains("starting"), "{r}");
+    let events = d.ok("drain_notifications", json!({"session_key": "fast"}));
+    assert!(
+        !events.to_string().contains("ready_timeout"),
+        "the answer came after the ready timeout: {events}"
+    );
+    d.ok("kill_all", json!({}));
+}
+
 #[test]
 fn the_example_stack_comes_up_and_goes_down() {
     let d = Daemon::start();

@@ -90,7 +90,8 @@ pub fn watch(session: &Arc<Session>) {
     let weak = Arc::downgrade(session);
     let mut state = session.subscribe_state();
     let id = session.id.clone();
-    tokio::spawn(async move {
+    let span = tracing::info_span!("session", id = %id);
+    let watching = async move {
         let Some(_place) = Place::take() else {
             tracing::info!(session = %id, "not watched for staleness: {MAX_WATCHED_SESSIONS} sessions are");
             return;
@@ -131,7 +132,8 @@ pub fn watch(session: &Arc<Session>) {
                 _ = state.wait_for(|s| !matches!(s, SessionState::Running)) => return,
             }
         }
-    });
+    };
+    tokio::spawn(tracing::Instrument::instrument(watching, span));
 }
 
 fn said(id: &str, e: &WatchError) {

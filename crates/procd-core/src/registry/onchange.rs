@@ -37,7 +37,8 @@ impl Registry {
         let (me, weak) = (self.me.clone(), Arc::downgrade(run));
         let mut state = run.subscribe_state();
         let (started, cwd) = (run.started_at, run.spec.cwd.clone());
-        tokio::spawn(async move {
+        let span = tracing::info_span!("session", id = %run.id, pid = run.pid());
+        let following = async move {
             let (tx, mut changes) = mpsc::channel(QUEUED_BURSTS);
             let Some(trees) = start_trees(&plan, started, &cwd, tx).await else {
                 return;
@@ -57,7 +58,8 @@ impl Registry {
             for tree in trees {
                 tree.abort();
             }
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(following, span));
     }
 }
 

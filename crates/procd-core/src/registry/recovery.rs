@@ -510,10 +510,12 @@ impl Registry {
         crate::stale::watch(&session);
         self.follow_changes(&session);
         let me = self.me.clone();
-        tokio::spawn(async move {
+        let span = tracing::info_span!("session", id = %session.id, pid = session.pid());
+        let supervisor = async move {
             let record = session::supervise_detached(session.clone(), pidfd).await;
             Registry::record_end(&me, &session, record);
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(supervisor, span));
         Some(())
     }
 }

@@ -91,7 +91,12 @@ impl Registry {
         let (mut result, session) = self.spawn_reserved(spec, &env, slot).await?;
         result.port_in_use = port_in_use;
         if !wait.is_zero() {
-            let y = self.yield_output(&session, 0, wait, budget).await?;
+            // Its ready port is another's: readiness is not waited for (it
+            // would wait out its timeout), the answer names the holder.
+            let await_ready = result.port_in_use.is_none();
+            let y = self
+                .yield_output(&session, 0, wait, budget, await_ready)
+                .await?;
             result.status = y.status;
             result.output = Some(y.output);
             result.cursor = Some(y.cursor);

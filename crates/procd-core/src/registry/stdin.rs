@@ -20,7 +20,7 @@ impl Registry {
         let from = s.output.end();
         let mut result = self.write_stdin_now(&s, data, submit).await?;
         if !wait.is_zero() && result.status == StdinStatus::Ok {
-            let y = self.yield_output(&s, from, wait, budget).await?;
+            let y = self.yield_output(&s, from, wait, budget, true).await?;
             result.output = Some(y.output);
             result.cursor = Some(y.cursor);
             result.original_chars = y.original_chars;

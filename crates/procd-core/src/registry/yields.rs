@@ -15,18 +15,19 @@ use std::time::Duration;
 
 impl Registry {
     /// Waits until the session exits, goes quiet after some output, starts
-    /// waiting for input, becomes ready (when that was awaited: then quiet
-    /// does not count), or `wait` passes; then returns its output from
-    /// `from` on.
+    /// waiting for input, becomes ready (when that was awaited and
+    /// `await_ready`: then quiet does not count), or `wait` passes; then
+    /// returns its output from `from` on.
     pub(super) async fn yield_output(
         &self,
         s: &Arc<Session>,
         from: u64,
         wait: Duration,
         budget: Option<usize>,
+        await_ready: bool,
     ) -> Result<Yielded, Error> {
         let deadline = tokio::time::Instant::now() + wait;
-        let awaited_ready = s.readiness().awaited();
+        let awaited_ready = await_ready && s.readiness().awaited();
         let mut readiness_changed = s.subscribe_readiness();
         let mut next_probe = tokio::time::Instant::now();
         let mut waiting = false;
@@ -42,7 +43,7 @@ impl Registry {
                 break; // ready (or timed out)
             }
             let produced = s.output.end() > from;
-            let quiet_counts = produced && !readiness.awaited();
+            let quiet_counts = produced && !(awaited_ready && readiness.awaited());
             if s.takes_input() && s.idle_for() >= session::INPUT_QUIET {
                 if tokio::time::Instant::now() >= next_probe {
                     self.probe(s).await;
