@@ -17,6 +17,9 @@ use std::time::SystemTime;
 pub const MAX_WATCHED_SESSIONS: usize = 32;
 /// Directories one session's tree may have watched (each a kernel watch).
 pub const MAX_WATCHED_DIRS: usize = 10_000;
+/// How long a session runs before it is watched: the walk that sets the
+/// watches is for servers, not for commands that end at once.
+pub const WATCH_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// Files a stale session names (the newest changes are dropped beyond).
 pub const MAX_STALE_FILES: usize = 20;
 
@@ -92,6 +95,12 @@ pub fn watch(session: &Arc<Session>) {
     let id = session.id.clone();
     let span = tracing::info_span!("session", id = %id);
     let watching = async move {
+        // A short command (a test run, a build step) ends before this
+        // and costs no walk; the walk finds what changed meanwhile.
+        tokio::select! {
+            _ = tokio::time::sleep(WATCH_AFTER) => {}
+            _ = state.wait_for(|s| !matches!(s, SessionState::Running)) => return,
+        }
         let Some(_place) = Place::take() else {
             tracing::info!(session = %id, "not watched for staleness: {MAX_WATCHED_SESSIONS} sessions are");
             return;
