@@ -165,3 +165,44 @@ fn a_stack_service_with_watch_restarts_on_change() {
     assert_eq!(restarts(&d, &id), 1);
     let _: Value = d.ok("kill", json!({"session_id": id}));
 }
+
+/// `run:COMMAND`: the command runs first as a session of its own; a
+/// failure leaves the old run going, a success restarts it.
+#[test]
+fn a_rebuild_step_runs_first_and_only_its_success_restarts() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    std::fs::create_dir_all(cwd.path().join("src")).unwrap();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo run-started; exec sleep 300", "cwd": cwd.path(),
+               "watch": {"paths": ["src"], "action": "run:test -f src/ok && echo built"},
+               "yield_ms": 5000}),
+    );
+    let id = r["session_id"].as_str().unwrap().to_string();
+    // Two failed rebuilds: the second is asked by the same run's
+    // follower, so had the first restarted it, that restart is counted.
+    for (n, file) in [(1, "src/broken.ts"), (2, "src/again.ts")] {
+        std::fs::write(cwd.path().join(file), "x").unwrap();
+        wait_until("the failed rebuild is said", || {
+            log_of(&d, &id)
+                .matches("(exit code 1): not restarting")
+                .count()
+                == n
+        });
+    }
+    assert_eq!(restarts(&d, &id), 0);
+    assert_eq!(d.ok("poll", json!({"session_id": id}))["status"], "running");
+    std::fs::write(cwd.path().join("src/ok"), "x").unwrap();
+    wait_until("the rebuilt run", || {
+        restarts(&d, &id) == 1
+            && d.ok("poll", json!({"session_id": id}))["status"] == "running"
+            && log_of(&d, &id).matches("run-started").count() == 2
+    });
+    let log = log_of(&d, &id);
+    assert!(
+        log.contains("src/ok changed: running \"test -f src/ok && echo built\""),
+        "{log}"
+    );
+    d.ok("kill_all", json!({}));
+}

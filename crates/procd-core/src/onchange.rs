@@ -20,12 +20,15 @@ const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
 pub const MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// What a change does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChangeAction {
     /// The run is ended and the next one starts at once (same id, log).
     Restart,
     /// This signal goes to the run's process group.
     Signal(i32),
+    /// This command runs first, as a session of its own in the same cwd
+    /// (a rebuild: its log is its own); the run restarts if it exits 0.
+    RunThenRestart(String),
 }
 
 /// A checked `watch`.
@@ -71,11 +74,17 @@ impl ChangePlan {
         }
         let action = match spec.action.as_deref() {
             None | Some("restart") => ChangeAction::Restart,
-            Some(other) => match other.strip_prefix("signal:").map(signal_number) {
-                Some(Some(sig)) => ChangeAction::Signal(sig),
+            Some(other) => match (
+                other.strip_prefix("signal:").map(signal_number),
+                other.strip_prefix("run:"),
+            ) {
+                (Some(Some(sig)), _) => ChangeAction::Signal(sig),
+                (_, Some(command)) if !command.trim().is_empty() && command.len() <= 65536 => {
+                    ChangeAction::RunThenRestart(command.to_string())
+                }
                 _ => {
                     return Err(format!(
-                        "watch.action: \"restart\" or \"signal:NAME\" (e.g. \"signal:HUP\"), got {other:?}"
+                        "watch.action: \"restart\", \"signal:NAME\" (e.g. \"signal:HUP\") or \"run:COMMAND\", got {other:?}"
                     ))
                 }
             },
@@ -136,6 +145,7 @@ mod tests {
             (spec(&[], None, None), "watch.paths"),
             (spec(&["src"], Some("reboot"), None), "watch.action"),
             (spec(&["src"], Some("signal:NOPE"), None), "watch.action"),
+            (spec(&["src"], Some("run: "), None), "watch.action"),
             (spec(&["src"], None, Some(5)), "watch.debounce_ms"),
         ] {
             let err = ChangePlan::check(&bad, cwd.path()).unwrap_err();

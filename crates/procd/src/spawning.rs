@@ -137,7 +137,8 @@ pub struct SpawnArgs {
     /// .gitignore's patterns are left out.
     #[arg(long, value_name = "DIR")]
     watch_files: Vec<String>,
-    /// What a change does: restart (the default) or signal:NAME.
+    /// What a change does: restart (the default), signal:NAME, or
+    /// run:COMMAND (a rebuild first; a restart if it exits 0).
     #[arg(long, value_name = "ACTION", requires = "watch_files")]
     on_change: Option<String>,
     /// The command: one argument is used as given; several are joined with spaces.

@@ -47,7 +47,7 @@ impl Registry {
                 tokio::select! {
                     Some(first) = changes.recv() => {
                         let files = settle(&mut changes, first, plan.debounce).await;
-                        if !act(&me, &weak, plan.action, files).await {
+                        if !act(&me, &weak, &plan.action, files).await {
                             break;
                         }
                     }
@@ -152,7 +152,7 @@ async fn settle(
 async fn act(
     registry: &Weak<Registry>,
     run: &Weak<Session>,
-    action: ChangeAction,
+    action: &ChangeAction,
     files: Vec<String>,
 ) -> bool {
     let (Some(registry), Some(run)) = (registry.upgrade(), run.upgrade()) else {
@@ -163,26 +163,80 @@ async fn act(
     }
     let shown = files.join(", ");
     match action {
+        ChangeAction::RunThenRestart(command) => {
+            if !rebuilt(&registry, &run, command, &shown).await {
+                return true; // the old run goes on; the next change tries again
+            }
+            // (Killed while it rebuilt: nothing to restart.)
+            if run.is_running() {
+                restart(&registry, &run, files).await;
+            }
+            false
+        }
         ChangeAction::Restart => {
             run.output
                 .mark_restart(&format!("[procd] {shown} changed: restarting"));
-            let Some(restarts) = &run.restarts else {
-                return false;
-            };
-            // Not a kill of the session (that would end it): its run's
-            // tree is ended, and `after_run` finds the change pending.
-            restarts.ended_by_change(files);
-            let grace = registry.grace(None);
-            crate::kill::terminate(&run.tree(), &registry.procfs, true, libc::SIGTERM, grace).await;
+            restart(&registry, &run, files).await;
             false
         }
         ChangeAction::Signal(sig) => {
             run.output.mark_restart(&format!(
                 "[procd] {shown} changed: sent {}",
-                crate::kill::signal_name(sig)
+                crate::kill::signal_name(*sig)
             ));
-            crate::kill::signal_group(&run.tree(), &registry.procfs, sig).await;
+            crate::kill::signal_group(&run.tree(), &registry.procfs, *sig).await;
             true
         }
     }
+}
+
+/// Ends `run`'s tree (SIGTERM, SIGKILL after the grace) with the change
+/// noted: not a kill of the session (that would end it), so `after_run`
+/// finds the change pending and starts the next run at once.
+async fn restart(registry: &Arc<Registry>, run: &Arc<Session>, files: Vec<String>) {
+    let Some(restarts) = &run.restarts else {
+        return;
+    };
+    restarts.ended_by_change(files);
+    let grace = registry.grace(None);
+    crate::kill::terminate(&run.tree(), &registry.procfs, true, libc::SIGTERM, grace).await;
+}
+
+/// Runs `command` (`run:COMMAND`) as a session of its own, in the run's
+/// cwd and under its key; whether it exited 0. The run's log says which
+/// session it was and how it ended.
+async fn rebuilt(registry: &Arc<Registry>, run: &Arc<Session>, command: &str, shown: &str) -> bool {
+    let params = procd_proto::SpawnParams {
+        command: command.to_string(),
+        cwd: Some(run.spec.cwd.display().to_string()),
+        session_key: run.spec.session_key.clone(),
+        task_id: run.spec.task_id.clone(),
+        owner: run.spec.owner.clone(),
+        ..Default::default()
+    };
+    let step = match registry.spawn(params).await {
+        Ok(step) => step.session_id,
+        Err(e) => {
+            run.output.mark_restart(&format!(
+                "[procd] {shown} changed: {command:?} could not start: {}",
+                e.message()
+            ));
+            return false;
+        }
+    };
+    run.output.mark_restart(&format!(
+        "[procd] {shown} changed: running {command:?} ({step})"
+    ));
+    let ended = match registry.find(&step) {
+        Ok(session) => session.wait_end().await,
+        Err(_) => None,
+    };
+    let code = ended.as_ref().and_then(|e| e.exit_code);
+    if code != Some(0) {
+        run.output.mark_restart(&format!(
+            "[procd] {step} ended ({}): not restarting",
+            code.map_or("no exit code".to_string(), |c| format!("exit code {c}"))
+        ));
+    }
+    code == Some(0)
 }

@@ -99,7 +99,9 @@ pub struct WatchSpec {
     /// `node_modules`, `target`… and the cwd's `.gitignore`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignore: Option<Vec<String>>,
-    /// `"restart"` (the default) or `"signal:NAME"` (e.g. `"signal:HUP"`).
+    /// `"restart"` (the default), `"signal:NAME"` (e.g. `"signal:HUP"`)
+    /// or `"run:COMMAND"` (COMMAND first, as a session; a restart if it
+    /// exits 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     /// Quiet after a change before acting, in ms (default 100; 10 to
