@@ -42,8 +42,8 @@ impl Registry {
             if awaited_ready && !readiness.awaited() {
                 break; // ready (or timed out)
             }
-            let produced = s.output.end() > from;
-            let quiet_counts = produced && !(awaited_ready && readiness.awaited());
+            // (While readiness is awaited, going quiet is not an answer.)
+            let quiet_counts = s.output.end() > from && !awaited_ready;
             if s.takes_input() && s.idle_for() >= session::INPUT_QUIET {
                 if tokio::time::Instant::now() >= next_probe {
                     self.probe(s).await;
@@ -80,6 +80,18 @@ impl Registry {
                 _ = readiness_changed.changed() => {}
             }
         }
+        self.yielded(s, from, budget, waiting).await
+    }
+
+    /// What a yield answers: the output from `from` (within `budget`)
+    /// and where the session (its current run) stands.
+    async fn yielded(
+        &self,
+        s: &Arc<Session>,
+        from: u64,
+        budget: Option<usize>,
+        waiting: bool,
+    ) -> Result<Yielded, Error> {
         let r = self
             .read(&s.id, Some(from), Some(MAX_READ_BYTES), None, None)
             .await?;
