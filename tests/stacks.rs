@@ -648,7 +648,8 @@ fn two_worktrees_get_a_port_each_from_one_procd_toml() {
     std::fs::write(
         repo.join("procd.toml"),
         "[service.web]\ncommand = \"exec python3 -m http.server {port} --bind 127.0.0.1\"\n\
-         port = \"auto\"\nready = { port = \"auto\", timeout_s = 60 }\n",
+         port = \"auto\"\nports = { ADMIN_PORT = \"auto\" }\n\
+         ready = { port = \"auto\", timeout_s = 60 }\n",
     )
     .unwrap();
     std::fs::write(repo.join("which.txt"), "main tree\n").unwrap();
@@ -678,9 +679,16 @@ fn two_worktrees_get_a_port_each_from_one_procd_toml() {
             "{web}"
         );
         assert_eq!(http_body(port, "/which.txt"), says);
+        let admin = web["named_ports"]["ADMIN_PORT"]
+            .as_u64()
+            .expect("ADMIN_PORT");
         ports.push(port);
+        ports.push(admin as u16);
     }
-    assert_ne!(ports[0], ports[1]);
+    let mut distinct = ports.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "{ports:?}");
     let listed = d.ok("list", json!({"status": "running"}));
     let mut given: Vec<u64> = listed["processes"]
         .as_array()
@@ -689,7 +697,7 @@ fn two_worktrees_get_a_port_each_from_one_procd_toml() {
         .filter_map(|p| p["port"].as_u64())
         .collect();
     given.sort();
-    let mut want: Vec<u64> = ports.iter().map(|&p| u64::from(p)).collect();
+    let mut want: Vec<u64> = ports.iter().step_by(2).map(|&p| u64::from(p)).collect();
     want.sort();
     assert_eq!(given, want, "{listed}");
     d.ok("kill_all", json!({}));
@@ -771,8 +779,45 @@ fn spawn_port_auto_is_given_as_port_kept_across_restarts_and_checked() {
         "{r}"
     );
 
+    // Named ports: each in its variable and for {NAME}, all different.
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo web=$PORT admin=$ADMIN_PORT/{ADMIN_PORT} db={DB_PORT}",
+               "port": "auto", "ports": {"ADMIN_PORT": "auto", "DB_PORT": fixed},
+               "yield_ms": 5000}),
+    );
+    let (web, admin) = (
+        r["port"].as_u64().unwrap(),
+        r["named_ports"]["ADMIN_PORT"].as_u64().unwrap(),
+    );
+    assert_ne!(web, admin, "{r}");
+    assert_eq!(r["named_ports"]["DB_PORT"], fixed, "{r}");
+    let said = format!("web={web} admin={admin}/{admin} db={fixed}");
+    assert!(r["output"].as_str().unwrap().contains(&said), "{r}");
+    let listed = d.ok("list", json!({}));
+    assert!(
+        listed["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["named_ports"]["ADMIN_PORT"] == admin),
+        "{listed}"
+    );
+
     // Refused by name, nothing started.
     for (bad, names) in [
+        (
+            json!({"command": "true", "ports": {"lower": "auto"}}),
+            "lower",
+        ),
+        (
+            json!({"command": "true", "ports": {"PORT": "auto"}}),
+            "PORT",
+        ),
+        (
+            json!({"command": "true", "ports": {"X_PORT": "auto"}, "env": {"X_PORT": "1"}}),
+            "X_PORT",
+        ),
         (json!({"command": "true", "port": "soon"}), "port"),
         (json!({"command": "true", "port": 0}), "port"),
         (json!({"command": "true", "port": 70000}), "port"),

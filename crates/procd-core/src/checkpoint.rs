@@ -103,6 +103,9 @@ pub struct CheckpointEntry {
     /// other sessions' picks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// `spawn{ports}`, likewise.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub named_ports: std::collections::BTreeMap<String, u16>,
     /// `spawn{watch}`: the next daemon follows the changes too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<procd_proto::WatchSpec>,

@@ -75,6 +75,7 @@ struct TomlService {
     pty: Option<bool>,
     ready: Option<ReadySpec>,
     port: Option<PortAsk>,
+    ports: Option<BTreeMap<String, PortAsk>>,
     #[serde(default)]
     depends_on: BTreeMap<String, Condition>,
     limits: Option<Limits>,
@@ -258,6 +259,12 @@ fn toml_stack(text: &str, at: &Path) -> Result<(Option<ProjectName>, Vec<Service
             env.entry("PORT".into()).or_insert_with(|| port.to_string());
         }
         let auto = (s.port == Some(PortAsk::Auto)).then_some(PortAsk::Auto);
+        if let Some(both) = s.ports.iter().flatten().find(|(n, _)| env.contains_key(*n)) {
+            return Err(format!(
+                "service {name}: ports.{} beside env {}; give one of them",
+                both.0, both.0
+            ));
+        }
         let port = fixed.or_else(|| s.ready.as_ref().and_then(ready_port));
         services.push(Service {
             spawn: SpawnParams {
@@ -271,6 +278,7 @@ fn toml_stack(text: &str, at: &Path) -> Result<(Option<ProjectName>, Vec<Service
                 name: Some(name.clone()),
                 restart: s.restart.map(|r| r.0),
                 port: auto,
+                ports: s.ports,
                 watch: s.watch,
                 ..Default::default()
             },

@@ -48,6 +48,7 @@ class Api(Generic[R]):
         meta: Optional[Dict[str, Any]] = None,
         junit: Optional[str] = None,
         port: Optional[Union[int, str]] = None,
+        ports: Optional[Dict[str, Union[int, str]]] = None,
         watch: Optional[Dict[str, Any]] = None,
     ) -> R:
         return self._call("spawn", _params(locals()))

@@ -93,6 +93,7 @@ impl Registry {
             junit,
             shell: None,
             port: fixed_port(req.port),
+            named_ports: Default::default(),
             on_change,
         })
     }

@@ -13,6 +13,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
+/// The most ports one spawn may be given (`port` and `ports`).
+const MAX_PORTS: usize = 16;
+
+/// Whether `name` may name a port of `ports`: an environment variable of
+/// A-Z, 0-9 and _, not starting with a digit, at most 64 bytes, not
+/// `PORT` (that is `port`'s).
+pub(super) fn is_port_var(name: &str) -> bool {
+    name != "PORT"
+        && (1..=64).contains(&name.len())
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
 /// How many free ports a pick tries before it gives up: each is one the
 /// kernel just handed out, so only other sessions' ports are skipped.
 const PICK_TRIES: usize = 64;
@@ -53,41 +68,65 @@ struct Holder {
 }
 
 impl Registry {
-    /// Applies spawn's `port` to `spec`: for `"auto"` (asked, or implied
-    /// by `ready.port: "auto"`) a free port is picked. The port goes in
-    /// `PORT`, for `{port}` in the command and for `ready.port: "auto"`.
-    /// The pick is held until the returned guard drops.
-    pub(super) fn give_port(
+    /// Applies spawn's `port` and `ports` to `spec`: for `"auto"` (asked,
+    /// or implied by `ready.port: "auto"`) a free port is picked. `port`
+    /// goes in `PORT`, for `{port}` in the command and for `ready.port:
+    /// "auto"`; each of `ports` in its variable and for `{NAME}`. The
+    /// picks are held until the returned guards drop.
+    pub(super) fn give_ports(
         &self,
         spec: &mut SessionSpec,
-        ask: Option<PortAsk>,
+        port: Option<PortAsk>,
+        ports: Option<&BTreeMap<String, PortAsk>>,
         env: &mut BTreeMap<String, String>,
-    ) -> Result<Option<PickedPort<'_>>, Error> {
+    ) -> Result<Vec<PickedPort<'_>>, Error> {
         let auto_ready = spec.ready.as_ref().is_some_and(|r| r.wants_auto_port());
-        let ask = match ask {
-            Some(ask) => ask,
-            None if auto_ready => PortAsk::Auto,
-            None => return Ok(None),
-        };
-        if env.contains_key("PORT") {
-            return Err(Error::InvalidParams(
-                "port: given beside env PORT; give one of them".into(),
-            ));
+        let port = port.or(auto_ready.then_some(PortAsk::Auto));
+        let mut asked: Vec<(String, PortAsk)> = Vec::new();
+        if let Some(ask) = port {
+            asked.push(("PORT".into(), ask));
         }
-        let (port, picked) = match ask {
-            PortAsk::Number(n) => (n.get(), None),
-            PortAsk::Auto => {
-                let picked = self.pick_port()?;
-                (picked.port, Some(picked))
+        for (name, &ask) in ports.into_iter().flatten() {
+            if !is_port_var(name) || asked.len() >= MAX_PORTS {
+                return Err(Error::InvalidParams(format!(
+                    "ports: at most {MAX_PORTS} variables (A-Z, 0-9, _; not PORT, which is `port`), got {name:?}"
+                )));
             }
-        };
-        spec.port = Some(port);
-        spec.command = spec.command.replace("{port}", &port.to_string());
-        env.insert("PORT".into(), port.to_string());
-        if let Some(ready) = &mut spec.ready {
+            asked.push((name.clone(), ask));
+        }
+        let mut picks = Vec::new();
+        for (name, ask) in asked {
+            if env.contains_key(&name) {
+                return Err(Error::InvalidParams(format!(
+                    "port: {name} is given as a port and in env; give one of them"
+                )));
+            }
+            let given = match ask {
+                PortAsk::Number(n) => n.get(),
+                PortAsk::Auto => {
+                    let picked = self.pick_port()?;
+                    let port = picked.port;
+                    picks.push(picked);
+                    port
+                }
+            };
+            let placeholder = match name.as_str() {
+                "PORT" => "{port}".to_string(),
+                other => format!("{{{other}}}"),
+            };
+            spec.command = spec.command.replace(&placeholder, &given.to_string());
+            env.insert(name.clone(), given.to_string());
+            match name.as_str() {
+                "PORT" => spec.port = Some(given),
+                _ => {
+                    spec.named_ports.insert(name, given);
+                }
+            }
+        }
+        if let (Some(ready), Some(port)) = (&mut spec.ready, spec.port) {
             ready.resolve_auto_port(port);
         }
-        Ok(picked)
+        Ok(picks)
     }
 
     /// A free TCP port (the kernel's pick for a wildcard bind) that no
@@ -97,7 +136,12 @@ impl Registry {
             .table()
             .values()
             .filter(|s| s.is_running() || s.restarts.as_ref().is_some_and(|r| r.is_restarting()))
-            .filter_map(|s| s.spec.port)
+            .flat_map(|s| {
+                s.spec
+                    .port
+                    .into_iter()
+                    .chain(s.spec.named_ports.values().copied())
+            })
             .collect();
         let mut picking = self.picking.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..PICK_TRIES {

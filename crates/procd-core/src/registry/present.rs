@@ -72,6 +72,7 @@ fn activity(r: &Redactor, s: &Session) -> Activity {
     let waiting = s.waiting_for_input();
     Activity {
         port: s.spec.port,
+        named_ports: s.spec.named_ports.clone(),
         ports: observed.ports,
         stale: s.stale().map(|stale| procd_proto::StaleInfo {
             since: crate::clock::rfc3339(stale.since),
@@ -111,6 +112,7 @@ pub(super) fn spawn_result(r: &Redactor, s: &Session) -> SpawnResult {
         reused: false,
         port_in_use: None,
         port: s.spec.port,
+        named_ports: s.spec.named_ports.clone(),
         output: None,
         cursor: None,
         original_chars: None,

@@ -101,6 +101,7 @@ impl Registry {
                 limits: s.spec.limits,
                 junit: s.spec.junit.as_ref().map(|p| p.display().to_string()),
                 port: s.spec.port,
+                named_ports: s.spec.named_ports.clone(),
                 watch: s.spec.on_change.as_ref().map(|p| p.spec.clone()),
                 sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
                 restart: s.restarts.as_ref().map(|r| {
@@ -579,6 +580,12 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         // A recovered shell's channels are the shell layer's (`shell/`).
         shell: None,
         port: e.port.filter(|&p| p > 0),
+        named_ports: e
+            .named_ports
+            .iter()
+            .filter(|(name, &port)| port > 0 && super::ports::is_port_var(name))
+            .map(|(name, &port)| (name.clone(), port))
+            .collect(),
         on_change: e
             .watch
             .as_ref()

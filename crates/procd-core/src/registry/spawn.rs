@@ -70,7 +70,7 @@ impl Registry {
                 .map_err(Error::LimitReached)?;
         }
         let mut env = params.env.unwrap_or_default();
-        let _picked = self.give_port(&mut spec, params.port, &mut env)?;
+        let _picked = self.give_ports(&mut spec, params.port, params.ports.as_ref(), &mut env)?;
         let port_in_use = match spec.ready.as_ref().and_then(|r| r.port.flatten()) {
             Some(port) => self.port_in_use(port).await,
             None => None,

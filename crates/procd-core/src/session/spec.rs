@@ -56,6 +56,8 @@ pub struct SessionSpec {
     /// in its `PORT` and for `{port}` in its command, held by it for the
     /// other sessions' picks while it runs or restarts.
     pub port: Option<u16>,
+    /// The ports spawn's `ports` gave it, by variable (held likewise).
+    pub named_ports: std::collections::BTreeMap<String, u16>,
     /// What a change of its files does (`spawn{watch}`; `onchange.rs`).
     pub on_change: Option<Arc<crate::onchange::ChangePlan>>,
 }

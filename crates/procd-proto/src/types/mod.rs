@@ -90,6 +90,9 @@ pub struct SpawnResult {
     /// The port spawn's `port` gave it (the one picked, for `"auto"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// The ports spawn's `ports` gave it, by variable.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub named_ports: std::collections::BTreeMap<String, u16>,
     /// With `yield_ms`: the output so far, and the cursor to read on from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
@@ -502,6 +505,9 @@ pub struct Activity {
     /// The port spawn's `port` gave it (the one picked, for `"auto"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// The ports spawn's `ports` gave it, by variable.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub named_ports: std::collections::BTreeMap<String, u16>,
     /// TCP ports the session's tree listens on, sorted.
     #[serde(default)]
     pub ports: Vec<u16>,

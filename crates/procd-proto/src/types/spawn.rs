@@ -82,6 +82,10 @@ pub struct SpawnParams {
     /// as `PORT`, and put for `{port}` in the command (docs/stacks.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<PortAsk>,
+    /// More ports, by the variable each is given as (`ADMIN_PORT`), each
+    /// a number or `"auto"`; put for `{ADMIN_PORT}` in the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<std::collections::BTreeMap<String, PortAsk>>,
     /// Files whose change restarts it (or signals it): docs/stacks.md
     /// "Restart on change".
     #[serde(default, skip_serializing_if = "Option::is_none")]
