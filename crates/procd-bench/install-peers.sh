@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the peers `procd-bench --only peers` measures procd beside, into
-# DIR (the bench passes target/peers): pueue from crates.io, pm2 and
+# DIR (the bench passes target/peers): pueue and watchexec from crates.io, pm2 and
 # Desktop Commander from npm, supervisor from PyPI into a venv of its own. Versions are pinned, so runs compare the same
 # programs. Idempotent and safe to run concurrently. Install scripts are
 # not run (Desktop Commander's would report the install over the network;
@@ -14,6 +14,11 @@ flock 9
 if [ ! -x "$dir/pueue/bin/pueued" ] || [ ! -x "$dir/pueue/bin/pueue" ]; then
   echo "install-peers: building pueue 4.0.4 (a few minutes, once)" >&2
   cargo install --locked --quiet --root "$dir/pueue" pueue@4.0.4 >&2
+fi
+
+if [ ! -x "$dir/watchexec/bin/watchexec" ]; then
+  echo "install-peers: building watchexec 2.3.2 (a few minutes, once)" >&2
+  cargo install --locked --quiet --root "$dir/watchexec" watchexec-cli@2.3.2 >&2
 fi
 
 if [ ! -f "$dir/npm/node_modules/@wonderwhy-er/desktop-commander/dist/index.js" ] \

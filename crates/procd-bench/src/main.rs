@@ -26,6 +26,7 @@ mod search;
 mod shells;
 mod survival;
 mod systemd;
+mod watch;
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -676,7 +677,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     // that runs (none of `--only peers`, say).
     let shared = std::cell::OnceCell::new();
     let d = || shared.get_or_init(Daemon::start);
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 17] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 18] = [
         ("spawn", &|| {
             let mut rows = vec![spawn_wait(d(), s), spawn_wait_sandboxed(d(), s)];
             rows.extend(spawn_wait_slow_rc(s));
@@ -695,6 +696,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
             search::search_rows(s.ingest_bytes, s.peer_rounds)
         }),
         ("shell", &|| shells::shell_rows(d(), s.rounds)),
+        ("watch", &|| watch::watch_rows(d(), s.rounds)),
         ("survival", &|| survival::survival_rows(s.kills)),
         ("instructions", &|| {
             instructions::instruction_rows(s.counted)

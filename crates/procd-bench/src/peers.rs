@@ -53,6 +53,28 @@ fn run(program: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `relative` under the installed peers (target/peers), once
+/// install-peers.sh has run (it is idempotent).
+pub(crate) fn installed(relative: &str) -> std::path::PathBuf {
+    let procd = procd_program();
+    let peers = procd
+        .parent()
+        .and_then(Path::parent)
+        .expect("a target directory")
+        .join("peers");
+    run(
+        &Path::new(DIR).join("install-peers.sh"),
+        &[&peers.display().to_string()],
+    );
+    let path = peers.join(relative);
+    assert!(
+        path.exists(),
+        "{} is missing after install-peers.sh",
+        path.display()
+    );
+    path
+}
+
 pub fn peer_rows(rounds: usize) -> Vec<Row> {
     let procd = procd_program();
     // target/<profile>/procd-bench → target/peers
