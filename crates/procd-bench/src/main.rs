@@ -696,7 +696,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
             search::search_rows(s.ingest_bytes, s.peer_rounds)
         }),
         ("shell", &|| shells::shell_rows(d(), s.rounds)),
-        ("watch", &|| watch::watch_rows(d(), s.rounds)),
+        ("watch", &|| watch::watch_rows(d(), s.rounds, s.idle)),
         ("survival", &|| survival::survival_rows(s.kills)),
         ("instructions", &|| {
             instructions::instruction_rows(s.counted)

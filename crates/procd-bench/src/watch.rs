@@ -19,7 +19,58 @@ const DEBOUNCE_MS: u64 = 50;
 /// How long one restart may take before the round fails.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-pub(crate) fn watch_rows(d: &Daemon, rounds: usize) -> Vec<Row> {
+pub(crate) fn watch_rows(d: &Daemon, rounds: usize, idle: Duration) -> Vec<Row> {
+    let mut rows = vec![edit_to_restart(d, rounds)];
+    rows.push(idle_watching(idle));
+    rows
+}
+
+/// The files the idle row's session watches (in directories of 100).
+const WATCHED_FILES: usize = 10_000;
+
+/// An idle daemon (its monitor slowed to once an hour) with a session
+/// watching 10 000 files, for changes (`watch`) and staleness (the tree
+/// is a git worktree): what wakes it besides the monitor (nothing should).
+fn idle_watching(idle: Duration) -> Row {
+    let tree = tempfile::tempdir().expect("a temp dir");
+    std::fs::create_dir(tree.path().join(".git")).expect(".git");
+    for i in 0..WATCHED_FILES {
+        let dir = tree.path().join(format!("src/d{}", i / 100));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join(format!("f{i}.ts")), "x").expect("file");
+    }
+    let quiet = Daemon::with_config("monitor_interval_s = 3600\n");
+    let mut c = quiet.connect();
+    let r = c.call(
+        "spawn",
+        json!({"command": "exec sleep 3600", "cwd": tree.path(),
+               "watch": {"paths": ["src"]}}),
+    );
+    assert!(r["session_id"].is_string(), "{r}");
+    // Both watches are set by then (the stale one after a second).
+    std::thread::sleep(Duration::from_millis(3000));
+    let before = crate::context_switches(quiet.pid());
+    std::thread::sleep(idle);
+    let after = crate::context_switches(quiet.pid());
+    let switches = crate::switches_between(&before, &after);
+    let per_second = switches as f64 / idle.as_secs_f64();
+    c.call("kill", json!({"session_id": r["session_id"]}));
+    let mut row = Row::at_most(
+        format!("idle daemon watching {WATCHED_FILES} files, wakeups besides the monitor ({} s)", idle.as_secs()),
+        per_second,
+        "switches/s",
+        0.5,
+        format!(
+            "context switches of all daemon threads with the monitor at 1/hour and one session watching {WATCHED_FILES} files in {} directories (`watch` and the stale watch of a git worktree): {switches} in {} s",
+            WATCHED_FILES / 100 + 1,
+            idle.as_secs()
+        ),
+    );
+    row.target = "none".into();
+    row
+}
+
+fn edit_to_restart(d: &Daemon, rounds: usize) -> Row {
     let watchexec = crate::peers::installed("watchexec/bin/watchexec");
     let root = tempfile::tempdir().expect("a temp dir");
     let procd_tree = Tree::new(&root.path().join("procd"));
@@ -56,7 +107,7 @@ pub(crate) fn watch_rows(d: &Daemon, rounds: usize) -> Vec<Row> {
     );
     row.target = "<= 1.0x watchexec".into();
     row.met = row.ratio.is_some_and(|r| r <= 1.0);
-    vec![row]
+    row
 }
 
 /// A watched tree: `src/` (watched) and `up/` (the server's start marks).
