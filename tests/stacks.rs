@@ -685,6 +685,12 @@ fn two_worktrees_get_a_port_each_from_one_procd_toml() {
         ports.push(port);
         ports.push(admin as u16);
     }
+    // `up` again finds the same service running, whatever port it got.
+    let file = repo.join("procd.toml");
+    let again = d.cli(&["up", "-f", file.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(0), "{again:?}");
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(text.contains("already running"), "{text}");
     let mut distinct = ports.clone();
     distinct.sort();
     distinct.dedup();

@@ -70,9 +70,10 @@ struct Holder {
 impl Registry {
     /// Applies spawn's `port` and `ports` to `spec`: for `"auto"` (asked,
     /// or implied by `ready.port: "auto"`) a free port is picked. `port`
-    /// goes in `PORT`, for `{port}` in the command and for `ready.port:
-    /// "auto"`; each of `ports` in its variable and for `{NAME}`. The
-    /// picks are held until the returned guards drop.
+    /// goes in `PORT` and for `ready.port: "auto"`; each of `ports` in its
+    /// variable. (`{port}` and `{NAME}` are put in the command as it is
+    /// run: `SessionSpec::command_to_run`.) The picks are held until the
+    /// returned guards drop.
     pub(super) fn give_ports(
         &self,
         spec: &mut SessionSpec,
@@ -110,11 +111,6 @@ impl Registry {
                     port
                 }
             };
-            let placeholder = match name.as_str() {
-                "PORT" => "{port}".to_string(),
-                other => format!("{{{other}}}"),
-            };
-            spec.command = spec.command.replace(&placeholder, &given.to_string());
             env.insert(name.clone(), given.to_string());
             match name.as_str() {
                 "PORT" => spec.port = Some(given),

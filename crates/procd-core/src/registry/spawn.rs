@@ -186,7 +186,7 @@ impl Registry {
             .build(self.inherited_env.iter().cloned(), caller_env, &id);
         env.insert(INSTANCE_VAR.into(), self.instance_marker());
         let argv = self
-            .launch_argv(&launch_script(&spec.command), &mut env, caller_env)
+            .launch_argv(&launch_script(&spec.command_to_run()), &mut env, caller_env)
             .await;
         let restarts = match spec.restart {
             Some(plan) => Some(Arc::new(self.first_restarts(plan, &argv, &env)?)),

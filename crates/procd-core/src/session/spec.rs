@@ -62,6 +62,28 @@ pub struct SessionSpec {
     pub on_change: Option<Arc<crate::onchange::ChangePlan>>,
 }
 
+impl SessionSpec {
+    /// The command as it runs: the ports it was given put for `{port}`
+    /// and `{NAME}`. `command` stays as asked, so that a named spawn of
+    /// the same command (an `up` again) finds it the same service
+    /// whichever port it got.
+    pub fn command_to_run(&self) -> std::borrow::Cow<'_, str> {
+        let given = self
+            .port
+            .map(|p| ("port", p))
+            .into_iter()
+            .chain(self.named_ports.iter().map(|(n, &p)| (n.as_str(), p)));
+        let mut command = std::borrow::Cow::Borrowed(self.command.as_str());
+        for (name, port) in given {
+            let placeholder = format!("{{{name}}}");
+            if command.contains(&placeholder) {
+                command = command.replace(&placeholder, &port.to_string()).into();
+            }
+        }
+        command
+    }
+}
+
 /// How a restarting session's runs start: the first run's argv and
 /// environment, kept in memory (the environment may hold secrets) and, as
 /// a sealed memfd, by the keeper (docs/survival.md).
