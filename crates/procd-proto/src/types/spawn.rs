@@ -136,12 +136,10 @@ impl<'de> Deserialize<'de> for PortAsk {
         const RULE: &str = "port: a port number (1 to 65535) or \"auto\"";
         match serde_json::Value::deserialize(d)? {
             serde_json::Value::String(s) if s == "auto" => Ok(PortAsk::Auto),
-            serde_json::Value::Number(n) => n
-                .as_u64()
-                .and_then(|n| u16::try_from(n).ok())
-                .filter(|&n| n > 0)
-                .map(|n| PortAsk::Number(crate::Port::new(n)))
-                .ok_or_else(|| D::Error::custom(format!("{RULE}, got {n}"))),
+            // A number by the `port` method's rule (params.rs), said once.
+            number @ serde_json::Value::Number(_) => crate::Port::deserialize(number)
+                .map(PortAsk::Number)
+                .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!("{RULE}, got {other}"))),
         }
     }

@@ -418,14 +418,13 @@ impl ProcdMcp {
         &self,
         Parameters(p): Parameters<PortParams>,
     ) -> Result<CallToolResult, ErrorData> {
-        // The daemon checks the rest of the range (0) and names the param.
-        let Ok(port) = u16::try_from(p.port) else {
-            return Ok(failed(format!(
-                "port: must be a whole number from 1 to 65535, got {}",
-                p.port
-            )));
+        // Checked by the wire's own rule (procd_proto::Port), as the
+        // daemon checks it.
+        let port = match serde_json::from_value::<procd_proto::Port>(json!(p.port)) {
+            Ok(port) => port,
+            Err(e) => return Ok(failed(e.to_string())),
         };
-        let r = match self.client().await.port(procd_proto::Port::new(port)).await {
+        let r = match self.client().await.port(port).await {
             Ok(r) => r,
             Err(e) => return Ok(tool_error(e)),
         };
