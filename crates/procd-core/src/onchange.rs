@@ -38,7 +38,8 @@ pub struct ChangePlan {
     pub spec: WatchSpec,
     /// Absolute directories.
     pub roots: Vec<PathBuf>,
-    pub ignore: Ignore,
+    /// Whose `.gitignore` is read (at the walk: off the event loop).
+    cwd: PathBuf,
     pub action: ChangeAction,
     pub debounce: Duration,
 }
@@ -62,15 +63,11 @@ impl ChangePlan {
             }
             roots.push(root);
         }
-        let mut ignore = Ignore::of_root(cwd);
         let extra = spec.ignore.as_deref().unwrap_or_default();
         if extra.len() > MAX_IGNORES || extra.iter().any(|p| p.len() > 1024) {
             return Err(format!(
                 "watch.ignore: at most {MAX_IGNORES} patterns of at most 1024 bytes"
             ));
-        }
-        for pattern in extra {
-            ignore.add(pattern);
         }
         let action = match spec.action.as_deref() {
             None | Some("restart") => ChangeAction::Restart,
@@ -97,7 +94,7 @@ impl ChangePlan {
         Ok(ChangePlan {
             spec: spec.clone(),
             roots,
-            ignore,
+            cwd: cwd.to_path_buf(),
             action,
             debounce,
         })
@@ -109,10 +106,14 @@ impl ChangePlan {
     /// With `since`, each tree also lists the files modified after it
     /// (a change between a run's start and its watch is not lost).
     pub fn walk(&self, since: Option<std::time::SystemTime>) -> Result<Vec<Unstarted>, String> {
+        let mut ignore = Ignore::of_root(&self.cwd);
+        for pattern in self.spec.ignore.iter().flatten() {
+            ignore.add(pattern);
+        }
         self.roots
             .iter()
             .map(|root| {
-                TreeWatch::walk(root, self.ignore.clone(), MAX_DIRS, since)
+                TreeWatch::walk(root, ignore.clone(), MAX_DIRS, since)
                     .map_err(|e| format!("watch: {e}"))
             })
             .collect()

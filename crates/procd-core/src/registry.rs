@@ -198,6 +198,9 @@ pub struct Registry {
     picking: Mutex<std::collections::BTreeSet<u16>>,
     /// `up`'s service tasks waiting for their dependencies (`up.rs`).
     waiting: crate::slot::Slots,
+    /// Sessions watched for staleness (`stale.rs`; a bound on the inotify
+    /// instances they hold).
+    stale_watches: crate::slot::Slots,
     /// Set when the daemon is shutting down: spawns are refused.
     closing: std::sync::atomic::AtomicBool,
     /// A checkpoint write is scheduled and has not begun (`checkpoint_soon`).
@@ -269,6 +272,7 @@ impl Registry {
                 .map(NotificationQueue::persistent)
                 .unwrap_or_default(),
             naming: tokio::sync::Mutex::new(()),
+            stale_watches: crate::slot::Slots::default(),
             picking: Mutex::new(std::collections::BTreeSet::new()),
             waiting: crate::slot::Slots::default(),
             closing: std::sync::atomic::AtomicBool::new(false),

@@ -7,7 +7,6 @@
 use crate::session::{Session, SessionState};
 use procd_sys::tree_watch::{Ignore, TreeWatch, WatchError};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -40,13 +39,19 @@ impl Stale {
             since: SystemTime::now(),
             files: Vec::new(),
         });
-        for path in changed {
-            let path = path.to_string_lossy().into_owned();
-            if stale.files.len() < MAX_STALE_FILES && !stale.files.contains(&path) {
-                stale.files.push(path);
-            }
-        }
+        note_changed(&mut stale.files, changed);
         stale
+    }
+}
+
+/// Adds the paths of `changed` not in `files` yet, first first, up to
+/// `MAX_STALE_FILES` (what a stale session and a watch's restart name).
+pub fn note_changed(files: &mut Vec<String>, changed: Vec<PathBuf>) {
+    for path in changed {
+        let path = path.to_string_lossy().into_owned();
+        if files.len() < MAX_STALE_FILES && !files.contains(&path) {
+            files.push(path);
+        }
     }
 }
 
@@ -58,32 +63,12 @@ pub fn git_worktree_of(dir: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-static WATCHED: AtomicUsize = AtomicUsize::new(0);
-
-/// One of the `MAX_WATCHED_SESSIONS` places, given back when dropped.
-struct Place;
-
-impl Place {
-    fn take() -> Option<Place> {
-        WATCHED
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < MAX_WATCHED_SESSIONS).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Place)
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        WATCHED.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// Watches `session`'s cwd, if it is in a git worktree, until the
 /// session's run ends. The walk that sets the watches runs off the event
-/// loop; the session is held weakly.
-pub fn watch(session: &Arc<Session>) {
+/// loop; the session is held weakly. It holds one of `places` (the
+/// registry's: at most `MAX_WATCHED_SESSIONS`) while it watches.
+pub fn watch(session: &Arc<Session>, places: &crate::slot::Slots) {
+    let places = places.clone();
     // A shell runs commands that edit its files: not a server to restart.
     if session.spec.shell.is_some() {
         return;
@@ -101,7 +86,7 @@ pub fn watch(session: &Arc<Session>) {
             _ = tokio::time::sleep(WATCH_AFTER) => {}
             _ = state.wait_for(|s| !matches!(s, SessionState::Running)) => return,
         }
-        let Some(_place) = Place::take() else {
+        let Some(_place) = places.try_take(MAX_WATCHED_SESSIONS) else {
             tracing::info!(session = %id, "not watched for staleness: {MAX_WATCHED_SESSIONS} sessions are");
             return;
         };

@@ -126,22 +126,14 @@ async fn settle(
     debounce: std::time::Duration,
 ) -> Vec<String> {
     let mut files: Vec<String> = Vec::new();
-    let mut add = |batch: Vec<PathBuf>| {
-        for path in batch {
-            let path = path.to_string_lossy().into_owned();
-            if files.len() < crate::stale::MAX_STALE_FILES && !files.contains(&path) {
-                files.push(path);
-            }
-        }
-    };
-    add(first);
+    crate::stale::note_changed(&mut files, first);
     // A slow burst (a loaded machine) still acts once: the cap grows
     // with the debounce asked for.
     let last_call = tokio::time::Instant::now() + MAX_WAIT.max(debounce * 4);
     loop {
         let quiet_until = (tokio::time::Instant::now() + debounce).min(last_call);
         match tokio::time::timeout_at(quiet_until, changes.recv()).await {
-            Ok(Some(batch)) => add(batch),
+            Ok(Some(batch)) => crate::stale::note_changed(&mut files, batch),
             Ok(None) | Err(_) => break,
         }
     }

@@ -508,7 +508,7 @@ impl Registry {
         session.hold_slot(self.running.take());
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
-        crate::stale::watch(&session);
+        crate::stale::watch(&session, &self.stale_watches);
         self.follow_changes(&session);
         let me = self.me.clone();
         let span = tracing::info_span!("session", id = %session.id, pid = session.pid());

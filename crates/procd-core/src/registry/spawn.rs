@@ -436,7 +436,7 @@ impl Registry {
         exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
         run: RunStart,
     ) {
-        crate::stale::watch(&session);
+        crate::stale::watch(&session, &self.stale_watches);
         self.follow_changes(&session);
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
