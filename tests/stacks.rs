@@ -861,7 +861,8 @@ fn spawn_port_auto_is_given_as_port_kept_across_restarts_and_checked() {
 
 /// A server in a git worktree turns stale when a file under its cwd
 /// changes after it started, naming the file (edits to ignored paths
-/// are not counted), and a restart's new run is fresh again.
+/// are not counted), and a restart's new run is fresh again: what
+/// changed before it started is not held against it.
 #[test]
 fn a_server_is_stale_after_an_edit_and_fresh_after_a_restart() {
     let d = Daemon::start();
@@ -913,13 +914,16 @@ fn a_server_is_stale_after_an_edit_and_fresh_after_a_restart() {
         p["pid"] != first_pid && p["ready"] == true
     });
     assert_eq!(d.ok("poll", json!({"session_id": id})).get("stale"), None);
-    // And an edit makes the new run stale in turn.
-    std::fs::write(at("src/app.ts"), "three").unwrap();
+    // An edit makes the new run stale in turn, naming that edit only:
+    // the one before its start (src/app.ts) is not counted, though its
+    // watch, set a second in, looks at every file's time since the start.
+    std::fs::write(at("src/other.ts"), "three").unwrap();
+    let mut poll = Value::Null;
     wait_until("the new run turns stale", || {
-        d.ok("poll", json!({"session_id": id}))
-            .get("stale")
-            .is_some()
+        poll = d.ok("poll", json!({"session_id": id}));
+        poll.get("stale").is_some()
     });
+    assert_eq!(poll["stale"]["files"], json!(["src/other.ts"]), "{poll}");
     d.ok("kill", json!({"session_id": id}));
 }
 

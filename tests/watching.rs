@@ -18,6 +18,17 @@ fn log_of(d: &Daemon, id: &str) -> String {
         .to_string()
 }
 
+/// Spawns the test server (it says "run-started" at each run) in `cwd`
+/// with `watch`; returns its id.
+fn spawn_watched(d: &Daemon, cwd: &std::path::Path, watch: Value) -> String {
+    let r = d.ok(
+        "spawn",
+        json!({"command": "echo run-started; exec sleep 300", "cwd": cwd,
+               "watch": watch, "yield_ms": 5000}),
+    );
+    r["session_id"].as_str().expect("a session id").to_string()
+}
+
 /// Writes `path` and waits until the session has restarted because of
 /// it: its log says so.
 fn edit_and_wait(d: &Daemon, id: &str, dir: &std::path::Path, path: &str) {
@@ -43,12 +54,11 @@ fn an_edit_restarts_once_per_burst_and_ignored_paths_restart_nothing() {
     std::fs::create_dir_all(at("src")).unwrap();
     std::fs::create_dir_all(at("src/node_modules/dep")).unwrap();
     std::fs::write(at(".gitignore"), "*.log\n").unwrap();
-    let r = d.ok(
-        "spawn",
-        json!({"command": "echo run-started; exec sleep 300", "cwd": cwd.path(),
-               "watch": {"paths": ["src"], "debounce_ms": 1000}, "yield_ms": 5000}),
+    let id = spawn_watched(
+        &d,
+        cwd.path(),
+        json!({"paths": ["src"], "debounce_ms": 1000}),
     );
-    let id = r["session_id"].as_str().unwrap().to_string();
     assert_eq!(restarts(&d, &id), 0);
 
     // One edit: one restart, same id and log, the file named in the log
@@ -105,12 +115,7 @@ fn a_watch_survives_a_daemon_sigkill_and_bad_watches_are_refused() {
     let d = Daemon::start();
     let cwd = tempfile::tempdir().expect("cwd");
     std::fs::create_dir_all(cwd.path().join("src")).unwrap();
-    let r = d.ok(
-        "spawn",
-        json!({"command": "echo run-started; exec sleep 300", "cwd": cwd.path(),
-               "watch": {"paths": ["src"], "debounce_ms": 50}, "yield_ms": 5000}),
-    );
-    let id = r["session_id"].as_str().unwrap().to_string();
+    let id = spawn_watched(&d, cwd.path(), json!({"paths": ["src"], "debounce_ms": 50}));
     d.kill_daemon();
     edit_and_wait(&d, &id, cwd.path(), "src/after-crash.ts");
     assert_eq!(restarts(&d, &id), 1);
@@ -173,13 +178,11 @@ fn a_rebuild_step_runs_first_and_only_its_success_restarts() {
     let d = Daemon::start();
     let cwd = tempfile::tempdir().expect("cwd");
     std::fs::create_dir_all(cwd.path().join("src")).unwrap();
-    let r = d.ok(
-        "spawn",
-        json!({"command": "echo run-started; exec sleep 300", "cwd": cwd.path(),
-               "watch": {"paths": ["src"], "action": "run:test -f src/ok && echo built"},
-               "yield_ms": 5000}),
+    let id = spawn_watched(
+        &d,
+        cwd.path(),
+        json!({"paths": ["src"], "action": "run:test -f src/ok && echo built"}),
     );
-    let id = r["session_id"].as_str().unwrap().to_string();
     // Two failed rebuilds: the second is asked by the same run's
     // follower, so had the first restarted it, that restart is counted.
     for (n, file) in [(1, "src/broken.ts"), (2, "src/again.ts")] {
