@@ -441,13 +441,15 @@ impl Session {
     }
 
     /// The last observation of its tree (empty once it has exited).
-    /// Whether files under its cwd changed since it started (a running
-    /// session only).
-    pub fn stale(&self) -> Option<crate::stale::Stale> {
+    /// What the last observation saw of its tree, and whether files
+    /// under its cwd changed since it started: one look (a running
+    /// session only; poll and list ask both).
+    pub fn observed_and_stale(&self) -> (crate::observe::Observation, Option<crate::stale::Stale>) {
         if !self.is_running() {
-            return None;
+            return Default::default();
         }
-        self.seen().stale.clone()
+        let seen = self.seen();
+        (seen.observed.clone(), seen.stale.clone())
     }
 
     /// Files under its cwd changed (`stale.rs`'s watch).

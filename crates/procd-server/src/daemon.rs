@@ -397,10 +397,7 @@ async fn serve_claimed(
     )
     .map_err(|why| StartupError::os("no containment".into(), std::io::Error::other(why)))?;
     tracing::info!(containment = containment.kind(), reason = %containment.reason(), "containment");
-    let tree = match &containment {
-        procd_core::containment::Containment::Cgroup(tree) => Some(tree.clone()),
-        _ => None,
-    };
+    let tree = containment.cgroups();
     let (shutdown, shutdown_rx) = watch::channel(false);
     let (daemon, registry) =
         match assemble(&options, containment, keeper.as_ref(), handed, shutdown).await {

@@ -67,14 +67,14 @@ pub(super) fn redacted_tail(r: &Redactor, s: &Session, chars: usize) -> String {
 /// Ports, resources, readiness and waiting-for-input (with the prompt),
 /// for poll and list.
 fn activity(r: &Redactor, s: &Session) -> Activity {
-    let observed = s.observed();
+    let (observed, stale) = s.observed_and_stale();
     let readiness = s.readiness();
     let waiting = s.waiting_for_input();
     Activity {
         port: s.spec.port,
         named_ports: s.spec.named_ports.clone(),
         ports: observed.ports,
-        stale: s.stale().map(|stale| procd_proto::StaleInfo {
+        stale: stale.map(|stale| procd_proto::StaleInfo {
             since: crate::clock::rfc3339(stale.since),
             files: stale.files,
         }),
