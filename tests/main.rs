@@ -23,6 +23,7 @@ mod lifecycle;
 mod mcp;
 mod protocol;
 mod python_client;
+mod queues;
 mod readiness;
 mod remote;
 mod restarts;

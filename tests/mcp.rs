@@ -90,6 +90,16 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     );
     assert_eq!(search["result"]["total"], 1, "{search}");
     // `port`: who listens, in the words and the fields alike.
+    // A queue: the second start waits, says where, is listed and removed.
+    let queued = &seen["queued"];
+    assert_eq!(queued["result"]["status"], "queued", "{queued}");
+    assert_eq!(queued["result"]["queue"]["position"], 1, "{queued}");
+    let said = queued["text"].as_str().unwrap_or("");
+    assert!(said.contains("is queued in mcpq (#1, "), "{said}");
+    let listed = seen["list"]["text"].as_str().unwrap_or("");
+    assert!(listed.contains("queued in mcpq (#1, "), "{listed}");
+    let unqueued = &seen["unqueued"];
+    assert_eq!(unqueued["result"]["status"], "removed", "{unqueued}");
     let port = &seen["port_owner"];
     assert_eq!(port["is_error"], false, "{port}");
     assert_eq!(port["result"]["owner"], "process", "{port}");

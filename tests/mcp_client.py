@@ -80,7 +80,11 @@ async def main(procd: str, home: str) -> None:
             out["kill"] = await call("kill", {"session_id": doomed["result"]["session_id"]})
             out["doomed_pid"] = doomed["result"]["pid"]
             out["bad"] = await call("read", {"session_id": "proc_ffffffffffff"})
+            # A queue of one slot (made on first use): the second start waits.
+            out["queue_first"] = await call("start", {"command": "exec sleep 305", "queue": "mcpq", "yield_ms": 0})
+            out["queued"] = await call("start", {"command": "exec sleep 306", "queue": "mcpq", "yield_ms": 200})
             out["list"] = await call("list", {})
+            out["unqueued"] = await call("kill", {"session_id": out["queued"]["result"]["session_id"]})
             # A dev server, started with a ready condition: the answer comes
             # when it listens, and says so.
             with socket.socket() as s:

@@ -454,6 +454,7 @@ impl FloorAnswers {
             sandbox: None,
             meta: None,
             tests: None,
+            queue: None,
         };
         let seq = Ask::PollWithOutput.output();
         let poll_with_output = procd_proto::PollResult {

@@ -109,6 +109,12 @@ pub struct CheckpointEntry {
     /// `spawn{watch}`: the next daemon follows the changes too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<procd_proto::WatchSpec>,
+    /// The queue whose slot it holds (docs/queues.md) and how long it
+    /// waited there: the next daemon counts it among the queue's running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_ms: Option<u64>,
 }
 
 /// A restarting session's policy and runs, as the checkpoint keeps them.

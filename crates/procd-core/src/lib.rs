@@ -21,6 +21,7 @@ pub mod notify;
 pub mod observe;
 pub mod onchange;
 pub mod output;
+pub mod queue;
 pub mod readiness;
 pub mod reaper;
 pub mod redact;

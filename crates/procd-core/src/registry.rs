@@ -24,7 +24,7 @@ use crate::session::Session;
 use crate::Config;
 use procd_proto::{
     CloseTerminalResult, DrainResult, Event, HasActiveResult, ListFilter, ListResult,
-    MaxActiveAgeS, SnapshotResult,
+    MaxActiveAgeS, ProcessEntry, SnapshotResult,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +40,7 @@ mod names;
 mod onchange;
 mod ports;
 mod present;
+mod queue;
 mod reading;
 mod ready;
 mod recovery;
@@ -174,6 +175,11 @@ pub struct Registry {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Running sessions plus spawns in progress (the `max_running` gate).
     running: crate::slot::Slots,
+    /// Spawn queues: who waits for a slot, and in what order (`queue.rs`,
+    /// `registry/queue.rs`).
+    queues: crate::queue::Queues,
+    /// Set once the task that starts queued spawns runs.
+    starter: std::sync::atomic::AtomicBool,
     notifications: NotificationQueue,
     /// Watch matches of all sessions, past a rate, are held (`watch.rs`).
     watch_breaker: Mutex<crate::watch::Breaker>,
@@ -241,6 +247,13 @@ impl Registry {
                 options.procfs.clone(),
             )
         });
+        let queues = crate::queue::Queues::new(
+            &options.config,
+            options
+                .checkpoint
+                .as_ref()
+                .map(|p| p.with_file_name("queue.json")),
+        );
         let checkpoint = options.checkpoint.map(Checkpoint::new).transpose()?;
         Ok(Arc::new_cyclic(|me| Registry {
             env_policy: EnvPolicy::new(&options.config.env_blocklist),
@@ -265,6 +278,8 @@ impl Registry {
             reaper: Reaper::global(),
             sessions: Mutex::new(HashMap::new()),
             running: crate::slot::Slots::default(),
+            queues,
+            starter: std::sync::atomic::AtomicBool::new(false),
             watch_breaker: Mutex::new(crate::watch::Breaker::default()),
             notifications: options
                 .notifications
@@ -377,7 +392,16 @@ impl Registry {
             .map(|(_, s)| s);
         match (matches.next(), matches.next()) {
             (Some(s), None) => Ok(s.clone()),
-            (None, _) => Err(Error::NotFound(format!("no session matches {id:?}"))),
+            (None, _) => {
+                drop(table);
+                Err(match self.find_queued(id) {
+                    Some(queued) => Error::WrongState(format!(
+                        "{} is queued in {}: it has not started yet (poll, wait or kill it)",
+                        queued.id, queued.queue
+                    )),
+                    None => Error::NotFound(format!("no session matches {id:?}")),
+                })
+            }
             (Some(_), Some(_)) => Err(Error::NotFound(format!(
                 "session id prefix {id:?} is ambiguous: give more characters"
             ))),
@@ -431,29 +455,44 @@ impl Registry {
         filter: ListFilter,
         owner: Option<&str>,
     ) -> ListResult {
-        let processes = self
-            .all_sessions()
-            .into_iter()
-            .filter(|s| owner.is_none_or(|o| s.spec.owner.as_deref() == Some(o)))
-            .filter_map(|s| {
-                let own_task = task_id.is_none_or(|t| s.spec.task_id.as_deref() == Some(t));
-                let same_key =
-                    session_key.is_some_and(|k| s.spec.session_key.as_deref() == Some(k));
+        // Whether a session with these fields is listed, and if so whether
+        // only by its session key (`session_scoped`).
+        let listed =
+            |their_task: Option<&str>, their_key: Option<&str>, their_owner: Option<&str>| {
+                if owner.is_some_and(|o| their_owner != Some(o)) {
+                    return None;
+                }
+                let own_task = task_id.is_none_or(|t| their_task == Some(t));
+                let same_key = session_key.is_some_and(|k| their_key == Some(k));
                 let (shown, scoped) = match (task_id, session_key) {
                     (None, None) => (true, false),
                     (None, Some(_)) => (same_key, false),
                     (Some(_), None) => (own_task, false),
                     (Some(_), Some(_)) => (own_task || same_key, !own_task && same_key),
                 };
-                let running = s.is_running();
-                let wanted = match filter {
-                    ListFilter::All => true,
-                    ListFilter::Running => running,
-                    ListFilter::Exited => !running,
-                };
-                (shown && wanted).then(|| process_entry(&self.redactor, &s, scoped))
+                shown.then_some(scoped)
+            };
+        let mut processes: Vec<ProcessEntry> = self
+            .all_sessions()
+            .into_iter()
+            .filter(|s| match filter {
+                ListFilter::All => true,
+                ListFilter::Running => s.is_running(),
+                ListFilter::Exited => !s.is_running(),
+            })
+            .filter_map(|s| {
+                let spec = &s.spec;
+                let scoped = listed(
+                    spec.task_id.as_deref(),
+                    spec.session_key.as_deref(),
+                    spec.owner.as_deref(),
+                )?;
+                Some(process_entry(&self.redactor, &s, scoped))
             })
             .collect();
+        if filter == ListFilter::All {
+            processes.extend(self.list_queued(listed));
+        }
         ListResult { processes }
     }
 
@@ -479,6 +518,28 @@ impl Registry {
             })
             .filter(|s| max_age.is_none_or(|age| s.started_instant.elapsed() <= age))
             .count() as u32;
+        // A queued spawn is active: it will run.
+        let whose = termination::Whose {
+            owner,
+            ..Default::default()
+        };
+        let queued = self
+            .queues
+            .all()
+            .iter()
+            .filter(|e| {
+                let p = e.params();
+                whose.holds_fields(None, None, p.owner.as_deref())
+                    && match (task_id, session_key) {
+                        (None, None) => true,
+                        (t, k) => {
+                            t.is_some_and(|t| p.task_id.as_deref() == Some(t))
+                                || k.is_some_and(|k| p.session_key.as_deref() == Some(k))
+                        }
+                    }
+            })
+            .count() as u32;
+        let count = count + queued;
         HasActiveResult {
             active: count > 0,
             count,

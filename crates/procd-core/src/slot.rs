@@ -8,41 +8,76 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use tokio::sync::Notify;
 
 /// How many slots are held (running sessions plus spawns in progress).
 #[derive(Debug, Default, Clone)]
-pub struct Slots(Arc<AtomicUsize>);
+pub struct Slots(Arc<Counter>);
+
+#[derive(Debug, Default)]
+struct Counter {
+    held: AtomicUsize,
+    /// Woken at each slot given back: a queued spawn that found no
+    /// running slot waits on it (`registry/queue.rs`).
+    freed: Arc<Notify>,
+}
 
 impl Slots {
     /// A slot, unless `max` are held already.
     pub fn try_take(&self, max: usize) -> Option<RunningSlot> {
         self.0
+            .held
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| RunningSlot(self.0.clone()))
+            .map(|_| RunningSlot::new(self.0.clone()))
     }
 
     /// A slot regardless of the limit (a session recovered after a
     /// restart is running whether or not there is room).
     pub fn take(&self) -> RunningSlot {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        RunningSlot(self.0.clone())
+        self.0.held.fetch_add(1, Ordering::SeqCst);
+        RunningSlot::new(self.0.clone())
     }
 
     pub fn held(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
+        self.0.held.load(Ordering::SeqCst)
+    }
+
+    /// Notified at each slot given back (a permit is kept if none waits).
+    pub fn freed(&self) -> Arc<Notify> {
+        self.0.freed.clone()
     }
 }
 
-/// One held slot; given back on drop, exactly once.
+/// One held slot; given back on drop, exactly once. A session spawned
+/// through a queue holds that queue's slot with it.
 #[derive(Debug)]
-pub struct RunningSlot(Arc<AtomicUsize>);
+pub struct RunningSlot {
+    counter: Arc<Counter>,
+    queue: Option<crate::queue::QueueSlot>,
+}
+
+impl RunningSlot {
+    fn new(counter: Arc<Counter>) -> RunningSlot {
+        RunningSlot {
+            counter,
+            queue: None,
+        }
+    }
+
+    /// This slot and the queue slot, held and given back together.
+    pub fn with_queue(mut self, queue: Option<crate::queue::QueueSlot>) -> RunningSlot {
+        self.queue = queue;
+        self
+    }
+}
 
 impl Drop for RunningSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.counter.held.fetch_sub(1, Ordering::SeqCst);
+        self.counter.freed.notify_one();
     }
 }
 

@@ -149,6 +149,27 @@ mod tests {
     }
 
     #[test]
+    fn queues_are_checked_by_name() {
+        let c = parse("[queue.build]\nslots = 2\nmax_memory_pressure = 20\n").unwrap();
+        assert_eq!(c.queue["build"].slots, 2);
+        assert_eq!(c.queue["build"].max_memory_pressure, Some(20.0));
+        for (text, named) in [
+            ("[queue.build]\nslots = 0\n", "slots must be at least 1"),
+            ("[queue.build]\nslots = 2\nslot = 3\n", "slot"),
+            ("[queue.build]\n", "slots"),
+            ("[queue.Build]\nslots = 1\n", "[queue.Build]"),
+            (
+                "[queue.build]\nslots = 1\nmax_memory_pressure = 120\n",
+                "max_memory_pressure",
+            ),
+            ("queue_slots = 0\n", "queue_slots"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(named), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
     fn an_endless_file_is_refused_and_a_pipe_is_read() {
         let err = load(Path::new("/dev/zero"), true).unwrap_err().to_string();
         assert!(err.contains("larger than 1048576 bytes"), "{err}");

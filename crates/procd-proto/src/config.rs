@@ -43,6 +43,28 @@ pub struct Config {
     /// The sandbox of sessions that ask for none (docs/SECURITY.md):
     /// "full" (none), "workspace-write" or "read-only".
     pub sandbox: crate::SandboxProfile,
+    /// Spawn queues by name (`[queue.build] slots = 2`, docs/queues.md).
+    pub queue: std::collections::BTreeMap<String, QueueConfig>,
+    /// The slots of a queue a spawn names that `queue` does not define.
+    pub queue_slots: usize,
+    /// The most spawns waiting in all queues at once.
+    pub max_queued: usize,
+    /// Debug builds only: a file read instead of /proc/pressure/memory, so
+    /// a test can stand in for memory pressure (docs/testing.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_memory_pressure_file: Option<std::path::PathBuf>,
+}
+
+/// One queue's settings (`[queue.NAME]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// How many of its sessions run at once.
+    pub slots: usize,
+    /// Its sessions wait while the kernel's memory pressure (PSI's
+    /// `some avg10`, a percentage) is above this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_pressure: Option<f64>,
 }
 
 impl Default for Config {
@@ -82,6 +104,10 @@ impl Default for Config {
             containment: "auto".into(),
             default_limits: crate::Limits::default(),
             sandbox: crate::SandboxProfile::Full,
+            queue: std::collections::BTreeMap::new(),
+            queue_slots: 1,
+            max_queued: 1024,
+            test_memory_pressure_file: None,
         }
     }
 }
@@ -123,6 +149,8 @@ impl Config {
             ("memory_tail_bytes", self.memory_tail_bytes),
             ("max_request_bytes", self.max_request_bytes),
             ("max_response_bytes", self.max_response_bytes),
+            ("queue_slots", self.queue_slots),
+            ("max_queued", self.max_queued),
         ] {
             if value == 0 {
                 return Err(format!("{key} must be at least 1"));
@@ -134,11 +162,39 @@ impl Config {
                 self.containment
             ));
         }
+        for (name, queue) in &self.queue {
+            crate::QueueName::parse(name).map_err(|e| format!("[queue.{name}]: {e}"))?;
+            queue
+                .validate()
+                .map_err(|e| format!("[queue.{name}] {e}"))?;
+        }
+        if self.test_memory_pressure_file.is_some() && !cfg!(debug_assertions) {
+            return Err(
+                "test_memory_pressure_file is for tests: only a debug build reads it".into(),
+            );
+        }
         if self.max_log_bytes < 4096 {
             return Err(format!(
                 "max_log_bytes must be at least 4096, got {}",
                 self.max_log_bytes
             ));
+        }
+        Ok(())
+    }
+}
+
+impl QueueConfig {
+    /// Checks what parses but makes no sense; the error names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.slots == 0 {
+            return Err("slots must be at least 1".into());
+        }
+        if let Some(p) = self.max_memory_pressure {
+            if !(p.is_finite() && (0.0..=100.0).contains(&p)) {
+                return Err(format!(
+                    "max_memory_pressure must be a percentage from 0 to 100, got {p}"
+                ));
+            }
         }
         Ok(())
     }

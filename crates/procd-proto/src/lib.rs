@@ -21,6 +21,6 @@ pub use api::*;
 /// which then serves that pipe pair as the connection (docs/remote.md).
 /// Not JSON-RPC: a connection that starts otherwise is an ordinary one.
 pub const STDIO_HANDOVER: u8 = 0;
-pub use names::{ProjectName, SessionName};
+pub use names::{ProjectName, QueueName, SessionName};
 pub use params::*;
 pub use types::*;

@@ -76,6 +76,13 @@ name_type!(
     "project"
 );
 
+name_type!(
+    /// `spawn{queue}`, `[queue.NAME]`: a queue of spawns that run a few at
+    /// a time (docs/queues.md).
+    QueueName,
+    "queue"
+);
+
 impl ProjectName {
     /// A project name made from a directory's name: lowercased, every
     /// other character a `-`, and `p-` in front when it does not start

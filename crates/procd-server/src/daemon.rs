@@ -655,6 +655,7 @@ async fn monitor(
         daemon.registry.prune();
         daemon.registry.retry_faults().await;
         daemon.registry.observe_sessions().await;
+        daemon.registry.recheck_queues();
         let Some(leases) = daemon.refresh_leases().await else {
             continue;
         };

@@ -40,7 +40,12 @@ fn ended_short(exit_code: Option<i32>) -> String {
 }
 
 pub fn spawned(r: &SpawnResult) -> String {
-    let mut out = format!("{}  pid {}  {}", r.session_id, r.pid, r.command);
+    let mut out = match (&r.status, &r.queue) {
+        (SessionStatus::Queued, Some(q)) => {
+            format!("{}  {}  {}", r.session_id, queued(q), r.command)
+        }
+        _ => format!("{}  pid {}  {}", r.session_id, r.pid, r.command),
+    };
     if r.reused {
         out.push_str("\nalready running under this name: nothing started");
     }
@@ -63,8 +68,24 @@ pub fn spawned(r: &SpawnResult) -> String {
     out
 }
 
+/// A queued spawn's place: "queued in build (2nd, 3.1s: 2 of 2 slots taken)".
+pub fn queued(q: &procd_proto::QueueInfo) -> String {
+    let place = q.position.map(|p| format!("#{p}, ")).unwrap_or_default();
+    let why = q
+        .waiting
+        .as_deref()
+        .map(|w| format!(": {w}"))
+        .unwrap_or_default();
+    format!(
+        "queued in {} ({place}{:.1}s{why})",
+        q.name,
+        q.queued_ms as f64 / 1000.0
+    )
+}
+
 pub fn poll(r: &PollResult) -> String {
     let status = match r.status {
+        SessionStatus::Queued => r.queue.as_ref().map_or_else(|| "queued".into(), queued),
         SessionStatus::Running => format!("running for {:.1}s", r.uptime_seconds),
         SessionStatus::Exited => format!("exited: {}", exit_summary(&r.exit)),
     };
@@ -167,6 +188,7 @@ pub fn port_owner(r: &procd_proto::PortResult) -> String {
 pub fn killed(r: &KillResult) -> String {
     match r.status {
         KillStatus::Killed => format!("{} killed ({})", r.session_id, exit_summary(&r.exit)),
+        KillStatus::Removed => format!("{} removed from its queue: it never ran", r.session_id),
         KillStatus::AlreadyExited if r.orphans_killed > 0 => format!(
             "{} had already exited; ended {} leftover process(es)",
             r.session_id, r.orphans_killed
@@ -240,6 +262,10 @@ pub fn state(p: &procd_proto::ProcessEntry) -> String {
         }
         (SessionStatus::Running, _) if p.activity.stale.is_some() => "stale".to_string(),
         (SessionStatus::Running, _) => "running".to_string(),
+        (SessionStatus::Queued, _) => match p.queue.as_ref().and_then(|q| q.position) {
+            Some(at) => format!("queued #{at}"),
+            None => "queued".to_string(),
+        },
         (SessionStatus::Exited, code) => ended_short(code),
     }
 }

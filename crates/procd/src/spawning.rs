@@ -141,6 +141,10 @@ pub struct SpawnArgs {
     /// run:COMMAND (a rebuild first; a restart if it exits 0).
     #[arg(long, value_name = "ACTION", requires = "watch_files")]
     on_change: Option<String>,
+    /// Run it in this queue: at most its slots (config `[queue.NAME]`)
+    /// of the queue's sessions run at once; the rest wait, in order.
+    #[arg(long, value_name = "NAME", value_parser = procd_proto::QueueName::parse)]
+    queue: Option<procd_proto::QueueName>,
     /// The command: one argument is used as given; several are joined with spaces.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -212,6 +216,7 @@ impl SpawnArgs {
                 action: self.on_change,
                 ..Default::default()
             }),
+            queue: self.queue,
             ..Default::default()
         })
     }

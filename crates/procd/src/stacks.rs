@@ -150,6 +150,7 @@ fn down_lines(r: &DownResult) -> String {
         let what = match s.status {
             procd_proto::KillStatus::Killed => "stopped".to_string(),
             procd_proto::KillStatus::AlreadyExited => "had already exited".to_string(),
+            procd_proto::KillStatus::Removed => "removed from its queue".to_string(),
             procd_proto::KillStatus::Error => {
                 format!("not stopped: {}", s.error.as_deref().unwrap_or("?"))
             }

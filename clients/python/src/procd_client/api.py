@@ -50,6 +50,7 @@ class Api(Generic[R]):
         port: Optional[Union[int, str]] = None,
         ports: Optional[Dict[str, Union[int, str]]] = None,
         watch: Optional[Dict[str, Any]] = None,
+        queue: Optional[str] = None,
     ) -> R:
         return self._call("spawn", _params(locals()))
 

@@ -23,11 +23,7 @@ impl Registry {
         if let Some(env) = &req.env {
             check_env(env)?;
         }
-        if req.replace.is_some() && req.name.is_none() {
-            return Err(Error::InvalidParams(
-                "replace: only for a named spawn (give name)".into(),
-            ));
-        }
+        check_name_params(req)?;
         let timeout = req.timeout_s.map(|t| t.duration().min(MAX_TIMEOUT));
         // `owner` is checked against the leases by the daemon (procd-server).
         let watch_patterns = req.watch_patterns.clone().unwrap_or_default();
@@ -95,6 +91,8 @@ impl Registry {
             port: fixed_port(req.port),
             named_ports: Default::default(),
             on_change,
+            queue: req.queue.clone(),
+            queued_for: std::time::Duration::ZERO,
         })
     }
 
@@ -177,6 +175,22 @@ impl Registry {
     }
 }
 
+/// What goes with a name: `replace` only with one, `queue` never (a
+/// queued spawn's name would be claimed only when it starts).
+fn check_name_params(req: &SpawnParams) -> Result<(), Error> {
+    if req.queue.is_some() && req.name.is_some() {
+        return Err(Error::InvalidParams(
+            "queue: a named session cannot be queued (its name is claimed when it starts; give name or queue)".into(),
+        ));
+    }
+    if req.replace.is_some() && req.name.is_none() {
+        return Err(Error::InvalidParams(
+            "replace: only for a named spawn (give name)".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The extra environment: bounded in count and size, each name and value
 /// one a process can have.
 fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<(), Error> {
@@ -221,7 +235,7 @@ pub(crate) fn check_command(command: &str) -> Result<(), Error> {
 impl Registry {
     /// Where a session runs: `cwd` from the default one (the user's home),
     /// an existing directory.
-    fn cwd_of(&self, cwd: Option<&str>) -> Result<PathBuf, Error> {
+    pub(super) fn cwd_of(&self, cwd: Option<&str>) -> Result<PathBuf, Error> {
         let cwd = match cwd {
             None => self.default_cwd.clone(),
             Some(c) if c.contains('\0') => {

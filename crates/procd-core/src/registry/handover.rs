@@ -176,7 +176,7 @@ impl Registry {
         if let Some(fd) = probe {
             session.set_output_probe(fd);
         }
-        session.hold_slot(self.running.take());
+        session.hold_slot(self.recovered_slot(&session.spec));
         let watch_ready = resume_readiness(&session, e.ready_after_ms);
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());

@@ -8,10 +8,20 @@ use crate::session::{self, ExitRecord, Session};
 use crate::text::{first_chars, last_chars};
 use crate::watch::WatchOutcome;
 use procd_proto::{
-    About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, RestartInfo,
-    SessionStatus, SpawnResult, TestSummary,
+    About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, QueueInfo,
+    RestartInfo, SessionStatus, SpawnResult, TestSummary,
 };
 use std::time::Instant;
+
+/// How long a session that went through a queue waited there.
+fn queue_info(s: &Session) -> Option<QueueInfo> {
+    s.spec.queue.as_ref().map(|q| QueueInfo {
+        name: q.to_string(),
+        position: None,
+        queued_ms: s.spec.queued_for.as_millis() as u64,
+        waiting: None,
+    })
+}
 
 pub(super) fn status_of(state: &session::SessionState) -> SessionStatus {
     match state {
@@ -120,6 +130,7 @@ pub(super) fn spawn_result(r: &Redactor, s: &Session) -> SpawnResult {
         ready: s.readiness().flag(),
         waiting_for_input: None,
         exit: None,
+        queue: queue_info(s),
     }
 }
 
@@ -144,6 +155,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
         meta: s.meta(),
         tests: tests(r, s),
+        queue: queue_info(s),
     }
 }
 
@@ -184,6 +196,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         restart: restart_info(s),
         sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
         meta: s.meta(),
+        queue: queue_info(s),
     }
 }
 

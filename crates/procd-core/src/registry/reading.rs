@@ -12,7 +12,13 @@ use std::time::Duration;
 
 impl Registry {
     pub fn poll(&self, id: &str, budget: Option<usize>) -> Result<PollResult, Error> {
-        let s = self.find(id)?;
+        let s = match self.find(id) {
+            Ok(s) => s,
+            Err(e) => match self.find_queued(id) {
+                Some(entry) => return Ok(self.poll_queued(&entry)),
+                None => return Err(e),
+            },
+        };
         let mut r = poll_result(&self.redactor, &s);
         let cut = crate::budget::apply(
             &r.output_preview,
@@ -33,13 +39,23 @@ impl Registry {
         wait_ms: Option<WaitMs>,
         budget: Option<usize>,
     ) -> Result<ReadResult, Error> {
-        let s = self.find(id)?;
         let cursor = cursor.unwrap_or(0);
         let max_bytes = max_bytes
             .unwrap_or(DEFAULT_READ_BYTES)
             .clamp(1, MAX_READ_BYTES.min(self.config.max_response_bytes as u64));
         let wait = wait_ms.map_or(Duration::ZERO, |w| w.duration().min(MAX_READ_WAIT));
         let deadline = tokio::time::Instant::now() + wait;
+        let s = match self.find(id) {
+            Ok(s) => s,
+            // Queued: no output yet; a long poll waits for its start too.
+            Err(e) => match self.find_queued(id) {
+                None => return Err(e),
+                Some(entry) => match self.until_started(&entry, wait).await? {
+                    Some(s) => s,
+                    None => return Ok(queued_read(cursor)),
+                },
+            },
+        };
         let mut s = s;
         loop {
             // Subscribe before looking, so no change between the two is lost.
@@ -149,10 +165,22 @@ impl Registry {
         timeout_s: Option<TimeoutS>,
         budget: Option<usize>,
     ) -> Result<WaitResult, Error> {
-        let s = self.find(id)?;
         let longest = Duration::from_secs_f64(self.config.max_wait_s);
         let timeout = timeout_s.map_or(longest, |t| t.duration().min(longest));
-        let exited = s.wait_exited(timeout).await;
+        let began = tokio::time::Instant::now();
+        let s = match self.find(id) {
+            Ok(s) => s,
+            Err(e) => {
+                let Some(entry) = self.find_queued(id) else {
+                    return Err(e);
+                };
+                match self.wait_queued(&entry, timeout).await? {
+                    Ok(started) => started,
+                    Err(still_queued) => return Ok(still_queued),
+                }
+            }
+        };
+        let exited = s.wait_exited(timeout.saturating_sub(began.elapsed())).await;
         let s = s.current();
         let poll = poll_result(&self.redactor, &s);
         let output = redacted_tail(&self.redactor, &s, WAIT_OUTPUT_CHARS);
@@ -182,7 +210,23 @@ impl Registry {
             exit: poll.exit,
             restart: poll.restart,
             tests: poll.tests,
+            queue: poll.queue,
         })
+    }
+}
+
+/// A read of a spawn still queued: nothing yet, from where it was asked.
+fn queued_read(cursor: u64) -> ReadResult {
+    ReadResult {
+        data: String::new(),
+        cursor,
+        next_cursor: cursor,
+        eof: false,
+        status: procd_proto::SessionStatus::Queued,
+        exit_code: None,
+        dropped: 0,
+        original_chars: None,
+        kept_error_lines: None,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::output::OutputStore;
 use crate::readiness::Readiness;
 use crate::scope::Scopes;
 use crate::session::{self, ExitRecord, Session, SessionSpec};
-use procd_proto::{CompletionReason, ProjectName, SessionName, StdinMode};
+use procd_proto::{CompletionReason, ProjectName, QueueName, SessionName, StdinMode};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -103,21 +103,14 @@ impl Registry {
                 port: s.spec.port,
                 named_ports: s.spec.named_ports.clone(),
                 watch: s.spec.on_change.as_ref().map(|p| p.spec.clone()),
+                queue: s.spec.queue.as_ref().map(ToString::to_string),
+                queued_ms: s
+                    .spec
+                    .queue
+                    .as_ref()
+                    .map(|_| s.spec.queued_for.as_millis() as u64),
                 sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
-                restart: s.restarts.as_ref().map(|r| {
-                    let (count, last_exit) = r.runs();
-                    crate::checkpoint::RestartRecord {
-                        policy: r.plan.spec(),
-                        run: count.run,
-                        streak: count.streak,
-                        last_exit: last_exit.as_deref().map(EndedExit::of),
-                        next_run: r.next_run().map(|n| crate::checkpoint::NextRunRecord {
-                            run: n.count.run,
-                            streak: n.count.streak,
-                            at: crate::clock::rfc3339(n.at),
-                        }),
-                    }
-                }),
+                restart: s.restarts.as_deref().map(restart_record),
                 session_id: s.id.clone(),
                 command: s.shown_command(&self.redactor).to_string(),
                 pid: s.pid(),
@@ -242,6 +235,7 @@ impl Registry {
                 }
             }
         }
+        self.recover_queued(&mut handed).await;
         // Kept by the keeper but never recorded (the daemon died between
         // the fork and the checkpoint): nobody was told of them;
         // `end_unrecorded` ends their processes.
@@ -505,7 +499,7 @@ impl Registry {
         session.systemd_unit = e.systemd_unit.clone();
         session.cgroup = e.cgroup().map(Arc::new);
         session.restarts = self.recovered_restarts(e, None);
-        session.hold_slot(self.running.take());
+        session.hold_slot(self.recovered_slot(&session.spec));
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
         crate::stale::watch(&session, &self.stale_watches);
@@ -518,6 +512,22 @@ impl Registry {
         };
         tokio::spawn(tracing::Instrument::instrument(supervisor, span));
         Some(())
+    }
+}
+
+/// A restarting session's policy and runs, as the checkpoint keeps them.
+fn restart_record(r: &crate::session::Restarts) -> crate::checkpoint::RestartRecord {
+    let (count, last_exit) = r.runs();
+    crate::checkpoint::RestartRecord {
+        policy: r.plan.spec(),
+        run: count.run,
+        streak: count.streak,
+        last_exit: last_exit.as_deref().map(EndedExit::of),
+        next_run: r.next_run().map(|n| crate::checkpoint::NextRunRecord {
+            run: n.count.run,
+            streak: n.count.streak,
+            at: crate::clock::rfc3339(n.at),
+        }),
     }
 }
 
@@ -591,5 +601,8 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
             .as_ref()
             .and_then(|w| crate::onchange::ChangePlan::check(w, std::path::Path::new(&e.cwd)).ok())
             .map(Arc::new),
+        // A corrupt queue name is dropped: the session then holds no slot.
+        queue: e.queue.as_deref().and_then(|q| QueueName::parse(q).ok()),
+        queued_for: std::time::Duration::from_millis(e.queued_ms.unwrap_or(0)),
     }
 }

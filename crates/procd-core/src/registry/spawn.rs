@@ -4,6 +4,7 @@
 
 use super::launch::{ChildIo, StartedChild};
 use super::names::NameCheck;
+use super::queue::Entered;
 use super::{yields::yield_duration, Registry, INSTANCE_VAR};
 use crate::error::Error;
 use crate::ingest::OutputSource;
@@ -52,6 +53,15 @@ impl Registry {
         let mut spec = self.validate(&params)?;
         spec.stack_file = stack_file.map(Path::to_path_buf);
         spec.shell = shell;
+        // A spawn naming a queue takes its slot now, or waits its turn
+        // (`registry/queue.rs`; named sessions are never queued).
+        let queue_slot = match spec.queue.clone() {
+            None => None,
+            Some(queue) => match self.enter_queue(&queue, &params, stack_file).await? {
+                Entered::Now(slot) => Some(slot),
+                Entered::Queued(result) => return Ok(*result),
+            },
+        };
         // A named spawn holds the name from its check to its start, so
         // two callers of one name start one session.
         let _naming = match &spec.name {
@@ -64,22 +74,6 @@ impl Registry {
         {
             return Ok(*result);
         }
-        if let Some(plan) = &spec.on_change {
-            Registry::check_watchable(plan)
-                .await
-                .map_err(Error::LimitReached)?;
-        }
-        let mut env = params.env.unwrap_or_default();
-        let _picked = self.give_ports(&mut spec, params.port, params.ports.as_ref(), &mut env)?;
-        let port_in_use = match spec.ready.as_ref().and_then(|r| r.port.flatten()) {
-            Some(port) => self.port_in_use(port).await,
-            None => None,
-        };
-        let wait = yield_duration(params.yield_ms);
-        let budget = crate::budget::chars_budget(
-            params.max_output_chars.map(MaxOutputChars::get),
-            params.max_output_tokens.map(MaxOutputTokens::get),
-        );
         // Take a running slot first so concurrent spawns cannot overshoot;
         // the session owns it from then on (or an error path drops it).
         let max = self.config.max_running;
@@ -88,25 +82,71 @@ impl Registry {
                 "max_running ({max}) sessions are running; kill one first"
             )));
         };
-        let (mut result, session) = self.spawn_reserved(spec, &env, slot).await?;
-        result.port_in_use = port_in_use;
-        if !wait.is_zero() {
-            // Its ready port is another's: readiness is not waited for (it
-            // would wait out its timeout), the answer names the holder.
-            let await_ready = result.port_in_use.is_none();
-            let y = self
-                .yield_output(&session, 0, wait, budget, await_ready)
-                .await?;
-            result.status = y.status;
-            result.output = Some(y.output);
-            result.cursor = Some(y.cursor);
-            result.original_chars = y.original_chars;
-            result.kept_error_lines = y.kept_error_lines;
-            result.exit = y.exit;
-            result.ready = y.ready;
-            result.waiting_for_input = Some(y.waiting_for_input);
+        self.start_checked(spec, &params, slot.with_queue(queue_slot), None)
+            .await
+    }
+
+    /// Starts a checked spawn holding its slots: its watch checked, its
+    /// ports given, the session spawned (under `id` when its queue gave
+    /// it one), then its output yielded for as long as the caller asked.
+    pub(super) async fn start_checked(
+        &self,
+        mut spec: SessionSpec,
+        params: &SpawnParams,
+        slot: crate::slot::RunningSlot,
+        id: Option<String>,
+    ) -> Result<SpawnResult, Error> {
+        if let Some(plan) = &spec.on_change {
+            Registry::check_watchable(plan)
+                .await
+                .map_err(Error::LimitReached)?;
         }
+        let mut env = params.env.clone().unwrap_or_default();
+        let _picked = self.give_ports(&mut spec, params.port, params.ports.as_ref(), &mut env)?;
+        let port_in_use = match spec.ready.as_ref().and_then(|r| r.port.flatten()) {
+            Some(port) => self.port_in_use(port).await,
+            None => None,
+        };
+        let (mut result, session) = self.spawn_reserved(spec, &env, slot, id).await?;
+        result.port_in_use = port_in_use;
+        // Its ready port is another's: readiness is not waited for (it
+        // would wait out its timeout), the answer names the holder.
+        let await_ready = result.port_in_use.is_none();
+        let wait = yield_duration(params.yield_ms);
+        self.yield_into(&mut result, &session, wait, params, await_ready)
+            .await?;
         Ok(result)
+    }
+
+    /// With a yield asked for: the session's output within `wait` (the
+    /// yield's rules: `yields.rs`) put into the spawn's answer.
+    pub(super) async fn yield_into(
+        &self,
+        result: &mut SpawnResult,
+        session: &Arc<Session>,
+        wait: Duration,
+        params: &SpawnParams,
+        await_ready: bool,
+    ) -> Result<(), Error> {
+        if wait.is_zero() {
+            return Ok(());
+        }
+        let budget = crate::budget::chars_budget(
+            params.max_output_chars.map(MaxOutputChars::get),
+            params.max_output_tokens.map(MaxOutputTokens::get),
+        );
+        let y = self
+            .yield_output(session, 0, wait, budget, await_ready)
+            .await?;
+        result.status = y.status;
+        result.output = Some(y.output);
+        result.cursor = Some(y.cursor);
+        result.original_chars = y.original_chars;
+        result.kept_error_lines = y.kept_error_lines;
+        result.exit = y.exit;
+        result.ready = y.ready;
+        result.waiting_for_input = Some(y.waiting_for_input);
+        Ok(())
     }
 
     /// The session's log: the spare made ahead of time, renamed to its
@@ -157,7 +197,7 @@ impl Registry {
     pub(super) fn new_session_id(&self) -> std::io::Result<String> {
         loop {
             let id = format!("proc_{}", crate::random::hex(6)?);
-            if !self.table().contains_key(&id) {
+            if !self.table().contains_key(&id) && self.queues.find(&id).is_none() {
                 return Ok(id);
             }
         }
@@ -172,11 +212,15 @@ impl Registry {
         spec: SessionSpec,
         caller_env: &BTreeMap<String, String>,
         slot: crate::slot::RunningSlot,
+        id: Option<String>,
     ) -> Result<(SpawnResult, Arc<Session>), Error> {
         let spawn_err = |what: &str, e: std::io::Error| Error::SpawnFailed(format!("{what}: {e}"));
-        let id = self
-            .new_session_id()
-            .map_err(|e| spawn_err("cannot make a session id", e))?;
+        let id = match id {
+            Some(id) => id,
+            None => self
+                .new_session_id()
+                .map_err(|e| spawn_err("cannot make a session id", e))?,
+        };
         let output = Arc::new(
             self.new_log(&id)
                 .map_err(|e| spawn_err("cannot create the session log", e))?,

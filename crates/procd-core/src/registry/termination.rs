@@ -95,7 +95,18 @@ impl Registry {
         source: Option<&str>,
     ) -> Result<KillResult, Error> {
         let source = check_source(source)?;
-        let s = self.find(id)?;
+        let s = match self.find(id) {
+            Ok(s) => s,
+            Err(e) => {
+                let Some(entry) = self.find_queued(id) else {
+                    return Err(e);
+                };
+                if let Some(removed) = self.kill_queued(&entry).await {
+                    return Ok(removed);
+                }
+                self.find(&entry.id)?
+            }
+        };
         let signal = match signal {
             None => libc::SIGTERM,
             Some(spec) => signal_param(&spec)?,
@@ -175,7 +186,10 @@ impl Registry {
             .filter(|s| whose.holds(s))
             .filter(|s| !exclude.contains(&s.id))
             .collect();
-        Ok(self.kill_many(victims, source.unwrap_or("kill_all")).await)
+        // Queued ones first: none starts while the others are killed.
+        let exclude: Vec<String> = exclude.into_iter().collect();
+        let removed = self.remove_queued_of(whose, &exclude).await;
+        Ok(removed + self.kill_many(victims, source.unwrap_or("kill_all")).await)
     }
 
     pub async fn kill_started_since(
@@ -200,6 +214,7 @@ impl Registry {
         self.table()
             .values()
             .any(|s| s.spec.owner.is_some() && s.is_running())
+            || self.queues.all().iter().any(|e| e.params().owner.is_some())
     }
 
     /// Ends what owners whose lease is gone started: their running
@@ -213,6 +228,23 @@ impl Registry {
         live_owners: &HashSet<String>,
         swept: &mut HashSet<String>,
     ) -> u32 {
+        for entry in self.queues.all() {
+            let p = entry.params();
+            let gone = p
+                .owner
+                .as_ref()
+                .is_some_and(|o| !p.persist.unwrap_or(false) && !live_owners.contains(o));
+            if gone {
+                self.remove_queued_of(
+                    Whose {
+                        owner: p.owner.as_deref(),
+                        ..Whose::default()
+                    },
+                    &[],
+                )
+                .await;
+            }
+        }
         let sessions = self.all_sessions();
         let released_owner = |s: &Session| {
             s.spec
@@ -257,6 +289,7 @@ impl Registry {
     /// marker or to the daemon, and any other child of the daemon that no
     /// one waits for. A stopping daemon leaves nothing it started behind.
     pub async fn shutdown_all(&self) -> u32 {
+        self.drop_queued().await;
         let sessions = self.all_sessions();
         let running = sessions.iter().filter(|s| s.is_running()).cloned();
         let killed = self.kill_many(running.collect(), "shutdown").await;
@@ -375,12 +408,11 @@ pub struct Whose<'a> {
 
 impl Whose<'_> {
     pub fn holds(&self, s: &Session) -> bool {
-        let is = |want: Option<&str>, has: &Option<String>| {
-            want.is_none_or(|w| has.as_deref() == Some(w))
-        };
-        is(self.task_id, &s.spec.task_id)
-            && is(self.session_key, &s.spec.session_key)
-            && is(self.owner, &s.spec.owner)
+        self.holds_fields(
+            s.spec.task_id.as_deref(),
+            s.spec.session_key.as_deref(),
+            s.spec.owner.as_deref(),
+        )
     }
 }
 

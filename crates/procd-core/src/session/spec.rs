@@ -60,6 +60,11 @@ pub struct SessionSpec {
     pub named_ports: std::collections::BTreeMap<String, u16>,
     /// What a change of its files does (`spawn{watch}`; `onchange.rs`).
     pub on_change: Option<Arc<crate::onchange::ChangePlan>>,
+    /// The queue whose slot it holds while it runs (docs/queues.md).
+    pub queue: Option<procd_proto::QueueName>,
+    /// How long it waited in that queue before it started (zero when a
+    /// slot was free at once).
+    pub queued_for: Duration,
 }
 
 impl SessionSpec {

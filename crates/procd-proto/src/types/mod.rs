@@ -4,10 +4,12 @@
 //! of the other methods are here.
 
 mod events;
+mod queue;
 mod shell;
 mod spawn;
 
 pub use events::{About, DrainResult, Event, StreamedEvent};
+pub use queue::QueueInfo;
 pub use shell::{
     CommandStatus, ShellCloseResult, ShellCommandResult, ShellCommandSummary, ShellCommandsResult,
     ShellOpenResult,
@@ -20,10 +22,12 @@ pub use spawn::{
 
 use serde::{Deserialize, Serialize};
 
-/// A session is either still running or has exited (exactly once).
+/// A session waits in its queue, runs, then exits (exactly once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
+    /// Accepted into a full queue: nothing of it runs yet (docs/queues.md).
+    Queued,
     Running,
     Exited,
 }
@@ -112,6 +116,9 @@ pub struct SpawnResult {
     pub waiting_for_input: Option<bool>,
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
+    /// Its queue: its place while queued, how long it waited once started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueInfo>,
 }
 
 /// How a session ended; present in results once it has exited.
@@ -162,6 +169,9 @@ pub struct PollResult {
     /// A recognised test runner's results (docs/agents.md, "Test runs").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tests: Option<TestSummary>,
+    /// Its queue: its place while queued, how long it waited once started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueInfo>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,6 +244,9 @@ pub struct WaitResult {
     /// A recognised test runner's results (docs/agents.md, "Test runs").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tests: Option<TestSummary>,
+    /// Its queue: its place while queued, how long it waited once started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueInfo>,
 }
 
 /// `update`'s answer: what the session is set to now.
@@ -344,6 +357,8 @@ pub struct WaitAnyResult {
 #[serde(rename_all = "snake_case")]
 pub enum KillStatus {
     Killed,
+    /// A queued session taken out of its queue: it never ran.
+    Removed,
     AlreadyExited,
     Error,
 }
@@ -447,6 +462,9 @@ pub struct ProcessEntry {
     /// The caller's `meta` (spawn, update).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Value>,
+    /// Its queue: its place while queued, how long it waited once started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueInfo>,
 }
 
 /// What a recognised test runner said of its run (docs/agents.md, "Test

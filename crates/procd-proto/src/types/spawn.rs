@@ -90,6 +90,10 @@ pub struct SpawnParams {
     /// "Restart on change".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<WatchSpec>,
+    /// The queue it takes a slot of: with every slot taken it is accepted
+    /// as `queued` and starts, in order, when one frees (docs/queues.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<crate::QueueName>,
 }
 
 /// `spawn{watch}`: what to watch, what to leave out, what to do.

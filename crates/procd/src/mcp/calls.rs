@@ -67,6 +67,11 @@ impl ProcdMcp {
                 .map(serde_json::from_value::<procd_proto::PortAsk>)
                 .transpose()
                 .map_err(|e| e.to_string())?,
+            queue: p
+                .queue
+                .as_deref()
+                .map(procd_proto::QueueName::parse)
+                .transpose()?,
             ..Default::default()
         })
     }

@@ -72,6 +72,10 @@ pub struct StartParams {
         description = "The TCP port a server is to use: a number, or \"auto\" for a free one no other process of procd's holds (for parallel worktrees). Given as PORT and put for {port} in the command; with ready {\"port\": \"auto\"} it is ready once it listens there."
     )]
     pub port: Option<Value>,
+    #[schemars(
+        description = "A queue to run it in (e.g. \"build\"): at most the queue's slots of its sessions run at once across all agents; a spawn finding them taken answers status \"queued\" with its position and starts, in order, when one frees. For builds and test runs that would overload the machine together."
+    )]
+    pub queue: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

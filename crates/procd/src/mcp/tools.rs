@@ -94,26 +94,35 @@ impl ProcdMcp {
         if let Some(cursor) = r.cursor {
             fields["next_cursor"] = json!(cursor);
         }
-        Ok(if r.reused {
-            let summary = format!(
+        Ok(
+            if let (procd_proto::SessionStatus::Queued, Some(q)) = (r.status, &r.queue) {
+                let summary = format!(
+                "{} is {}: it starts by itself when a slot frees. `wait` on it, `poll` it, or `kill` it to take it out of the queue.",
+                r.session_id,
+                crate::render::queued(q),
+            );
+                answer(summary, None, &fields, None)
+            } else if r.reused {
+                let summary = format!(
                 "{} (pid {}) already runs this command under this name: nothing was started.{words}",
                 r.session_id, r.pid,
             );
-            answer(summary, None, &fields, now.as_ref())
-        } else {
-            let url = r
-                .port
-                .map(|p| format!(" It was given port {p} (PORT): http://localhost:{p}/"))
-                .unwrap_or_default();
-            let summary = format!(
-                "Started {} (pid {}): {}{words}.{url} Output so far (next cursor {}):",
-                r.session_id,
-                r.pid,
-                exit_words(&r.exit),
-                r.cursor.unwrap_or(0),
-            );
-            answer(summary, r.output.as_deref(), &fields, now.as_ref())
-        })
+                answer(summary, None, &fields, now.as_ref())
+            } else {
+                let url = r
+                    .port
+                    .map(|p| format!(" It was given port {p} (PORT): http://localhost:{p}/"))
+                    .unwrap_or_default();
+                let summary = format!(
+                    "Started {} (pid {}): {}{words}.{url} Output so far (next cursor {}):",
+                    r.session_id,
+                    r.pid,
+                    exit_words(&r.exit),
+                    r.cursor.unwrap_or(0),
+                );
+                answer(summary, r.output.as_deref(), &fields, now.as_ref())
+            },
+        )
     }
 
     #[tool(
@@ -153,7 +162,7 @@ impl ProcdMcp {
         };
         let now = match r.status {
             procd_proto::SessionStatus::Running => self.now(&id).await,
-            procd_proto::SessionStatus::Exited => None,
+            procd_proto::SessionStatus::Exited | procd_proto::SessionStatus::Queued => None,
         };
         let state = match (r.eof, r.status) {
             (true, _) => format!(
@@ -161,6 +170,9 @@ impl ProcdMcp {
                 r.exit_code.map_or("unknown".into(), |c| c.to_string())
             ),
             (false, procd_proto::SessionStatus::Exited) => "exited; more output remains".into(),
+            (false, procd_proto::SessionStatus::Queued) => {
+                "queued: it has not started, so there is no output yet".into()
+            }
             (false, procd_proto::SessionStatus::Running) => format!(
                 "running{}",
                 now.as_ref().map(Now::words).unwrap_or_default()
@@ -363,6 +375,9 @@ impl ProcdMcp {
                     procd_proto::KillStatus::Killed => {
                         format!("{}: killed ({}).", r.session_id, exit_words(&r.exit))
                     }
+                    procd_proto::KillStatus::Removed => {
+                        format!("{}: removed from its queue; it never ran.", r.session_id)
+                    }
                     procd_proto::KillStatus::AlreadyExited => format!(
                         "{}: had already exited ({}).",
                         r.session_id,
@@ -457,9 +472,10 @@ impl ProcdMcp {
         };
         let mut lines = Vec::new();
         for e in &r.processes {
-            let status = match (e.status, e.exit_code) {
-                (procd_proto::SessionStatus::Running, _) => "running".to_string(),
-                (_, Some(c)) => format!("exited {c}"),
+            let status = match (e.status, e.exit_code, &e.queue) {
+                (procd_proto::SessionStatus::Running, _, _) => "running".to_string(),
+                (procd_proto::SessionStatus::Queued, _, Some(q)) => crate::render::queued(q),
+                (_, Some(c), _) => format!("exited {c}"),
                 _ => "exited".to_string(),
             };
             let mut extra = String::new();
