@@ -5,7 +5,9 @@
 //! itself ends. Stops (an interrupt, a timeout) escalate from here.
 
 use super::journal::{self, Entry};
-use super::{boot, remove_dir, End, Shell, Shells, Stop, DRAIN_BOUND, INTERRUPT_GRACE};
+use super::{
+    boot, remove_dir, End, Shell, Shells, Stop, DRAIN_BOUND, INTERRUPT_GRACE, TAKE_UP_WAIT,
+};
 use procd_proto::CommandStatus;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -179,7 +181,7 @@ impl Shells {
                 _ = changed.wait_for(|_| shell.command_ended(n)) => {}
             }
         };
-        let _ = tokio::time::timeout(INTERRUPT_GRACE, taken).await;
+        let _ = tokio::time::timeout(TAKE_UP_WAIT, taken).await;
         for (step, grace) in [
             (Escalation::Interrupt, INTERRUPT_GRACE),
             (Escalation::KillCommand, INTERRUPT_GRACE),

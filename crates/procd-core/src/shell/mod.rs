@@ -46,6 +46,12 @@ const KEPT_CLOSED: usize = 64;
 /// How long an interrupted command has after SIGINT before the
 /// processes of its group get SIGKILL, and then before the shell does.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+/// How long an interrupt waits for the shell to take its command up
+/// before it signals anyway. A SIGINT to a shell that has not begun the
+/// command is lost (an idle shell ignores it), so this is long: a loaded
+/// machine can take over a second to run a continued shell and read its
+/// record of the start.
+const TAKE_UP_WAIT: Duration = Duration::from_secs(10);
 /// The longest a command's end waits for its output to be drained (only
 /// a flood hold makes it wait at all).
 const DRAIN_BOUND: Duration = Duration::from_secs(5);
