@@ -98,6 +98,33 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     assert!(said.contains("is queued in mcpq (#1, "), "{said}");
     let listed = seen["list"]["text"].as_str().unwrap_or("");
     assert!(listed.contains("queued in mcpq (#1, "), "{listed}");
+    let all_ids: Vec<&str> = seen["list"]["result"]["processes"]
+        .as_array()
+        .map(|ps| ps.iter().filter_map(|p| p["session_id"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(all_ids.len() > 2, "{}", seen["list"]);
+    let page = &seen["list_page"];
+    assert_eq!(page["result"]["next_after"], all_ids[0], "{page}");
+    let said = page["text"].as_str().unwrap_or("");
+    let more = format!(
+        "1 process(es); more follow: call list with after=\"{}\"",
+        all_ids[0]
+    );
+    assert!(said.contains(&more), "{said}");
+    let next = &seen["list_next"];
+    assert_eq!(
+        next["result"]["processes"][0]["session_id"], all_ids[1],
+        "{next}"
+    );
+    let bad = &seen["list_bad"];
+    assert_eq!(bad["is_error"], true, "{bad}");
+    assert!(
+        bad["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("limit: must be"),
+        "{bad}"
+    );
     let unqueued = &seen["unqueued"];
     assert_eq!(unqueued["result"]["status"], "removed", "{unqueued}");
     let port = &seen["port_owner"];

@@ -84,6 +84,12 @@ async def main(procd: str, home: str) -> None:
             out["queue_first"] = await call("start", {"command": "exec sleep 305", "queue": "mcpq", "yield_ms": 0})
             out["queued"] = await call("start", {"command": "exec sleep 306", "queue": "mcpq", "yield_ms": 200})
             out["list"] = await call("list", {})
+            # One page at a time: the words say how to go on.
+            out["list_page"] = await call("list", {"limit": 1})
+            out["list_next"] = await call(
+                "list", {"limit": 1, "after": out["list_page"]["result"].get("next_after")}
+            )
+            out["list_bad"] = await call("list", {"limit": 0})
             out["unqueued"] = await call("kill", {"session_id": out["queued"]["result"]["session_id"]})
             # A dev server, started with a ready condition: the answer comes
             # when it listens, and says so.

@@ -396,6 +396,87 @@ fn list_filters_by_task_and_session_key() {
 }
 
 #[test]
+fn list_pages_walk_every_session_once_while_they_exit() {
+    let d = Daemon::start();
+    let spawned: Vec<String> = (0..7).map(|_| d.spawn("sleep 30")).collect();
+    let ids = |v: &Value| -> Vec<String> {
+        v["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["session_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let whole = ids(&d.ok("list", json!({})));
+    assert_eq!(whole, spawned, "list is in start order");
+
+    // Pages of 3 give the whole list, each once, and say where to go on.
+    let first = d.ok("list", json!({"limit": 3}));
+    assert_eq!(ids(&first), whole[..3]);
+    assert_eq!(first["next_after"], whole[2].as_str());
+    let second = d.ok("list", json!({"limit": 3, "after": first["next_after"]}));
+    assert_eq!(ids(&second), whole[3..6]);
+    let last = d.ok("list", json!({"limit": 3, "after": second["next_after"]}));
+    assert_eq!(ids(&last), whole[6..]);
+    assert!(last.get("next_after").is_none(), "the last page: {last}");
+    // A page that ends exactly at the end does not promise another.
+    let exact = d.ok("list", json!({"limit": 1, "after": whole[5]}));
+    assert_eq!(ids(&exact), whole[6..]);
+    assert!(exact.get("next_after").is_none(), "{exact}");
+
+    // The session a running-only walk stopped at exits before the next
+    // page: the walk goes on after it, and shows none twice.
+    let page = d.ok("list", json!({"status": "running", "limit": 2}));
+    assert_eq!(ids(&page), whole[..2]);
+    let cursor = page["next_after"].as_str().unwrap().to_string();
+    d.ok("kill", json!({"session_id": cursor, "grace_s": 0}));
+    wait_until("the cursor's session exited", || {
+        d.ok("poll", json!({"session_id": cursor}))["status"] == "exited"
+    });
+    let rest = d.ok("list", json!({"status": "running", "after": cursor}));
+    assert_eq!(ids(&rest), whole[2..]);
+
+    // A cursor procd does not know, and a page size out of range, are
+    // refused by name.
+    let (code, msg) = d.err("list", json!({"after": "proc_000000000000"}));
+    assert_eq!(code, -32001);
+    assert!(msg.contains("after"), "{msg}");
+    for bad in [json!(0), json!(10_001), json!(2.5), json!("3")] {
+        let (code, msg) = d.err("list", json!({ "limit": bad }));
+        assert_eq!(
+            (code, msg.contains("limit")),
+            (-32602, true),
+            "{bad}: {msg}"
+        );
+    }
+    assert_eq!(ids(&d.ok("list", json!({"limit": 10_000}))), whole);
+
+    // procd ps pages with --limit, and says how to go on.
+    let out = d.cli(&["ps", "--limit", "4"]);
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let shown: Vec<&String> = whole
+        .iter()
+        .filter(|id| table.contains(id.as_str()))
+        .collect();
+    assert_eq!(shown, whole[..4].iter().collect::<Vec<_>>(), "{table}");
+    let more = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        more.contains(&format!("procd ps --after {}", whole[3])),
+        "{more}"
+    );
+    let out = d.cli(&["ps", "--after", &whole[3]]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let shown: Vec<&String> = whole
+        .iter()
+        .filter(|id| table.contains(id.as_str()))
+        .collect();
+    assert_eq!(shown, whole[4..].iter().collect::<Vec<_>>(), "{table}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    d.ok("kill_all", json!({}));
+}
+
+#[test]
 fn has_active_by_task_key_and_age() {
     // R14
     let d = Daemon::start();

@@ -122,6 +122,31 @@ pub async fn output_end(
         .next_cursor)
 }
 
+/// How many entries one `list` page asks for in `list_all`: a few hundred
+/// KB of JSON, not the 10 MB line 10 000 sessions make in one answer.
+pub const LIST_PAGE: u32 = 1000;
+
+/// Every entry `list` shows for `task_id` and `filter`, page by page.
+pub async fn list_all(
+    client: &Client,
+    task_id: Option<String>,
+    filter: Option<procd_proto::ListFilter>,
+) -> Result<Vec<procd_proto::ProcessEntry>, jsonrpsee::core::client::Error> {
+    let limit = Some(procd_proto::ListLimit::new(LIST_PAGE));
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = client
+            .list(task_id.clone(), None, filter, None, limit, after)
+            .await?;
+        all.extend(page.processes);
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => return Ok(all),
+        }
+    }
+}
+
 /// The session id `arg` stands for: a full id as given (no round trip);
 /// else an id prefix, a name (`NAME`) or `PROJECT/NAME`, looked up once
 /// with `poll` (docs/stacks.md). An argument that is both a hex prefix and

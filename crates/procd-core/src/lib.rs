@@ -51,4 +51,4 @@ pub use procd_proto::config::Config;
 pub use procd_sys::{atomic, clock, identity, pidfd, procfs, random};
 #[cfg(feature = "test-hooks")]
 pub use registry::InjectedFailures;
-pub use registry::{Registry, RegistryOptions};
+pub use registry::{ListPage, Registry, RegistryOptions};

@@ -24,7 +24,7 @@ use crate::session::Session;
 use crate::Config;
 use procd_proto::{
     CloseTerminalResult, DrainResult, Event, HasActiveResult, ListFilter, ListResult,
-    MaxActiveAgeS, ProcessEntry, SnapshotResult,
+    MaxActiveAgeS, SnapshotResult,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -140,6 +140,21 @@ impl RegistryOptions {
             keeper: None,
         }
     }
+}
+
+/// One page of `list`: at most `limit` entries, starting after the entry
+/// `after` names (a session or a queued spawn's id, as `next_after` gave).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListPage<'a> {
+    pub limit: Option<usize>,
+    pub after: Option<&'a str>,
+}
+
+/// An entry `list` shows, before its (costlier) `ProcessEntry` is built;
+/// with whether only its session key listed it.
+enum Listed<'a> {
+    Session(&'a Session, bool),
+    Queued(&'a crate::queue::Queued, bool),
 }
 
 /// Failures a real system cannot produce on demand, injected by tests
@@ -353,7 +368,9 @@ impl Registry {
 
     fn all_sessions(&self) -> Vec<Arc<Session>> {
         let mut all: Vec<Arc<Session>> = self.table().values().cloned().collect();
-        all.sort_by_key(|s| s.started_instant);
+        // By id among equals, so that the order is the same on every call
+        // (list's pages depend on it).
+        all.sort_unstable_by(|a, b| (a.started_instant, &a.id).cmp(&(b.started_instant, &b.id)));
         all
     }
 
@@ -447,14 +464,18 @@ impl Registry {
 
     // ----- listing -----------------------------------------------------------
 
-    /// `owner`: only the sessions spawned with that lease token.
+    /// `owner`: only the sessions spawned with that lease token. Entries
+    /// come in start order (ties by id), then the queued spawns in queue
+    /// order; `page` cuts one page out of that order, and only the page's
+    /// entries are built.
     pub fn list(
         &self,
         task_id: Option<&str>,
         session_key: Option<&str>,
         filter: ListFilter,
         owner: Option<&str>,
-    ) -> ListResult {
+        page: ListPage<'_>,
+    ) -> Result<ListResult, Error> {
         // Whether a session with these fields is listed, and if so whether
         // only by its session key (`session_scoped`).
         let listed =
@@ -472,9 +493,28 @@ impl Registry {
                 };
                 shown.then_some(scoped)
             };
-        let mut processes: Vec<ProcessEntry> = self
-            .all_sessions()
-            .into_iter()
+        let sessions = self.all_sessions();
+        let queued = self.queues.all();
+        // The cursor is found among every entry, not only the listed ones:
+        // the session it names may have exited (or started) since the last
+        // page, and the walk goes on from where it stood.
+        let (first_session, first_queued) = match page.after {
+            None => (0, 0),
+            Some(after) => {
+                if let Some(i) = sessions.iter().position(|s| s.id == after) {
+                    (i + 1, 0)
+                } else if let Some(i) = queued.iter().position(|e| e.id == after) {
+                    (sessions.len(), i + 1)
+                } else {
+                    return Err(Error::NotFound(format!(
+                        "after: no session {after:?} (it was removed since the last page): \
+                         list again without after"
+                    )));
+                }
+            }
+        };
+        let shown_sessions = sessions[first_session..]
+            .iter()
             .filter(|s| match filter {
                 ListFilter::All => true,
                 ListFilter::Running => s.is_running(),
@@ -487,13 +527,43 @@ impl Registry {
                     spec.session_key.as_deref(),
                     spec.owner.as_deref(),
                 )?;
-                Some(process_entry(&self.redactor, &s, scoped))
-            })
-            .collect();
-        if filter == ListFilter::All {
-            processes.extend(self.list_queued(listed));
+                Some(Listed::Session(s, scoped))
+            });
+        // A queued spawn has neither run nor exited: only "all" shows it.
+        let shown_queued = queued[first_queued..]
+            .iter()
+            .filter(|_| filter == ListFilter::All)
+            .filter_map(|e| {
+                let p = e.params();
+                let scoped = listed(
+                    p.task_id.as_deref(),
+                    p.session_key.as_deref(),
+                    p.owner.as_deref(),
+                )?;
+                Some(Listed::Queued(e, scoped))
+            });
+        let limit = page.limit.unwrap_or(usize::MAX);
+        let mut processes = Vec::new();
+        let mut more = false;
+        for item in shown_sessions.chain(shown_queued) {
+            if processes.len() == limit {
+                more = true;
+                break;
+            }
+            processes.push(match item {
+                Listed::Session(s, scoped) => process_entry(&self.redactor, s, scoped),
+                Listed::Queued(e, scoped) => self.queued_entry(e, scoped),
+            });
         }
-        ListResult { processes }
+        let next_after = if more {
+            processes.last().map(|e| e.session_id.clone())
+        } else {
+            None
+        };
+        Ok(ListResult {
+            processes,
+            next_after,
+        })
     }
 
     pub fn has_active(

@@ -7,8 +7,8 @@
 
 use crate::names::{ProjectName, SessionName};
 use crate::params::{
-    Cols, Cursor, GraceS, Limit, MaxActiveAgeS, MaxBytes, MaxOutputChars, MaxOutputTokens, Offset,
-    Port, Rows, TimeoutS, WaitMs, YieldMs,
+    Cols, Cursor, GraceS, Limit, ListLimit, MaxActiveAgeS, MaxBytes, MaxOutputChars,
+    MaxOutputTokens, Offset, Port, Rows, TimeoutS, WaitMs, YieldMs,
 };
 use crate::types::{
     CloseTerminalResult, DrainResult, HasActiveResult, KillResult, KilledCount, ListFilter,
@@ -183,6 +183,8 @@ pub trait ProcdApi {
         session_key: Option<String>,
         status: Option<ListFilter>,
         owner: Option<String>,
+        limit: Option<ListLimit>,
+        after: Option<String>,
     ) -> RpcResult<ListResult>;
 
     #[method(name = "has_active", param_kind = map)]
@@ -425,7 +427,17 @@ pub const METHOD_PARAMS: &[(&str, &[&str])] = &[
     ("unsubscribe_output", &["subscription"]),
     ("subscribe_events", &["since"]),
     ("unsubscribe_events", &["subscription"]),
-    ("list", &["task_id", "session_key", "status", "owner"]),
+    (
+        "list",
+        &[
+            "task_id",
+            "session_key",
+            "status",
+            "owner",
+            "limit",
+            "after",
+        ],
+    ),
     (
         "has_active",
         &["task_id", "session_key", "max_active_age_s", "owner"],

@@ -238,6 +238,11 @@ count_param!(
     /// `limit` of log (a number of lines).
     Limit, "limit"
 );
+int_param!(
+    /// `limit` of list: the most entries one answer holds. A page of 10 000
+    /// entries is a few MB of JSON; past that, page with `after`.
+    ListLimit, "limit", u32, 1, 10_000, "1 to 10000"
+);
 count_param!(
     /// `max_output_chars`: an output budget in characters.
     MaxOutputChars, "max_output_chars"

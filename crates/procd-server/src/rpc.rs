@@ -6,11 +6,11 @@ use jsonrpsee::core::{async_trait, RpcResult, SubscriptionResult};
 use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{PendingSubscriptionSink, SubscriptionSink};
 use procd_core::budget::chars_budget;
-use procd_core::Error;
+use procd_core::{Error, ListPage};
 use procd_proto::{
     CloseTerminalResult, Cols, Cursor, DownResult, DrainResult, Event, GraceS, HasActiveResult,
-    KillResult, KilledCount, Limit, ListFilter, ListResult, LogResult, MaxActiveAgeS, MaxBytes,
-    MaxOutputChars, MaxOutputTokens, Offset, OutputItem, PollResult, Port, PortResult,
+    KillResult, KilledCount, Limit, ListFilter, ListLimit, ListResult, LogResult, MaxActiveAgeS,
+    MaxBytes, MaxOutputChars, MaxOutputTokens, Offset, OutputItem, PollResult, Port, PortResult,
     ProcdApiServer, ProjectName, ReadResult, ResizeResult, Rows, SearchResult, SessionName,
     ShutdownResult, SignalResult, SignalSpec, SnapshotResult, SpawnParams, SpawnResult,
     StatusResult, StdinResult, StreamedEvent, TimeoutS, UpResult, UpdateResult, WaitAnyResult,
@@ -506,13 +506,23 @@ impl ProcdApiServer for Api {
         session_key: Option<String>,
         status: Option<ListFilter>,
         owner: Option<String>,
+        limit: Option<ListLimit>,
+        after: Option<String>,
     ) -> RpcResult<ListResult> {
-        Ok(self.daemon.registry.list(
-            task_id.as_deref(),
-            session_key.as_deref(),
-            status.unwrap_or_default(),
-            owner.as_deref(),
-        ))
+        let page = ListPage {
+            limit: limit.map(|l| l.get() as usize),
+            after: after.as_deref(),
+        };
+        self.daemon
+            .registry
+            .list(
+                task_id.as_deref(),
+                session_key.as_deref(),
+                status.unwrap_or_default(),
+                owner.as_deref(),
+                page,
+            )
+            .map_err(rpc_err)
     }
 
     async fn has_active(

@@ -365,10 +365,24 @@ async fn client_command(
     let client: &Client = &current;
     match command {
         ClientCommand::Spawn(args) => spawn(target, client, args).await,
-        ClientCommand::Ps { task, running } => {
+        ClientCommand::Ps {
+            task,
+            running,
+            limit,
+            after,
+        } => {
             let filter = running.then_some(procd_proto::ListFilter::Running);
-            let r = client.list(task, None, filter, None).await?;
+            let r = match (limit, after) {
+                (None, None) => procd_proto::ListResult {
+                    processes: procd_client::list_all(client, task, filter).await?,
+                    next_after: None,
+                },
+                (limit, after) => client.list(task, None, filter, None, limit, after).await?,
+            };
             target.print(&r, render::table);
+            if let (false, Some(next)) = (target.json, &r.next_after) {
+                eprintln!("more: procd ps --after {next}");
+            }
             Ok(EXIT_OK)
         }
         ClientCommand::Up {

@@ -191,6 +191,8 @@ class Api(Generic[R]):
         session_key: Optional[str] = None,
         status: Optional[str] = None,
         owner: Optional[str] = None,
+        limit: Optional[int] = None,
+        after: Optional[str] = None,
     ) -> R:
         return self._call("list", _params(locals()))
 

@@ -398,28 +398,8 @@ impl Registry {
         removed
     }
 
-    /// The queued spawns `list` shows: (session_key scoped, entry) as the
-    /// caller's filters pass them.
-    pub(super) fn list_queued(
-        &self,
-        shown: impl Fn(Option<&str>, Option<&str>, Option<&str>) -> Option<bool>,
-    ) -> Vec<ProcessEntry> {
-        self.queues
-            .all()
-            .iter()
-            .filter_map(|entry| {
-                let p = entry.params();
-                let scoped = shown(
-                    p.task_id.as_deref(),
-                    p.session_key.as_deref(),
-                    p.owner.as_deref(),
-                )?;
-                Some(self.queued_entry(entry, scoped))
-            })
-            .collect()
-    }
-
-    fn queued_entry(&self, entry: &Queued, session_scoped: bool) -> ProcessEntry {
+    /// A queued spawn as `list` shows it.
+    pub(super) fn queued_entry(&self, entry: &Queued, session_scoped: bool) -> ProcessEntry {
         let p = entry.params();
         let cwd = self.cwd_of(p.cwd.as_deref()).map_or_else(
             |_| p.cwd.clone().unwrap_or_default(),

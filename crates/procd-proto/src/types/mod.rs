@@ -566,6 +566,10 @@ pub struct Resources {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ListResult {
     pub processes: Vec<ProcessEntry>,
+    /// With `limit`, when more entries follow this page: the `after` that
+    /// asks for the next one (the last entry's id). Absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 
 use crate::lifecycle::LeaseCommand;
 use clap::{Parser, Subcommand};
-use procd_proto::{parse_param, GraceS, YieldMs};
+use procd_proto::{parse_param, GraceS, ListLimit, YieldMs};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -137,6 +137,13 @@ pub(crate) enum ClientCommand {
         /// Only running sessions.
         #[arg(long)]
         running: bool,
+        /// One page of at most N sessions (1 to 10000); without it, every
+        /// session, fetched a page at a time.
+        #[arg(long, value_parser = parse_param::<ListLimit>, value_name = "N")]
+        limit: Option<ListLimit>,
+        /// The page after this session (the id a paged `ps` names last).
+        #[arg(long, value_name = "ID")]
+        after: Option<String>,
     },
     /// Show one session's state.
     Poll { id: String },

@@ -130,11 +130,12 @@ impl ProcdMcp {
         if ids.is_empty() {
             return None;
         }
-        let all = match self.client().await.list(None, None, None, None).await {
+        let client = self.client().await;
+        let all = match procd_client::list_all(&client, None, None).await {
             Ok(all) => all,
             Err(e) => return Some(tool_error(e)),
         };
-        let theirs = all.processes.iter().find(|e| {
+        let theirs = all.iter().find(|e| {
             ids.contains(&e.session_id)
                 && e.session_key
                     .as_ref()

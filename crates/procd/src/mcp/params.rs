@@ -282,6 +282,12 @@ pub struct PortParams {
 pub struct ListParams {
     #[schemars(description = "\"running\", \"exited\" or \"all\" (default).")]
     pub status: Option<String>,
+    #[schemars(description = "At most this many processes (1 to 10000). Default 100.")]
+    pub limit: Option<u64>,
+    #[schemars(
+        description = "The page after this process id: the id a listing that was cut names for the next page."
+    )]
+    pub after: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

@@ -12,7 +12,7 @@ use super::ProcdMcp;
 use jsonrpsee::core::client::Error as ClientError;
 use procd_client::ProcdApiClient;
 use procd_proto::{
-    Cursor, GraceS, ListFilter, MaxOutputChars, SignalSpec, TimeoutS, WaitMs, YieldMs,
+    Cursor, GraceS, ListFilter, ListLimit, MaxOutputChars, SignalSpec, TimeoutS, WaitMs, YieldMs,
 };
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
@@ -23,6 +23,9 @@ use serde_json::json;
 /// Output returned to the model is cut (head + tail) past this many chars
 /// unless the call asks for another budget.
 pub(super) const DEFAULT_BUDGET: u64 = 20_000;
+/// How many processes one `list` answer names unless the call asks for
+/// another page size: more would crowd the model's context.
+pub(super) const MCP_LIST_PAGE: u32 = 100;
 /// How long `start` waits for the process to finish or go quiet.
 pub(super) const DEFAULT_START_YIELD_MS: f64 = 10_000.0;
 /// How long `write` waits for the answer to the input.
@@ -466,7 +469,21 @@ impl ProcdMcp {
             Some("exited") => Some(ListFilter::Exited),
             _ => None,
         };
-        let r = match self.client().await.list(None, None, filter, None).await {
+        // A page, so that a daemon with thousands of sessions does not
+        // fill the model's context.
+        let limit = p
+            .limit
+            .map_or(MCP_LIST_PAGE, |l| u32::try_from(l).unwrap_or(u32::MAX));
+        let client = self.client().await;
+        let call = client.list(
+            None,
+            None,
+            filter,
+            None,
+            Some(ListLimit::new(limit)),
+            p.after,
+        );
+        let r = match call.await {
             Ok(r) => r,
             Err(e) => return Ok(tool_error(e)),
         };
@@ -491,7 +508,13 @@ impl ProcdMcp {
             }
             lines.push(format!("{}  {status}{extra}  {}", e.session_id, e.command));
         }
-        let summary = format!("{} process(es).", r.processes.len());
+        let summary = match &r.next_after {
+            Some(next) => format!(
+                "{} process(es); more follow: call list with after={next:?} for the next page.",
+                r.processes.len()
+            ),
+            None => format!("{} process(es).", r.processes.len()),
+        };
         Ok(answer(summary, Some(&lines.join("\n")), &r, None))
     }
 

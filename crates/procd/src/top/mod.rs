@@ -408,8 +408,8 @@ async fn connection(endpoint: Endpoint, refresh: Arc<Notify>, tx: mpsc::Sender<M
                 }
             }
             listed = Instant::now();
-            let msg = match client.list(None, None, None, None).await {
-                Ok(list) => Msg::List(list.processes),
+            let msg = match procd_client::list_all(&client, None, None).await {
+                Ok(list) => Msg::List(list),
                 Err(e) if procd_client::is_disconnect(&e) => break,
                 Err(e) => Msg::Notice(format!("list: {}", describe(&e))),
             };
