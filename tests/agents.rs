@@ -192,6 +192,42 @@ fn ports_and_resources_of_a_session_tree_are_reported() {
     assert_eq!(d.ok("poll", json!({"session_id": id}))["ports"], json!([]));
 }
 
+/// Issue 56: a poll reports a session's tree as it is now, not as the
+/// monitor's last tick saw it (a second old, and nothing right after the
+/// spawn); read from the session's cgroup.
+#[test]
+fn a_poll_reports_the_tree_as_it_is_now_not_at_the_last_tick() {
+    if machine_lacks("PROCD_TEST_NO_CGROUP", "a cgroup to read resources from") {
+        return;
+    }
+    // The monitor looks once an hour: only the poll's own read sees the tree.
+    let d = Daemon::with_config("monitor_interval_s = 3600");
+    let id = d.spawn_with(json!({
+        "command": "sleep 300 & sleep 301 & sleep 302 & echo up; wait",
+        "yield_ms": 0,
+    }));
+    d.read_until(&id, "up");
+    let procs = |d: &Daemon| d.ok("poll", json!({"session_id": id}))["resources"].clone();
+    let mut seen = serde_json::Value::Null;
+    wait_until("a poll counts bash and its three sleeps", || {
+        seen = procs(&d);
+        seen["procs"] == 4
+    });
+    assert!(seen["rss_bytes"].as_u64().unwrap_or(0) > 0, "{seen}");
+    // One sleep ends: a later poll counts one fewer.
+    let sleeper = cgroup_pids(d.home.path(), &id)
+        .into_iter()
+        .find(|pid| comm(*pid) == "sleep")
+        .expect("a sleep in the session's cgroup");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sleeper),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the sleep");
+    wait_until("a poll counts three", || procs(&d)["procs"] == 3);
+    d.ok("kill", json!({"session_id": id}));
+}
+
 /// `wait_any` (issue: agents are woken instead of polling): one wait over
 /// several sessions ends at the first exit, readiness, prompt or output
 /// match, says which and to whom, and refuses bad input by name.

@@ -64,19 +64,7 @@ fn members_of(
     by_pid: &HashMap<i32, &crate::procfs::ProcStat>,
 ) -> Vec<Member> {
     match tree.cgroup.as_ref().and_then(|c| c.procs().ok()) {
-        Some(pids) if cgroup_cpu => pids
-            .into_iter()
-            .filter_map(|pid| match procfs.resident_pages(pid) {
-                Ok(Some(rss_pages)) => Some(Member {
-                    pid,
-                    rss_pages,
-                    cpu_ticks: 0,
-                    state: None,
-                }),
-                // A zombie, or gone meanwhile.
-                _ => None,
-            })
-            .collect(),
+        Some(pids) if cgroup_cpu => by_statm(procfs, pids),
         Some(pids) => pids
             .into_iter()
             .filter_map(|p| procfs.stat(p).ok())
@@ -101,7 +89,7 @@ fn members_of(
 }
 
 pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
-    let page = page_size();
+    let page = crate::procfs::page_size();
     let hz = crate::procfs::clock_ticks_per_second();
     let table = if trees.iter().any(|w| w.tree.cgroup.is_none()) {
         procfs.all().unwrap_or_default()
@@ -126,12 +114,9 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                 .and_then(|c| listeners.in_cgroup(c.inode()?));
             let by_descriptors = cgroup_ports.is_none();
             let mut ports = cgroup_ports.unwrap_or_default();
-            let mut resources = Resources::default();
+            let resources = summed(&members, cgroup_cpu, page, hz);
             let mut reading_input = false;
             for member in &members {
-                resources.procs += 1;
-                resources.rss_bytes += member.rss_pages * page;
-                resources.cpu_seconds += member.cpu_ticks as f64 / hz;
                 let dir = procfs.root().join(member.pid.to_string());
                 // Only a sleeping process can be blocked reading its input
                 // (where the state is unknown, its syscall file says).
@@ -147,10 +132,6 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
                     ports.extend(listeners.of_process(procfs, &dir));
                 }
             }
-            if let Some(cpu) = cgroup_cpu {
-                resources.cpu_seconds = cpu;
-            }
-            resources.cpu_seconds = (resources.cpu_seconds * 100.0).round() / 100.0;
             Observation {
                 ports: ports.into_iter().collect(),
                 resources,
@@ -160,6 +141,59 @@ pub fn observe(procfs: &ProcFs, trees: &[Watched]) -> Vec<Observation> {
             }
         })
         .collect()
+}
+
+/// The most members `resources_now` reads (a `statm` each, ~2 µs).
+const MAX_FRESH_MEMBERS: usize = 256;
+
+/// The resources of a tree with a cgroup that counts its CPU time, as
+/// they are now: its members' memory and the cgroup's CPU time, a few
+/// reads of kernel memory (no /proc scan), for a `poll` that should not
+/// report the monitor's last tick (up to a second old, and nothing at all
+/// right after the spawn). None without such a cgroup.
+pub fn resources_now(procfs: &ProcFs, tree: &TreeSpec) -> Option<Resources> {
+    let cgroup = tree.cgroup.as_ref()?;
+    let cpu = cgroup.cpu_seconds()?;
+    let pids = cgroup.procs().ok()?;
+    // A read per member, on the poll's thread: past this many, the
+    // tick's figure stands.
+    if pids.len() > MAX_FRESH_MEMBERS {
+        return None;
+    }
+    let members = by_statm(procfs, pids);
+    let hz = crate::procfs::clock_ticks_per_second();
+    Some(summed(&members, Some(cpu), crate::procfs::page_size(), hz))
+}
+
+/// The live ones of `pids`, each with its memory from `statm`.
+fn by_statm(procfs: &ProcFs, pids: Vec<i32>) -> Vec<Member> {
+    pids.into_iter()
+        .filter_map(|pid| match procfs.resident_pages(pid) {
+            Ok(Some(rss_pages)) => Some(Member {
+                pid,
+                rss_pages,
+                cpu_ticks: 0,
+                state: None,
+            }),
+            // A zombie, or gone meanwhile.
+            _ => None,
+        })
+        .collect()
+}
+
+/// What `members` use, summed; the cgroup's CPU time where it counts it.
+fn summed(members: &[Member], cgroup_cpu: Option<f64>, page: u64, hz: f64) -> Resources {
+    let mut resources = Resources::default();
+    for member in members {
+        resources.procs += 1;
+        resources.rss_bytes += member.rss_pages * page;
+        resources.cpu_seconds += member.cpu_ticks as f64 / hz;
+    }
+    if let Some(cpu) = cgroup_cpu {
+        resources.cpu_seconds = cpu;
+    }
+    resources.cpu_seconds = (resources.cpu_seconds * 100.0).round() / 100.0;
+    resources
 }
 
 /// A live process of an observed tree, with what an observation needs.
@@ -314,10 +348,6 @@ fn epoll_watches(dir: &Path, epfd: u64, is_input: &dyn Fn(u64) -> bool) -> bool 
                 .ok()
         })
         .any(is_input)
-}
-
-fn page_size() -> u64 {
-    rustix::param::page_size() as u64
 }
 
 /// A process's descriptors and what each links to.

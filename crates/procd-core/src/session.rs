@@ -193,6 +193,9 @@ struct Seen {
     input_wanted_at: Option<u64>,
     /// Files under its cwd changed since it started (`stale.rs`).
     stale: Option<crate::stale::Stale>,
+    /// When `observed.resources` were read: by the monitor's tick, or
+    /// since by a poll (`set_resources`).
+    resources_read: Option<Instant>,
 }
 
 impl Seen {
@@ -486,8 +489,24 @@ impl Session {
             .filter(|p| !seen.observed.ports.contains(p))
             .copied()
             .collect();
+        seen.resources_read = now.taken;
         seen.observed = now;
         new
+    }
+
+    /// Whether its resources were last read longer than `age` ago (or
+    /// never).
+    pub fn resources_older_than(&self, age: Duration) -> bool {
+        self.seen()
+            .resources_read
+            .is_none_or(|read| read.elapsed() > age)
+    }
+
+    /// Resources read just now, newer than the last observation's.
+    pub fn set_resources(&self, resources: procd_proto::Resources) {
+        let mut seen = self.seen();
+        seen.observed.resources = resources;
+        seen.resources_read = Some(Instant::now());
     }
 
     /// Whether anything can be typed into it (a pipe or terminal that is

@@ -34,11 +34,23 @@ pub struct ProcStat {
     pub rss_pages: u64,
 }
 
-/// Clock ticks per second (for `cpu_ticks` and `start_time`).
+/// Clock ticks per second (for `cpu_ticks` and `start_time`). From libc's
+/// `sysconf`, not rustix's: rustix reads the auxiliary vector itself and
+/// checks the vDSO's ELF header, which faults under valgrind (the bench's
+/// instruction rows run the daemon under callgrind).
 pub fn clock_ticks_per_second() -> f64 {
-    match rustix::param::clock_ticks_per_second() {
-        0 => 100.0,
-        n => n as f64,
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(n)) if n > 0 => n as f64,
+        _ => 100.0,
+    }
+}
+
+/// The memory page size, in bytes (for `statm`'s and `stat`'s pages), by
+/// `sysconf` as `clock_ticks_per_second` is.
+pub fn page_size() -> u64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
+        Ok(Some(n)) if n > 0 => n as u64,
+        _ => 4096,
     }
 }
 

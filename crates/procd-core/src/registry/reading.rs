@@ -10,6 +10,12 @@ use crate::text::strip_ansi;
 use procd_proto::{LogResult, PollResult, ReadResult, TimeoutS, WaitMs, WaitResult, WaitStatus};
 use std::time::Duration;
 
+/// How old the resources a `poll` reports may be. Older ones (the
+/// monitor's tick is a second apart) are read again at the poll, where the
+/// session has a cgroup to read them from cheaply; a burst of polls reads
+/// them once.
+const FRESH_RESOURCES: Duration = Duration::from_millis(100);
+
 impl Registry {
     pub fn poll(&self, id: &str, budget: Option<usize>) -> Result<PollResult, Error> {
         let s = match self.find(id) {
@@ -19,6 +25,11 @@ impl Registry {
                 None => return Err(e),
             },
         };
+        if s.cgroup.is_some() && s.is_running() && s.resources_older_than(FRESH_RESOURCES) {
+            if let Some(now) = crate::observe::resources_now(&self.procfs, &s.tree()) {
+                s.set_resources(now);
+            }
+        }
         let mut r = poll_result(&self.redactor, &s);
         let cut = crate::budget::apply(
             &r.output_preview,
