@@ -167,6 +167,8 @@ fn errors_of(method: &str) -> &'static [i64] {
             WRONG_STATE as i64,
         ],
         "up" => &[INVALID_PARAMS as i64, LIMIT_REACHED as i64],
+        // -32001: an `after` that names no session procd holds.
+        "list" => &[INVALID_PARAMS as i64, SESSION_NOT_FOUND as i64],
         // -32004: past 256 sessions.
         "search" => &[
             INVALID_PARAMS as i64,

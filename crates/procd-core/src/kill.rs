@@ -487,7 +487,9 @@ fn root_first(targets: &[ProcessIdentity], root: &ProcessIdentity) -> Vec<Proces
     order
 }
 
-/// Sends one signal to the session's group (and root), no escalation.
+/// Sends one signal to the session's group (and root), no escalation;
+/// the root first, for the race `root_first` says (a shell's SIGINT from
+/// `shell_interrupt` would otherwise end the step and let the next run).
 pub async fn signal_group(spec: &TreeSpec, procfs: &ProcFs, signal: i32) -> usize {
     let spec2 = spec.clone();
     let procfs2 = procfs.clone();
@@ -496,7 +498,7 @@ pub async fn signal_group(spec: &TreeSpec, procfs: &ProcFs, signal: i32) -> usiz
         .unwrap_or_else(|_| KillPlan {
             targets: vec![spec.root],
         });
-    signal_all(spec, &plan.targets, procfs, signal).len()
+    signal_all(spec, &root_first(&plan.targets, &spec.root), procfs, signal).len()
 }
 
 /// At most this many /proc scans run at once: a bulk kill of hundreds of

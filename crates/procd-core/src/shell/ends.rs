@@ -6,7 +6,8 @@
 
 use super::journal::{self, Entry};
 use super::{
-    boot, remove_dir, End, Shell, Shells, Stop, DRAIN_BOUND, INTERRUPT_GRACE, TAKE_UP_WAIT,
+    boot, remove_dir, End, Shell, Shells, Stop, DRAIN_BOUND, INTERRUPT_GRACE,
+    SECOND_INTERRUPT_AFTER, TAKE_UP_WAIT,
 };
 use procd_proto::CommandStatus;
 use std::os::unix::fs::OpenOptionsExt;
@@ -183,7 +184,11 @@ impl Shells {
         };
         let _ = tokio::time::timeout(TAKE_UP_WAIT, taken).await;
         for (step, grace) in [
-            (Escalation::Interrupt, INTERRUPT_GRACE),
+            (Escalation::Interrupt, SECOND_INTERRUPT_AFTER),
+            (
+                Escalation::Interrupt,
+                INTERRUPT_GRACE - SECOND_INTERRUPT_AFTER,
+            ),
             (Escalation::KillCommand, INTERRUPT_GRACE),
             (Escalation::KillShell, Duration::from_secs(10)),
         ] {

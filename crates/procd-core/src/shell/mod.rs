@@ -46,6 +46,12 @@ const KEPT_CLOSED: usize = 64;
 /// How long an interrupted command has after SIGINT before the
 /// processes of its group get SIGKILL, and then before the shell does.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+/// When a second SIGINT follows the first, as a user presses Ctrl-C
+/// again. The shell reports a command begun just before it forks it; a
+/// SIGINT that lands between that fork and the command's exec reaches a
+/// child still running the shell's trap, which the exec forgets, and the
+/// command runs on. The second finds the command itself.
+const SECOND_INTERRUPT_AFTER: Duration = Duration::from_millis(300);
 /// How long an interrupt waits for the shell to take its command up
 /// before it signals anyway. A SIGINT to a shell that has not begun the
 /// command is lost (an idle shell ignores it), so this is long: a loaded
