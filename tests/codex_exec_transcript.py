@@ -66,11 +66,16 @@ class Server:
         """The notifications of process `pid` until it is closed, checked
         for one consecutive seq and summarised: output joined, exit code."""
         seen = []
-        while not seen or seen[-1]["method"] != "process/closed":
+        kinds = set()
+        # Until closed, and exited too: on a loaded machine Codex's server
+        # has pushed `exited` after `closed` (their seqs in order).
+        while not {"process/closed", "process/exited"} <= kinds:
             seen.append(self.recv(lambda m: m.get("params", {}).get("processId") == pid
                                   and "method" in m))
+            kinds.add(seen[-1]["method"])
         seqs = [m["params"]["seq"] for m in seen]
-        kinds = [m["method"] for m in seen]
+        # In seq order: the order the server meant, whatever the arrival.
+        kinds = [m["method"] for m in sorted(seen, key=lambda m: m["params"]["seq"])]
         output = b"".join(base64.b64decode(m["params"]["chunk"]) for m in seen
                           if m["method"] == "process/output")
         streams = sorted({m["params"]["stream"] for m in seen if m["method"] == "process/output"})
@@ -81,7 +86,8 @@ class Server:
             # output's seq (seen on a loaded machine).
             "seq_consecutive_from_1": sorted(seqs) == list(range(1, len(seqs) + 1)),
             # Codex's server may push `exited` before the last output
-            # (its pipes drain after the wait returns); `closed` is last.
+            # (its pipes drain after the wait returns); `closed` is last
+            # by seq.
             "closed_last_exited_once": kinds[-1] == "process/closed"
             and kinds.count("process/exited") == 1,
             "output": output.decode(errors="replace"),

@@ -195,6 +195,9 @@ pub struct Registry {
     queues: crate::queue::Queues,
     /// Set once the task that starts queued spawns runs.
     starter: std::sync::atomic::AtomicBool,
+    /// Sandboxed spawns whose sessions are not in the table yet: until
+    /// they are, their children's connections cannot be told apart.
+    pub sandbox_launches: crate::sandbox::Launches,
     notifications: NotificationQueue,
     /// Watch matches of all sessions, past a rate, are held (`watch.rs`).
     watch_breaker: Mutex<crate::watch::Breaker>,
@@ -294,6 +297,7 @@ impl Registry {
             sessions: Mutex::new(HashMap::new()),
             running: crate::slot::Slots::default(),
             queues,
+            sandbox_launches: Default::default(),
             starter: std::sync::atomic::AtomicBool::new(false),
             watch_breaker: Mutex::new(crate::watch::Breaker::default()),
             notifications: options
@@ -430,7 +434,7 @@ impl Registry {
     /// Whether a sandboxed session is tracked: only then is a connection's
     /// peer looked at (`sandboxed_session_of`).
     pub fn has_sandboxed(&self) -> bool {
-        self.table().values().any(|s| s.spec.sandbox.is_some())
+        self.sandbox_launches.any() || self.table().values().any(|s| s.spec.sandbox.is_some())
     }
 
     /// The sandboxed session whose tree holds process `pid`, if one does.

@@ -235,6 +235,72 @@ fn paths(readable: &Readable) -> &[String] {
     }
 }
 
+/// Sandboxed spawns whose child may run before its session is in the
+/// table. A connection from such a child, looked at in that window, would
+/// be taken for anyone's and served; so a connection waits until the
+/// sandboxed spawns that began before it have their sessions in the table
+/// (`settled`), and only those: a stream of later ones cannot hold it up.
+#[derive(Default)]
+pub struct Launches {
+    /// (the next launch's number, the numbers of the ones in flight).
+    state: std::sync::Mutex<(u64, std::collections::BTreeSet<u64>)>,
+    changed: tokio::sync::Notify,
+}
+
+/// A sandboxed spawn in flight; dropped once its session is in the table
+/// (or the spawn failed).
+pub struct Launch<'a> {
+    launches: &'a Launches,
+    number: u64,
+}
+
+impl Launches {
+    fn state(&self) -> std::sync::MutexGuard<'_, (u64, std::collections::BTreeSet<u64>)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn begin(&self) -> Launch<'_> {
+        let mut state = self.state();
+        let number = state.0;
+        state.0 += 1;
+        state.1.insert(number);
+        Launch {
+            launches: self,
+            number,
+        }
+    }
+
+    /// Whether a sandboxed spawn is in flight.
+    pub fn any(&self) -> bool {
+        !self.state().1.is_empty()
+    }
+
+    /// Waits until every launch begun before this call is done; false
+    /// when `limit` passed first.
+    pub async fn settled(&self, limit: std::time::Duration) -> bool {
+        let before = self.state().0;
+        let done = async {
+            loop {
+                let changed = self.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if self.state().1.first().is_none_or(|first| *first >= before) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(limit, done).await.is_ok()
+    }
+}
+
+impl Drop for Launch<'_> {
+    fn drop(&mut self) {
+        self.launches.state().1.remove(&self.number);
+        self.launches.changed.notify_waiters();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -101,6 +101,71 @@ async fn a_session_is_dated_from_its_fork_not_from_its_setup() {
     );
 }
 
+/// Kills the processes marked with its variable when dropped: what a
+/// failed assertion would leave of a spawn still in flight.
+struct KillMarked(String);
+
+impl Drop for KillMarked {
+    fn drop(&mut self) {
+        for pid in marked_pids(&self.0) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_child_is_known_as_one_before_its_session_is_listed() {
+    // Its command runs from the fork, and may connect to procd while the
+    // daemon, loaded, has not put its session in the table yet. A
+    // connection looked at then must still be told it is the sandbox's.
+    let dir = tempfile::tempdir().unwrap();
+    let registry = plain_registry(dir.path());
+    registry.inject(procd_core::InjectedFailures {
+        slow_setup: Duration::from_secs(5),
+        ..Default::default()
+    });
+    let tag = format!("SANDBOX_RACE={}", std::process::id());
+    let _cleanup = KillMarked(tag.clone());
+    let (key, value) = tag.split_once('=').unwrap();
+    let params: SpawnParams = serde_json::from_value(serde_json::json!({
+        "command": "exec sleep 300",
+        "env": {key: value},
+        "sandbox": {"network": "all"},
+        "yield_ms": 0,
+    }))
+    .unwrap();
+    let spawning = tokio::spawn({
+        let registry = registry.clone();
+        async move { registry.spawn(params).await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let child = loop {
+        if let Some(pid) = marked_pids(&tag).first() {
+            break *pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "the child never ran");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(registry.counts(), (0, 0), "the spawn is still being set up");
+    // What a connection from the child meets (procd-server's peer.rs).
+    assert!(registry.has_sandboxed(), "a sandboxed spawn is in flight");
+    assert!(
+        registry
+            .sandbox_launches
+            .settled(Duration::from_secs(30))
+            .await
+    );
+    let id = spawning.await.unwrap().unwrap().session_id;
+    assert_eq!(registry.sandboxed_session_of(child), Some(id));
+    assert_eq!(
+        registry.kill_all(Default::default(), &[], None).await.ok(),
+        Some(1)
+    );
+}
+
 #[tokio::test]
 async fn a_recycled_pid_is_never_signalled() {
     // R26: the recorded start time differs from the live process's.

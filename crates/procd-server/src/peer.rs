@@ -20,6 +20,10 @@ pub async fn refusal(
     registry: Option<&Arc<Registry>>,
 ) -> Option<String> {
     let registry = registry.filter(|r| r.has_sandboxed())?.clone();
+    // A sandboxed child can connect before its session is in the table.
+    if !registry.sandbox_launches.settled(LAUNCH_WAIT).await {
+        return Some(refused(UNKNOWN));
+    }
     // The kernel's pidfd of the peer as it connected: unlike the pid, it
     // cannot come to name another process. None before Linux 6.5, which
     // lacks the option, when the pid alone is looked at. Any other error
@@ -47,6 +51,11 @@ pub async fn refusal(
         _ => Some(refused(UNKNOWN)),
     }
 }
+
+/// How long a connection waits for the sandboxed spawns begun before it
+/// to have their sessions in the table; past it, it is refused. A spawn
+/// takes milliseconds; a loaded machine, seconds.
+const LAUNCH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 const UNKNOWN: &str =
     "permission denied: the connecting process could not be told apart from a sandboxed session's";

@@ -237,6 +237,11 @@ impl Registry {
             None => None,
         };
         let mut spec = spec;
+        // Held until the session is in the table (`sandbox::Launches`).
+        let _launch = spec
+            .sandbox
+            .is_some()
+            .then(|| self.sandbox_launches.begin());
         let started = match self.launch(&id, &mut spec, &env, &argv).await {
             Ok(started) => started,
             Err(e) => {
