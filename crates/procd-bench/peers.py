@@ -135,6 +135,22 @@ def rss_kib(pids):
     return total
 
 
+def pss_kib(pids):
+    """The proportional set size: each shared page counted once in all,
+    split among the processes that map it. procd's daemon and keeper run
+    one binary, whose pages RSS counts twice; PSS once."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
 def cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -643,6 +659,10 @@ def cli_figures(peer_class):
                round(rss_kib(peer.manager_pids()) / 1024, 1), name, "lower",
                "procd: daemon and keeper; " + {"pueue": "pueued", "pm2": "the pm2 daemon (God)",
                                                "supervisor": "supervisord"}[name])
+        figure("idle manager PSS", "MiB", round(pss_kib(procd.manager_pids()) / 1024, 1),
+               round(pss_kib(peer.manager_pids()) / 1024, 1), name, "lower",
+               "smaps_rollup's Pss: shared pages split among the processes that map them, "
+               "so the binary procd's daemon and keeper share counts once")
         gone, left = {procd.name: [], name: []}, {procd.name: 0, name: 0}
         for r in range(KILL_ROUNDS):
             for m in (pair if r % 2 == 0 else pair[::-1]):
