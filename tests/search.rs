@@ -302,8 +302,17 @@ fn search_over_a_gigabyte_is_grep_exact_bounded_and_survives_a_kill() {
         "for i in $(seq 128); do cat {}; done",
         chunk.display()
     ));
+    // Taking in 1 GiB can outlast a Conn's 60 s read timeout on a loaded
+    // machine (the debug build, the whole suite beside it): this wait's
+    // connection waits as long as the wait does.
+    let stream = std::os::unix::net::UnixStream::connect(d.socket()).expect("connect");
+    let mut waiting = Conn::from_stream(stream.try_clone().expect("clone"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(660)))
+        .expect("timeout");
     let long = json!({"session_id": id, "timeout_s": 600});
-    assert_eq!(d.ok("wait", long)["status"], "exited");
+    let waited = waiting.call("wait", long);
+    assert_eq!(waited["result"]["status"], "exited", "{waited}");
     let log = d.state_dir().join(format!("logs/{id}.log"));
     let size = std::fs::metadata(&log).expect("log").len();
     assert!(size >= 1 << 30, "1 GiB of log: {size}");
