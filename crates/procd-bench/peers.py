@@ -91,6 +91,26 @@ def end(pids):
             pass
 
 
+def homed(homes):
+    """Live pids whose HOME is one of `homes`: what this run started,
+    through a peer too (supervisord restarts a program the kill test
+    SIGKILLed, and a stopped one's children outlive it: both are left
+    when supervisord goes)."""
+    wanted = {f"HOME={h}".encode() for h in homes}
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if wanted.intersection(env):
+            found.append(int(pid))
+    return found
+
+
 def new_marker():
     return f"{3000 + random.randrange(1000)}.{random.randrange(10**6):06d}"
 
@@ -852,6 +872,7 @@ def main():
         if only in ("", "codex"):
             codex_figures()
     finally:
+        end(homed(HOMES))
         for h in HOMES:
             shutil.rmtree(h, ignore_errors=True)
     print(json.dumps(FIGURES))
