@@ -22,10 +22,7 @@ use crate::redact::Redactor;
 use crate::scope::Scopes;
 use crate::session::Session;
 use crate::Config;
-use procd_proto::{
-    CloseTerminalResult, DrainResult, Event, HasActiveResult, ListFilter, ListResult,
-    MaxActiveAgeS, SnapshotResult,
-};
+use procd_proto::{CloseTerminalResult, DrainResult, Event};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -36,6 +33,7 @@ mod checks;
 mod exit;
 mod handover;
 mod launch;
+mod listing;
 mod names;
 mod onchange;
 mod ports;
@@ -55,12 +53,12 @@ mod wait_any;
 mod yields;
 
 pub use checks::MAX_META_BYTES;
+pub use listing::ListPage;
 pub use search::SearchAsk;
 pub use termination::{normalize_id, Whose};
 pub use wait_any::{WaitAnyAsk, MAX_WAIT_ANY_SESSIONS};
 
 pub(crate) use checks::check_command;
-use present::process_entry;
 pub use spawn::launch_script;
 
 /// Largest command text accepted (bytes).
@@ -140,21 +138,6 @@ impl RegistryOptions {
             keeper: None,
         }
     }
-}
-
-/// One page of `list`: at most `limit` entries, starting after the entry
-/// `after` names (a session or a queued spawn's id, as `next_after` gave).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ListPage<'a> {
-    pub limit: Option<usize>,
-    pub after: Option<&'a str>,
-}
-
-/// An entry `list` shows, before its (costlier) `ProcessEntry` is built;
-/// with whether only its session key listed it.
-enum Listed<'a> {
-    Session(&'a Session, bool),
-    Queued(&'a crate::queue::Queued, bool),
 }
 
 /// Failures a real system cannot produce on demand, injected by tests
@@ -464,171 +447,6 @@ impl Registry {
             _ => s.tree().holds(pid, &self.procfs),
         };
         sandboxed.iter().find(|s| holds(s)).map(|s| s.id.clone())
-    }
-
-    // ----- listing -----------------------------------------------------------
-
-    /// `owner`: only the sessions spawned with that lease token. Entries
-    /// come in start order (ties by id), then the queued spawns in queue
-    /// order; `page` cuts one page out of that order, and only the page's
-    /// entries are built.
-    pub fn list(
-        &self,
-        task_id: Option<&str>,
-        session_key: Option<&str>,
-        filter: ListFilter,
-        owner: Option<&str>,
-        page: ListPage<'_>,
-    ) -> Result<ListResult, Error> {
-        // Whether a session with these fields is listed, and if so whether
-        // only by its session key (`session_scoped`).
-        let listed =
-            |their_task: Option<&str>, their_key: Option<&str>, their_owner: Option<&str>| {
-                if owner.is_some_and(|o| their_owner != Some(o)) {
-                    return None;
-                }
-                let own_task = task_id.is_none_or(|t| their_task == Some(t));
-                let same_key = session_key.is_some_and(|k| their_key == Some(k));
-                let (shown, scoped) = match (task_id, session_key) {
-                    (None, None) => (true, false),
-                    (None, Some(_)) => (same_key, false),
-                    (Some(_), None) => (own_task, false),
-                    (Some(_), Some(_)) => (own_task || same_key, !own_task && same_key),
-                };
-                shown.then_some(scoped)
-            };
-        let sessions = self.all_sessions();
-        let queued = self.queues.all();
-        // The cursor is found among every entry, not only the listed ones:
-        // the session it names may have exited (or started) since the last
-        // page, and the walk goes on from where it stood.
-        let (first_session, first_queued) = match page.after {
-            None => (0, 0),
-            Some(after) => {
-                if let Some(i) = sessions.iter().position(|s| s.id == after) {
-                    (i + 1, 0)
-                } else if let Some(i) = queued.iter().position(|e| e.id == after) {
-                    (sessions.len(), i + 1)
-                } else {
-                    return Err(Error::NotFound(format!(
-                        "after: no session {after:?} (it was removed since the last page): \
-                         list again without after"
-                    )));
-                }
-            }
-        };
-        let shown_sessions = sessions[first_session..]
-            .iter()
-            .filter(|s| match filter {
-                ListFilter::All => true,
-                ListFilter::Running => s.is_running(),
-                ListFilter::Exited => !s.is_running(),
-            })
-            .filter_map(|s| {
-                let spec = &s.spec;
-                let scoped = listed(
-                    spec.task_id.as_deref(),
-                    spec.session_key.as_deref(),
-                    spec.owner.as_deref(),
-                )?;
-                Some(Listed::Session(s, scoped))
-            });
-        // A queued spawn has neither run nor exited: only "all" shows it.
-        let shown_queued = queued[first_queued..]
-            .iter()
-            .filter(|_| filter == ListFilter::All)
-            .filter_map(|e| {
-                let p = e.params();
-                let scoped = listed(
-                    p.task_id.as_deref(),
-                    p.session_key.as_deref(),
-                    p.owner.as_deref(),
-                )?;
-                Some(Listed::Queued(e, scoped))
-            });
-        let limit = page.limit.unwrap_or(usize::MAX);
-        let mut processes = Vec::new();
-        let mut more = false;
-        for item in shown_sessions.chain(shown_queued) {
-            if processes.len() == limit {
-                more = true;
-                break;
-            }
-            processes.push(match item {
-                Listed::Session(s, scoped) => process_entry(&self.redactor, s, scoped),
-                Listed::Queued(e, scoped) => self.queued_entry(e, scoped),
-            });
-        }
-        let next_after = if more {
-            processes.last().map(|e| e.session_id.clone())
-        } else {
-            None
-        };
-        Ok(ListResult {
-            processes,
-            next_after,
-        })
-    }
-
-    pub fn has_active(
-        &self,
-        task_id: Option<&str>,
-        session_key: Option<&str>,
-        max_active_age: Option<MaxActiveAgeS>,
-        owner: Option<&str>,
-    ) -> HasActiveResult {
-        let max_age = max_active_age.map(MaxActiveAgeS::duration);
-        let count = self
-            .all_sessions()
-            .into_iter()
-            .filter(|s| s.is_running())
-            .filter(|s| owner.is_none_or(|o| s.spec.owner.as_deref() == Some(o)))
-            .filter(|s| match (task_id, session_key) {
-                (None, None) => true,
-                (t, k) => {
-                    t.is_some_and(|t| s.spec.task_id.as_deref() == Some(t))
-                        || k.is_some_and(|k| s.spec.session_key.as_deref() == Some(k))
-                }
-            })
-            .filter(|s| max_age.is_none_or(|age| s.started_instant.elapsed() <= age))
-            .count() as u32;
-        // A queued spawn is active: it will run.
-        let whose = termination::Whose {
-            owner,
-            ..Default::default()
-        };
-        let queued = self
-            .queues
-            .all()
-            .iter()
-            .filter(|e| {
-                let p = e.params();
-                whose.holds_fields(None, None, p.owner.as_deref())
-                    && match (task_id, session_key) {
-                        (None, None) => true,
-                        (t, k) => {
-                            t.is_some_and(|t| p.task_id.as_deref() == Some(t))
-                                || k.is_some_and(|k| p.session_key.as_deref() == Some(k))
-                        }
-                    }
-            })
-            .count() as u32;
-        let count = count + queued;
-        HasActiveResult {
-            active: count > 0,
-            count,
-        }
-    }
-
-    pub fn snapshot_running(&self, task_id: &str) -> SnapshotResult {
-        SnapshotResult {
-            session_ids: self
-                .all_sessions()
-                .into_iter()
-                .filter(|s| s.is_running() && s.spec.task_id.as_deref() == Some(task_id))
-                .map(|s| s.id.clone())
-                .collect(),
-        }
     }
 
     /// A UI drops its view of a session: an event to UI subscribers; the

@@ -14,8 +14,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod seen;
 mod spec;
 mod supervise;
+
+use seen::Seen;
 
 pub use spec::{Launch, NextRun, Restarts, SessionSpec};
 pub use supervise::{supervise, supervise_detached, Supervision};
@@ -178,45 +181,6 @@ pub struct Asks {
 /// How long a session must be quiet, blocked on its input, before it
 /// counts as waiting for input (docs/agents.md).
 pub const INPUT_QUIET: Duration = Duration::from_millis(250);
-
-/// What is known of a session's tree and input, changed together.
-#[derive(Default)]
-struct Seen {
-    /// Ports and resources of its tree, and whether a process was blocked
-    /// reading its input, as last observed (by the monitor or a yield).
-    observed: crate::observe::Observation,
-    /// When input was last written: an observation from before says
-    /// nothing about whether it is waiting again.
-    last_input: Option<Instant>,
-    /// The output end when `input_wanted` was last sent: one event per
-    /// episode (cleared when the session is seen not waiting).
-    input_wanted_at: Option<u64>,
-    /// Files under its cwd changed since it started (`stale.rs`).
-    stale: Option<crate::stale::Stale>,
-    /// When `observed.resources` were read: by the monitor's tick, or
-    /// since by a poll (`set_resources`).
-    resources_read: Option<Instant>,
-}
-
-impl Seen {
-    /// How long nothing has happened, given how long output has been quiet.
-    fn idle_for(&self, output_quiet: Duration) -> Duration {
-        match self.last_input {
-            Some(at) => output_quiet.min(at.elapsed()),
-            None => output_quiet,
-        }
-    }
-
-    /// Observations have seen a process blocked reading its input for
-    /// `INPUT_QUIET`, with nothing happening (`idle`) since they began.
-    fn blocked_reading(&self, idle: Duration) -> bool {
-        self.observed.reading_input
-            && self
-                .observed
-                .reading_since
-                .is_some_and(|since| since.elapsed() >= INPUT_QUIET && idle >= since.elapsed())
-    }
-}
 
 /// When a session's root started, on both clocks. A spawn reads it just
 /// before the fork, so that nothing the process does (a line, a port, its

@@ -7,6 +7,7 @@ mod events;
 mod queue;
 mod shell;
 mod spawn;
+mod testrun;
 
 pub use events::{About, DrainResult, Event, StreamedEvent};
 pub use queue::QueueInfo;
@@ -19,6 +20,7 @@ pub use spawn::{
     RestartPolicy, RestartSpec, SandboxInfo, SandboxProfile, SandboxRules, SandboxSpec,
     SpawnParams, WatchSpec,
 };
+pub use testrun::{TestFailure, TestSummary};
 
 use serde::{Deserialize, Serialize};
 
@@ -467,45 +469,6 @@ pub struct ProcessEntry {
     pub queue: Option<QueueInfo>,
 }
 
-/// What a recognised test runner said of its run (docs/agents.md, "Test
-/// runs"): in `poll`, `wait` and the completion event. While the run goes
-/// on the counts are its per-test lines so far; `finished` turns true when
-/// the runner's own totals were read, and then the counts are those. A run
-/// whose output procd cannot follow to its totals gets no summary at all,
-/// never a wrong one.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TestSummary {
-    /// "cargo test", "nextest", "pytest", "jest", "vitest", "node --test",
-    /// "go test" or "junit".
-    pub runner: String,
-    pub passed: u64,
-    /// Failed, errored and timed-out tests.
-    pub failed: u64,
-    /// Skipped, ignored, todo and expected-to-fail tests.
-    pub skipped: u64,
-    /// Seconds, as the runner reports it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration: Option<f64>,
-    pub finished: bool,
-    /// The failures, in the order they were reported (at most 50).
-    pub failures: Vec<TestFailure>,
-}
-
-/// One failed test.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TestFailure {
-    pub name: String,
-    /// What it said, ANSI stripped, redacted, at most 20 lines and 2000
-    /// characters ("" when the runner printed nothing procd could tie to it).
-    pub message: String,
-    /// Where, as the runner says it ("src/lib.rs:10:5").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub location: Option<String>,
-    /// The log cursor of its report, to `read` from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cursor: Option<u64>,
-}
-
 /// A running session's files changed after it started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StaleInfo {
@@ -552,7 +515,8 @@ pub struct Activity {
     pub prompt: Option<String>,
 }
 
-/// Resources of a session's live tree, as the monitor last saw them.
+/// Resources of a session's live tree, as last read (the monitor's tick;
+/// a poll of a session with a cgroup reads them again past 100 ms).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Resources {
     /// Live processes in the tree.
@@ -566,8 +530,7 @@ pub struct Resources {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ListResult {
     pub processes: Vec<ProcessEntry>,
-    /// With `limit`, when more entries follow this page: the `after` that
-    /// asks for the next one (the last entry's id). Absent on the last page.
+    /// With `limit`, while more follow: the `after` of the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,
 }
