@@ -117,22 +117,11 @@ fn a_queue_runs_two_at_a_time_in_order_and_a_killed_one_never_starts() {
     assert_eq!(running.as_array().map(Vec::len), Some(2), "{running}");
     // Paged, the queued ones follow the sessions, and a queued id is a
     // cursor like any other.
-    let page_ids = |page: &Value| -> Vec<String> {
-        page["processes"]
-            .as_array()
-            .map(|ps| {
-                ps.iter()
-                    .filter_map(|p| p["session_id"].as_str())
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let mut walked = Vec::new();
     let mut after = Value::Null;
     loop {
         let page = d.ok("list", json!({"limit": 2, "after": after}));
-        walked.push(page_ids(&page));
+        walked.push(listed_ids(&page));
         match page.get("next_after") {
             Some(next) => after = next.clone(),
             None => break,

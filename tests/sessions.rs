@@ -354,14 +354,7 @@ fn list_filters_by_task_and_session_key() {
     let a = d.spawn_with(json!({"command": "sleep 30", "task_id": "t1", "session_key": "k"}));
     let b = d.spawn_with(json!({"command": "sleep 30", "task_id": "t2", "session_key": "k"}));
     let c = d.spawn_with(json!({"command": "sleep 30", "task_id": "t3", "session_key": "other"}));
-    let ids = |v: &Value| -> Vec<String> {
-        v["processes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["session_id"].as_str().unwrap().to_string())
-            .collect()
-    };
+    let ids = listed_ids;
     let only = d.ok("list", json!({"task_id": "t1"}));
     assert_eq!(ids(&only), vec![a.clone()]);
     let scoped = d.ok("list", json!({"task_id": "t1", "session_key": "k"}));
@@ -399,14 +392,7 @@ fn list_filters_by_task_and_session_key() {
 fn list_pages_walk_every_session_once_while_they_exit() {
     let d = Daemon::start();
     let spawned: Vec<String> = (0..7).map(|_| d.spawn("sleep 30")).collect();
-    let ids = |v: &Value| -> Vec<String> {
-        v["processes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["session_id"].as_str().unwrap().to_string())
-            .collect()
-    };
+    let ids = listed_ids;
     let whole = ids(&d.ok("list", json!({})));
     assert_eq!(whole, spawned, "list is in start order");
 

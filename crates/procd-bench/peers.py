@@ -142,33 +142,29 @@ def wait_for(cond, limit=20.0):
     raise RuntimeError("timed out waiting")
 
 
-def rss_kib(pids):
+def kib_summed(pids, path, field):
+    """`field` (in kB) of /proc/PID/`path`, summed over `pids`."""
     total = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/status") as f:
+            with open(f"/proc/{pid}/{path}") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field):
                         total += int(line.split()[1])
         except OSError:
             pass
     return total
+
+
+def rss_kib(pids):
+    return kib_summed(pids, "status", "VmRSS:")
 
 
 def pss_kib(pids):
     """The proportional set size: each shared page counted once in all,
     split among the processes that map it. procd's daemon and keeper run
     one binary, whose pages RSS counts twice; PSS once."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    return kib_summed(pids, "smaps_rollup", "Pss:")
 
 
 def cmdline(pid):

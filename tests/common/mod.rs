@@ -1053,3 +1053,16 @@ pub fn all_threads_stopped(pid: i32) -> bool {
         })
     })
 }
+
+/// The session ids of a `list` answer, in its order.
+pub fn listed_ids(list: &Value) -> Vec<String> {
+    list["processes"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .filter_map(|p| p["session_id"].as_str())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}

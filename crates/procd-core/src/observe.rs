@@ -2,8 +2,11 @@
 //! listens on, the resources it uses, and whether one of its processes is
 //! blocked reading the session's input. Taken by the monitor once a tick
 //! for every running session with one /proc scan (off the event loop), and
-//! kept on the session, so a `poll` only reads the last observation; a
-//! yield that waits on a quiet session takes its own (`Registry::probe`).
+//! kept on the session. A `poll` of a session with a cgroup reads its
+//! resources again when the last read is over 100 ms old
+//! (`resources_now`: a few reads of kernel memory, on the event loop,
+//! at most 256 members); a yield that waits on a quiet session takes its
+//! own observation (`Registry::probe`).
 
 use crate::kill::{KillPlan, TreeSpec};
 use crate::procfs::ProcFs;

@@ -1,7 +1,6 @@
 //! Listing sessions: `list` (paged), `has_active`, `snapshot_running`.
 
 use super::present::process_entry;
-use super::termination;
 use super::Registry;
 use crate::error::Error;
 use crate::queue::Queued;
@@ -93,39 +92,35 @@ impl Registry {
         owner: Option<&str>,
     ) -> HasActiveResult {
         let max_age = max_active_age.map(MaxActiveAgeS::duration);
+        // Asked for by task or key (either), and owner; the same rule for
+        // a session and for a queued spawn.
+        let asked = |their_task: &Option<String>,
+                     their_key: &Option<String>,
+                     their_owner: &Option<String>| {
+            owner.is_none_or(|o| their_owner.as_deref() == Some(o))
+                && match (task_id, session_key) {
+                    (None, None) => true,
+                    (t, k) => {
+                        t.is_some_and(|t| their_task.as_deref() == Some(t))
+                            || k.is_some_and(|k| their_key.as_deref() == Some(k))
+                    }
+                }
+        };
         let count = self
             .all_sessions()
             .into_iter()
             .filter(|s| s.is_running())
-            .filter(|s| owner.is_none_or(|o| s.spec.owner.as_deref() == Some(o)))
-            .filter(|s| match (task_id, session_key) {
-                (None, None) => true,
-                (t, k) => {
-                    t.is_some_and(|t| s.spec.task_id.as_deref() == Some(t))
-                        || k.is_some_and(|k| s.spec.session_key.as_deref() == Some(k))
-                }
-            })
+            .filter(|s| asked(&s.spec.task_id, &s.spec.session_key, &s.spec.owner))
             .filter(|s| max_age.is_none_or(|age| s.started_instant.elapsed() <= age))
             .count() as u32;
         // A queued spawn is active: it will run.
-        let whose = termination::Whose {
-            owner,
-            ..Default::default()
-        };
         let queued = self
             .queues
             .all()
             .iter()
             .filter(|e| {
                 let p = e.params();
-                whose.holds_fields(None, None, p.owner.as_deref())
-                    && match (task_id, session_key) {
-                        (None, None) => true,
-                        (t, k) => {
-                            t.is_some_and(|t| p.task_id.as_deref() == Some(t))
-                                || k.is_some_and(|k| p.session_key.as_deref() == Some(k))
-                        }
-                    }
+                asked(&p.task_id, &p.session_key, &p.owner)
             })
             .count() as u32;
         let count = count + queued;
