@@ -412,6 +412,7 @@ const VARYING: &[&str] = &[
     "containment_reason",
     "limits_available",
     "systemd_unit",
+    "instance",
 ];
 
 /// Whether `real` is what `documented` shows: the same keys both ways,

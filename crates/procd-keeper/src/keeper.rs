@@ -114,6 +114,11 @@ struct Keeper {
     stop_requested: bool,
     /// Under systemd: every held descriptor is in its fd store too.
     fd_store: bool,
+    /// Names this procd for clients (`status.instance`): new with every
+    /// keeper that starts afresh (a new container, a reboot), the same
+    /// across its daemons' restarts and its own upgrade in place, so a
+    /// client that reconnects can tell a restart from a replacement.
+    instance: String,
 }
 
 fn say(what: std::fmt::Arguments<'_>) {
@@ -215,6 +220,9 @@ impl Keeper {
             }
         };
         keeper.fd_store = std::env::var_os("NOTIFY_SOCKET").is_some();
+        if keeper.instance.is_empty() {
+            keeper.instance = new_instance();
+        }
         if !upgraded {
             keeper.take_inherited();
         }
@@ -552,6 +560,17 @@ impl Keeper {
     }
 }
 
+/// A new instance id: 16 hex digits from the CSPRNG (or, should that
+/// fail, the pid and the time, which still differ between keepers).
+pub fn new_instance() -> String {
+    procd_sys::random::hex(8).unwrap_or_else(|_| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        format!("{:08x}{:08x}", std::process::id(), now.subsec_nanos())
+    })
+}
+
 /// Raises the soft descriptor limit (the keeper holds a few per session);
 /// returns the original soft limit, which the daemon gets back.
 fn raise_nofile() -> Option<u64> {
@@ -609,6 +628,7 @@ impl Keeper {
             &ToDaemon::Hello {
                 version: wire::VERSION,
                 fd_store: self.fd_store,
+                instance: Some(self.instance.clone()),
             },
             &[],
         )?;

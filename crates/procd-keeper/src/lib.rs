@@ -9,6 +9,6 @@ pub mod keeper;
 pub mod link;
 pub mod wire;
 
-pub use keeper::{run, Launch};
+pub use keeper::{new_instance, run, Launch};
 pub use link::{HandedSession, Handover, Link, Request};
 pub use wire::{Exit, FdKind, EXIT_HANDOVER};

@@ -33,6 +33,8 @@ pub struct Handover {
     /// The listener is systemd's (socket activation of the keeper).
     pub activated: bool,
     pub sessions: Vec<HandedSession>,
+    /// The keeper's instance id (`status.instance`).
+    pub instance: Option<String>,
 }
 
 /// What the keeper asks of the daemon after start.
@@ -126,9 +128,14 @@ impl Link {
                 }
             };
             match msg {
-                ToDaemon::Hello { version, fd_store } if version == wire::VERSION => {
+                ToDaemon::Hello {
+                    version,
+                    fd_store,
+                    instance,
+                } if version == wire::VERSION => {
                     hello = true;
                     self.fd_store.store(fd_store, Ordering::SeqCst);
+                    handover.instance = instance;
                 }
                 ToDaemon::Hello { version, .. } => {
                     return Err(std::io::Error::other(format!(

@@ -104,6 +104,10 @@ pub enum ToDaemon {
         version: u32,
         #[serde(default)]
         fd_store: bool,
+        /// This keeper's instance id (`status.instance`): made when the
+        /// keeper starts, kept across its daemons and its upgrades.
+        #[serde(default)]
+        instance: Option<String>,
     },
     /// The listening socket (attached); `activated`: systemd made it (the
     /// socket file is systemd's, never removed by procd).

@@ -336,7 +336,16 @@ async fn serve(
     };
     let paths = options.paths.clone();
     let activated = listening.activated;
-    let result = serve_claimed(options, listening, signals, keeper, handover.sessions).await;
+    // The keeper's id; a daemon without a keeper is an instance of its own.
+    let instance = handover.instance.unwrap_or_else(procd_keeper::new_instance);
+    let result = serve_claimed(
+        options,
+        listening,
+        signals,
+        (keeper, instance),
+        handover.sessions,
+    )
+    .await;
     if let Ok(procd_keeper::EXIT_HANDOVER) = result {
         // The next daemon takes the socket and the record over.
         return result;
@@ -371,7 +380,7 @@ async fn serve_claimed(
     options: DaemonOptions,
     listening: Listening,
     signals: StopSignals,
-    keeper: Option<Arc<procd_keeper::Link>>,
+    (keeper, instance): (Option<Arc<procd_keeper::Link>>, String),
     handed: Vec<procd_keeper::HandedSession>,
 ) -> Result<i32, StartupError> {
     let std_listener = listening.listener;
@@ -399,19 +408,26 @@ async fn serve_claimed(
     tracing::info!(containment = containment.kind(), reason = %containment.reason(), "containment");
     let tree = containment.cgroups();
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let (daemon, registry) =
-        match assemble(&options, containment, keeper.as_ref(), handed, shutdown).await {
-            Ok(assembled) => assembled,
-            Err(e) => {
-                // A start that fails here leaves no empty instance tree
-                // behind (what a recovered session holds stays: rmdir
-                // keeps a cgroup that is not empty).
-                if let Some(tree) = &tree {
-                    tree.remove();
-                }
-                return Err(e);
+    let (daemon, registry) = match assemble(
+        &options,
+        containment,
+        (keeper.as_ref(), instance),
+        handed,
+        shutdown,
+    )
+    .await
+    {
+        Ok(assembled) => assembled,
+        Err(e) => {
+            // A start that fails here leaves no empty instance tree
+            // behind (what a recovered session holds stays: rmdir
+            // keeps a cgroup that is not empty).
+            if let Some(tree) = &tree {
+                tree.remove();
             }
-        };
+            return Err(e);
+        }
+    };
     daemon.refresh_leases().await;
     signals.forward_to(daemon.clone());
     let monitor = tokio::spawn(monitor(
@@ -434,7 +450,7 @@ async fn serve_claimed(
 async fn assemble(
     options: &DaemonOptions,
     containment: procd_core::containment::Containment,
-    keeper: Option<&Arc<procd_keeper::Link>>,
+    (keeper, instance): (Option<&Arc<procd_keeper::Link>>, String),
     handed: Vec<procd_keeper::HandedSession>,
     shutdown: watch::Sender<bool>,
 ) -> Result<(Arc<Daemon>, Arc<Registry>), StartupError> {
@@ -451,7 +467,13 @@ async fn assemble(
     let shells =
         procd_core::shell::Shells::new(registry.clone(), options.paths.state_dir.join("shells"));
     shells.recover().await;
-    let daemon = Daemon::new(options, registry.clone(), shells, containment, shutdown)?;
+    let daemon = Daemon::new(
+        options,
+        registry.clone(),
+        shells,
+        (containment, instance),
+        shutdown,
+    )?;
     if let Some(keeper) = keeper {
         listen_to_keeper(keeper, daemon.clone())?;
     }
@@ -496,7 +518,7 @@ impl Daemon {
         options: &DaemonOptions,
         registry: Arc<Registry>,
         shells: Arc<procd_core::shell::Shells>,
-        containment: procd_core::containment::Containment,
+        (containment, instance): (procd_core::containment::Containment, String),
         shutdown: watch::Sender<bool>,
     ) -> Result<Arc<Daemon>, StartupError> {
         Ok(Arc::new(Daemon {
@@ -519,6 +541,7 @@ impl Daemon {
             containment,
             systemd_unit: procd_core::scope::started_by_unit()
                 .then(|| procd_sys::cgroup::PROCD_UNIT.to_string()),
+            instance,
         }))
     }
 }

@@ -49,6 +49,8 @@ pub struct Daemon {
     pub(crate) containment: procd_core::containment::Containment,
     /// The systemd unit procd runs as, if systemd started it.
     pub(crate) systemd_unit: Option<String>,
+    /// `status.instance`: the keeper's id (docs/cluster.md).
+    pub(crate) instance: String,
 }
 
 impl Daemon {
@@ -133,6 +135,7 @@ impl Daemon {
                 .map(|(c, v)| (c.name().to_string(), v.to_string()))
                 .collect(),
             systemd_unit: self.systemd_unit.clone(),
+            instance: self.instance.clone(),
         }
     }
 }

@@ -210,11 +210,12 @@ pub fn status(r: &StatusResult) -> String {
         .map(|u| format!(", systemd unit {u}"))
         .unwrap_or_default();
     format!(
-        "procd {} running (pid {}, {} {}{unit}), up {:.0}s\nsessions: {} running, {} finished\nsocket: {}\ncontainment: {} ({})",
+        "procd {} running (pid {}, {} {}{unit}, instance {}), up {:.0}s\nsessions: {} running, {} finished\nsocket: {}\ncontainment: {} ({})",
         r.version,
         r.pid,
         r.launch_mode,
         r.lifetime,
+        r.instance,
         r.uptime_seconds,
         r.running,
         r.finished,

@@ -25,6 +25,8 @@ struct Carried {
     /// The descriptor limit daemons get back.
     nofile: Option<u64>,
     sessions: Vec<CarriedSession>,
+    #[serde(default)]
+    instance: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -97,6 +99,7 @@ impl Keeper {
             activated: self.activated,
             ready_told: self.ready_told,
             nofile,
+            instance: self.instance.clone(),
             sessions: self
                 .sessions
                 .iter()
@@ -193,6 +196,7 @@ impl Keeper {
             listener: carried.listener.map(&mut adopt).transpose()?,
             activated: carried.activated,
             ready_told: carried.ready_told,
+            instance: carried.instance,
             ..Keeper::default()
         };
         for s in carried.sessions {

@@ -581,6 +581,11 @@ pub struct StatusResult {
     /// systemd did not start it.
     #[serde(default)]
     pub systemd_unit: Option<String>,
+    /// Which procd this is: the same across its daemon's restarts (the
+    /// sessions survive them), new when procd starts afresh (a new
+    /// container or machine: the sessions of the one before are gone).
+    #[serde(default)]
+    pub instance: String,
 }
 
 /// One ongoing fault: what fails, the last error, since when.
