@@ -1128,3 +1128,58 @@ fn recovery_never_drops_the_first_client() {
         d.ok("kill", json!({"session_id": kept}));
     }
 }
+
+/// A follower rides through its daemon's restart (the keeper's next
+/// daemon: the same instance), and is told, rather than moved over in
+/// silence, when it reconnects to another procd: keeper and daemon
+/// crashed and a new `procd daemon` started afresh (docs/cluster.md).
+#[test]
+fn a_follower_rides_through_a_restart_and_is_told_of_another_procd() {
+    let mut d = Daemon::start();
+    let id = d.spawn("echo first; exec cat");
+    let instance = d.ok("status", json!({}))["instance"].clone();
+    let mut follower = Command::new(BIN)
+        .arg("--home")
+        .arg(d.home.path())
+        .env("HOME", d.home.path())
+        .args(["logs", "-f", &id])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("logs -f");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        follower.stdout.take().expect("stdout"),
+    ));
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("first"));
+
+    d.kill_daemon();
+    assert_eq!(d.ok("status", json!({}))["instance"], instance);
+    d.ok(
+        "submit_stdin",
+        json!({"session_id": id, "data": "second\n"}),
+    );
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("second"),
+        "the follower rode through the restart"
+    );
+
+    d.crash();
+    d.restart();
+    let now = d.ok("status", json!({}))["instance"].clone();
+    assert_ne!(now, instance, "a keeper started afresh is another instance");
+    drop(lines);
+    let out = output_within(follower, "logs -f across another procd");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        said.contains(&format!(
+            "is another procd now (instance {}; it was {})",
+            now.as_str().unwrap_or_default(),
+            instance.as_str().unwrap_or_default()
+        )),
+        "{said}"
+    );
+    d.ok("kill", json!({"session_id": id}));
+}

@@ -19,7 +19,7 @@ use tokio::net::UnixStream;
 mod remote;
 
 pub use procd_proto::{ProcdApiClient, SpawnParams};
-pub use remote::Host;
+pub use remote::{is_gone, Host};
 
 /// `spawn` (the one method outside `ProcdApiClient`: its params are one
 /// struct). Build them with `SpawnParams { command, ..Default::default() }`.
@@ -68,7 +68,7 @@ impl TransportReceiverT for LineReceiver {
         match self.lines.next_line().await? {
             Some(line) => Ok(ReceivedMessage::Text(line)),
             None => Err(match &mut self.transport {
-                Some((t, host)) => io::Error::other(t.why_ended(host).await),
+                Some((t, host)) => t.why_ended(host).await,
                 None => io::Error::new(io::ErrorKind::UnexpectedEof, "procd closed the connection"),
             }),
         }
@@ -234,7 +234,7 @@ pub async fn connect_host(host: &Host) -> io::Result<Client> {
     };
     let line = match answer {
         Ok(Ok(Some(line))) => line,
-        Ok(_) => return Err(io::Error::other(t.why_ended(host).await)),
+        Ok(_) => return Err(t.why_ended(host).await),
         Err(_) => {
             return Err(io::Error::other(format!(
                 "{} did not answer within {HELLO_TIMEOUT:?}",
@@ -364,9 +364,18 @@ pub fn is_disconnect(err: &jsonrpsee::core::client::Error) -> bool {
 /// client, connecting anew (for up to `RECONNECT_FOR`) once the old one is
 /// closed; a caller whose call failed with `is_disconnect` calls `get`
 /// and repeats it (from its cursor, for reads).
+///
+/// A reconnection must reach the same procd: `status.instance` is learnt
+/// on the first `call`, and a connection that finds another instance (a
+/// sandbox its orchestrator replaced, a machine rebooted) is refused with
+/// an error that says so, as is a sandbox that is gone (`is_gone`),
+/// at once rather than after `RECONNECT_FOR`.
 pub struct Reconnecting {
     endpoint: Endpoint,
     current: tokio::sync::Mutex<std::sync::Arc<Client>>,
+    /// The instance first reached; None until learnt (or from a daemon
+    /// too old to say).
+    instance: std::sync::Mutex<Option<String>>,
 }
 
 /// Where a client connects: this machine's socket, or `--host`.
@@ -377,6 +386,14 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// How errors name it.
+    pub fn describe(&self) -> String {
+        match self {
+            Endpoint::Socket(socket) => socket.display().to_string(),
+            Endpoint::Host(host) => host.describe(),
+        }
+    }
+
     pub async fn connect(&self) -> io::Result<Client> {
         match self {
             Endpoint::Socket(socket) => connect(socket).await,
@@ -395,7 +412,21 @@ impl Reconnecting {
         Reconnecting {
             endpoint,
             current: tokio::sync::Mutex::new(client),
+            instance: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The instance of the procd `client` reaches; None when it cannot say.
+    async fn instance_of(client: &Client) -> Option<String> {
+        let status = client.status().await.ok()?;
+        (!status.instance.is_empty()).then_some(status.instance)
+    }
+
+    fn known_instance(&self) -> Option<String> {
+        self.instance
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The current client, connected or not (a call on a closed one fails
@@ -414,13 +445,24 @@ impl Reconnecting {
         F: FnMut(std::sync::Arc<Client>) -> Fut,
         Fut: std::future::Future<Output = Result<T, jsonrpsee::core::client::Error>>,
     {
+        if self.known_instance().is_none() {
+            let seen = Reconnecting::instance_of(&*self.last().await).await;
+            *self.instance.lock().unwrap_or_else(|e| e.into_inner()) = seen;
+        }
         let mut gone_since = None;
         loop {
             match call(self.last().await).await {
                 Err(e) if is_disconnect(&e) => {
                     let since = *gone_since.get_or_insert_with(tokio::time::Instant::now);
-                    if since.elapsed() > RECONNECT_FOR || self.get().await.is_err() {
+                    if since.elapsed() > RECONNECT_FOR {
                         return Err(e);
+                    }
+                    match self.get().await {
+                        Ok(_) => {}
+                        Err(why) if is_gone(&why) => {
+                            return Err(jsonrpsee::core::client::Error::Custom(why.to_string()))
+                        }
+                        Err(_) => return Err(e),
                     }
                 }
                 other => return other,
@@ -433,7 +475,19 @@ impl Reconnecting {
     pub async fn get(&self) -> io::Result<std::sync::Arc<Client>> {
         let mut current = self.current.lock().await;
         if !current.is_connected() {
-            *current = std::sync::Arc::new(reconnect(&self.endpoint).await?);
+            let client = reconnect(&self.endpoint).await?;
+            if let Some(was) = self.known_instance() {
+                match Reconnecting::instance_of(&client).await {
+                    Some(now) if now != was => {
+                        return Err(remote::gone(format!(
+                            "{} is another procd now (instance {now}; it was {was}): it was replaced or restarted afresh, and the sessions of the one before are gone",
+                            self.endpoint.describe()
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+            *current = std::sync::Arc::new(client);
         }
         Ok(current.clone())
     }
@@ -449,7 +503,9 @@ pub async fn reconnect(endpoint: &Endpoint) -> io::Result<Client> {
     loop {
         match endpoint.connect().await {
             Ok(client) => return Ok(client),
-            Err(e) if tokio::time::Instant::now() + pause > deadline => return Err(e),
+            Err(e) if is_gone(&e) || tokio::time::Instant::now() + pause > deadline => {
+                return Err(e)
+            }
             // No event announces a socket that comes back.
             Err(_) => tokio::time::sleep(pause).await,
         }

@@ -2,6 +2,8 @@
 //! command whose stdin and stdout reach a `procd dial-stdio` there — the
 //! system's OpenSSH client for `ssh://`, or any command (`kubectl exec -i
 //! POD -- procd dial-stdio`) — or through another socket (`unix://`).
+//! `docker://` and `kubectl://` name a sandbox (a container, a pod) and
+//! wrap `docker exec -i` and `kubectl exec -i` (docs/cluster.md).
 //! procd never listens on a network port: the transport authenticates.
 
 use std::io;
@@ -23,6 +25,28 @@ pub enum Host {
     /// `--connect 'CMD'`: a shell command whose stdio reaches a
     /// `procd dial-stdio`.
     Command(String),
+    /// `docker://CONTAINER`: `docker exec -i CONTAINER procd dial-stdio`
+    /// (`PROCD_DOCKER` replaces `docker`, e.g. with `-H` for one node).
+    Docker { container: String },
+    /// `kubectl://[NS/]POD[/CONTAINER]`: `kubectl exec -i` into the pod
+    /// (`PROCD_KUBECTL` replaces `kubectl`).
+    Kubectl {
+        namespace: Option<String>,
+        pod: String,
+        container: Option<String>,
+    },
+}
+
+/// Whether `name` can be given to docker or kubectl as one argument: a
+/// container, pod or namespace name (letters, digits, `_.-`), never one
+/// that reads as an option.
+fn sandbox_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && !name.starts_with(['-', '.'])
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
 impl Host {
@@ -36,9 +60,37 @@ impl Host {
                 )),
             };
         }
+        if let Some(name) = url.strip_prefix("docker://") {
+            return match sandbox_name(name) {
+                true => Ok(Host::Docker {
+                    container: name.to_string(),
+                }),
+                false => Err(format!("{url}: not a container name docker can be given")),
+            };
+        }
+        if let Some(path) = url.strip_prefix("kubectl://") {
+            let parts: Vec<&str> = path.split('/').collect();
+            if !parts.iter().all(|p| sandbox_name(p)) {
+                return Err(format!("{url}: not a pod kubectl can be given"));
+            }
+            let owned = |s: &&str| s.to_string();
+            return match parts.as_slice() {
+                [pod] => Ok((None, pod, None)),
+                [ns, pod] => Ok((Some(ns), pod, None)),
+                [ns, pod, c] => Ok((Some(ns), pod, Some(c))),
+                _ => Err(format!(
+                    "{url}: kubectl:// takes [NAMESPACE/]POD[/CONTAINER]"
+                )),
+            }
+            .map(|(namespace, pod, container)| Host::Kubectl {
+                namespace: namespace.map(owned),
+                pod: owned(pod),
+                container: container.map(owned),
+            });
+        }
         let Some(rest) = url.strip_prefix("ssh://") else {
             return Err(format!(
-                "{url}: --host takes ssh://[user@]host[:port] or unix:///path"
+                "{url}: --host takes ssh://[user@]host[:port], docker://CONTAINER, kubectl://[NS/]POD[/CONTAINER] or unix:///path"
             ));
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -81,7 +133,26 @@ impl Host {
             Host::Unix(path) => format!("unix://{}", path.display()),
             Host::Ssh { host, .. } => host.clone(),
             Host::Command(cmd) => format!("`{cmd}`"),
+            Host::Docker { container } => format!("docker://{container}"),
+            Host::Kubectl {
+                namespace,
+                pod,
+                container,
+            } => {
+                let ns = namespace.as_ref().map(|n| format!("{n}/"));
+                let c = container.as_ref().map(|c| format!("/{c}"));
+                format!(
+                    "kubectl://{}{pod}{}",
+                    ns.unwrap_or_default(),
+                    c.unwrap_or_default()
+                )
+            }
         }
+    }
+
+    /// A sandbox that an orchestrator may remove or replace.
+    fn is_sandbox(&self) -> bool {
+        matches!(self, Host::Docker { .. } | Host::Kubectl { .. })
     }
 
     /// The transport command: `ssh … procd dial-stdio` (`PROCD_SSH`, split
@@ -109,6 +180,28 @@ impl Host {
                     )
                     .args(["--", &target, "procd", "dial-stdio"]);
             }
+            Host::Docker { container } => {
+                let docker = std::env::var("PROCD_DOCKER").unwrap_or_else(|_| "docker".into());
+                cmd.args(["-c", &format!("exec {docker} \"$@\""), "sh"])
+                    .args(["exec", "-i", container, "procd", "dial-stdio"]);
+            }
+            Host::Kubectl {
+                namespace,
+                pod,
+                container,
+            } => {
+                let kubectl = std::env::var("PROCD_KUBECTL").unwrap_or_else(|_| "kubectl".into());
+                cmd.args(["-c", &format!("exec {kubectl} \"$@\""), "sh"])
+                    .args(["exec", "-i"]);
+                if let Some(ns) = namespace {
+                    cmd.args(["-n", ns]);
+                }
+                cmd.arg(pod);
+                if let Some(c) = container {
+                    cmd.args(["-c", c]);
+                }
+                cmd.args(["--", "procd", "dial-stdio"]);
+            }
         }
         Some(cmd)
     }
@@ -124,8 +217,9 @@ pub(crate) struct Running {
 
 impl Running {
     /// Why the connection through it ended, once it has exited (waited
-    /// for a moment: its stdout closes just before it does).
-    pub async fn why_ended(&mut self, host: &Host) -> String {
+    /// for a moment: its stdout closes just before it does). A sandbox
+    /// that is gone says so (`is_gone`).
+    pub async fn why_ended(&mut self, host: &Host) -> io::Error {
         let limit = std::time::Duration::from_secs(5);
         let status = tokio::time::timeout(limit, self.child.wait())
             .await
@@ -141,6 +235,31 @@ impl Running {
         };
         explain(host, status, &said)
     }
+}
+
+/// Whether connecting failed because the sandbox `--host` names is gone
+/// (removed, stopped or replaced by its orchestrator): trying again
+/// cannot reach it.
+pub fn is_gone(err: &io::Error) -> bool {
+    err.get_ref().is_some_and(|e| e.is::<Gone>())
+}
+
+/// What `is_gone` recognises: the words of a procd that cannot be reached
+/// again (a removed sandbox, another instance where one was).
+#[derive(Debug)]
+struct Gone(String);
+
+impl std::fmt::Display for Gone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Gone {}
+
+/// An error `is_gone` recognises.
+pub(crate) fn gone(words: String) -> io::Error {
+    io::Error::other(Gone(words))
 }
 
 /// Refuses a daemon of another protocol: one whose version differs from
@@ -229,13 +348,43 @@ pub(crate) fn start(
 }
 
 /// What went wrong with a transport that ended (or never answered), in
-/// words a person can act on, from its exit status and stderr.
+/// words a person can act on, from its exit status and stderr; `gone`
+/// when a sandbox is.
 pub(crate) fn explain(
     host: &Host,
     status: Option<std::process::ExitStatus>,
     stderr: &[u8],
-) -> String {
+) -> io::Error {
     let said = String::from_utf8_lossy(stderr).trim().to_string();
+    let has = |needles: &[&str]| needles.iter().any(|n| said.contains(n));
+    let procd_missing = has(&["executable file not found"]) && said.contains("procd");
+    // docker: "No such container", "Container … is not running"; kubectl:
+    // "(NotFound): pods … not found", "container not found".
+    if host.is_sandbox()
+        && !procd_missing
+        && has(&[
+            "No such container",
+            "is not running",
+            "is restarting",
+            "NotFound",
+            "container not found",
+        ])
+    {
+        return gone(format!(
+            "the sandbox {} is gone (its orchestrator removed or replaced it; its sessions are gone with it): {said}",
+            host.describe()
+        ));
+    }
+    io::Error::other(explain_words(host, status, &said, procd_missing))
+}
+
+fn explain_words(
+    host: &Host,
+    status: Option<std::process::ExitStatus>,
+    said: &str,
+    procd_missing: bool,
+) -> String {
+    let said = said.to_string();
     let name = host.describe();
     let is_ssh = matches!(host, Host::Ssh { .. });
     let has = |needles: &[&str]| needles.iter().any(|n| said.contains(n));
@@ -243,7 +392,8 @@ pub(crate) fn explain(
     if is_ssh && code == Some(127) && !has(&["procd"]) {
         return format!("ssh is not installed here (or PROCD_SSH names a missing program): {said}");
     }
-    if has(&["procd: command not found", "procd: not found"])
+    if procd_missing
+        || has(&["procd: command not found", "procd: not found"])
         || (code == Some(127) && said.contains("procd"))
     {
         return format!("procd is not on {name}'s PATH (install it there): {said}");
@@ -318,8 +468,86 @@ mod tests {
             "ssh://a b",
             "ssh://box$(x)",
             "unix://relative",
+            "docker://",
+            "docker://-it",
+            "docker://a b",
+            "docker://a/b",
+            "kubectl://",
+            "kubectl://ns//pod",
+            "kubectl://a/b/c/d",
+            "kubectl://ns/-n",
+            "kubectl://pod;rm",
         ] {
             assert!(Host::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// The argv a sandbox host runs (after `sh -c 'exec $TOOL "$@"' sh`).
+    fn argv(url: &str) -> Vec<String> {
+        let host = Host::parse(url).expect(url);
+        let cmd = host.command().expect("a transport");
+        cmd.as_std()
+            .get_args()
+            .skip(3)
+            .map(|a| a.to_string_lossy().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn sandbox_hosts_wrap_docker_and_kubectl_exec() {
+        assert_eq!(
+            argv("docker://sbx.1.abc"),
+            ["exec", "-i", "sbx.1.abc", "procd", "dial-stdio"]
+        );
+        assert_eq!(
+            argv("kubectl://agent-42"),
+            ["exec", "-i", "agent-42", "--", "procd", "dial-stdio"]
+        );
+        assert_eq!(
+            argv("kubectl://team/agent-42/procd"),
+            [
+                "exec",
+                "-i",
+                "-n",
+                "team",
+                "agent-42",
+                "-c",
+                "procd",
+                "--",
+                "procd",
+                "dial-stdio"
+            ]
+        );
+        for url in ["docker://sbx.1.abc", "kubectl://team/agent-42/procd"] {
+            assert_eq!(Host::parse(url).expect(url).describe(), url);
+        }
+    }
+
+    #[test]
+    fn a_sandbox_that_is_gone_says_so_and_nothing_else_does() {
+        let docker = Host::parse("docker://sbx").expect("docker");
+        let pod = Host::parse("kubectl://ns/pod").expect("kubectl");
+        for (host, said) in [
+            (&docker, "Error: No such container: sbx"),
+            (
+                &docker,
+                "Error response from daemon: Container 3f2a is not running",
+            ),
+            (&pod, "Error from server (NotFound): pods \"pod\" not found"),
+        ] {
+            let err = explain(host, None, said.as_bytes());
+            assert!(is_gone(&err), "{said}");
+            assert!(err.to_string().contains("is gone"), "{err}");
+        }
+        let missing = "OCI runtime exec failed: exec failed: unable to start container process: exec: \"procd\": executable file not found in $PATH: unknown";
+        for (host, said) in [(&docker, missing), (&docker, "permission denied")] {
+            assert!(!is_gone(&explain(host, None, said.as_bytes())), "{said}");
+        }
+        assert!(explain(&docker, None, missing.as_bytes())
+            .to_string()
+            .contains("procd is not on"));
+        // Words like a gone sandbox's from ssh are ssh's own failure.
+        let ssh = Host::parse("ssh://box").expect("ssh");
+        assert!(!is_gone(&explain(&ssh, None, b"No such container")));
     }
 }

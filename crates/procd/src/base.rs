@@ -53,6 +53,8 @@ pub fn describe(err: &jsonrpsee::core::client::Error) -> String {
     use jsonrpsee::core::client::Error as ClientError;
     match err {
         ClientError::Call(obj) => obj.message().to_string(),
+        // A reconnection's own words (a sandbox gone, another instance).
+        ClientError::Custom(why) => why.clone(),
         // What was asked may have been done before the daemon died (a
         // spawn is recorded before its answer waits): look, don't repeat.
         other if procd_client::is_disconnect(other) => format!(

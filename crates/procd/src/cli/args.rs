@@ -24,7 +24,10 @@ pub struct Cli {
     pub(crate) json: bool,
     /// The procd to talk to, elsewhere: ssh://[user@]host[:port] (through
     /// the system's ssh and `procd dial-stdio` there; PROCD_SSH replaces
-    /// `ssh`) or unix:///path. For client commands and `mcp`.
+    /// `ssh`), docker://CONTAINER (`docker exec -i`; PROCD_DOCKER replaces
+    /// `docker`), kubectl://[NS/]POD[/CONTAINER] (`kubectl exec -i`;
+    /// PROCD_KUBECTL replaces `kubectl`) or unix:///path. For client
+    /// commands and `mcp`.
     #[arg(long, global = true, value_name = "URL", env = "PROCD_HOST")]
     pub(crate) host: Option<String>,
     /// Like --host, through any command whose stdio reaches a `procd
