@@ -13,6 +13,7 @@ mod common;
 mod agents;
 mod blind_spots;
 mod cli;
+mod cluster;
 mod codex;
 mod containment;
 mod docs;

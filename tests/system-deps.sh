@@ -12,7 +12,10 @@
 # golang-go (tests/testruns.rs reads a real `go test`'s output),
 # ripgrep (the bench's search row measures procd beside `rg`), and nodejs
 # and npm (`node --test` runs, the docs' Node examples, and the npm
-# packages of tests/mcp-ts-sdk.sh and tests/codex-cli.sh). Most are on CI's machine kind already; this
+# packages of tests/mcp-ts-sdk.sh and tests/codex-cli.sh), and docker.io
+# (tests/cluster.rs runs a real two-node Docker Swarm; its dockerds are
+# the test's own, in network namespaces it makes; the package's service is
+# never used). Most are on CI's machine kind already; this
 # is for a fresh machine. Needs root and apt-get to install; otherwise it
 # says what is missing and fails.
 set -euo pipefail
@@ -30,6 +33,9 @@ command -v go >/dev/null || missing+=(golang-go)
 command -v rg >/dev/null || missing+=(ripgrep)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# Another docker client may be on PATH (without an engine): look for the
+# engine itself.
+[ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ] || missing+=(docker.io)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "system-deps: installing ${missing[*]}" >&2

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod sshd;
+pub mod swarm;
 pub mod systemd;
 pub mod tmux;
 
