@@ -78,6 +78,23 @@ fn answering(swarm: &Swarm, task: &Task) {
     }
 }
 
+/// Waits until Swarm's health check (`procd status`) passes in `task`.
+fn healthy(swarm: &Swarm, task: &Task) {
+    let ask = format!("inspect -f {{{{.State.Health.Status}}}} {}", task.container);
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let health = swarm.ok(task.node, &ask);
+        if health.trim() == "healthy" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{task:?} is {health:?}, not healthy"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The command lines of the processes in `task`'s container.
 fn processes(swarm: &Swarm, task: &Task) -> String {
     let out = swarm.exec(
@@ -252,6 +269,7 @@ fn procd_sandboxes_on_a_real_swarm_serve_survive_and_move() {
     });
     for task in &tasks {
         answering(&swarm, task);
+        healthy(&swarm, task);
         serves(&swarm, task);
     }
     reaps_orphans(&swarm, &tasks[0]);

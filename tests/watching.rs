@@ -117,6 +117,31 @@ fn an_edit_restarts_once_per_burst_and_ignored_paths_restart_nothing() {
     d.ok("kill", json!({"session_id": id}));
 }
 
+/// A glob in `watch.paths` watches its base and counts only the files it
+/// matches.
+#[test]
+fn a_glob_in_watch_paths_restarts_for_matching_files_only() {
+    let d = Daemon::start();
+    let cwd = tempfile::tempdir().expect("cwd");
+    std::fs::create_dir_all(cwd.path().join("src/deep/er")).unwrap();
+    let id = spawn_watched(
+        &d,
+        cwd.path(),
+        json!({"paths": ["src/**/*.ts"], "debounce_ms": 50}),
+    );
+    // Not matching first, then a match: only the match is named, once.
+    std::fs::write(cwd.path().join("src/deep/notes.md"), "x").unwrap();
+    std::fs::write(cwd.path().join("src/deep/er/app.js"), "x").unwrap();
+    edit_and_wait(&d, &id, cwd.path(), "src/deep/er/app.ts");
+    assert_eq!(restarts(&d, &id), 1);
+    let log = log_of(&d, &id);
+    assert!(
+        !log.contains("notes.md") && !log.contains("app.js"),
+        "{log}"
+    );
+    d.ok("kill", json!({"session_id": id}));
+}
+
 #[test]
 fn a_watch_survives_a_daemon_sigkill_and_bad_watches_are_refused() {
     let d = Daemon::start();
@@ -139,6 +164,8 @@ fn a_watch_survives_a_daemon_sigkill_and_bad_watches_are_refused() {
             "watch.debounce_ms",
         ),
         (json!({"paths": ["src"], "when": "now"}), "when"),
+        (json!({"paths": ["../*.ts"]}), "watch.paths"),
+        (json!({"paths": ["nope/**/*.ts"]}), "watch.paths"),
     ] {
         let (code, message) = d.err(
             "spawn",

@@ -38,6 +38,9 @@ pub struct ChangePlan {
     pub spec: WatchSpec,
     /// Absolute directories.
     pub roots: Vec<PathBuf>,
+    /// For each root, the glob its changes must match (the parts of a
+    /// `watch.paths` entry from its first `*` or `?` on), or None: all.
+    only: Vec<Option<Vec<String>>>,
     /// Whose `.gitignore` is read (at the walk: off the event loop).
     cwd: PathBuf,
     pub action: ChangeAction,
@@ -52,9 +55,10 @@ impl ChangePlan {
         if paths.is_empty() || paths.len() > MAX_PATHS {
             return Err(format!("watch.paths: 1 to {MAX_PATHS} directories"));
         }
-        let mut roots = Vec::new();
+        let (mut roots, mut only) = (Vec::new(), Vec::new());
         for path in &paths {
-            let root = cwd.join(path);
+            let (base, glob) = split_glob(path)?;
+            let root = cwd.join(base);
             if !root.is_dir() {
                 return Err(format!(
                     "watch.paths: {} is not a directory",
@@ -62,6 +66,7 @@ impl ChangePlan {
                 ));
             }
             roots.push(root);
+            only.push(glob);
         }
         let extra = spec.ignore.as_deref().unwrap_or_default();
         if extra.len() > MAX_IGNORES || extra.iter().any(|p| p.len() > 1024) {
@@ -94,6 +99,7 @@ impl ChangePlan {
         Ok(ChangePlan {
             spec: spec.clone(),
             roots,
+            only,
             cwd: cwd.to_path_buf(),
             action,
             debounce,
@@ -120,13 +126,94 @@ impl ChangePlan {
     }
 }
 
+impl ChangePlan {
+    /// Whether a change of `relative` (below the `index`th root) counts:
+    /// it matches that root's glob, if it has one.
+    pub fn wanted(&self, index: usize, relative: &Path) -> bool {
+        let Some(Some(glob)) = self.only.get(index) else {
+            return true;
+        };
+        let parts: Vec<&str> = relative.iter().filter_map(|p| p.to_str()).collect();
+        path_glob_matches(glob, &parts)
+    }
+}
+
+/// A `watch.paths` entry as the directory to watch and, when it holds a
+/// glob (`src/**/*.ts`), the glob below it (`**`, `*.ts`): the parts
+/// from the first one with `*` or `?` on.
+fn split_glob(path: &str) -> Result<(PathBuf, Option<Vec<String>>), String> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let Some(first) = parts.iter().position(|p| p.contains(['*', '?'])) else {
+        return Ok((PathBuf::from(path), None));
+    };
+    if path.starts_with('/') || parts.contains(&"..") {
+        return Err(format!(
+            "watch.paths: {path:?}: a glob stays below the cwd (no leading `/`, no `..`)"
+        ));
+    }
+    let base: PathBuf = parts[..first].iter().collect();
+    let glob = parts[first..]
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| p.to_string())
+        .collect();
+    let base = if base.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        base
+    };
+    Ok((base, Some(glob)))
+}
+
+/// Whether `path`'s parts match `glob`'s: `**` any number of parts
+/// (none too), every other part a name glob (`*`, `?`).
+fn path_glob_matches(glob: &[String], path: &[&str]) -> bool {
+    match (glob.first(), path.first()) {
+        (None, None) => true,
+        (Some(g), _) if g == "**" => {
+            path_glob_matches(&glob[1..], path)
+                || (!path.is_empty() && path_glob_matches(glob, &path[1..]))
+        }
+        (Some(g), Some(p)) => {
+            procd_sys::tree_watch::glob_matches(g, p) && path_glob_matches(&glob[1..], &path[1..])
+        }
+        _ => false,
+    }
+}
+
 fn signal_number(name: &str) -> Option<i32> {
     crate::kill::parse_signal(&procd_proto::SignalSpec::Name(name.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{ChangeAction, ChangePlan};
+    use super::{path_glob_matches, split_glob, ChangeAction, ChangePlan};
+
+    #[test]
+    fn globs_in_paths_watch_their_base_and_match_below_it() {
+        let (base, glob) = split_glob("src/**/*.ts").unwrap();
+        assert_eq!(base, std::path::PathBuf::from("src"));
+        let glob = glob.unwrap();
+        for (path, want) in [
+            (&["a.ts"][..], true),
+            (&["a", "b", "c.ts"][..], true),
+            (&["a.js"][..], false),
+            (&["a", "b.ts", "c.js"][..], false),
+        ] {
+            assert_eq!(path_glob_matches(&glob, path), want, "{path:?}");
+        }
+        let (base, glob) = split_glob("*.toml").unwrap();
+        assert_eq!(base, std::path::PathBuf::from("."));
+        assert!(path_glob_matches(glob.as_ref().unwrap(), &["Cargo.toml"]));
+        assert!(!path_glob_matches(
+            glob.as_ref().unwrap(),
+            &["a", "Cargo.toml"]
+        ));
+        assert_eq!(split_glob("src").unwrap().1, None);
+        for bad in ["/etc/*", "../*.ts", "src/../*.ts"] {
+            assert!(split_glob(bad).is_err(), "{bad}");
+        }
+    }
     use procd_proto::WatchSpec;
 
     #[test]

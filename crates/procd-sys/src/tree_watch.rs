@@ -107,7 +107,7 @@ impl Ignore {
 }
 
 /// `*` any run of characters, `?` one; everything else itself.
-fn glob_matches(glob: &str, name: &str) -> bool {
+pub fn glob_matches(glob: &str, name: &str) -> bool {
     fn go(g: &[char], n: &[char]) -> bool {
         match (g.first(), n.first()) {
             (None, None) => true,

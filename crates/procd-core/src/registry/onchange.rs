@@ -90,9 +90,10 @@ async fn start_trees(
         Err(_) => return None,
     };
     let mut tasks = Vec::new();
-    for (mut unstarted, root) in unstarted.into_iter().zip(&plan.roots) {
+    for (index, (mut unstarted, root)) in unstarted.into_iter().zip(&plan.roots).enumerate() {
         let prefix = root.strip_prefix(cwd).unwrap_or(root).to_path_buf();
-        let before = std::mem::take(&mut unstarted.changed_before);
+        let mut before = std::mem::take(&mut unstarted.changed_before);
+        before.retain(|p| plan.wanted(index, p));
         let tree = match unstarted.start() {
             Ok(tree) => tree,
             Err(e) => {
@@ -103,16 +104,27 @@ async fn start_trees(
         if !before.is_empty() {
             let _ = tx.try_send(before.iter().map(|p| prefix.join(p)).collect());
         }
-        tasks.push(tokio::spawn(send_changes(tree, prefix, tx.clone())));
+        let wanted = (plan.clone(), index);
+        tasks.push(tokio::spawn(send_changes(tree, prefix, wanted, tx.clone())));
     }
     Some(tasks)
 }
 
-/// Sends each batch of `tree`'s changes until the follower is gone.
-async fn send_changes(mut tree: TreeWatch, prefix: PathBuf, tx: mpsc::Sender<Vec<PathBuf>>) {
+/// Sends each batch of `tree`'s changes that the plan wants (its
+/// `index`th root's glob) until the follower is gone.
+async fn send_changes(
+    mut tree: TreeWatch,
+    prefix: PathBuf,
+    (plan, index): (Arc<ChangePlan>, usize),
+    tx: mpsc::Sender<Vec<PathBuf>>,
+) {
     while let Ok(changed) = tree.changed().await {
-        let changed = changed.iter().map(|p| prefix.join(p)).collect();
-        if tx.send(changed).await.is_err() {
+        let changed: Vec<PathBuf> = changed
+            .iter()
+            .filter(|p| plan.wanted(index, p))
+            .map(|p| prefix.join(p))
+            .collect();
+        if !changed.is_empty() && tx.send(changed).await.is_err() {
             return;
         }
     }

@@ -100,7 +100,8 @@ pub struct SpawnParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WatchSpec {
-    /// Directories to watch, relative to the cwd (default: the cwd).
+    /// Directories to watch, relative to the cwd (default: the cwd), or
+    /// globs below it (`src/**/*.ts`: `src` watched, matches counted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paths: Option<Vec<String>>,
     /// `.gitignore`-style patterns left out, besides `.git`,
