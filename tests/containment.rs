@@ -337,6 +337,36 @@ fn a_cpu_limit_holds() {
     );
 }
 
+/// A queue's `cpu_weight` goes to its sessions' cgroups: two busy loops
+/// on one CPU, one in a queue of weight 10 beside one of the kernel's
+/// default weight (100; a cpu limit of 2 cores, which holds nothing back
+/// here, gives it a sibling cgroup), share it about 1 to 10.
+#[test]
+fn a_queue_cpu_weight_makes_its_sessions_yield() {
+    let Some(d) = cgroup_daemon("[queue.background]\nslots = 1\ncpu_weight = 10\n") else {
+        return;
+    };
+    let script = "import os, time\nt = time.time()\nwhile time.time() - t < 2: pass\ntm = os.times()\nprint(\"cpu\", tm.user + tm.system)";
+    let command = format!("exec taskset -c 0 python3 -c '{script}'");
+    let background = d.spawn_with(json!({"command": command, "queue": "background",
+        "notify_on_complete": true}));
+    let server = d.spawn_with(json!({"command": command, "limits": {"cpu_cores": 2},
+        "notify_on_complete": true}));
+    let cpu = |id: &str| {
+        let out = d.wait_exit(id)["output"].as_str().unwrap_or("").to_string();
+        out.split_whitespace()
+            .skip_while(|w| *w != "cpu")
+            .nth(1)
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{out}"))
+    };
+    let (background, server) = (cpu(&background), cpu(&server));
+    assert!(
+        background * 3.0 < server,
+        "weight 10 got {background:.2}s, weight 100 {server:.2}s of one CPU"
+    );
+}
+
 #[test]
 fn a_limit_without_its_controller_is_refused_by_name() {
     // No cgroup at all (as on a machine without one): every limit is

@@ -274,6 +274,7 @@ fn bad_queue_input_is_refused_by_name() {
     for (config, named) in [
         ("[queue.build]\nslots = 0\n", "slots must be at least 1"),
         ("[queue.build]\nslots = 1\nslot = 2\n", "slot"),
+        ("[queue.build]\nslots = 1\ncpu_weight = 0\n", "cpu_weight"),
     ] {
         let home = short_tempdir();
         std::fs::write(home.path().join("config.toml"), config).expect("config");

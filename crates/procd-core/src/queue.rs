@@ -520,6 +520,7 @@ mod tests {
             QueueConfig {
                 slots: 2,
                 max_memory_pressure: None,
+                cpu_weight: None,
             },
         );
         let q = Queues::new(&config, None);

@@ -163,6 +163,12 @@ mod tests {
                 "max_memory_pressure",
             ),
             ("queue_slots = 0\n", "queue_slots"),
+            ("[queue.build]\nslots = 1\ncpu_weight = 0\n", "cpu_weight"),
+            (
+                "[queue.build]\nslots = 1\ncpu_weight = 10001\n",
+                "cpu_weight",
+            ),
+            ("[queue.build]\nslots = 1\nio_weight = 10\n", "io_weight"),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(named), "{text:?}: {err}");

@@ -65,6 +65,12 @@ pub struct QueueConfig {
     /// `some avg10`, a percentage) is above this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_pressure: Option<f64>,
+    /// Its sessions' CPU weight, as cgroup v2's `cpu.weight` (1 to 10000,
+    /// 100 the kernel's default; `cpu.shares` = weight × 1024 / 100 in
+    /// v1): a background queue's builds yield to a server. Applied where
+    /// the cpu controller is (`status.limits_available`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_weight: Option<u64>,
 }
 
 impl Default for Config {
@@ -188,6 +194,11 @@ impl QueueConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.slots == 0 {
             return Err("slots must be at least 1".into());
+        }
+        if let Some(w) = self.cpu_weight {
+            if !(1..=10_000).contains(&w) {
+                return Err(format!("cpu_weight must be from 1 to 10000, got {w}"));
+            }
         }
         if let Some(p) = self.max_memory_pressure {
             if !(p.is_finite() && (0.0..=100.0).contains(&p)) {

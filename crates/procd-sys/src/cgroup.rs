@@ -54,6 +54,9 @@ pub struct Limits {
     pub cpu_quota_us: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
+    /// `cpu.weight` (1 to 10000; v1: `cpu.shares` = weight × 1024 / 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_weight: Option<u64>,
 }
 
 impl Limits {
@@ -237,7 +240,10 @@ impl CgroupTree {
     pub fn create(&self, id: &str, limits: &Limits) -> Result<SessionCgroup, LimitError> {
         let wanted = [
             (Controller::Memory, limits.memory_bytes.is_some()),
-            (Controller::Cpu, limits.cpu_quota_us.is_some()),
+            (
+                Controller::Cpu,
+                limits.cpu_quota_us.is_some() || limits.cpu_weight.is_some(),
+            ),
             (Controller::Pids, limits.pids.is_some()),
         ];
         let mut v1 = Vec::new();
@@ -595,6 +601,18 @@ impl SessionCgroup {
                     &format!("{quota} {CPU_PERIOD_US}"),
                 )
                 .map_err(fail(c))?,
+            }
+        }
+        if let Some(weight) = limits.cpu_weight {
+            let c = Controller::Cpu;
+            match self.v1_dir(c) {
+                Some(dir) => write_file(
+                    &dir.join("cpu.shares"),
+                    &(weight * 1024 / 100).max(2).to_string(),
+                )
+                .map_err(fail(c))?,
+                None => write_file(&self.path.join("cpu.weight"), &weight.to_string())
+                    .map_err(fail(c))?,
             }
         }
         if let Some(pids) = limits.pids {

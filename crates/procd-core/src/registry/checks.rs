@@ -45,11 +45,20 @@ impl Registry {
             .map(crate::readiness::ReadyCheck::parse)
             .transpose()
             .map_err(Error::InvalidParams)?;
-        let limits = self.kernel_limits(
+        let mut limits = self.kernel_limits(
             req.limits
                 .unwrap_or_default()
                 .or(self.config.default_limits),
         )?;
+        // A queue's weight, where a cgroup can carry it (else status's
+        // limits_available says the cpu controller is missing).
+        if self.cgroups.is_some() {
+            limits.cpu_weight = req
+                .queue
+                .as_ref()
+                .and_then(|q| self.config.queue.get(q.as_str()))
+                .and_then(|q| q.cpu_weight);
+        }
         let junit = req
             .junit
             .as_deref()
@@ -119,6 +128,7 @@ impl Registry {
                 .cpu_cores
                 .map(|c| (c.get() * procd_sys::cgroup::CPU_PERIOD_US as f64).round() as u64),
             pids: limits.pids.map(Pids::get),
+            cpu_weight: None,
         })
     }
 
