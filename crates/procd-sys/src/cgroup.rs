@@ -604,16 +604,11 @@ impl SessionCgroup {
             }
         }
         if let Some(weight) = limits.cpu_weight {
-            let c = Controller::Cpu;
-            match self.v1_dir(c) {
-                Some(dir) => write_file(
-                    &dir.join("cpu.shares"),
-                    &(weight * 1024 / 100).max(2).to_string(),
-                )
-                .map_err(fail(c))?,
-                None => write_file(&self.path.join("cpu.weight"), &weight.to_string())
-                    .map_err(fail(c))?,
-            }
+            let (file, value) = match self.v1_dir(Controller::Cpu) {
+                Some(dir) => (dir.join("cpu.shares"), (weight * 1024 / 100).max(2)),
+                None => (self.path.join("cpu.weight"), weight),
+            };
+            write_file(&file, &value.to_string()).map_err(fail(Controller::Cpu))?;
         }
         if let Some(pids) = limits.pids {
             let c = Controller::Pids;

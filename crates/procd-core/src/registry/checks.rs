@@ -45,20 +45,7 @@ impl Registry {
             .map(crate::readiness::ReadyCheck::parse)
             .transpose()
             .map_err(Error::InvalidParams)?;
-        let mut limits = self.kernel_limits(
-            req.limits
-                .unwrap_or_default()
-                .or(self.config.default_limits),
-        )?;
-        // A queue's weight, where a cgroup can carry it (else status's
-        // limits_available says the cpu controller is missing).
-        if self.cgroups.is_some() {
-            limits.cpu_weight = req
-                .queue
-                .as_ref()
-                .and_then(|q| self.config.queue.get(q.as_str()))
-                .and_then(|q| q.cpu_weight);
-        }
+        let limits = self.session_limits(req)?;
         let junit = req
             .junit
             .as_deref()
@@ -103,6 +90,22 @@ impl Registry {
             queue: req.queue.clone(),
             queued_for: std::time::Duration::ZERO,
         })
+    }
+
+    /// What the caller (or the config's default) asks, and its queue's
+    /// weight where a cgroup can carry it (else status's
+    /// limits_available says the cpu controller is missing).
+    fn session_limits(&self, req: &SpawnParams) -> Result<procd_sys::cgroup::Limits, Error> {
+        let asked = req.limits.unwrap_or_default();
+        let mut limits = self.kernel_limits(asked.or(self.config.default_limits))?;
+        if self.cgroups.is_some() {
+            limits.cpu_weight = req
+                .queue
+                .as_ref()
+                .and_then(|q| self.config.queue.get(q.as_str()))
+                .and_then(|q| q.cpu_weight);
+        }
+        Ok(limits)
     }
 
     /// The limits as the kernel takes them; -32002 naming the controller
