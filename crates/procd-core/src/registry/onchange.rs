@@ -40,7 +40,12 @@ impl Registry {
         let span = tracing::info_span!("session", id = %run.id, pid = run.pid());
         let following = async move {
             let (tx, mut changes) = mpsc::channel(QUEUED_BURSTS);
-            let Some(trees) = start_trees(&plan, started, &cwd, tx).await else {
+            // A file's mtime comes from the kernel's coarse clock, a tick
+            // (4 ms at HZ=250) behind the one `started` was read from: an
+            // edit just after the start, made before the watch is set, can
+            // carry an mtime just before it and would be lost.
+            let since = started.checked_sub(MTIME_SLACK).unwrap_or(started);
+            let Some(trees) = start_trees(&plan, since, &cwd, tx).await else {
                 return;
             };
             loop {
@@ -62,6 +67,10 @@ impl Registry {
         tokio::spawn(tracing::Instrument::instrument(following, span));
     }
 }
+
+/// How much earlier than a run's start an mtime still counts as a change
+/// after it: more than the coarse clock's tick (10 ms at HZ=100).
+const MTIME_SLACK: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Until the run is no longer running.
 async fn ended(state: &mut tokio::sync::watch::Receiver<SessionState>) {
