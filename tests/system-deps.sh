@@ -36,6 +36,8 @@ command -v npm >/dev/null || missing+=(npm)
 # Another docker client may be on PATH (without an engine): look for the
 # engine itself.
 [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ] || missing+=(docker.io)
+# The Swarm test's network namespaces and veth pair.
+command -v ip >/dev/null || missing+=(iproute2)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "system-deps: installing ${missing[*]}" >&2

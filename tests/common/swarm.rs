@@ -166,24 +166,13 @@ impl Swarm {
     fn build_images(&self, rootfs: &str) {
         let script =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/container/build-image.sh");
-        let builds: Vec<Child> = self
-            .nodes
-            .iter()
-            .map(|node| {
-                Command::new(&script)
-                    .args([rootfs, BIN, IMAGE])
-                    .env("DOCKER", &node.docker)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .expect("build-image.sh")
-            })
-            .collect();
-        for build in builds {
-            let out = output_within_for(build, "build-image.sh", Duration::from_secs(180));
-            assert!(out.status.success(), "build-image.sh: {out:?}");
-        }
+        std::thread::scope(|s| {
+            for node in &self.nodes {
+                let mut build = Command::new(&script);
+                build.args([rootfs, BIN, IMAGE]).env("DOCKER", &node.docker);
+                s.spawn(move || run_ok("build-image.sh", &mut build));
+            }
+        });
     }
 
     /// `swarm init` on node 0, `swarm join` from node 1.

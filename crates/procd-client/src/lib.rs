@@ -373,9 +373,9 @@ pub fn is_disconnect(err: &jsonrpsee::core::client::Error) -> bool {
 pub struct Reconnecting {
     endpoint: Endpoint,
     current: tokio::sync::Mutex<std::sync::Arc<Client>>,
-    /// The instance first reached; None until learnt (or from a daemon
-    /// too old to say).
-    instance: std::sync::Mutex<Option<String>>,
+    /// The instance first reached, learnt once (None inside: a daemon
+    /// too old to say; then nothing is compared).
+    instance: std::sync::OnceLock<Option<String>>,
 }
 
 /// Where a client connects: this machine's socket, or `--host`.
@@ -412,21 +412,15 @@ impl Reconnecting {
         Reconnecting {
             endpoint,
             current: tokio::sync::Mutex::new(client),
-            instance: std::sync::Mutex::new(None),
+            instance: std::sync::OnceLock::new(),
         }
     }
 
-    /// The instance of the procd `client` reaches; None when it cannot say.
-    async fn instance_of(client: &Client) -> Option<String> {
-        let status = client.status().await.ok()?;
-        (!status.instance.is_empty()).then_some(status.instance)
-    }
-
-    fn known_instance(&self) -> Option<String> {
-        self.instance
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    /// The instance of the procd `client` reaches: Err when it did not
+    /// answer, None when it is too old to say.
+    async fn instance_of(client: &Client) -> Result<Option<String>, ()> {
+        let status = client.status().await.map_err(|_| ())?;
+        Ok((!status.instance.is_empty()).then_some(status.instance))
     }
 
     /// The current client, connected or not (a call on a closed one fails
@@ -445,9 +439,10 @@ impl Reconnecting {
         F: FnMut(std::sync::Arc<Client>) -> Fut,
         Fut: std::future::Future<Output = Result<T, jsonrpsee::core::client::Error>>,
     {
-        if self.known_instance().is_none() {
-            let seen = Reconnecting::instance_of(&*self.last().await).await;
-            *self.instance.lock().unwrap_or_else(|e| e.into_inner()) = seen;
+        if self.instance.get().is_none() {
+            if let Ok(seen) = Reconnecting::instance_of(&*self.last().await).await {
+                let _ = self.instance.set(seen);
+            }
         }
         let mut gone_since = None;
         loop {
@@ -476,9 +471,9 @@ impl Reconnecting {
         let mut current = self.current.lock().await;
         if !current.is_connected() {
             let client = reconnect(&self.endpoint).await?;
-            if let Some(was) = self.known_instance() {
+            if let Some(Some(was)) = self.instance.get() {
                 match Reconnecting::instance_of(&client).await {
-                    Some(now) if now != was => {
+                    Ok(Some(now)) if &now != was => {
                         return Err(remote::gone(format!(
                             "{} is another procd now (instance {now}; it was {was}): it was replaced or restarted afresh, and the sessions of the one before are gone",
                             self.endpoint.describe()

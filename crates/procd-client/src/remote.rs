@@ -165,14 +165,13 @@ impl Host {
                 cmd.args(["-c", line]);
             }
             Host::Ssh { user, host, port } => {
-                let ssh = std::env::var("PROCD_SSH").unwrap_or_else(|_| "ssh".into());
                 let target = match user {
                     Some(user) => format!("{user}@{host}"),
                     None => host.clone(),
                 };
                 // BatchMode: ssh's prompts would read the protocol's stdin
                 // or hang; a refused login is an error to report instead.
-                cmd.args(["-c", &format!("exec {ssh} \"$@\""), "sh"])
+                tool(&mut cmd, "PROCD_SSH", "ssh")
                     .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"])
                     .args(
                         port.map(|p| vec!["-p".to_string(), p.to_string()])
@@ -181,18 +180,20 @@ impl Host {
                     .args(["--", &target, "procd", "dial-stdio"]);
             }
             Host::Docker { container } => {
-                let docker = std::env::var("PROCD_DOCKER").unwrap_or_else(|_| "docker".into());
-                cmd.args(["-c", &format!("exec {docker} \"$@\""), "sh"])
-                    .args(["exec", "-i", container, "procd", "dial-stdio"]);
+                tool(&mut cmd, "PROCD_DOCKER", "docker").args([
+                    "exec",
+                    "-i",
+                    container,
+                    "procd",
+                    "dial-stdio",
+                ]);
             }
             Host::Kubectl {
                 namespace,
                 pod,
                 container,
             } => {
-                let kubectl = std::env::var("PROCD_KUBECTL").unwrap_or_else(|_| "kubectl".into());
-                cmd.args(["-c", &format!("exec {kubectl} \"$@\""), "sh"])
-                    .args(["exec", "-i"]);
+                tool(&mut cmd, "PROCD_KUBECTL", "kubectl").args(["exec", "-i"]);
                 if let Some(ns) = namespace {
                     cmd.args(["-n", ns]);
                 }
@@ -205,6 +206,18 @@ impl Host {
         }
         Some(cmd)
     }
+}
+
+/// `sh -c 'exec TOOL "$@"' sh`: the transport's tool, which the variable
+/// `var` replaces, split as a shell would (`PROCD_SSH='ssh -F cfg'`); the
+/// arguments added after this reach it one by one, never re-split.
+fn tool<'a>(
+    cmd: &'a mut tokio::process::Command,
+    var: &str,
+    default: &str,
+) -> &'a mut tokio::process::Command {
+    let tool = std::env::var(var).unwrap_or_else(|_| default.into());
+    cmd.args(["-c", &format!("exec {tool} \"$@\""), "sh"])
 }
 
 /// A running transport: the process (kept for the life of the
@@ -378,13 +391,13 @@ pub(crate) fn explain(
     io::Error::other(explain_words(host, status, &said, procd_missing))
 }
 
+/// `explain`'s words for a transport that is not a gone sandbox.
 fn explain_words(
     host: &Host,
     status: Option<std::process::ExitStatus>,
     said: &str,
     procd_missing: bool,
 ) -> String {
-    let said = said.to_string();
     let name = host.describe();
     let is_ssh = matches!(host, Host::Ssh { .. });
     let has = |needles: &[&str]| needles.iter().any(|n| said.contains(n));

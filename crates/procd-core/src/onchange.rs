@@ -106,6 +106,16 @@ impl ChangePlan {
         })
     }
 
+    /// Whether a change of `relative` (below the `index`th root) counts:
+    /// it matches that root's glob, if it has one.
+    pub fn wanted(&self, index: usize, relative: &Path) -> bool {
+        let Some(Some(glob)) = self.only.get(index) else {
+            return true;
+        };
+        let parts: Vec<&str> = relative.iter().filter_map(|p| p.to_str()).collect();
+        path_glob_matches(glob, &parts)
+    }
+
     /// Sets the watches, one tree per directory: a walk, so off the event
     /// loop. Too many directories, or no inotify watch left, is an error
     /// (never a watch of part of the tree).
@@ -123,18 +133,6 @@ impl ChangePlan {
                     .map_err(|e| format!("watch: {e}"))
             })
             .collect()
-    }
-}
-
-impl ChangePlan {
-    /// Whether a change of `relative` (below the `index`th root) counts:
-    /// it matches that root's glob, if it has one.
-    pub fn wanted(&self, index: usize, relative: &Path) -> bool {
-        let Some(Some(glob)) = self.only.get(index) else {
-            return true;
-        };
-        let parts: Vec<&str> = relative.iter().filter_map(|p| p.to_str()).collect();
-        path_glob_matches(glob, &parts)
     }
 }
 
@@ -188,6 +186,7 @@ fn signal_number(name: &str) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::{path_glob_matches, split_glob, ChangeAction, ChangePlan};
+    use procd_proto::WatchSpec;
 
     #[test]
     fn globs_in_paths_watch_their_base_and_match_below_it() {
@@ -214,7 +213,6 @@ mod tests {
             assert!(split_glob(bad).is_err(), "{bad}");
         }
     }
-    use procd_proto::WatchSpec;
 
     #[test]
     fn a_watch_is_checked_and_each_fault_named() {

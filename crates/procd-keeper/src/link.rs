@@ -33,8 +33,6 @@ pub struct Handover {
     /// The listener is systemd's (socket activation of the keeper).
     pub activated: bool,
     pub sessions: Vec<HandedSession>,
-    /// The keeper's instance id (`status.instance`).
-    pub instance: Option<String>,
 }
 
 /// What the keeper asks of the daemon after start.
@@ -68,6 +66,8 @@ pub struct Link {
     /// The keeper keeps the sessions in systemd's fd store too (its hello
     /// said so): losing it, this daemon hands over and exits.
     fd_store: AtomicBool,
+    /// The keeper's instance id (`status.instance`), from its hello.
+    instance: std::sync::OnceLock<String>,
     exits: Mutex<HashMap<i32, ExitSlot>>,
 }
 
@@ -110,6 +110,7 @@ impl Link {
             socket,
             alive: AtomicBool::new(true),
             fd_store: AtomicBool::new(false),
+            instance: std::sync::OnceLock::new(),
             exits: Mutex::new(HashMap::new()),
         })
     }
@@ -135,7 +136,9 @@ impl Link {
                 } if version == wire::VERSION => {
                     hello = true;
                     self.fd_store.store(fd_store, Ordering::SeqCst);
-                    handover.instance = instance;
+                    if let Some(instance) = instance {
+                        let _ = self.instance.set(instance);
+                    }
                 }
                 ToDaemon::Hello { version, .. } => {
                     return Err(std::io::Error::other(format!(
@@ -226,6 +229,11 @@ impl Link {
     /// its keeper hands over and exits).
     pub fn fd_store(&self) -> bool {
         self.fd_store.load(Ordering::SeqCst)
+    }
+
+    /// The keeper's instance id, if its hello gave one.
+    pub fn instance(&self) -> Option<&str> {
+        self.instance.get().map(String::as_str)
     }
 
     fn exit_arrived(&self, pid: i32, exit: Exit) {

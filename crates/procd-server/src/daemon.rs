@@ -336,16 +336,7 @@ async fn serve(
     };
     let paths = options.paths.clone();
     let activated = listening.activated;
-    // The keeper's id; a daemon without a keeper is an instance of its own.
-    let instance = handover.instance.unwrap_or_else(procd_keeper::new_instance);
-    let result = serve_claimed(
-        options,
-        listening,
-        signals,
-        (keeper, instance),
-        handover.sessions,
-    )
-    .await;
+    let result = serve_claimed(options, listening, signals, keeper, handover.sessions).await;
     if let Ok(procd_keeper::EXIT_HANDOVER) = result {
         // The next daemon takes the socket and the record over.
         return result;
@@ -380,7 +371,7 @@ async fn serve_claimed(
     options: DaemonOptions,
     listening: Listening,
     signals: StopSignals,
-    (keeper, instance): (Option<Arc<procd_keeper::Link>>, String),
+    keeper: Option<Arc<procd_keeper::Link>>,
     handed: Vec<procd_keeper::HandedSession>,
 ) -> Result<i32, StartupError> {
     let std_listener = listening.listener;
@@ -408,26 +399,19 @@ async fn serve_claimed(
     tracing::info!(containment = containment.kind(), reason = %containment.reason(), "containment");
     let tree = containment.cgroups();
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let (daemon, registry) = match assemble(
-        &options,
-        containment,
-        (keeper.as_ref(), instance),
-        handed,
-        shutdown,
-    )
-    .await
-    {
-        Ok(assembled) => assembled,
-        Err(e) => {
-            // A start that fails here leaves no empty instance tree
-            // behind (what a recovered session holds stays: rmdir
-            // keeps a cgroup that is not empty).
-            if let Some(tree) = &tree {
-                tree.remove();
+    let (daemon, registry) =
+        match assemble(&options, containment, keeper.as_ref(), handed, shutdown).await {
+            Ok(assembled) => assembled,
+            Err(e) => {
+                // A start that fails here leaves no empty instance tree
+                // behind (what a recovered session holds stays: rmdir
+                // keeps a cgroup that is not empty).
+                if let Some(tree) = &tree {
+                    tree.remove();
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
-    };
+        };
     daemon.refresh_leases().await;
     signals.forward_to(daemon.clone());
     let monitor = tokio::spawn(monitor(
@@ -450,7 +434,7 @@ async fn serve_claimed(
 async fn assemble(
     options: &DaemonOptions,
     containment: procd_core::containment::Containment,
-    (keeper, instance): (Option<&Arc<procd_keeper::Link>>, String),
+    keeper: Option<&Arc<procd_keeper::Link>>,
     handed: Vec<procd_keeper::HandedSession>,
     shutdown: watch::Sender<bool>,
 ) -> Result<(Arc<Daemon>, Arc<Registry>), StartupError> {
@@ -467,11 +451,16 @@ async fn assemble(
     let shells =
         procd_core::shell::Shells::new(registry.clone(), options.paths.state_dir.join("shells"));
     shells.recover().await;
+    // The keeper's id; a daemon without a keeper is an instance of its own.
+    let instance = keeper
+        .and_then(|k| k.instance())
+        .map_or_else(procd_keeper::new_instance, str::to_string);
     let daemon = Daemon::new(
         options,
         registry.clone(),
         shells,
-        (containment, instance),
+        containment,
+        instance,
         shutdown,
     )?;
     if let Some(keeper) = keeper {
@@ -518,7 +507,8 @@ impl Daemon {
         options: &DaemonOptions,
         registry: Arc<Registry>,
         shells: Arc<procd_core::shell::Shells>,
-        (containment, instance): (procd_core::containment::Containment, String),
+        containment: procd_core::containment::Containment,
+        instance: String,
         shutdown: watch::Sender<bool>,
     ) -> Result<Arc<Daemon>, StartupError> {
         Ok(Arc::new(Daemon {

@@ -106,6 +106,13 @@ impl Ignore {
     }
 }
 
+/// How much before `since` an mtime still counts as after it: a file's
+/// mtime comes from the kernel's coarse clock, up to a tick (10 ms at
+/// HZ=100) behind the clock `since` was read from, so an edit made just
+/// after `since` but before its directory's watch could otherwise carry
+/// an earlier mtime and be lost (the bench's watch row hung on it).
+pub const MTIME_SLACK: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// `*` any run of characters, `?` one; everything else itself.
 pub fn glob_matches(glob: &str, name: &str) -> bool {
     fn go(g: &[char], n: &[char]) -> bool {
@@ -157,7 +164,7 @@ impl TreeWatch {
     /// event loop is `start`'s.
     /// With `since`, the walk also lists the files modified after it
     /// (`Unstarted::changed_before`): a change made before its directory
-    /// was watched is not lost.
+    /// was watched is not lost. After it, give or take `MTIME_SLACK`.
     pub fn walk(
         root: &Path,
         ignore: Ignore,
@@ -339,6 +346,7 @@ impl Walk<'_> {
                 if is_dir {
                     stack.push(path);
                 } else if self.since.is_some_and(|since| {
+                    let since = since.checked_sub(MTIME_SLACK).unwrap_or(since);
                     entry
                         .metadata()
                         .and_then(|m| m.modified())

@@ -40,12 +40,7 @@ impl Registry {
         let span = tracing::info_span!("session", id = %run.id, pid = run.pid());
         let following = async move {
             let (tx, mut changes) = mpsc::channel(QUEUED_BURSTS);
-            // A file's mtime comes from the kernel's coarse clock, a tick
-            // (4 ms at HZ=250) behind the one `started` was read from: an
-            // edit just after the start, made before the watch is set, can
-            // carry an mtime just before it and would be lost.
-            let since = started.checked_sub(MTIME_SLACK).unwrap_or(started);
-            let Some(trees) = start_trees(&plan, since, &cwd, tx).await else {
+            let Some(trees) = start_trees(&plan, started, &cwd, tx).await else {
                 return;
             };
             loop {
@@ -67,10 +62,6 @@ impl Registry {
         tokio::spawn(tracing::Instrument::instrument(following, span));
     }
 }
-
-/// How much earlier than a run's start an mtime still counts as a change
-/// after it: more than the coarse clock's tick (10 ms at HZ=100).
-const MTIME_SLACK: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Until the run is no longer running.
 async fn ended(state: &mut tokio::sync::watch::Receiver<SessionState>) {
@@ -113,8 +104,14 @@ async fn start_trees(
         if !before.is_empty() {
             let _ = tx.try_send(before.iter().map(|p| prefix.join(p)).collect());
         }
-        let wanted = (plan.clone(), index);
-        tasks.push(tokio::spawn(send_changes(tree, prefix, wanted, tx.clone())));
+        let plan = plan.clone();
+        tasks.push(tokio::spawn(send_changes(
+            tree,
+            prefix,
+            plan,
+            index,
+            tx.clone(),
+        )));
     }
     Some(tasks)
 }
@@ -124,7 +121,8 @@ async fn start_trees(
 async fn send_changes(
     mut tree: TreeWatch,
     prefix: PathBuf,
-    (plan, index): (Arc<ChangePlan>, usize),
+    plan: Arc<ChangePlan>,
+    index: usize,
     tx: mpsc::Sender<Vec<PathBuf>>,
 ) {
     while let Ok(changed) = tree.changed().await {
