@@ -873,6 +873,8 @@ fn a_server_is_stale_after_an_edit_and_fresh_after_a_restart() {
     std::fs::create_dir_all(at("node_modules/dep")).unwrap();
     std::fs::write(at(".gitignore"), "*.log\n").unwrap();
     std::fs::write(at("src/app.ts"), "one").unwrap();
+    backdate(&at(".gitignore"));
+    backdate(&at("src/app.ts"));
     let r = d.ok(
         "spawn",
         json!({"command": "exec python3 -m http.server {port} --bind 127.0.0.1",

@@ -67,6 +67,19 @@ pub fn machine_lacks(var: &str, what: &str) -> bool {
     lacks
 }
 
+/// Dates `path` a minute back, as a checkout's files are when a server
+/// starts: an edit within the coarse clock's tick before a run's start
+/// is taken as made after it (`tree_watch::mtime_slack`), so a file a
+/// test writes just before its spawn could otherwise count as changed.
+pub fn backdate(path: &Path) {
+    let old = std::time::SystemTime::now() - Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(old))
+        .unwrap_or_else(|e| panic!("backdating {}: {e}", path.display()));
+}
+
 /// Waits until `cond` holds, or panics with `what` after `PATIENCE`.
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;

@@ -106,12 +106,29 @@ impl Ignore {
     }
 }
 
-/// How much before `since` an mtime still counts as after it: a file's
-/// mtime comes from the kernel's coarse clock, up to a tick (10 ms at
-/// HZ=100) behind the clock `since` was read from, so an edit made just
-/// after `since` but before its directory's watch could otherwise carry
-/// an earlier mtime and be lost (the bench's watch row hung on it).
-pub const MTIME_SLACK: std::time::Duration = std::time::Duration::from_millis(20);
+/// How much before `since` an mtime still counts as after it: one tick
+/// of the kernel's coarse clock, which stamps a file's mtime and can be
+/// up to a tick behind the clock `since` was read from. Less, and an
+/// edit made just after `since` but before its directory's watch could
+/// carry an earlier mtime and be lost (the bench's watch row hung on
+/// it); more, and edits made well before `since` would count.
+pub fn mtime_slack() -> std::time::Duration {
+    static TICK: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *TICK.get_or_init(|| {
+        let res = rustix::time::clock_getres(rustix::time::ClockId::RealtimeCoarse);
+        let tick = std::time::Duration::new(
+            u64::try_from(res.tv_sec).unwrap_or(0),
+            u32::try_from(res.tv_nsec).unwrap_or(0),
+        );
+        // A resolution the kernel did not give (zero or absurd) falls
+        // back to a tick at HZ=100, the coarsest Linux has.
+        if tick.is_zero() || tick > std::time::Duration::from_millis(10) {
+            std::time::Duration::from_millis(10)
+        } else {
+            tick
+        }
+    })
+}
 
 /// `*` any run of characters, `?` one; everything else itself.
 pub fn glob_matches(glob: &str, name: &str) -> bool {
@@ -164,7 +181,7 @@ impl TreeWatch {
     /// event loop is `start`'s.
     /// With `since`, the walk also lists the files modified after it
     /// (`Unstarted::changed_before`): a change made before its directory
-    /// was watched is not lost. After it, give or take `MTIME_SLACK`.
+    /// was watched is not lost. After it, give or take `mtime_slack()`.
     pub fn walk(
         root: &Path,
         ignore: Ignore,
@@ -346,11 +363,11 @@ impl Walk<'_> {
                 if is_dir {
                     stack.push(path);
                 } else if self.since.is_some_and(|since| {
-                    let since = since.checked_sub(MTIME_SLACK).unwrap_or(since);
+                    let since = since.checked_sub(mtime_slack()).unwrap_or(since);
                     entry
                         .metadata()
                         .and_then(|m| m.modified())
-                        .is_ok_and(|m| m > since)
+                        .is_ok_and(|m| m >= since)
                 }) {
                     modified.push(path);
                 }
