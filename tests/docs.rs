@@ -413,6 +413,8 @@ const VARYING: &[&str] = &[
     "limits_available",
     "systemd_unit",
     "instance",
+    // The jobserver's tokens are the machine's CPUs by default.
+    "jobserver",
 ];
 
 /// Whether `real` is what `documented` shows: the same keys both ways,

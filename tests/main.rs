@@ -19,6 +19,7 @@ mod containment;
 mod docs;
 mod hermes;
 mod interactive;
+mod jobserver;
 mod killing;
 mod lifecycle;
 mod mcp;

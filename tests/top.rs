@@ -291,3 +291,21 @@ fn a_panic_in_top_restores_the_terminal() {
     // The message is on the normal screen, readable.
     tmux.wait_for("PROCD_TEST_TOP_PANIC asked for");
 }
+
+/// The header says what the jobserver's tokens are doing: a `jobs`
+/// session holds its own token, and the CLI's `status` says the same.
+#[test]
+fn top_and_status_show_the_jobserver_tokens_in_use() {
+    let d = Daemon::with_config("jobserver_tokens = 2\n");
+    let (id, _) = spawn(&d, &["--jobs", "--", "exec sleep 300"]);
+    let status = String::from_utf8_lossy(&d.cli(&["status"]).stdout).to_string();
+    assert!(
+        status.contains(&format!("jobserver: 1 of 2 tokens in use: {id} 1")),
+        "{status}"
+    );
+    let dir = short_tempdir();
+    let tmux = Tmux::start(&top_script(&d, dir.path(), ""), 150, 30);
+    tmux.wait_for(&format!("jobserver 1/2 ({id} 1)"));
+    quit(&tmux, dir.path());
+    d.ok("kill", serde_json::json!({"session_id": id}));
+}

@@ -14,6 +14,7 @@ mod error;
 pub mod fairness;
 pub mod faults;
 pub mod ingest;
+pub mod jobserver;
 pub mod kill;
 pub mod limits;
 pub mod noise;

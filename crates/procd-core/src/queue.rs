@@ -159,6 +159,9 @@ pub struct Queues {
     pressure_file: PathBuf,
     /// Where the queue's order is kept for the next daemon.
     file: Option<PathBuf>,
+    /// The jobserver's tokens and what it has given out: its queue's
+    /// slots are the difference (`jobserver.rs`).
+    jobserver: Option<(usize, Arc<std::sync::atomic::AtomicUsize>)>,
     /// One write of the file at a time, each of the state as it is then.
     writing: Mutex<()>,
     shared: Arc<Shared>,
@@ -209,6 +212,7 @@ impl Queues {
             max_queued: config.max_queued,
             pressure_file,
             file,
+            jobserver: None,
             writing: Mutex::new(()),
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
@@ -221,7 +225,19 @@ impl Queues {
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Makes the `jobserver` queue's slots the jobserver's tokens less
+    /// those it has given out.
+    pub fn with_jobserver(mut self, js: &crate::jobserver::JobServer) -> Queues {
+        self.jobserver = Some((js.tokens(), js.given()));
+        self
+    }
+
     fn slots(&self, queue: &QueueName) -> usize {
+        if let (Some((tokens, given)), true) =
+            (&self.jobserver, queue.as_str() == crate::jobserver::QUEUE)
+        {
+            return tokens.saturating_sub(given.load(std::sync::atomic::Ordering::SeqCst));
+        }
         self.config
             .get(queue.as_str())
             .map_or(self.default_slots, |c| c.slots)
@@ -254,8 +270,10 @@ impl Queues {
         make: impl FnOnce() -> Arc<Queued>,
     ) -> Result<Admission, String> {
         let pressure = self.pressure_over(queue);
-        let slots = self.slots(queue);
         let mut state = self.state();
+        // Read under the lock: the jobserver gives tokens out under it
+        // too (`under_line`), so a slot and a token are never one.
+        let slots = self.slots(queue);
         let queued = state.by_id.len();
         let line = state.lines.entry(queue.clone()).or_default();
         if line.waiting.is_empty() && line.running < slots && pressure.is_none() {
@@ -307,8 +325,8 @@ impl Queues {
         let names: Vec<QueueName> = self.state().lines.keys().cloned().collect();
         for queue in names {
             let pressure = self.pressure_over(&queue);
-            let slots = self.slots(&queue);
             let mut state = self.state();
+            let slots = self.slots(&queue);
             let Some(line) = state.lines.get_mut(&queue) else {
                 continue;
             };
@@ -375,6 +393,16 @@ impl Queues {
         let starting: Vec<Arc<Queued>> = starting.cloned().collect();
         all.extend(starting);
         all
+    }
+
+    /// Runs `f` with a queue's sessions holding slots and its spawns
+    /// waiting, under the lock that admits spawns: what `f` decides from
+    /// them holds until it returns.
+    pub fn under_line<R>(&self, queue: &str, f: impl FnOnce(usize, usize) -> R) -> R {
+        let state = self.state();
+        let line = state.lines.iter().find(|(name, _)| name.as_str() == queue);
+        let (running, waiting) = line.map_or((0, 0), |(_, l)| (l.running, l.waiting.len()));
+        f(running, waiting)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 mod checks;
 mod exit;
 mod handover;
+mod jobs;
 mod launch;
 mod listing;
 mod names;
@@ -90,6 +91,8 @@ pub struct RegistryOptions {
     pub logs_dir: PathBuf,
     /// Where sandboxed sessions' own temp dirs go (docs/SECURITY.md).
     pub tmp_dir: PathBuf,
+    /// The jobserver's FIFOs, record and make shim (`jobserver.rs`).
+    pub jobs_dir: PathBuf,
     /// procd's own files and dirs (state, runtime dir, config file), which
     /// no sandbox may make writable (docs/SECURITY.md).
     pub own_paths: Vec<PathBuf>,
@@ -124,6 +127,7 @@ impl RegistryOptions {
             config: Config::default(),
             logs_dir: dir.join("logs"),
             tmp_dir: dir.join("tmp"),
+            jobs_dir: dir.join("jobs"),
             own_paths: Vec::new(),
             default_cwd: dir.to_path_buf(),
             inherited_env: std::env::vars()
@@ -176,6 +180,9 @@ pub struct Registry {
     /// Spawn queues: who waits for a slot, and in what order (`queue.rs`,
     /// `registry/queue.rs`).
     queues: crate::queue::Queues,
+    /// The machine-wide jobserver of `jobs` sessions (None: its directory
+    /// could not be made; such spawns are refused).
+    jobs: Option<Arc<crate::jobserver::JobServer>>,
     /// Set once the task that starts queued spawns runs.
     starter: std::sync::atomic::AtomicBool,
     /// Sandboxed spawns whose sessions are not in the table yet: until
@@ -248,12 +255,10 @@ impl Registry {
                 options.procfs.clone(),
             )
         });
-        let queues = crate::queue::Queues::new(
+        let (queues, jobs) = queues_and_jobserver(
             &options.config,
-            options
-                .checkpoint
-                .as_ref()
-                .map(|p| p.with_file_name("queue.json")),
+            &options.jobs_dir,
+            options.checkpoint.as_deref(),
         );
         let checkpoint = options.checkpoint.map(Checkpoint::new).transpose()?;
         Ok(Arc::new_cyclic(|me| Registry {
@@ -280,6 +285,7 @@ impl Registry {
             sessions: Mutex::new(HashMap::new()),
             running: crate::slot::Slots::default(),
             queues,
+            jobs,
             sandbox_launches: Default::default(),
             starter: std::sync::atomic::AtomicBool::new(false),
             watch_breaker: Mutex::new(crate::watch::Breaker::default()),
@@ -539,7 +545,35 @@ const DAEMON_ONLY_VARS: &[&str] = &[
 ];
 
 /// Creates `dir` (and parents), mode 0700 for what it creates.
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+/// The spawn queues and the jobserver whose tokens one of them counts
+/// (None when its directory cannot be made: `jobs` spawns are refused).
+fn queues_and_jobserver(
+    config: &Config,
+    jobs_dir: &Path,
+    checkpoint: Option<&Path>,
+) -> (
+    crate::queue::Queues,
+    Option<Arc<crate::jobserver::JobServer>>,
+) {
+    let tokens = config.jobserver_tokens.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let jobs = match crate::jobserver::JobServer::new(tokens, jobs_dir) {
+        Ok(jobs) => Some(Arc::new(jobs)),
+        Err(e) => {
+            tracing::warn!(%e, dir = %jobs_dir.display(), "no jobserver: jobs spawns are refused");
+            None
+        }
+    };
+    let queues =
+        crate::queue::Queues::new(config, checkpoint.map(|p| p.with_file_name("queue.json")));
+    match &jobs {
+        Some(js) => (queues.with_jobserver(js), jobs),
+        None => (queues, None),
+    }
+}
+
+pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)

@@ -49,11 +49,20 @@ pub struct Config {
     pub queue_slots: usize,
     /// The most spawns waiting in all queues at once.
     pub max_queued: usize,
+    /// The jobserver's tokens: at most this many compile jobs of `jobs`
+    /// sessions run at once, across all agents (docs/jobserver.md).
+    /// None: the number of CPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jobserver_tokens: Option<usize>,
     /// Debug builds only: a file read instead of /proc/pressure/memory, so
     /// a test can stand in for memory pressure (docs/testing.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_memory_pressure_file: Option<std::path::PathBuf>,
 }
+
+/// The queue `jobs` sessions take a token of as a slot (docs/jobserver.md):
+/// no `[queue.NAME]` nor `spawn{queue}` may name it.
+pub const JOBSERVER_QUEUE: &str = "jobserver";
 
 /// One queue's settings (`[queue.NAME]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,6 +122,7 @@ impl Default for Config {
             queue: std::collections::BTreeMap::new(),
             queue_slots: 1,
             max_queued: 1024,
+            jobserver_tokens: None,
             test_memory_pressure_file: None,
         }
     }
@@ -168,7 +178,15 @@ impl Config {
                 self.containment
             ));
         }
+        if self.jobserver_tokens == Some(0) {
+            return Err("jobserver_tokens must be at least 1".into());
+        }
         for (name, queue) in &self.queue {
+            if name == JOBSERVER_QUEUE {
+                return Err(format!(
+                    "[queue.{name}]: that queue is the jobserver's own; set jobserver_tokens"
+                ));
+            }
             crate::QueueName::parse(name).map_err(|e| format!("[queue.{name}]: {e}"))?;
             queue
                 .validate()

@@ -546,6 +546,7 @@ fn new_registry(
         config: options.config.clone(),
         logs_dir: options.paths.logs_dir(),
         tmp_dir: options.paths.state_dir.join("tmp"),
+        jobs_dir: options.paths.state_dir.join("jobs"),
         own_paths: vec![
             options.paths.state_dir.clone(),
             options.paths.runtime_dir.clone(),

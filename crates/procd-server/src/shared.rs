@@ -136,6 +136,7 @@ impl Daemon {
                 .collect(),
             systemd_unit: self.systemd_unit.clone(),
             instance: self.instance.clone(),
+            jobserver: self.registry.jobserver_status(),
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod atomic;
 pub mod cgroup;
 pub mod clock;
+pub mod fifo;
 pub mod identity;
 pub mod memfd;
 pub mod pidfd;

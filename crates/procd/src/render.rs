@@ -222,6 +222,26 @@ pub fn status(r: &StatusResult) -> String {
         r.socket,
         r.containment,
         r.containment_reason
+    ) + &jobserver(r.jobserver.as_ref())
+}
+
+/// `status`'s jobserver line: its tokens, and who holds how many.
+fn jobserver(js: Option<&procd_proto::JobserverStatus>) -> String {
+    let Some(js) = js else {
+        return String::new();
+    };
+    let holders: Vec<String> = js
+        .sessions
+        .iter()
+        .map(|s| format!("{} {}", s.session_id, s.tokens))
+        .collect();
+    let held = match holders.is_empty() {
+        true => String::new(),
+        false => format!(": {}", holders.join(", ")),
+    };
+    format!(
+        "\njobserver: {} of {} tokens in use{held}",
+        js.in_use, js.tokens
     )
 }
 

@@ -145,6 +145,11 @@ pub struct SpawnArgs {
     /// of the queue's sessions run at once; the rest wait, in order.
     #[arg(long, value_name = "NAME", value_parser = procd_proto::QueueName::parse)]
     queue: Option<procd_proto::QueueName>,
+    /// Draw compile jobs from procd's jobserver: it waits for a token to
+    /// start, and its make, cargo and rustc share the tokens with every
+    /// agent's builds (config jobserver_tokens; docs/jobserver.md).
+    #[arg(long, conflicts_with = "queue")]
+    jobs: bool,
     /// The command: one argument is used as given; several are joined with spaces.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -217,6 +222,7 @@ impl SpawnArgs {
                 ..Default::default()
             }),
             queue: self.queue,
+            jobs: self.jobs.then_some(true),
             ..Default::default()
         })
     }

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::error::Error;
 use crate::session::SessionSpec;
-use procd_proto::{Cols, Limits, MemoryBytes, Pids, Rows, SpawnParams, StdinMode};
+use procd_proto::{Cols, Limits, MemoryBytes, Pids, QueueName, Rows, SpawnParams, StdinMode};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -87,9 +87,31 @@ impl Registry {
             port: fixed_port(req.port),
             named_ports: Default::default(),
             on_change,
-            queue: req.queue.clone(),
+            queue: self.queue_of(req)?,
             queued_for: std::time::Duration::ZERO,
         })
+    }
+
+    /// The queue a spawn takes a slot of: its `queue`, or for `jobs` the
+    /// jobserver's (never both; no spawn names the jobserver's itself).
+    fn queue_of(&self, req: &SpawnParams) -> Result<Option<QueueName>, Error> {
+        let jobs = req.jobs.unwrap_or(false);
+        match &req.queue {
+            Some(q) if q.as_str() == crate::jobserver::QUEUE => Err(Error::InvalidParams(
+                "queue: \"jobserver\" is the jobserver's own queue; spawn with jobs: true".into(),
+            )),
+            Some(_) if jobs => Err(Error::InvalidParams(
+                "jobs: a jobs spawn waits for a token in the jobserver's queue; give jobs or queue, not both".into(),
+            )),
+            Some(q) => Ok(Some(q.clone())),
+            None if jobs && self.jobs.is_none() => Err(Error::LimitReached(
+                "jobs: the jobserver could not be set up (see the daemon's log)".into(),
+            )),
+            None if jobs => QueueName::parse(crate::jobserver::QUEUE)
+                .map(Some)
+                .map_err(Error::Internal),
+            None => Ok(None),
+        }
     }
 
     /// What the caller (or the config's default) asks, and its queue's
@@ -191,6 +213,11 @@ impl Registry {
 /// What goes with a name: `replace` only with one, `queue` never (a
 /// queued spawn's name would be claimed only when it starts).
 fn check_name_params(req: &SpawnParams) -> Result<(), Error> {
+    if req.jobs == Some(true) && req.name.is_some() {
+        return Err(Error::InvalidParams(
+            "jobs: a named session cannot wait for a jobserver token (its name is claimed when it starts; give name or jobs)".into(),
+        ));
+    }
     if req.queue.is_some() && req.name.is_some() {
         return Err(Error::InvalidParams(
             "queue: a named session cannot be queued (its name is claimed when it starts; give name or queue)".into(),

@@ -196,6 +196,9 @@ impl Registry {
     /// (so a `wait` that returns sees the completion event already queued).
     fn on_exit(&self, session: &Session, record: &ExitRecord) {
         session.release_slot();
+        if session.spec.is_jobs() {
+            self.end_jobs(&session.id);
+        }
         if session.notify_on_complete() {
             // Once: a daemon that records this exit again after a crash
             // (the keeper still had it) queues no second completion.

@@ -44,10 +44,15 @@ impl Registry {
         let join = entry.as_ref().map(|e| e.join());
         let procfs = &self.procfs;
         let inspect = |pid: i32| procfs.stat(pid).map(|s| s.start_time).unwrap_or(0);
-        let channels = match &spec.shell {
+        let mut channels = match &spec.shell {
             Some(dir) => crate::shell::Channels::open(dir)?.fds(),
             None => Vec::new(),
         };
+        // A `jobs` session's FIFO, on `jobserver::CHILD_FD` (its env says
+        // where: set by `open_jobs`, or kept across a restart).
+        if let (true, Some(fifo)) = (spec.is_jobs(), env.get("PROCD_JOBSERVER")) {
+            channels.insert(0, crate::jobserver::JobServer::child_end(Path::new(fifo))?);
+        }
         let inherit: Vec<std::os::fd::BorrowedFd> = channels.iter().map(|f| f.as_fd()).collect();
         let start = |stdio: [std::os::fd::BorrowedFd; 3], terminal: bool| {
             let launch = prepared.launch(stdio, &inherit, terminal, join.as_ref());

@@ -59,6 +59,9 @@ impl Registry {
         let shown = self.redactor.command(&params.command).into_owned();
         let entry = Arc::new(Queued::new(id, queue.clone(), ask, shown));
         let made = entry.clone();
+        if queue.as_str() == crate::jobserver::QUEUE {
+            self.reclaim_jobs().await;
+        }
         match self
             .queues
             .admit(queue, move || made)
@@ -210,6 +213,8 @@ impl Registry {
     /// Starts queued spawns, in order, while slots allow.
     async fn start_what_can(&self) {
         let max = self.config.max_running;
+        // Tokens sitting unused go to a `jobs` spawn waiting for one.
+        self.share_jobs().await;
         loop {
             if self.closing.load(Ordering::SeqCst) || *self.handing_over.borrow() {
                 return;

@@ -236,6 +236,7 @@ impl Registry {
             }
         }
         self.recover_queued(&mut handed).await;
+        self.recover_jobs().await;
         // Kept by the keeper but never recorded (the daemon died between
         // the fork and the checkpoint): nobody was told of them;
         // `end_unrecorded` ends their processes.

@@ -243,9 +243,15 @@ impl Registry {
                 "what its last run left cannot be ended (its scope or cgroup is still busy)".into(),
             ));
         }
+        if spec.is_jobs() {
+            self.renew_jobs(&id).await;
+        }
         let started = self
             .launch(&id, &mut spec, &launch.env, &launch.argv)
             .await?;
+        if spec.is_jobs() {
+            self.share_jobs_soon();
+        }
         self.hold_in_keeper(&id, started.identity, &started.io, Some(restarts));
         crate::crash::at(crate::crash::Point::AfterRestartHold);
         let slot = run.take_slot().unwrap_or_else(|| self.running.take());

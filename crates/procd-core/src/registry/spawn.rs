@@ -225,15 +225,21 @@ impl Registry {
             self.new_log(&id)
                 .map_err(|e| spawn_err("cannot create the session log", e))?,
         );
-        let mut env = self
-            .env_policy
-            .build(self.inherited_env.iter().cloned(), caller_env, &id);
-        env.insert(INSTANCE_VAR.into(), self.instance_marker());
-        let argv = self
-            .launch_argv(&launch_script(&spec.command_to_run()), &mut env, caller_env)
-            .await;
+        let (env, argv) = match self.launch_line(&id, &spec, caller_env).await {
+            Ok(line) => line,
+            Err(e) => {
+                output.delete_log();
+                return Err(e);
+            }
+        };
         let restarts = match spec.restart {
-            Some(plan) => Some(Arc::new(self.first_restarts(plan, &argv, &env)?)),
+            Some(plan) => match self.first_restarts(plan, &argv, &env) {
+                Ok(restarts) => Some(Arc::new(restarts)),
+                Err(e) => {
+                    self.abandon(&id, &spec, &output);
+                    return Err(e);
+                }
+            },
             None => None,
         };
         let mut spec = spec;
@@ -245,7 +251,7 @@ impl Registry {
         let started = match self.launch(&id, &mut spec, &env, &argv).await {
             Ok(started) => started,
             Err(e) => {
-                output.delete_log();
+                self.abandon(&id, &spec, &output);
                 return Err(e);
             }
         };
@@ -254,13 +260,16 @@ impl Registry {
         self.injected_slow_setup().await;
         if self.injected_failure(false) {
             self.end_unsupervised(&id, &started).await;
-            output.delete_log();
+            self.abandon(&id, &spec, &output);
             return Err(spawn_err(
                 "session setup failed (the process was killed)",
                 std::io::Error::other("injected failure after spawn"),
             ));
         }
         self.hold_in_keeper(&id, started.identity, &started.io, restarts.as_deref());
+        if spec.is_jobs() {
+            self.share_jobs_soon();
+        }
         let (session, reader, exit_rx) =
             self.open_session(id.clone(), spec, output, started, slot, restarts);
         // Make room: the new session counts towards max_sessions.
@@ -276,6 +285,37 @@ impl Registry {
         }
         let result = super::present::spawn_result(&self.redactor, &session);
         Ok((result, session))
+    }
+
+    /// The environment and the argv a session's runs start with: the
+    /// caller's env over the daemon's, a `jobs` session's FIFO made and
+    /// named, the command in its launch script and shell.
+    async fn launch_line(
+        &self,
+        id: &str,
+        spec: &SessionSpec,
+        caller_env: &BTreeMap<String, String>,
+    ) -> Result<(BTreeMap<String, String>, Vec<String>), Error> {
+        let mut env = self
+            .env_policy
+            .build(self.inherited_env.iter().cloned(), caller_env, id);
+        env.insert(INSTANCE_VAR.into(), self.instance_marker());
+        let mut script = launch_script(&spec.command_to_run());
+        if spec.is_jobs() {
+            self.open_jobs(id, &mut env).await?;
+            script = self.jobs_script(script);
+        }
+        let argv = self.launch_argv(&script, &mut env, caller_env).await;
+        Ok((env, argv))
+    }
+
+    /// Undoes a spawn that failed before its session existed: its log, and
+    /// a `jobs` session's FIFO.
+    fn abandon(&self, id: &str, spec: &SessionSpec, output: &OutputStore) {
+        output.delete_log();
+        if spec.is_jobs() {
+            self.end_jobs(id);
+        }
     }
 
     /// The `started` event of a session just opened.

@@ -68,6 +68,14 @@ pub struct SessionSpec {
 }
 
 impl SessionSpec {
+    /// Spawned with `jobs`: it holds a jobserver token as its queue slot
+    /// and draws more from its FIFO (`jobserver.rs`).
+    pub fn is_jobs(&self) -> bool {
+        self.queue
+            .as_ref()
+            .is_some_and(|q| q.as_str() == crate::jobserver::QUEUE)
+    }
+
     /// The command as it runs: the ports it was given put for `{port}`
     /// and `{NAME}`. `command` stays as asked, so that a named spawn of
     /// the same command (an `up` again) finds it the same service

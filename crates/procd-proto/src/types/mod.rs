@@ -586,6 +586,24 @@ pub struct StatusResult {
     /// container or machine: the sessions of the one before are gone).
     #[serde(default)]
     pub instance: String,
+    /// The jobserver's tokens and who holds them (docs/jobserver.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobserver: Option<JobserverStatus>,
+}
+
+/// `status.jobserver`: the tokens, and per `jobs` session how many its
+/// processes hold now (its own one included).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobserverStatus {
+    pub tokens: u32,
+    pub in_use: u32,
+    pub sessions: Vec<JobserverHolder>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobserverHolder {
+    pub session_id: String,
+    pub tokens: u32,
 }
 
 /// One ongoing fault: what fails, the last error, since when.

@@ -94,6 +94,12 @@ pub struct SpawnParams {
     /// as `queued` and starts, in order, when one frees (docs/queues.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<crate::QueueName>,
+    /// Draw compile jobs from procd's jobserver (docs/jobserver.md): the
+    /// session takes a token to start (queued in the `jobserver` queue
+    /// until one is free), and its make, cargo and rustc take more from
+    /// the same tokens, shared by every agent's builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<bool>,
 }
 
 /// `spawn{watch}`: what to watch, what to leave out, what to do.

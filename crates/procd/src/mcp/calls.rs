@@ -72,6 +72,7 @@ impl ProcdMcp {
                 .as_deref()
                 .map(procd_proto::QueueName::parse)
                 .transpose()?,
+            jobs: p.jobs,
             ..Default::default()
         })
     }

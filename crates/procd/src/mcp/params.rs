@@ -76,6 +76,10 @@ pub struct StartParams {
         description = "A queue to run it in (e.g. \"build\"): at most the queue's slots of its sessions run at once across all agents; a spawn finding them taken answers status \"queued\" with its position and starts, in order, when one frees. For builds and test runs that would overload the machine together."
     )]
     pub queue: Option<String>,
+    #[schemars(
+        description = "true for a build or test run (make, cargo, npm): it takes a token of procd's machine-wide jobserver to start, waiting as \"queued\" while all are taken, and its make, cargo and rustc draw their parallel jobs from the same tokens, so every agent's builds together never overload the machine."
+    )]
+    pub jobs: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

@@ -50,7 +50,8 @@ const LOG_BACKLOG: u64 = 16 * 1024;
 /// What the daemon's side sends the loop.
 enum Msg {
     Connected(Arc<Client>),
-    List(Vec<ProcessEntry>),
+    /// The sessions, and the jobserver's tokens (when the daemon says).
+    List(Vec<ProcessEntry>, Option<procd_proto::JobserverStatus>),
     Lost,
     /// Output of the session the log pane follows, up to `next_cursor`.
     Log {
@@ -200,7 +201,10 @@ impl Top {
                     self.follow(Some(id), self.log_cursor);
                 }
             }
-            Msg::List(entries) => self.model.set_list(entries, Instant::now()),
+            Msg::List(entries, jobserver) => {
+                self.model.set_list(entries, Instant::now());
+                self.model.jobserver = jobserver;
+            }
             Msg::Lost => {
                 self.client = None;
                 if !matches!(self.model.link, Link::Lost { .. }) {
@@ -409,7 +413,10 @@ async fn connection(endpoint: Endpoint, refresh: Arc<Notify>, tx: mpsc::Sender<M
             }
             listed = Instant::now();
             let msg = match procd_client::list_all(&client, None, None).await {
-                Ok(list) => Msg::List(list),
+                Ok(list) => {
+                    let jobserver = client.status().await.ok().and_then(|s| s.jobserver);
+                    Msg::List(list, jobserver)
+                }
                 Err(e) if procd_client::is_disconnect(&e) => break,
                 Err(e) => Msg::Notice(format!("list: {}", describe(&e))),
             };

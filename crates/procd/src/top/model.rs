@@ -177,6 +177,8 @@ pub struct Model {
     pub link: Link,
     /// Each session's CPU seconds when last listed, for the CPU column.
     cpu_seen: HashMap<String, (f64, Instant)>,
+    /// The jobserver's tokens and who holds them (`status.jobserver`).
+    pub jobserver: Option<procd_proto::JobserverStatus>,
 }
 
 impl Default for Model {
@@ -190,6 +192,7 @@ impl Default for Model {
             notice: None,
             link: Link::Connecting,
             cpu_seen: HashMap::new(),
+            jobserver: None,
         }
     }
 }

@@ -109,6 +109,19 @@ fn header_line(model: &Model) -> Line<'static> {
         Span::styled("procd top", Style::new().add_modifier(Modifier::BOLD)),
         Span::raw(format!("  {running} running, {finished} finished")),
     ];
+    if let Some(js) = model.jobserver.as_ref().filter(|js| js.in_use > 0) {
+        let holders: Vec<String> = js
+            .sessions
+            .iter()
+            .map(|s| format!("{} {}", s.session_id, s.tokens))
+            .collect();
+        spans.push(Span::raw(format!(
+            "  jobserver {}/{} ({})",
+            js.in_use,
+            js.tokens,
+            holders.join(", ")
+        )));
+    }
     if !model.filter.is_empty() {
         spans.push(Span::raw(format!("  filter: {}", model.filter)));
     }
