@@ -19,6 +19,7 @@
 //! spread; a target is met when that median run meets it.
 
 mod instructions;
+mod jobs;
 mod peers;
 mod reliability;
 mod remote;
@@ -677,7 +678,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     // that runs (none of `--only peers`, say).
     let shared = std::cell::OnceCell::new();
     let d = || shared.get_or_init(Daemon::start);
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 18] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 19] = [
         ("spawn", &|| {
             let mut rows = vec![spawn_wait(d(), s), spawn_wait_sandboxed(d(), s)];
             rows.extend(spawn_wait_slow_rc(s));
@@ -697,6 +698,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         }),
         ("shell", &|| shells::shell_rows(d(), s.rounds)),
         ("watch", &|| watch::watch_rows(d(), s.rounds, s.idle)),
+        ("jobs", &|| jobs::jobs_rows(d(), s.rounds)),
         ("survival", &|| survival::survival_rows(s.kills)),
         ("instructions", &|| {
             instructions::instruction_rows(s.counted)
