@@ -51,6 +51,7 @@ class Api(Generic[R]):
         ports: Optional[Dict[str, Union[int, str]]] = None,
         watch: Optional[Dict[str, Any]] = None,
         queue: Optional[str] = None,
+        jobs: Optional[bool] = None,
     ) -> R:
         return self._call("spawn", _params(locals()))
 
