@@ -23,7 +23,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
@@ -83,8 +82,6 @@ pub struct JobServer {
     tokens: usize,
     /// The sessions' FIFOs, `jobs.json` and the make shim.
     dir: PathBuf,
-    /// The sum of `Holder::given`, read by the queue for its slots.
-    given: Arc<AtomicUsize>,
     holders: std::sync::Mutex<BTreeMap<String, Holder>>,
     /// One change of shares at a time, from its look at the FIFOs to its
     /// record written and bytes put (the record is written off the event
@@ -106,7 +103,6 @@ impl JobServer {
         Ok(JobServer {
             tokens,
             dir: dir.to_path_buf(),
-            given: Arc::new(AtomicUsize::new(0)),
             holders: std::sync::Mutex::new(BTreeMap::new()),
             changing: tokio::sync::Mutex::new(()),
         })
@@ -128,10 +124,10 @@ impl JobServer {
         self.tokens
     }
 
-    /// The tokens given out beyond the sessions' own (the queue's slots
-    /// are `tokens` less these).
-    pub fn given(&self) -> Arc<AtomicUsize> {
-        self.given.clone()
+    /// The tokens given out beyond the sessions' own: the queue's slots
+    /// are `tokens` less these (read under the queue's lock).
+    pub fn given(&self) -> usize {
+        self.holders().values().map(|h| h.given).sum()
     }
 
     /// Session `id`'s FIFO.
@@ -186,9 +182,7 @@ impl JobServer {
             given,
             released: released.clone(),
         };
-        self.given.fetch_add(given, Ordering::SeqCst);
         if let Some(old) = self.holders().insert(id.to_string(), holder) {
-            self.given.fetch_sub(old.given, Ordering::SeqCst);
             old.released.notify_one();
         }
         Ok(released)
@@ -209,8 +203,8 @@ impl JobServer {
         tokio::select! {
             ready = fifo.readable() => {
                 // Edge-triggered: cleared, the next token written back
-                // wakes the watch again; the ones sitting are counted by
-                // `share` from the pipe itself.
+                // wakes the watch again; the ones sitting are counted
+                // from the pipe itself when they are taken back.
                 if let Ok(mut guard) = ready {
                     guard.clear_ready();
                 }
@@ -237,57 +231,37 @@ impl JobServer {
             back += taken;
         }
         if back > 0 {
-            self.given.fetch_sub(back, Ordering::SeqCst);
             self.persist().await;
         }
         back > 0
     }
 
-    /// Counts as given what no slot (`running` of them held) and no
-    /// session holds: the tokens `give` is to hand out. Called under the
+    /// Gives out, in the books only, what no slot (`running` of them
+    /// held) and no session holds, one token at a time to whoever has
+    /// least: the tokens `give` then puts in each FIFO. Called under the
     /// queue's lock (`Queues::under_line`), so no slot is taken between
-    /// the count and the reservation.
-    pub fn reserve(&self, running: usize) -> usize {
-        if self.holders().is_empty() {
-            return 0;
+    /// the count and the books.
+    pub fn reserve(&self, running: usize) -> BTreeMap<String, usize> {
+        let mut holders = self.holders();
+        let given: usize = holders.values().map(|h| h.given).sum();
+        let spare = self.tokens.saturating_sub(running).saturating_sub(given);
+        let mut gift: BTreeMap<String, usize> = BTreeMap::new();
+        for _ in 0..spare {
+            let Some((id, holder)) = holders.iter_mut().min_by_key(|(_, h)| h.given) else {
+                break;
+            };
+            holder.given += 1;
+            *gift.entry(id.clone()).or_default() += 1;
         }
-        let spare = self
-            .tokens
-            .saturating_sub(running)
-            .saturating_sub(self.given.load(Ordering::SeqCst));
-        self.given.fetch_add(spare, Ordering::SeqCst);
-        spare
+        gift
     }
 
-    /// Hands `reserved` tokens out, one at a time to whoever has least.
-    pub async fn give(&self, reserved: usize) {
-        if reserved == 0 {
+    /// Puts what `reserve` gave in each session's FIFO, once the books
+    /// are written: a crash in between gives too few, never too many.
+    pub async fn give(&self, gift: BTreeMap<String, usize>) {
+        if gift.is_empty() {
             return;
         }
-        let mut gift: BTreeMap<String, usize> = BTreeMap::new();
-        {
-            let mut holders = self.holders();
-            for _ in 0..reserved {
-                let least = holders
-                    .iter()
-                    .min_by_key(|(id, h)| h.given + gift.get(*id).copied().unwrap_or(0));
-                let Some((id, _)) = least else {
-                    break;
-                };
-                *gift.entry(id.clone()).or_default() += 1;
-            }
-            for (id, n) in &gift {
-                if let Some(holder) = holders.get_mut(id) {
-                    holder.given += n;
-                }
-            }
-        }
-        let handed: usize = gift.values().sum();
-        self.given.fetch_sub(reserved - handed, Ordering::SeqCst);
-        if handed == 0 {
-            return;
-        }
-        // Written down before the bytes are: a crash now gives too few.
         self.persist().await;
         let mut holders = self.holders();
         for (id, n) in gift {
@@ -297,7 +271,6 @@ impl JobServer {
             if let Err(e) = procd_sys::fifo::put(holder.fifo.get_ref(), n) {
                 tracing::warn!(session = %id, %e, "cannot give jobserver tokens");
                 holder.given -= n;
-                self.given.fetch_sub(n, Ordering::SeqCst);
             }
         }
     }
@@ -315,7 +288,6 @@ impl JobServer {
             None => 0,
         };
         if back > 0 {
-            self.given.fetch_sub(back, Ordering::SeqCst);
             self.persist().await;
         }
     }
@@ -329,7 +301,6 @@ impl JobServer {
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
         let removed = self.holders().remove(id);
         if let Some(holder) = removed {
-            self.given.fetch_sub(holder.given, Ordering::SeqCst);
             holder.released.notify_one();
         }
         self.persist().await;

@@ -159,9 +159,9 @@ pub struct Queues {
     pressure_file: PathBuf,
     /// Where the queue's order is kept for the next daemon.
     file: Option<PathBuf>,
-    /// The jobserver's tokens and what it has given out: its queue's
-    /// slots are the difference (`jobserver.rs`).
-    jobserver: Option<(usize, Arc<std::sync::atomic::AtomicUsize>)>,
+    /// Whose tokens, less those it has given out, are the `jobserver`
+    /// queue's slots (`jobserver.rs`).
+    jobserver: Option<Arc<crate::jobserver::JobServer>>,
     /// One write of the file at a time, each of the state as it is then.
     writing: Mutex<()>,
     shared: Arc<Shared>,
@@ -227,16 +227,14 @@ impl Queues {
 
     /// Makes the `jobserver` queue's slots the jobserver's tokens less
     /// those it has given out.
-    pub fn with_jobserver(mut self, js: &crate::jobserver::JobServer) -> Queues {
-        self.jobserver = Some((js.tokens(), js.given()));
+    pub fn with_jobserver(mut self, js: Arc<crate::jobserver::JobServer>) -> Queues {
+        self.jobserver = Some(js);
         self
     }
 
     fn slots(&self, queue: &QueueName) -> usize {
-        if let (Some((tokens, given)), true) =
-            (&self.jobserver, queue.as_str() == crate::jobserver::QUEUE)
-        {
-            return tokens.saturating_sub(given.load(std::sync::atomic::Ordering::SeqCst));
+        if let (Some(js), true) = (&self.jobserver, queue.as_str() == crate::jobserver::QUEUE) {
+            return js.tokens().saturating_sub(js.given());
         }
         self.config
             .get(queue.as_str())

@@ -568,7 +568,7 @@ fn queues_and_jobserver(
     let queues =
         crate::queue::Queues::new(config, checkpoint.map(|p| p.with_file_name("queue.json")));
     match &jobs {
-        Some(js) => (queues.with_jobserver(js), jobs),
+        Some(js) => (queues.with_jobserver(js.clone()), jobs),
         None => (queues, None),
     }
 }

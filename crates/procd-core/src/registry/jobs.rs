@@ -74,11 +74,11 @@ impl Registry {
             return;
         };
         let _changing = jobs.changing().await;
-        let reserved = self.queues.under_line(QUEUE, |running, waiting| {
+        let gift = self.queues.under_line(QUEUE, |running, waiting| {
             (waiting == 0).then(|| jobs.reserve(running))
         });
-        match reserved {
-            Some(reserved) => jobs.give(reserved).await,
+        match gift {
+            Some(gift) => jobs.give(gift).await,
             None => {
                 if jobs.take_back().await {
                     self.queues.wake();
