@@ -20,29 +20,6 @@ fn makefile(dir: &Path, targets: usize, body: &str) {
     std::fs::write(dir.join("Makefile"), text).expect("Makefile");
 }
 
-fn marks(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(String::from)
-        .collect()
-}
-
-/// The most targets running at once, from the order of their marks (each
-/// appended whole by one write).
-fn most_at_once(marks: &[String]) -> usize {
-    let (mut now, mut most) = (0usize, 0usize);
-    for m in marks {
-        if m.starts_with("start") {
-            now += 1;
-            most = most.max(now);
-        } else if m.starts_with("end") {
-            now = now.saturating_sub(1);
-        }
-    }
-    most
-}
-
 fn starts(log: &Path) -> usize {
     marks(log).iter().filter(|m| m.starts_with("start")).count()
 }

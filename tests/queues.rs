@@ -16,28 +16,6 @@ fn job(log: &Path, n: u32) -> String {
     format!("echo start {n} >> {log}; cat > /dev/null; echo end {n} >> {log}")
 }
 
-fn lines(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(String::from)
-        .collect()
-}
-
-/// The most jobs running at once, from the order of their marks.
-fn most_at_once(lines: &[String]) -> usize {
-    let (mut now, mut most) = (0usize, 0usize);
-    for l in lines {
-        if l.starts_with("start") {
-            now += 1;
-            most = most.max(now);
-        } else if l.starts_with("end") {
-            now = now.saturating_sub(1);
-        }
-    }
-    most
-}
-
 fn started(lines: &[String]) -> Vec<String> {
     lines
         .iter()
@@ -152,7 +130,7 @@ fn a_queue_runs_two_at_a_time_in_order_and_a_killed_one_never_starts() {
         status(&d, &ids[5])["status"] == "running"
     });
     finish(&d, &ids[5]);
-    let marks = lines(&log);
+    let marks = marks(&log);
     assert_eq!(started(&marks), ["1", "2", "3", "5", "6"], "{marks:?}");
     assert_eq!(most_at_once(&marks), 2, "{marks:?}");
 }
@@ -204,7 +182,7 @@ fn the_queue_and_its_order_survive_a_daemon_sigkill() {
         });
         finish(&d, id);
     }
-    let marks = lines(&log);
+    let marks = marks(&log);
     assert_eq!(started(&marks), ["1", "2", "3", "4"], "{marks:?}");
     assert_eq!(most_at_once(&marks), 1, "{marks:?}");
     let words = std::fs::read_to_string(format!("{}.word", log.display())).expect("words");
@@ -240,7 +218,7 @@ fn memory_pressure_holds_a_queue_until_it_drops() {
         status(&d, &id)["status"] == "running"
     });
     finish(&d, &id);
-    assert_eq!(started(&lines(&log)), ["1"]);
+    assert_eq!(started(&marks(&log)), ["1"]);
 }
 
 #[test]
@@ -313,5 +291,5 @@ fn the_cli_queues_and_says_where() {
     let said = String::from_utf8_lossy(&killed.stdout);
     assert!(said.contains("removed from its queue"), "{said}");
     finish(&d, &id(&first));
-    assert_eq!(started(&lines(&log)), ["1"]);
+    assert_eq!(started(&marks(&log)), ["1"]);
 }

@@ -67,6 +67,30 @@ pub fn machine_lacks(var: &str, what: &str) -> bool {
     lacks
 }
 
+/// The lines of a marks file that jobs append to (`start …`, `end …`,
+/// each appended whole by one write); none if it is not there yet.
+pub fn marks(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// The most jobs running at once, from the order of their marks.
+pub fn most_at_once(marks: &[String]) -> usize {
+    let (mut now, mut most) = (0usize, 0usize);
+    for m in marks {
+        if m.starts_with("start") {
+            now += 1;
+            most = most.max(now);
+        } else if m.starts_with("end") {
+            now = now.saturating_sub(1);
+        }
+    }
+    most
+}
+
 /// Dates `path` a minute back, as a checkout's files are when a server
 /// starts: an edit within the coarse clock's tick before a run's start
 /// is taken as made after it (`tree_watch::mtime_slack`), so a file a
