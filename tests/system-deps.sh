@@ -15,7 +15,8 @@
 # packages of tests/mcp-ts-sdk.sh and tests/codex-cli.sh), and docker.io
 # (tests/cluster.rs runs a real two-node Docker Swarm; its dockerds are
 # the test's own, in network namespaces it makes; the package's service is
-# never used). Most are on CI's machine kind already; this
+# never used), and make (tests/jobserver.rs drives real GNU make builds
+# under procd's jobserver). Most are on CI's machine kind already; this
 # is for a fresh machine. Needs root and apt-get to install; otherwise it
 # says what is missing and fails.
 set -euo pipefail
@@ -36,6 +37,7 @@ command -v npm >/dev/null || missing+=(npm)
 # Another docker client may be on PATH (without an engine): look for the
 # engine itself.
 [ -x /usr/sbin/dockerd ] && [ -x /usr/bin/docker ] || missing+=(docker.io)
+command -v make >/dev/null || missing+=(make)
 # The Swarm test's network namespaces and veth pair.
 command -v ip >/dev/null || missing+=(iproute2)
 [ ${#missing[@]} -eq 0 ] && exit 0
