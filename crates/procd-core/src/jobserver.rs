@@ -383,12 +383,15 @@ impl JobServer {
 
     /// Writes what each session was given, off the event loop; a failure
     /// is logged (only a crash would then give out too many).
+    /// Unsynced, as procs.json: the order of the write and the bytes is
+    /// what a daemon SIGKILL needs, and the sessions die with the machine.
     async fn persist(&self) {
         let given = self.given_now();
         let record = self.record();
-        let written =
-            tokio::task::spawn_blocking(move || procd_sys::atomic::write_json(&record, &given))
-                .await;
+        let written = tokio::task::spawn_blocking(move || {
+            procd_sys::atomic::write_json_unsynced(&record, &given)
+        })
+        .await;
         if let Ok(Err(e)) = written {
             tracing::warn!(%e, "cannot write jobs.json");
         }

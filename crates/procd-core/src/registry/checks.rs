@@ -104,12 +104,12 @@ impl Registry {
                 "jobs: a jobs spawn waits for a token in the jobserver's queue; give jobs or queue, not both".into(),
             )),
             Some(q) => Ok(Some(q.clone())),
-            None if jobs && self.jobs.is_none() => Err(Error::LimitReached(
-                "jobs: the jobserver could not be set up (see the daemon's log)".into(),
-            )),
-            None if jobs => QueueName::parse(crate::jobserver::QUEUE)
-                .map(Some)
-                .map_err(Error::Internal),
+            None if jobs => {
+                self.jobserver()?;
+                QueueName::parse(crate::jobserver::QUEUE)
+                    .map(Some)
+                    .map_err(Error::Internal)
+            }
             None => Ok(None),
         }
     }

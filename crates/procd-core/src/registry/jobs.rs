@@ -11,7 +11,8 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 impl Registry {
-    fn jobserver(&self) -> Result<&Arc<JobServer>, Error> {
+    /// The jobserver, or why a `jobs` spawn is refused without one.
+    pub(super) fn jobserver(&self) -> Result<&Arc<JobServer>, Error> {
         self.jobs.as_ref().ok_or_else(|| {
             Error::LimitReached(
                 "jobs: the jobserver could not be set up (see the daemon's log)".into(),
