@@ -95,8 +95,10 @@ class Server:
             "exitCode": exited[0]["exitCode"] if exited else None,
             "sandboxDenied": exited[0].get("sandboxDenied") if exited else None,
             # How many chunks the output came in is the server's own
-            # business (docs/codex.md), so the last seq is not shown.
-            "_last_seq": seqs[-1],
+            # business (docs/codex.md), so the last seq is not shown. The
+            # highest, not the last to arrive: Codex's server may push
+            # `exited` after `closed`.
+            "_last_seq": max(seqs),
         }
 
 
