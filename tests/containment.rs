@@ -367,6 +367,70 @@ fn a_queue_cpu_weight_makes_its_sessions_yield() {
     );
 }
 
+/// A queue's `io_weight` goes to its sessions' cgroups where the disks'
+/// scheduler reads a weight. Where none does (this machine kind: v1
+/// blkio, no BFQ or CFQ), `status` says so and why, and the queue's
+/// sessions run, unweighed, in no blkio cgroup of procd's.
+#[test]
+fn a_queue_io_weight_is_applied_where_a_scheduler_reads_it() {
+    let Some(d) = cgroup_daemon("[queue.background]\nslots = 1\nio_weight = 50\n") else {
+        return;
+    };
+    let status = d.ok("status", json!({}));
+    let id = d.spawn_with(
+        json!({"command": "cat /proc/self/cgroup; echo listed; exec sleep 300",
+        "queue": "background"}),
+    );
+    let output = || {
+        let poll = d.ok("poll", json!({"session_id": id}));
+        poll["output_preview"].as_str().unwrap_or("").to_string()
+    };
+    wait_until("its cgroups listed", || output().contains("listed"));
+    let own = output();
+    match status["limits_available"]["io"].as_str() {
+        Some(_) => {
+            // Where the weight went: the v2 cgroup, or the blkio one.
+            let v1 = own
+                .lines()
+                .find_map(|l| l.split_once(":blkio:").map(|(_, p)| p.to_string()));
+            let dirs = [
+                session_cgroup(d.home.path(), &id),
+                std::path::Path::new("/sys/fs/cgroup/blkio")
+                    .join(v1.unwrap_or_default().trim_start_matches('/')),
+            ];
+            let weights: Vec<String> = dirs
+                .iter()
+                .flat_map(|dir| {
+                    [
+                        "io.weight",
+                        "io.bfq.weight",
+                        "blkio.weight",
+                        "blkio.bfq.weight",
+                    ]
+                    .map(|f| dir.join(f))
+                })
+                .filter_map(|f| std::fs::read_to_string(f).ok())
+                .collect();
+            assert!(
+                weights
+                    .iter()
+                    .any(|w| w.contains(" 50") || w.trim() == "250" || w.trim() == "50"),
+                "io_weight 50 is nowhere in {dirs:?}: {weights:?}"
+            );
+        }
+        None => {
+            let why = status["limits_unavailable"]["io"]
+                .as_str()
+                .unwrap_or_else(|| panic!("status says neither where io is nor why not: {status}"));
+            assert!(why.contains("weight"), "{why}");
+            assert!(d.ok("poll", json!({"session_id": id}))["status"] == "running");
+            let blkio = own.lines().find(|l| l.contains(":blkio:")).unwrap_or("");
+            assert!(!blkio.contains(&id), "put in a blkio cgroup: {own}");
+        }
+    }
+    d.ok("kill", json!({"session_id": id}));
+}
+
 #[test]
 fn a_limit_without_its_controller_is_refused_by_name() {
     // No cgroup at all (as on a machine without one): every limit is

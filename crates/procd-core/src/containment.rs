@@ -68,6 +68,24 @@ impl Containment {
         }
     }
 
+    /// Each controller a limit cannot use here, and why (`status`).
+    pub fn limits_unavailable(&self) -> std::collections::BTreeMap<String, String> {
+        use procd_sys::cgroup::Controller;
+        match self {
+            Containment::Cgroup(tree) => tree
+                .unavailable()
+                .map(|(c, why)| (c.name().to_string(), why.to_string()))
+                .collect(),
+            _ => Controller::ALL
+                .iter()
+                .map(|c| {
+                    let why = format!("sessions get no cgroup here (containment: {})", self.kind());
+                    (c.name().to_string(), why)
+                })
+                .collect(),
+        }
+    }
+
     /// The cgroup tree, with "cgroup".
     pub fn cgroups(&self) -> Option<Arc<CgroupTree>> {
         match self {

@@ -547,6 +547,7 @@ mod tests {
                 slots: 2,
                 max_memory_pressure: None,
                 cpu_weight: None,
+                io_weight: None,
             },
         );
         let q = Queues::new(&config, None);

@@ -168,7 +168,11 @@ mod tests {
                 "[queue.build]\nslots = 1\ncpu_weight = 10001\n",
                 "cpu_weight",
             ),
-            ("[queue.build]\nslots = 1\nio_weight = 10\n", "io_weight"),
+            ("[queue.build]\nslots = 1\nio_weight = 0\n", "io_weight"),
+            (
+                "[queue.build]\nslots = 1\nio_weight = 10001\n",
+                "io_weight must be from 1 to 10000",
+            ),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(named), "{text:?}: {err}");

@@ -80,6 +80,13 @@ pub struct QueueConfig {
     /// the cpu controller is (`status.limits_available`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_weight: Option<u64>,
+    /// Its sessions' I/O weight, as cgroup v2's `io.weight` (1 to 10000,
+    /// 100 the default; CFQ's v1 `blkio.weight` = weight × 5 in 10–1000).
+    /// Applied where the disks' scheduler reads a weight
+    /// (`status.limits_available` has "io"; else `limits_unavailable`
+    /// says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_weight: Option<u64>,
 }
 
 impl Default for Config {
@@ -213,9 +220,12 @@ impl QueueConfig {
         if self.slots == 0 {
             return Err("slots must be at least 1".into());
         }
-        if let Some(w) = self.cpu_weight {
-            if !(1..=10_000).contains(&w) {
-                return Err(format!("cpu_weight must be from 1 to 10000, got {w}"));
+        for (key, weight) in [
+            ("cpu_weight", self.cpu_weight),
+            ("io_weight", self.io_weight),
+        ] {
+            if let Some(w) = weight.filter(|w| !(1..=10_000).contains(w)) {
+                return Err(format!("{key} must be from 1 to 10000, got {w}"));
             }
         }
         if let Some(p) = self.max_memory_pressure {

@@ -134,6 +134,7 @@ impl Daemon {
                 .flat_map(|t| t.controllers())
                 .map(|(c, v)| (c.name().to_string(), v.to_string()))
                 .collect(),
+            limits_unavailable: self.containment.limits_unavailable(),
             systemd_unit: self.systemd_unit.clone(),
             instance: self.instance.clone(),
             jobserver: self.registry.jobserver_status(),

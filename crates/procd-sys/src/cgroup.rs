@@ -10,8 +10,8 @@
 //! inotify), the kill that no fork loop outruns (`cgroup.kill`) and the CPU
 //! time (`cpu.stat`). Limits go where their controller is: the v2 files
 //! when the controller is enabled there, else a cgroup of the same name in
-//! that controller's v1 hierarchy (hybrid hosts: memory, cpu and pids are
-//! v1), which the root joins too.
+//! that controller's v1 hierarchy (hybrid hosts: memory, cpu, pids and
+//! blkio are v1), which the root joins too.
 //!
 //! All of it is small sysfs reads and writes; nothing here blocks for long.
 
@@ -29,18 +29,55 @@ pub enum Controller {
     Memory,
     Cpu,
     Pids,
+    Io,
 }
 
 impl Controller {
-    pub const ALL: [Controller; 3] = [Controller::Memory, Controller::Cpu, Controller::Pids];
+    pub const ALL: [Controller; 4] = [
+        Controller::Memory,
+        Controller::Cpu,
+        Controller::Pids,
+        Controller::Io,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Controller::Memory => "memory",
             Controller::Cpu => "cpu",
             Controller::Pids => "pids",
+            Controller::Io => "io",
         }
     }
+
+    /// Its name in a v1 hierarchy's mount options and /proc/self/cgroup.
+    fn v1_name(self) -> &'static str {
+        match self {
+            Controller::Io => "blkio",
+            other => other.name(),
+        }
+    }
+
+    /// The files that weigh a cgroup's I/O, by hierarchy, each with the
+    /// value it takes for a v2 `io.weight` (1 to 10000, 100 the default):
+    /// blk-iocost's and BFQ's on v2, CFQ's and BFQ's on v1 (10 to 1000,
+    /// CFQ's default 500). A disk scheduler without weights has none.
+    const IO_WEIGHT_FILES: [(&'static str, ScaleWeight); 4] = [
+        ("io.weight", |w| w),
+        ("io.bfq.weight", |w| w.clamp(1, 1000)),
+        ("blkio.weight", |w| (w * 5).clamp(10, 1000)),
+        ("blkio.bfq.weight", |w| w.clamp(1, 1000)),
+    ];
+}
+
+/// A v2 weight (1 to 10000) in one weight file's scale.
+type ScaleWeight = fn(u64) -> u64;
+
+/// The I/O weight file in `dir`, and the value it takes for `weight`.
+fn io_weight_file(dir: &Path, weight: u64) -> Option<(PathBuf, u64)> {
+    Controller::IO_WEIGHT_FILES
+        .iter()
+        .map(|(name, value)| (dir.join(name), value(weight)))
+        .find(|(file, _)| file.exists())
 }
 
 /// Limits for one session, as the kernel takes them (and the checkpoint
@@ -57,6 +94,10 @@ pub struct Limits {
     /// `cpu.weight` (1 to 10000; v1: `cpu.shares` = weight × 1024 / 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_weight: Option<u64>,
+    /// `io.weight` (1 to 10000), in the file the disks' scheduler reads
+    /// (`Controller::IO_WEIGHT_FILES`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_weight: Option<u64>,
 }
 
 impl Limits {
@@ -144,6 +185,8 @@ pub struct CgroupTree {
     /// The v1 hierarchies of the controllers that are not on v2, each with
     /// this instance's base there (made when a session first needs it).
     v1_bases: BTreeMap<Controller, PathBuf>,
+    /// Why each controller that is in neither is not there, for `status`.
+    unavailable: BTreeMap<Controller, String>,
 }
 
 impl CgroupTree {
@@ -162,7 +205,49 @@ impl CgroupTree {
         tree.v2_controllers = enable_v2_controllers(base);
         let on_v2 = tree.v2_controllers.clone();
         tree.v1_bases.retain(|c, _| !on_v2.contains(c));
+        tree.drop_io_without_weights();
+        for c in Controller::ALL {
+            if !tree.has(c) && !tree.unavailable.contains_key(&c) {
+                let why = "enabled in neither the cgroup v2 tree nor a v1 hierarchy";
+                tree.unavailable.insert(c, why.into());
+            }
+        }
         Ok(tree)
+    }
+
+    /// The io controller weighs nothing where the disks' scheduler reads
+    /// no weight file (v1 blkio without CFQ or BFQ; v2 without blk-iocost
+    /// or BFQ): it is not offered for a weight that would do nothing.
+    fn drop_io_without_weights(&mut self) {
+        let dir = match self.v1_bases.get(&Controller::Io) {
+            // The instance's base is made later: its parent holds the
+            // same files.
+            Some(base) => base.parent().map(Path::to_path_buf),
+            None if self.v2_controllers.contains(&Controller::Io) => Some(self.base.clone()),
+            None => return,
+        };
+        if dir
+            .as_deref()
+            .and_then(|d| io_weight_file(d, 100))
+            .is_some()
+        {
+            return;
+        }
+        self.v1_bases.remove(&Controller::Io);
+        self.v2_controllers.retain(|c| *c != Controller::Io);
+        let why = "no I/O weight file (io.weight, blkio.weight or their BFQ forms): \
+                   the disks' scheduler reads no weights";
+        self.unavailable.insert(Controller::Io, why.into());
+    }
+
+    /// Whether sessions' cgroups can carry `controller`'s limits.
+    pub fn has(&self, controller: Controller) -> bool {
+        self.v2_controllers.contains(&controller) || self.v1_bases.contains_key(&controller)
+    }
+
+    /// Why each controller sessions cannot use is not there, for `status`.
+    pub fn unavailable(&self) -> impl Iterator<Item = (Controller, &str)> {
+        self.unavailable.iter().map(|(c, why)| (*c, why.as_str()))
     }
 
     /// Where the subtree of the instance whose state dir is `state_dir` is
@@ -184,6 +269,7 @@ impl CgroupTree {
             base: v2.base(tag),
             v2_controllers: Vec::new(),
             v1_bases: v1.into_iter().map(|(c, h)| (c, h.base(tag))).collect(),
+            unavailable: BTreeMap::new(),
         })
     }
 
@@ -245,6 +331,7 @@ impl CgroupTree {
                 limits.cpu_quota_us.is_some() || limits.cpu_weight.is_some(),
             ),
             (Controller::Pids, limits.pids.is_some()),
+            (Controller::Io, limits.io_weight.is_some()),
         ];
         let mut v1 = Vec::new();
         for (controller, _) in wanted.iter().filter(|(_, on)| *on) {
@@ -296,8 +383,8 @@ fn make_dir(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// Enables memory, cpu and pids for the sessions where the v2 tree offers
-/// them; returns those that are on.
+/// Enables memory, cpu, pids and io for the sessions where the v2 tree
+/// offers them; returns those that are on.
 fn enable_v2_controllers(base: &Path) -> Vec<Controller> {
     let offered = std::fs::read_to_string(base.join("cgroup.controllers")).unwrap_or_default();
     let mut on = Vec::new();
@@ -315,8 +402,8 @@ fn enable_v2_controllers(base: &Path) -> Vec<Controller> {
     on
 }
 
-/// The cgroup2 hierarchy and the v1 hierarchies of memory, cpu and pids
-/// from /proc/self/mountinfo, each with the daemon's own path in it from
+/// The cgroup2 hierarchy and the v1 hierarchies of memory, cpu, pids and
+/// blkio from /proc/self/mountinfo, each with the daemon's own path in it from
 /// /proc/self/cgroup.
 fn hierarchies(mountinfo: &str, own: &str) -> (Option<Hierarchy>, Vec<(Controller, Hierarchy)>) {
     let mut own_v2 = None;
@@ -364,10 +451,11 @@ fn hierarchies(mountinfo: &str, own: &str) -> (Option<Hierarchy>, Vec<(Controlle
             "cgroup" => {
                 let opts: Vec<&str> = theirs.get(2).map_or(vec![], |o| o.split(',').collect());
                 for c in Controller::ALL {
-                    if !opts.contains(&c.name()) || v1.iter().any(|(have, _)| *have == c) {
+                    if !opts.contains(&c.v1_name()) || v1.iter().any(|(have, _)| *have == c) {
                         continue;
                     }
-                    if let Some((_, own)) = own_v1.iter().find(|(cs, _)| cs.contains(&c.name())) {
+                    if let Some((_, own)) = own_v1.iter().find(|(cs, _)| cs.contains(&c.v1_name()))
+                    {
                         v1.push((
                             c,
                             Hierarchy {
@@ -610,6 +698,17 @@ impl SessionCgroup {
             };
             write_file(&file, &value.to_string()).map_err(fail(Controller::Cpu))?;
         }
+        if let Some(weight) = limits.io_weight {
+            let c = Controller::Io;
+            let dir = self.v1_dir(c).unwrap_or(&self.path);
+            let (file, value) = io_weight_file(dir, weight).ok_or_else(|| {
+                fail(c)(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no I/O weight file in the session's cgroup",
+                ))
+            })?;
+            write_file(&file, &value.to_string()).map_err(fail(c))?;
+        }
         if let Some(pids) = limits.pids {
             let c = Controller::Pids;
             let dir = self.v1_dir(c).unwrap_or(&self.path);
@@ -767,6 +866,8 @@ fn v1_limit_file(c: Controller) -> &'static str {
         Controller::Memory => "memory.limit_in_bytes",
         Controller::Cpu => "cpu.cfs_quota_us",
         Controller::Pids => "pids.max",
+        // In every blkio cgroup, whatever the disks' scheduler.
+        Controller::Io => "blkio.throttle.io_serviced",
     }
 }
 

@@ -222,7 +222,20 @@ pub fn status(r: &StatusResult) -> String {
         r.socket,
         r.containment,
         r.containment_reason
-    ) + &jobserver(r.jobserver.as_ref())
+    ) + &unavailable(r)
+        + &jobserver(r.jobserver.as_ref())
+}
+
+/// `status`'s lines for the limits a cgroup here cannot carry, with why
+/// (without cgroups, the containment line says it for all).
+fn unavailable(r: &StatusResult) -> String {
+    if r.containment != "cgroup" {
+        return String::new();
+    }
+    r.limits_unavailable
+        .iter()
+        .map(|(controller, why)| format!("\nno {controller} limits: {why}"))
+        .collect()
 }
 
 /// `status`'s jobserver line: its tokens, and who holds how many.

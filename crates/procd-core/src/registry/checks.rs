@@ -115,17 +115,19 @@ impl Registry {
     }
 
     /// What the caller (or the config's default) asks, and its queue's
-    /// weight where a cgroup can carry it (else status's
-    /// limits_available says the cpu controller is missing).
+    /// weights where a cgroup can carry them (else status's
+    /// limits_unavailable says why the controller is missing).
     fn session_limits(&self, req: &SpawnParams) -> Result<procd_sys::cgroup::Limits, Error> {
+        use procd_sys::cgroup::Controller;
         let asked = req.limits.unwrap_or_default();
         let mut limits = self.kernel_limits(asked.or(self.config.default_limits))?;
-        if self.cgroups.is_some() {
-            limits.cpu_weight = req
-                .queue
-                .as_ref()
-                .and_then(|q| self.config.queue.get(q.as_str()))
-                .and_then(|q| q.cpu_weight);
+        let queue = req
+            .queue
+            .as_ref()
+            .and_then(|q| self.config.queue.get(q.as_str()));
+        if let (Some(tree), Some(queue)) = (&self.cgroups, queue) {
+            limits.cpu_weight = queue.cpu_weight.filter(|_| tree.has(Controller::Cpu));
+            limits.io_weight = queue.io_weight.filter(|_| tree.has(Controller::Io));
         }
         Ok(limits)
     }
@@ -154,6 +156,7 @@ impl Registry {
                 .map(|c| (c.get() * procd_sys::cgroup::CPU_PERIOD_US as f64).round() as u64),
             pids: limits.pids.map(Pids::get),
             cpu_weight: None,
+            io_weight: None,
         })
     }
 

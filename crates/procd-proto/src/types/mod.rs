@@ -577,6 +577,10 @@ pub struct StatusResult {
     /// Which limits can be had, and where: "memory" → "v1" or "v2".
     #[serde(default)]
     pub limits_available: std::collections::BTreeMap<String, String>,
+    /// Each controller sessions cannot use, and why: "io" → "no I/O
+    /// weight file …". Every one, with the containment, without cgroups.
+    #[serde(default)]
+    pub limits_unavailable: std::collections::BTreeMap<String, String>,
     /// The systemd unit procd runs as ("procd.service"); null when
     /// systemd did not start it.
     #[serde(default)]

@@ -80,3 +80,50 @@ fn keyed_files_parse() {
     assert_eq!(keyed("usage_usec 12\n", "user_usec"), None);
     assert_eq!(unescape("/a\\040b"), "/a b");
 }
+
+/// An I/O weight goes to whichever weight file the disks' scheduler
+/// gives the session's cgroup, in that file's scale; with none, it is an
+/// error naming the io controller. (Files stand in for the kernel's: no
+/// disk here has a scheduler that reads weights.)
+#[test]
+fn an_io_weight_goes_to_the_file_the_scheduler_reads() {
+    let limits = Limits {
+        io_weight: Some(50),
+        ..Limits::default()
+    };
+    for (file, v1, written) in [
+        ("io.weight", false, "50"),
+        ("io.bfq.weight", false, "50"),
+        ("blkio.weight", true, "250"),
+        ("blkio.bfq.weight", true, "50"),
+    ] {
+        let v2 = tempfile::tempdir().unwrap();
+        let blkio = tempfile::tempdir().unwrap();
+        let (dir, v1) = match v1 {
+            true => (blkio.path(), vec![(Controller::Io, blkio.path().into())]),
+            false => (v2.path(), vec![]),
+        };
+        std::fs::write(dir.join(file), "").unwrap();
+        let cgroup = SessionCgroup::new(v2.path().into(), v1);
+        cgroup.write_limits(&limits).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join(file)).unwrap(), written);
+    }
+    let bare = tempfile::tempdir().unwrap();
+    let err = SessionCgroup::new(bare.path().into(), vec![])
+        .write_limits(&limits)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the io controller"), "{err}");
+}
+
+#[test]
+fn blkio_is_the_io_controller_on_v1() {
+    let mounts =
+        format!("{MOUNTINFO}45 31 0:40 / /sys/fs/cgroup/blkio rw - cgroup cgroup rw,blkio\n");
+    let (_, v1) = hierarchies(&mounts, &format!("9:blkio:/x\n{OWN}"));
+    let io = v1.iter().find(|(c, _)| *c == Controller::Io).unwrap();
+    assert_eq!(
+        io.1.base("t"),
+        PathBuf::from("/sys/fs/cgroup/blkio/x/procd-t")
+    );
+}
