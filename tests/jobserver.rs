@@ -250,6 +250,34 @@ fn a_jobs_session_sees_the_jobserver_where_make_and_cargo_look() {
     assert!(out.contains(&shim.display().to_string()), "{out}");
 }
 
+/// Under config `default_jobs`, a spawn that does not say `jobs` draws
+/// a token; one that says `jobs: false`, and a named one, do not.
+#[test]
+fn default_jobs_makes_a_plain_spawn_draw_a_token() {
+    let d = Daemon::with_config("jobserver_tokens = 1\ndefault_jobs = true\n");
+    let first = d.spawn_with(json!({"command": "echo \"MF=$MAKEFLAGS\"; exec sleep 300"}));
+    wait_until("the first holds the token", || tokens_of(&d, &first) == 1);
+    let second = d.ok("spawn", json!({"command": "exec sleep 300"}));
+    assert_eq!(second["status"], "queued", "{second}");
+    assert_eq!(second["queue"]["name"], "jobserver", "{second}");
+    for params in [
+        json!({"command": "echo \"MF=$MAKEFLAGS\"; exec sleep 300", "jobs": false}),
+        json!({"command": "echo \"MF=$MAKEFLAGS\"; exec sleep 300", "name": "server"}),
+    ] {
+        let r = d.ok("spawn", params.clone());
+        assert_eq!(r["status"], "running", "{params}: {r}");
+        let id = r["session_id"].as_str().expect("id").to_string();
+        let out = || d.ok("poll", json!({"session_id": id}))["output_preview"].to_string();
+        wait_until("it prints MAKEFLAGS", || out().contains("MF="));
+        assert!(!out().contains("jobserver-auth"), "{params}: {}", out());
+        d.ok("kill", json!({"session_id": id}));
+    }
+    let out = d.ok("poll", json!({"session_id": first}))["output_preview"].to_string();
+    assert!(out.contains("MF= -j --jobserver-auth=3,3"), "{out}");
+    d.ok("kill", json!({"session_id": second["session_id"]}));
+    d.ok("kill", json!({"session_id": first}));
+}
+
 #[test]
 fn bad_jobs_input_is_refused_by_name() {
     let d = Daemon::with_config("jobserver_tokens = 1\n");

@@ -54,6 +54,9 @@ pub struct Config {
     /// None: the number of CPUs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jobserver_tokens: Option<usize>,
+    /// A spawn that does not say `jobs` is a `jobs` spawn, unless it is
+    /// named or queued (neither ever waits for a token).
+    pub default_jobs: bool,
     /// Debug builds only: a file read instead of /proc/pressure/memory, so
     /// a test can stand in for memory pressure (docs/testing.md).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -130,6 +133,7 @@ impl Default for Config {
             queue_slots: 1,
             max_queued: 1024,
             jobserver_tokens: None,
+            default_jobs: false,
             test_memory_pressure_file: None,
         }
     }

@@ -92,10 +92,12 @@ impl Registry {
         })
     }
 
-    /// The queue a spawn takes a slot of: its `queue`, or for `jobs` the
-    /// jobserver's (never both; no spawn names the jobserver's itself).
+    /// The queue a spawn takes a slot of: its `queue`, or for `jobs` (or
+    /// config `default_jobs`) the jobserver's (never both; no spawn
+    /// names the jobserver's itself).
     fn queue_of(&self, req: &SpawnParams) -> Result<Option<QueueName>, Error> {
-        let jobs = req.jobs.unwrap_or(false);
+        let by_default = self.config.default_jobs && req.name.is_none() && req.queue.is_none();
+        let jobs = req.jobs.unwrap_or(by_default);
         match &req.queue {
             Some(q) if q.as_str() == crate::jobserver::QUEUE => Err(Error::InvalidParams(
                 "queue: \"jobserver\" is the jobserver's own queue; spawn with jobs: true".into(),
