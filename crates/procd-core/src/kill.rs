@@ -418,7 +418,9 @@ async fn finish_in_cgroup(
         } else {
             grace
         };
-    let mut empty = false;
+    // Nothing left (the signal ended it, or it had ended): no wait, and no
+    // `cgroup.kill`, which would keep the cgroup from holding a next run.
+    let mut empty = cgroup.is_empty();
     let mut newcomers = true;
     while !empty && tokio::time::Instant::now() < deadline {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());

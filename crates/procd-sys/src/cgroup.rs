@@ -347,7 +347,13 @@ impl CgroupTree {
             v1.push((*controller, base.join(id)));
         }
         let mut cgroup = SessionCgroup::new(self.base.join(id), Vec::new());
-        make_dir(&cgroup.path)?;
+        // Made here, or left by a run before (its history unknown here).
+        let made = match std::fs::create_dir(&cgroup.path) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(e.into()),
+        };
+        cgroup.unkilled = std::sync::atomic::AtomicBool::new(made);
         for (controller, dir) in v1 {
             if let Some(parent) = dir.parent() {
                 if let Err(e) = make_dir(parent) {
@@ -538,6 +544,10 @@ pub struct SessionCgroup {
     /// notification is deferred, then dropped with the directory), so it is
     /// never removed while someone waits on it: the waiter removes it after.
     waiters: Mutex<usize>,
+    /// This daemon made it and never wrote its `cgroup.kill`: a process
+    /// cloned into it lives (into one that was killed, the kernel kills it
+    /// at once, 6.18 here), so a restart may start the next run in it.
+    unkilled: std::sync::atomic::AtomicBool,
 }
 
 /// A wait on a cgroup, holding off its removal while it lasts.
@@ -555,7 +565,14 @@ impl SessionCgroup {
             path,
             v1,
             waiters: Mutex::new(0),
+            unkilled: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether a new run may start in it as it is: this daemon made it,
+    /// never wrote its `cgroup.kill`, and no live process is left in it.
+    pub fn holds_a_new_run(&self) -> bool {
+        self.unkilled.load(std::sync::atomic::Ordering::SeqCst) && self.is_empty()
     }
 
     /// A session cgroup procd made (its v2 directory and the v1 ones
@@ -732,12 +749,14 @@ impl SessionCgroup {
     }
 
     /// No live process is in it (a removed cgroup counts as empty).
-    fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         !self.populated().unwrap_or(false)
     }
 
     /// SIGKILL to every process in it, atomically with respect to forks.
     pub fn kill(&self) -> io::Result<()> {
+        self.unkilled
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         write_file(&self.path.join("cgroup.kill"), "1")
     }
 

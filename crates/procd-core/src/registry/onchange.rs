@@ -208,6 +208,12 @@ async fn restart(registry: &Arc<Registry>, run: &Arc<Session>, files: Vec<String
     let Some(restarts) = &run.restarts else {
         return;
     };
+    let _ending = restarts.ending.lock().await;
+    // Ended meanwhile (its next run due, or started): its tree may be
+    // the next run's.
+    if !run.is_running() || restarts.is_restarting() {
+        return;
+    }
     restarts.ended_by_change(files);
     let grace = registry.grace(None);
     crate::kill::terminate(&run.tree(), &registry.procfs, true, libc::SIGTERM, grace).await;

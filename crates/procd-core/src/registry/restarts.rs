@@ -180,10 +180,16 @@ impl Registry {
         )
         .await;
         let mut handing_over = self.handing_over.subscribe();
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = restarts.stop.notified() => {}
-            _ = handing_over.wait_for(|h| *h) => return,
+        if *handing_over.borrow() {
+            return;
+        }
+        // (A timer, even of zero, waits for the next tick of tokio's wheel.)
+        if !delay.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = restarts.stop.notified() => {}
+                _ = handing_over.wait_for(|h| *h) => return,
+            }
         }
         if self.closing.load(std::sync::atomic::Ordering::SeqCst)
             && crate::session::termination_of(&run).is_none()
@@ -235,10 +241,16 @@ impl Registry {
         spec.meta = asks.meta;
         spec.notify_on_complete = run.notify_on_complete();
         let id = run.id.clone();
+        // Whoever ends the last run (a watch's restart) is done first: it
+        // must not take the next run for the last one's leftovers.
+        drop(restarts.ending.lock().await);
         // A new cgroup of the same name (with the same limits): the kernel
         // (6.18 here) kills every child cloned into a cgroup that was once
-        // `cgroup.kill`ed (docs/decisions.md), and the last run's was.
-        if !self.stop_containment(run).await {
+        // `cgroup.kill`ed (docs/decisions.md). One that never was, and is
+        // empty, may hold the next run as it is where it cannot be removed
+        // yet (an exited process the kernel still counts in it).
+        let reusable = run.cgroup.as_ref().is_some_and(|c| c.holds_a_new_run());
+        if !self.stop_containment(run).await && !(reusable && run.systemd_unit.is_none()) {
             return Err(Error::SpawnFailed(
                 "what its last run left cannot be ended (its scope or cgroup is still busy)".into(),
             ));

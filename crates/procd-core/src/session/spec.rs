@@ -147,6 +147,10 @@ pub struct Restarts {
     /// The files whose change ended the last run (`spawn{watch}`), for
     /// the `restarted` event to name.
     changed: Mutex<Vec<String>>,
+    /// Held while a run is being ended for a change: the next run starts
+    /// only after that termination is done with the last run's tree
+    /// (which names the cgroup the next run gets).
+    pub ending: tokio::sync::Mutex<()>,
 }
 
 impl Restarts {
@@ -165,6 +169,7 @@ impl Restarts {
             next_run: Mutex::new(None),
             stop: tokio::sync::Notify::new(),
             changed: Mutex::new(Vec::new()),
+            ending: tokio::sync::Mutex::new(()),
         }
     }
 
