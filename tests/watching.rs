@@ -243,3 +243,53 @@ fn a_rebuild_step_runs_first_and_only_its_success_restarts() {
     );
     d.ok("kill_all", json!({}));
 }
+
+/// A server that ignores SIGTERM, with a child that does too: an edit
+/// still restarts it once the grace is out, neither outlives its run,
+/// and the next run, which has the same cgroup by then, is left alone.
+#[test]
+fn a_server_deaf_to_sigterm_is_killed_by_the_restart_and_the_next_run_lives() {
+    let d = Daemon::with_config("kill_grace_s = 0.5\n");
+    let cwd = tempfile::tempdir().expect("cwd");
+    std::fs::create_dir_all(cwd.path().join("src")).unwrap();
+    let r = d.ok(
+        "spawn",
+        json!({"command": "trap '' TERM; sleep 300 & echo \"child $! run-started\"; while :; do sleep 0.05; done",
+               "cwd": cwd.path(), "watch": {"paths": ["src"], "debounce_ms": 50}}),
+    );
+    let id = r["session_id"].as_str().expect("id").to_string();
+    let child_of = |run: usize| -> i32 {
+        wait_until("the run's child", || {
+            log_of(&d, &id).matches("run-started").count() > run
+        });
+        let log = log_of(&d, &id);
+        let line = log.lines().filter(|l| l.contains("run-started")).nth(run);
+        line.and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no child pid in {log}"))
+    };
+    let first = child_of(0);
+    let first_start = procd_sys::procfs::ProcFs::default()
+        .stat(first)
+        .expect("child")
+        .start_time;
+    edit_and_wait(&d, &id, cwd.path(), "src/a.ts");
+    let gone = || {
+        procd_sys::procfs::ProcFs::default()
+            .stat(first)
+            .map_or(true, |s| s.start_time != first_start)
+    };
+    assert!(gone(), "the first run's child outlived it");
+    let second = child_of(1);
+    let root = d.ok("poll", json!({"session_id": id}))["pid"].clone();
+    // Past the grace twice over: the last run's SIGKILL, due after the
+    // grace, must not have reached the run that holds its cgroup now.
+    let since = std::time::Instant::now();
+    wait_until("twice the grace", || since.elapsed().as_millis() > 1000);
+    let poll = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(poll["status"], "running", "{poll}");
+    assert_eq!(poll["pid"], root, "{poll}");
+    assert_eq!(poll["restarts"], 1, "{poll}");
+    assert!(std::path::Path::new(&format!("/proc/{second}")).exists());
+    d.ok("kill", json!({"session_id": id}));
+}

@@ -489,6 +489,21 @@ fn root_first(targets: &[ProcessIdentity], root: &ProcessIdentity) -> Vec<Proces
     order
 }
 
+/// Sends `signal` to the whole tree, root first, as `terminate` plans it;
+/// the pidfds of what it went to, for `kill_survivors`.
+pub async fn signal_tree(spec: &TreeSpec, procfs: &ProcFs, signal: i32) -> Vec<PidFd> {
+    let plan = collect_blocking(spec, procfs, true).await;
+    signal_all(spec, &root_first(&plan.targets, &spec.root), procfs, signal)
+}
+
+/// SIGKILL, by identity alone, to those of `signalled` still alive after
+/// `grace`.
+pub async fn kill_survivors(signalled: Vec<PidFd>, grace: Duration) {
+    for fd in wait_all(signalled, grace).await {
+        let _ = fd.send_signal(libc::SIGKILL);
+    }
+}
+
 /// Sends one signal to the session's group (and root), no escalation;
 /// the root first, for the race `root_first` says (a shell's SIGINT from
 /// `shell_interrupt` would otherwise end the step and let the next run).

@@ -23,63 +23,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// A resource controller procd can limit with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Controller {
-    Memory,
-    Cpu,
-    Pids,
-    Io,
-}
-
-impl Controller {
-    pub const ALL: [Controller; 4] = [
-        Controller::Memory,
-        Controller::Cpu,
-        Controller::Pids,
-        Controller::Io,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Controller::Memory => "memory",
-            Controller::Cpu => "cpu",
-            Controller::Pids => "pids",
-            Controller::Io => "io",
-        }
-    }
-
-    /// Its name in a v1 hierarchy's mount options and /proc/self/cgroup.
-    fn v1_name(self) -> &'static str {
-        match self {
-            Controller::Io => "blkio",
-            other => other.name(),
-        }
-    }
-
-    /// The files that weigh a cgroup's I/O, by hierarchy, each with the
-    /// value it takes for a v2 `io.weight` (1 to 10000, 100 the default):
-    /// blk-iocost's and BFQ's on v2, CFQ's and BFQ's on v1 (10 to 1000,
-    /// CFQ's default 500). A disk scheduler without weights has none.
-    const IO_WEIGHT_FILES: [(&'static str, ScaleWeight); 4] = [
-        ("io.weight", |w| w),
-        ("io.bfq.weight", |w| w.clamp(1, 1000)),
-        ("blkio.weight", |w| (w * 5).clamp(10, 1000)),
-        ("blkio.bfq.weight", |w| w.clamp(1, 1000)),
-    ];
-}
-
-/// A v2 weight (1 to 10000) in one weight file's scale.
-type ScaleWeight = fn(u64) -> u64;
-
-/// The I/O weight file in `dir`, and the value it takes for `weight`.
-fn io_weight_file(dir: &Path, weight: u64) -> Option<(PathBuf, u64)> {
-    Controller::IO_WEIGHT_FILES
-        .iter()
-        .map(|(name, value)| (dir.join(name), value(weight)))
-        .find(|(file, _)| file.exists())
-}
-
 /// Limits for one session, as the kernel takes them (and the checkpoint
 /// keeps them, for a restart's new cgroup).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -116,21 +59,6 @@ pub enum LimitError {
     Unavailable { controller: Controller, why: String },
     #[error("cannot make the session's cgroup: {0}")]
     Io(#[from] io::Error),
-}
-
-/// Where a hierarchy is mounted and where the daemon sits in it.
-#[derive(Debug, Clone)]
-struct Hierarchy {
-    mount: PathBuf,
-    own: PathBuf,
-}
-
-impl Hierarchy {
-    /// `<mount><own>/procd-<tag>`.
-    fn base(&self, tag: &str) -> PathBuf {
-        let own = self.own.strip_prefix("/").unwrap_or(&self.own);
-        self.mount.join(own).join(format!("procd-{tag}"))
-    }
 }
 
 /// procd's systemd unit, as its cgroup path names it.
@@ -408,100 +336,6 @@ fn enable_v2_controllers(base: &Path) -> Vec<Controller> {
     on
 }
 
-/// The cgroup2 hierarchy and the v1 hierarchies of memory, cpu, pids and
-/// blkio from /proc/self/mountinfo, each with the daemon's own path in it from
-/// /proc/self/cgroup.
-fn hierarchies(mountinfo: &str, own: &str) -> (Option<Hierarchy>, Vec<(Controller, Hierarchy)>) {
-    let mut own_v2 = None;
-    let mut own_v1: Vec<(Vec<&str>, &str)> = Vec::new();
-    for line in own.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        if controllers.is_empty() {
-            own_v2 = Some(path);
-        } else {
-            own_v1.push((controllers.split(',').collect(), path));
-        }
-    }
-    let mut v2 = None;
-    let mut v1 = Vec::new();
-    for line in mountinfo.lines() {
-        // "<id> <parent> <dev> <root> <mount point> <opts> [optional…] - <type> <source> <super opts>"
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let fields: Vec<&str> = left.split(' ').collect();
-        let theirs: Vec<&str> = right.split(' ').collect();
-        let (Some(root), Some(point), Some(fstype)) =
-            (fields.get(3), fields.get(4), theirs.first())
-        else {
-            continue;
-        };
-        // Only a mount of the hierarchy's root maps paths one to one.
-        if *root != "/" {
-            continue;
-        }
-        let point = PathBuf::from(unescape(point));
-        match *fstype {
-            "cgroup2" if v2.is_none() => {
-                if let Some(own) = own_v2 {
-                    v2 = Some(Hierarchy {
-                        mount: point,
-                        own: own.into(),
-                    });
-                }
-            }
-            "cgroup" => {
-                let opts: Vec<&str> = theirs.get(2).map_or(vec![], |o| o.split(',').collect());
-                for c in Controller::ALL {
-                    if !opts.contains(&c.v1_name()) || v1.iter().any(|(have, _)| *have == c) {
-                        continue;
-                    }
-                    if let Some((_, own)) = own_v1.iter().find(|(cs, _)| cs.contains(&c.v1_name()))
-                    {
-                        v1.push((
-                            c,
-                            Hierarchy {
-                                mount: point.clone(),
-                                own: (*own).into(),
-                            },
-                        ));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    (v2, v1)
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut rest = field;
-    while let Some(i) = rest.find('\\') {
-        out.push_str(&rest[..i]);
-        let code = rest
-            .get(i + 1..i + 4)
-            .and_then(|o| u8::from_str_radix(o, 8).ok());
-        match code {
-            Some(c) => {
-                out.push(c as char);
-                rest = &rest[i + 4..];
-            }
-            None => {
-                out.push('\\');
-                rest = &rest[i + 1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 fn write_file(path: &Path, value: &str) -> io::Result<()> {
     let mut f = OpenOptions::new().write(true).open(path)?;
     f.write_all(value.as_bytes())
@@ -748,9 +582,14 @@ impl SessionCgroup {
         Ok(keyed(&events, "populated") != Some(0))
     }
 
-    /// No live process is in it (a removed cgroup counts as empty).
+    /// No live process is in it (a removed cgroup counts as empty). The
+    /// kernel (6.18 here) may still count a process that has exited as in
+    /// it for a while, and tell of its going only later still (the
+    /// `cgroup.events` notification is deferred): `cgroup.procs` lists
+    /// only processes that can still run, and with none listed nothing is
+    /// left that could fork or hold a file.
     pub fn is_empty(&self) -> bool {
-        !self.populated().unwrap_or(false)
+        !self.populated().unwrap_or(false) || self.procs().is_ok_and(|p| p.is_empty())
     }
 
     /// SIGKILL to every process in it, atomically with respect to forks.
@@ -913,6 +752,12 @@ pub fn drain(fd: std::os::fd::BorrowedFd<'_>) {
     let mut buf = [0u8; 1024];
     while matches!(rustix::io::read(fd, &mut buf), Ok(n) if n > 0) {}
 }
+
+mod controller;
+mod mounts;
+use controller::io_weight_file;
+pub use controller::Controller;
+use mounts::hierarchies;
 
 #[cfg(test)]
 mod tests;

@@ -204,19 +204,26 @@ async fn act(
 /// Ends `run`'s tree (SIGTERM, SIGKILL after the grace) with the change
 /// noted: not a kill of the session (that would end it), so `after_run`
 /// finds the change pending and starts the next run at once.
+///
+/// The SIGKILL goes by identity (pidfds) to what the SIGTERM went to,
+/// never through the cgroup, which the next run may hold by then. Once
+/// the root has gone, the restart kills whatever else is left before the
+/// next run starts.
 async fn restart(registry: &Arc<Registry>, run: &Arc<Session>, files: Vec<String>) {
     let Some(restarts) = &run.restarts else {
         return;
     };
-    let _ending = restarts.ending.lock().await;
-    // Ended meanwhile (its next run due, or started): its tree may be
-    // the next run's.
-    if !run.is_running() || restarts.is_restarting() {
-        return;
-    }
-    restarts.ended_by_change(files);
-    let grace = registry.grace(None);
-    crate::kill::terminate(&run.tree(), &registry.procfs, true, libc::SIGTERM, grace).await;
+    let signalled = {
+        let _ending = restarts.ending.lock().await;
+        // Ended meanwhile (its next run due, or started): its tree may
+        // be the next run's.
+        if !run.is_running() || restarts.is_restarting() {
+            return;
+        }
+        restarts.ended_by_change(files);
+        crate::kill::signal_tree(&run.tree(), &registry.procfs, libc::SIGTERM).await
+    };
+    crate::kill::kill_survivors(signalled, registry.grace(None)).await;
 }
 
 /// Runs `command` (`run:COMMAND`) as a session of its own, in the run's

@@ -249,8 +249,9 @@ impl Registry {
         // `cgroup.kill`ed (docs/decisions.md). One that never was, and is
         // empty, may hold the next run as it is where it cannot be removed
         // yet (an exited process the kernel still counts in it).
-        let reusable = run.cgroup.as_ref().is_some_and(|c| c.holds_a_new_run());
-        if !self.stop_containment(run).await && !(reusable && run.systemd_unit.is_none()) {
+        let reusable =
+            run.systemd_unit.is_none() && run.cgroup.as_ref().is_some_and(|c| c.holds_a_new_run());
+        if !(self.stop_containment(run).await || reusable) {
             return Err(Error::SpawnFailed(
                 "what its last run left cannot be ended (its scope or cgroup is still busy)".into(),
             ));

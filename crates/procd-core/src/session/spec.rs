@@ -147,9 +147,8 @@ pub struct Restarts {
     /// The files whose change ended the last run (`spawn{watch}`), for
     /// the `restarted` event to name.
     changed: Mutex<Vec<String>>,
-    /// Held while a run is being ended for a change: the next run starts
-    /// only after that termination is done with the last run's tree
-    /// (which names the cgroup the next run gets).
+    /// Held while a run's tree is signalled for a change: the tree names
+    /// the cgroup the next run gets, so the next run starts only after.
     pub ending: tokio::sync::Mutex<()>,
 }
 

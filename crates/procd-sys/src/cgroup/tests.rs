@@ -1,3 +1,4 @@
+use super::mounts::unescape;
 use super::*;
 
 const MOUNTINFO: &str = "\
