@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long survivors of SIGKILL get to disappear before being reported.
-const CONFIRM_WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const CONFIRM_WINDOW: Duration = Duration::from_secs(1);
 
 /// What identifies a session's processes.
 #[derive(Debug, Clone)]

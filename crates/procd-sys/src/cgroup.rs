@@ -612,6 +612,28 @@ impl SessionCgroup {
         limit: Duration,
         wake: impl std::future::Future<Output = ()>,
     ) -> bool {
+        self.wait_until(limit, wake, SessionCgroup::is_empty).await
+    }
+
+    /// Waits (woken by inotify on `cgroup.events`) until the kernel counts
+    /// no process in it any more, so that it can be removed, for up to
+    /// `limit`; whether it can. (Later than `wait_empty`: the kernel counts
+    /// an exited process for a while.)
+    pub async fn wait_removable(&self, limit: Duration) -> bool {
+        self.wait_until(limit, std::future::pending(), |c| {
+            !c.populated().unwrap_or(false)
+        })
+        .await
+    }
+
+    /// Until `done` holds (looked at each time `cgroup.events` changes),
+    /// `wake` ends (then: whether it holds) or `limit` passes.
+    async fn wait_until(
+        &self,
+        limit: Duration,
+        wake: impl std::future::Future<Output = ()>,
+        done: impl Fn(&SessionCgroup) -> bool,
+    ) -> bool {
         *self.waiters() += 1;
         let _waiting = Waiting(self);
         let deadline = tokio::time::Instant::now() + limit;
@@ -621,7 +643,7 @@ impl SessionCgroup {
         tokio::pin!(wake);
         loop {
             // Checked after the watch exists: no change can fall between.
-            if self.is_empty() {
+            if done(self) {
                 return true;
             }
             let changed = async {
@@ -638,8 +660,8 @@ impl SessionCgroup {
             };
             tokio::select! {
                 _ = changed => {}
-                _ = &mut wake => return self.is_empty(),
-                _ = tokio::time::sleep_until(deadline) => return self.is_empty(),
+                _ = &mut wake => return done(self),
+                _ = tokio::time::sleep_until(deadline) => return done(self),
             }
         }
     }

@@ -222,6 +222,33 @@ impl Registry {
         Registry::record_end(&self.me, &run, record);
     }
 
+    /// Makes way for `run`'s next run: the last one's signalling done
+    /// (a watch's restart), and its cgroup removed, or kept as it is where
+    /// it may hold the next run.
+    async fn clear_for_next_run(&self, run: &Session, restarts: &Restarts) -> Result<(), Error> {
+        // Whoever ends the last run (a watch's restart) is done first: it
+        // must not take the next run for the last one's leftovers.
+        drop(restarts.ending.lock().await);
+        // A new cgroup of the same name (with the same limits): the kernel
+        // (6.18 here) kills every child cloned into a cgroup that was once
+        // `cgroup.kill`ed (docs/decisions.md). One that never was, and is
+        // empty, may hold the next run as it is where it cannot be removed
+        // yet (an exited process the kernel still counts in it).
+        let reusable =
+            run.systemd_unit.is_none() && run.cgroup.as_ref().is_some_and(|c| c.holds_a_new_run());
+        if let (false, Some(cgroup)) = (reusable, &run.cgroup) {
+            // A killed one must go: the kernel lets it go once it counts
+            // none of the last run's processes.
+            cgroup.wait_removable(kill::CONFIRM_WINDOW).await;
+        }
+        if self.stop_containment(run).await || reusable {
+            return Ok(());
+        }
+        Err(Error::SpawnFailed(
+            "what its last run left cannot be ended (its scope or cgroup is still busy)".into(),
+        ))
+    }
+
     /// Starts the next run of `run`'s session: the same argv and
     /// environment, in the same cgroup (emptied; its limits stay) and log,
     /// with the running slot handed on. The new run takes the table entry
@@ -241,21 +268,7 @@ impl Registry {
         spec.meta = asks.meta;
         spec.notify_on_complete = run.notify_on_complete();
         let id = run.id.clone();
-        // Whoever ends the last run (a watch's restart) is done first: it
-        // must not take the next run for the last one's leftovers.
-        drop(restarts.ending.lock().await);
-        // A new cgroup of the same name (with the same limits): the kernel
-        // (6.18 here) kills every child cloned into a cgroup that was once
-        // `cgroup.kill`ed (docs/decisions.md). One that never was, and is
-        // empty, may hold the next run as it is where it cannot be removed
-        // yet (an exited process the kernel still counts in it).
-        let reusable =
-            run.systemd_unit.is_none() && run.cgroup.as_ref().is_some_and(|c| c.holds_a_new_run());
-        if !(self.stop_containment(run).await || reusable) {
-            return Err(Error::SpawnFailed(
-                "what its last run left cannot be ended (its scope or cgroup is still busy)".into(),
-            ));
-        }
+        self.clear_for_next_run(run, restarts).await?;
         if spec.is_jobs() {
             self.renew_jobs(&id).await;
         }

@@ -328,7 +328,7 @@ impl Registry {
             // only once all are gone.
             let ends = tree.sessions().into_iter().map(|cgroup| async move {
                 let _ = cgroup.kill();
-                cgroup.wait_empty(SHUTDOWN_EMPTY_WAIT).await;
+                cgroup.wait_removable(SHUTDOWN_EMPTY_WAIT).await;
                 if !cgroup.remove() {
                     tracing::warn!(cgroup = %cgroup.path().display(), "a session's cgroup did not empty; left");
                 }
