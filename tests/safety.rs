@@ -448,7 +448,7 @@ fn a_corrupt_checkpoint_is_moved_aside_never_overwritten() {
     assert_eq!(checkpoint(&d), json!([]), "a fresh checkpoint");
 }
 
-/// A session that ended just before a crash, before `ended.json` held it,
+/// A session that ended just before a crash, before `ended.jsonl` held it,
 /// is still in `procs.json` with its exit: the next daemon lists it with
 /// that exact exit, not as lost. The process recorded for it (alive here,
 /// with the recorded identity) is neither adopted nor signalled: the exit
@@ -1197,7 +1197,7 @@ fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
     // daemon keeps serving from memory. (Each checkpoint file is
     // rewritten in the pages its spare already has, so a write is refused
     // only when it needs more of them: a second long record in
-    // `procs.json` now, the sleeper's exit in `ended.json` below, which
+    // `procs.json` now, the sleeper's exit in `ended.jsonl` below, which
     // stays unwritable until there is room.)
     let refused = d.call("spawn", json!({"command": long}));
     assert_eq!(
@@ -1236,12 +1236,13 @@ fn a_full_disk_is_a_reported_fault_the_daemon_lives_through() {
         checkpoint_ids(&d).contains(&ticker),
         "the checkpoint was rewritten"
     );
-    let ended = std::fs::read_to_string(d.state_dir().join("ended.json")).expect("ended.json");
-    let ended: Value = serde_json::from_str(&ended).expect("ended.json is JSON");
+    let ended = std::fs::read_to_string(d.state_dir().join("ended.jsonl")).expect("ended.jsonl");
+    let held = ended.lines().any(|line| {
+        serde_json::from_str::<Value>(line)
+            .is_ok_and(|e| e["session_id"] == sleeper.as_str() && e["exit"].is_object())
+    });
     assert!(
-        ended
-            .as_array()
-            .is_some_and(|e| e.iter().any(|e| e["session_id"] == sleeper.as_str())),
+        held,
         "the sleeper's exit was written once there was room: {ended}"
     );
     d.ok("kill", json!({"session_id": ticker}));

@@ -523,6 +523,57 @@ fn retention_keeps_at_most_max_sessions_earliest_exited_first() {
     d.ok("kill", json!({"session_id": running}));
 }
 
+/// Spawn after spawn at the cap, the one dropped is always the finished
+/// session that exited earliest, also when exits come in another order
+/// than starts (the order is kept across spawns, not re-sorted per spawn).
+#[test]
+fn retention_at_the_cap_drops_in_exit_order_spawn_after_spawn() {
+    let d = Daemon::with_config("max_sessions = 3");
+    let listed = || -> Vec<String> {
+        let mut ids: Vec<String> = d.ok("list", json!({}))["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["session_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |ids: &[&String]| {
+        let mut ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        ids.sort();
+        ids
+    };
+    let a = d.spawn("sleep 60");
+    let b = d.spawn("true");
+    d.wait_exit(&b);
+    let c = d.spawn("true");
+    d.wait_exit(&c);
+    d.ok("kill", json!({"session_id": a}));
+    d.wait_exit(&a);
+    // Exited: b, c, a, in that order.
+    let e = d.spawn("true");
+    assert_eq!(listed(), sorted(&[&c, &a, &e]), "b exited first");
+    d.wait_exit(&e);
+    let f = d.spawn("true");
+    assert_eq!(listed(), sorted(&[&a, &e, &f]), "then c");
+    d.wait_exit(&f);
+    let g = d.spawn("true");
+    assert_eq!(
+        listed(),
+        sorted(&[&e, &f, &g]),
+        "then a, started first but exited after c"
+    );
+    d.wait_exit(&g);
+    let h = d.spawn("true");
+    assert_eq!(
+        listed(),
+        sorted(&[&f, &g, &h]),
+        "then e, exited after the order was taken"
+    );
+    d.wait_exit(&h);
+}
+
 #[test]
 fn retention_prunes_finished_sessions_after_the_ttl() {
     // R15 (TTL)

@@ -149,7 +149,7 @@ fn a_killed_daemon_loses_no_session_no_byte_and_no_exit_code() {
 fn sessions_survive_several_kills_in_a_row() {
     // The keeper restarts a daemon that keeps dying, handing the same
     // sessions over each time; what ended under one daemon keeps its exit
-    // (ended.json) under every later one.
+    // (ended.jsonl) under every later one.
     let d = Daemon::start();
     let id = d.spawn(TICKER);
     let ended = d.spawn("exit 9");

@@ -1,18 +1,17 @@
 //! `procs.json` (docs/survival.md): the running sessions, so that a daemon that died
 //! (crash, SIGKILL, host restart of the daemon alone) can be succeeded by
-//! one that re-adopts them. Beside it, `ended.json`: the sessions that have
+//! one that re-adopts them. Beside it, `ended.jsonl`: the sessions that have
 //! ended and are still retained, with their exits, so that the next daemon
 //! lists them as they were (docs/survival.md: an id an agent holds keeps its exit
 //! code across a restart). Commands are stored redacted. Written
 //! atomically (never fsynced: see `atomic::write_json_unsynced`), off the
 //! event loop, one write of each file at a time. The two files have
 //! writers of their own, so that a spawn's `procs.json` never waits behind
-//! an exit's (larger) `ended.json`; an ended session stays in `procs.json`
-//! (with its exit) until `ended.json` holds it, so it is always in one of
+//! an exit's (larger) `ended.jsonl`; an ended session stays in `procs.json`
+//! (with its exit) until `ended.jsonl` holds it, so it is always in one of
 //! them, and where it is in both the exact exit wins.
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use tokio::sync::Mutex;
 
@@ -82,8 +81,8 @@ pub struct CheckpointEntry {
     pub ready: Option<procd_proto::ReadySpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_after_ms: Option<u64>,
-    /// How it ended (`ended.json`; in `procs.json` only until
-    /// `ended.json` holds it).
+    /// How it ended (`ended.jsonl`; in `procs.json` only until
+    /// `ended.jsonl` holds it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<EndedExit>,
     /// Its restart policy and where its runs stand (docs/stacks.md).
@@ -218,7 +217,7 @@ impl CheckpointEntry {
     }
 }
 
-/// The exit of an ended session, as `ended.json` keeps it.
+/// The exit of an ended session, as `ended.jsonl` keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EndedExit {
     pub exit_code: Option<i32>,
@@ -257,23 +256,60 @@ impl EndedExit {
     }
 }
 
+/// What the checkpoint asks of the sessions it records (the registry).
+/// Each call visits only what it names, never every session retained.
+pub trait Recorded {
+    /// The records `procs.json` carries: every running session, and each
+    /// ended one `ended.jsonl` does not hold yet.
+    fn unsettled(&self) -> Vec<CheckpointEntry>;
+    /// Every retained ended session's record, in the order they ended:
+    /// what a rewrite of `ended.jsonl` holds.
+    fn ended(&self) -> Vec<CheckpointEntry>;
+    /// The ended sessions taken out (or replaced by a next run) since
+    /// last asked.
+    fn take_gone(&self) -> Vec<String>;
+    /// `ended.jsonl` holds these exits now (id, `exited_at`).
+    fn settle(&self, held: &[(String, String)]);
+}
+
 /// Writes the checkpoint, one write of each file at a time, latest state
 /// last.
 pub struct Checkpoint {
     path: PathBuf,
-    /// The two files, each rewritten in place of a spare of its own.
+    /// `procs.json`, rewritten in place of a spare of its own.
     running_file: crate::atomic::SwapFile,
+    /// `ended.jsonl`'s spare, for the rewrite that compacts it.
     ended_file: crate::atomic::SwapFile,
-    /// Held for an `ended.json` write; holds the ids last written to it (an
-    /// ended session's record never changes, so the same ids mean the same
-    /// file).
-    writing_ended: Mutex<Option<Vec<String>>>,
+    /// Held for an `ended.jsonl` write; what the file has, or None before
+    /// this daemon first wrote it whole (what an earlier one appended is
+    /// not counted) and after a failed append (which may have left part
+    /// of a line): the next write rewrites it.
+    writing_ended: Mutex<Option<Journal>>,
     /// Held for a `procs.json` write.
     writing_running: Mutex<()>,
-    /// The ids `ended.json` holds now. A std mutex, never held across an
-    /// await: `procs.json` keeps every ended session not in it.
-    landed: std::sync::Mutex<HashSet<String>>,
 }
+
+/// What `ended.jsonl` has.
+#[derive(Clone, Copy)]
+struct Journal {
+    lines: usize,
+    /// The sessions it holds (less where a `gone` line named one it did
+    /// not hold): what a rewrite would bring its lines down to.
+    held: usize,
+}
+
+/// A line of `ended.jsonl` that takes a session back out: it is no longer
+/// retained, or its id has a next run.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Gone {
+    gone: String,
+}
+
+/// Lines `ended.jsonl` may carry beyond twice the sessions it holds before
+/// it is rewritten whole: appends are the rule, a rewrite the exception
+/// whose cost is shared by as many appends as the file holds.
+const JOURNAL_SLACK: usize = 64;
 
 impl Checkpoint {
     pub fn new(path: PathBuf) -> std::io::Result<Checkpoint> {
@@ -283,7 +319,6 @@ impl Checkpoint {
             path,
             writing_ended: Mutex::new(None),
             writing_running: Mutex::new(()),
-            landed: std::sync::Mutex::new(HashSet::new()),
         })
     }
 
@@ -291,65 +326,149 @@ impl Checkpoint {
         &self.path
     }
 
-    /// Where the ended sessions go: `ended.json` beside `procs.json`.
+    /// Where the ended sessions go: `ended.jsonl` beside `procs.json`, a
+    /// journal: a line per session as it ended (an ended session's record
+    /// never changes), a `{"gone": id}` line when one is no longer
+    /// retained, and now and then a rewrite to what is retained. So an exit
+    /// costs one append, whatever the number of sessions.
     pub fn ended_path(path: &Path) -> PathBuf {
+        path.with_file_name("ended.jsonl")
+    }
+
+    /// Where daemons before the journal kept the ended sessions, as one
+    /// JSON array: read once, removed by the first rewrite of the journal.
+    fn legacy_ended_path(path: &Path) -> PathBuf {
         path.with_file_name("ended.json")
     }
 
-    /// Writes what `entries` returns: ended sessions (with `exit`) to
-    /// `ended.json` when they changed, then the running ones to
-    /// `procs.json` (`write_running`). Each snapshot is taken once the
-    /// previous write of its file finished, so the files end at the newest
-    /// state.
-    pub async fn write(&self, entries: impl Fn() -> Vec<CheckpointEntry>) -> std::io::Result<()> {
-        self.write_ended(&entries).await?;
-        self.write_running(entries).await
+    /// Writes the exits `ended.jsonl` does not hold yet, then `procs.json`
+    /// (`write_running`). Each write asks `sessions` once the previous
+    /// write of its file finished, so the files end at the newest state.
+    pub async fn write(&self, sessions: &impl Recorded) -> std::io::Result<()> {
+        self.write_ended(sessions).await?;
+        self.write_running(sessions).await
     }
 
-    async fn write_ended(
-        &self,
-        entries: &impl Fn() -> Vec<CheckpointEntry>,
-    ) -> std::io::Result<()> {
-        let mut last_ended = self.writing_ended.lock().await;
-        let ended: Vec<CheckpointEntry> =
-            entries().into_iter().filter(|e| e.exit.is_some()).collect();
-        let mut ids: Vec<String> = ended.iter().map(|e| e.session_id.clone()).collect();
-        ids.sort_unstable();
-        if last_ended.as_ref() == Some(&ids) {
+    async fn write_ended(&self, sessions: &impl Recorded) -> std::io::Result<()> {
+        let mut journal = self.writing_ended.lock().await;
+        // Gone first: a line for an id taken out, then its next run's.
+        let gone = sessions.take_gone();
+        let fresh: Vec<CheckpointEntry> = sessions
+            .unsettled()
+            .into_iter()
+            .filter(|e| e.exit.is_some())
+            .collect();
+        let Some(now) = *journal else {
+            return self.rewrite_ended(&mut journal, sessions).await;
+        };
+        let held = (now.held + fresh.len()).saturating_sub(gone.len());
+        let lines = now.lines + gone.len() + fresh.len();
+        if lines > 2 * held + JOURNAL_SLACK {
+            return self.rewrite_ended(&mut journal, sessions).await;
+        }
+        if fresh.is_empty() && gone.is_empty() {
             return Ok(());
         }
-        let file = self.ended_file.clone();
-        let written = tokio::task::spawn_blocking(move || file.write_json(&ended))
+        let mut bytes = Vec::new();
+        for id in gone {
+            push_line(&mut bytes, &Gone { gone: id })?;
+        }
+        for e in &fresh {
+            push_line(&mut bytes, e)?;
+        }
+        let path = self.ended_file.path().to_path_buf();
+        let written = tokio::task::spawn_blocking(move || append(&path, &bytes))
             .await
             .map_err(std::io::Error::other)?;
-        // After a failure the next write writes it again.
-        *last_ended = written.is_ok().then(|| ids.clone());
+        *journal = written.is_ok().then_some(Journal { lines, held });
         if written.is_ok() {
-            *self.landed.lock().unwrap_or_else(|e| e.into_inner()) = ids.into_iter().collect();
+            sessions.settle(&exits(&fresh));
         }
         written
     }
 
-    /// Writes the running sessions to `procs.json`, and the ended ones
-    /// `ended.json` does not hold yet: what a spawn must have on disk
-    /// before it answers, without waiting for `ended.json`.
-    pub async fn write_running(
+    /// Rewrites `ended.jsonl` to the retained ended sessions, a line each.
+    async fn rewrite_ended(
         &self,
-        entries: impl Fn() -> Vec<CheckpointEntry>,
+        journal: &mut Option<Journal>,
+        sessions: &impl Recorded,
     ) -> std::io::Result<()> {
+        let all = sessions.ended();
+        let mut bytes = Vec::new();
+        for e in &all {
+            push_line(&mut bytes, e)?;
+        }
+        let file = self.ended_file.clone();
+        let legacy = Self::legacy_ended_path(&self.path);
+        let written = tokio::task::spawn_blocking(move || {
+            file.write_bytes(&bytes)?;
+            // Held in the journal now.
+            match std::fs::remove_file(&legacy) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+        *journal = written.is_ok().then_some(Journal {
+            lines: all.len(),
+            held: all.len(),
+        });
+        if written.is_ok() {
+            sessions.settle(&exits(&all));
+        }
+        written
+    }
+
+    /// Writes `procs.json`: the running sessions, and the ended ones
+    /// `ended.jsonl` does not hold yet: what a spawn must have on disk
+    /// before it answers, without waiting for `ended.jsonl`.
+    pub async fn write_running(&self, sessions: &impl Recorded) -> std::io::Result<()> {
         let _writing = self.writing_running.lock().await;
-        let running: Vec<CheckpointEntry> = {
-            let entries = entries();
-            let landed = self.landed.lock().unwrap_or_else(|e| e.into_inner());
-            entries
-                .into_iter()
-                .filter(|e| e.exit.is_none() || !landed.contains(&e.session_id))
-                .collect()
-        };
+        let running = sessions.unsettled();
         let file = self.running_file.clone();
         tokio::task::spawn_blocking(move || file.write_json(&running))
             .await
             .map_err(std::io::Error::other)?
+    }
+
+    /// The ended sessions the journal (and a file from before it) holds,
+    /// in the order they ended; a line that is not a record (one a crash
+    /// cut short) is skipped.
+    pub fn read_ended(path: &Path) -> Vec<CheckpointEntry> {
+        /// The records in the order first seen, the last of each id kept.
+        #[derive(Default)]
+        struct Held {
+            order: Vec<String>,
+            by_id: std::collections::HashMap<String, CheckpointEntry>,
+        }
+        impl Held {
+            fn take(&mut self, e: CheckpointEntry) {
+                if !self.by_id.contains_key(&e.session_id) {
+                    self.order.push(e.session_id.clone());
+                }
+                self.by_id.insert(e.session_id.clone(), e);
+            }
+        }
+        let mut held = Held::default();
+        let (legacy, _) = Self::read(&Self::legacy_ended_path(path));
+        legacy.into_iter().for_each(|e| held.take(e));
+        let journal = crate::atomic::read_private(&Self::ended_path(path)).unwrap_or_default();
+        for line in journal.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            if let Ok(g) = serde_json::from_slice::<Gone>(line) {
+                held.by_id.remove(&g.gone);
+                continue;
+            }
+            match serde_json::from_slice::<CheckpointEntry>(line) {
+                Ok(e) if e.exit.is_some() => held.take(e),
+                _ => tracing::warn!("skipping a line of ended.jsonl that is not a record"),
+            }
+        }
+        let Held { order, mut by_id } = held;
+        order
+            .into_iter()
+            .filter_map(|id| by_id.remove(&id))
+            .collect()
     }
 
     /// The recorded entries; a missing or corrupt file is empty, and
@@ -378,6 +497,51 @@ impl Checkpoint {
         let skipped = total - entries.len();
         (entries, skipped)
     }
+}
+
+/// The (id, `exited_at`) of each ended entry.
+fn exits(entries: &[CheckpointEntry]) -> Vec<(String, String)> {
+    entries
+        .iter()
+        .filter_map(|e| Some((e.session_id.clone(), e.exit.as_ref()?.exited_at.clone())))
+        .collect()
+}
+
+/// `value` as a line of JSON at the end of `bytes`.
+fn push_line<T: Serialize>(bytes: &mut Vec<u8>, value: &T) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *bytes, value).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    Ok(())
+}
+
+/// Appends `bytes` (whole lines) to the journal at `path`, never through a
+/// symlink or into anything but a regular file; if the file does not end
+/// a line (a write cut short), the first line starts on a line of its own.
+fn append(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    let mut last = [b'\n'];
+    if meta.len() > 0 {
+        file.read_exact_at(&mut last, meta.len() - 1)?;
+    }
+    if last[0] != b'\n' {
+        file.write_all(b"\n")?;
+    }
+    file.write_all(bytes)
 }
 
 #[cfg(test)]
@@ -453,39 +617,182 @@ mod tests {
         entries.into_iter().map(|e| e.session_id).collect()
     }
 
+    fn ended_ids(checkpoint: &Checkpoint) -> Vec<String> {
+        Checkpoint::read_ended(checkpoint.path())
+            .into_iter()
+            .map(|e| e.session_id)
+            .collect()
+    }
+
+    /// Sessions as a registry keeps them for the checkpoint: all of them,
+    /// which are settled, which went.
+    #[derive(Default)]
+    struct Sessions {
+        all: std::sync::Mutex<Vec<CheckpointEntry>>,
+        settled: std::sync::Mutex<std::collections::HashSet<String>>,
+        gone: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Sessions {
+        fn of(all: Vec<CheckpointEntry>) -> Sessions {
+            let s = Sessions::default();
+            *s.all.lock().unwrap() = all;
+            s
+        }
+
+        fn add(&self, e: CheckpointEntry) {
+            self.all.lock().unwrap().push(e);
+        }
+
+        /// Takes out the first `n`.
+        fn remove_first(&self, n: usize) {
+            let out: Vec<CheckpointEntry> = self.all.lock().unwrap().drain(..n).collect();
+            for e in out {
+                self.settled.lock().unwrap().remove(&e.session_id);
+                self.gone.lock().unwrap().push(e.session_id);
+            }
+        }
+    }
+
+    impl Recorded for Sessions {
+        fn unsettled(&self) -> Vec<CheckpointEntry> {
+            let settled = self.settled.lock().unwrap();
+            let all = self.all.lock().unwrap();
+            all.iter()
+                .filter(|e| !settled.contains(&e.session_id))
+                .cloned()
+                .collect()
+        }
+        fn ended(&self) -> Vec<CheckpointEntry> {
+            let all = self.all.lock().unwrap();
+            all.iter().filter(|e| e.exit.is_some()).cloned().collect()
+        }
+        fn take_gone(&self) -> Vec<String> {
+            std::mem::take(&mut self.gone.lock().unwrap())
+        }
+        fn settle(&self, held: &[(String, String)]) {
+            let mut settled = self.settled.lock().unwrap();
+            settled.extend(held.iter().map(|(id, _)| id.clone()));
+        }
+    }
+
+    fn lines(path: &Path) -> usize {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
     /// An ended session is on disk at every moment: in procs.json (with
-    /// its exit) until ended.json holds it, also when ended.json cannot be
-    /// written, and a spawn's procs.json write never writes ended.json.
+    /// its exit) until ended.jsonl holds it, also when ended.jsonl cannot
+    /// be written, and a spawn's procs.json write never writes ended.jsonl.
     #[tokio::test]
-    async fn an_ended_session_stays_in_procs_json_until_ended_json_holds_it() {
+    async fn an_ended_session_stays_in_procs_json_until_ended_jsonl_holds_it() {
         let dir = tempfile::tempdir().unwrap();
         let checkpoint = Checkpoint::new(dir.path().join("procs.json")).unwrap();
         let ended_path = Checkpoint::ended_path(checkpoint.path());
-        let now = || vec![entry("proc_run", None), entry("proc_end", Some(7))];
-        checkpoint.write_running(now).await.unwrap();
+        let now = Sessions::of(vec![entry("proc_run", None), entry("proc_end", Some(7))]);
+        checkpoint.write_running(&now).await.unwrap();
         assert_eq!(ids(checkpoint.path()), ["proc_run", "proc_end"]);
-        assert!(!ended_path.exists(), "write_running wrote ended.json");
+        assert!(!ended_path.exists(), "write_running wrote ended.jsonl");
         let (in_procs, _) = Checkpoint::read(checkpoint.path());
         assert_eq!(in_procs[1].exit.as_ref().and_then(|e| e.exit_code), Some(7));
 
-        checkpoint.write(now).await.unwrap();
-        assert_eq!(ids(&ended_path), ["proc_end"]);
+        checkpoint.write(&now).await.unwrap();
+        assert_eq!(ended_ids(&checkpoint), ["proc_end"]);
         assert_eq!(ids(checkpoint.path()), ["proc_run"]);
 
-        // ended.json cannot be written: the next ended session stays in
-        // procs.json, the one ended.json already holds does not come back.
-        let later = || {
-            vec![
-                entry("proc_run", None),
-                entry("proc_end", Some(7)),
-                entry("proc_end2", Some(3)),
-            ]
-        };
+        // ended.jsonl cannot be written: the next ended session stays in
+        // procs.json, the one ended.jsonl already holds does not come back.
+        now.add(entry("proc_end2", Some(3)));
         std::fs::remove_file(&ended_path).unwrap();
         std::fs::create_dir(&ended_path).unwrap();
         std::fs::write(ended_path.join("x"), b"").unwrap();
-        assert!(checkpoint.write(later).await.is_err());
-        checkpoint.write_running(later).await.unwrap();
+        assert!(checkpoint.write(&now).await.is_err());
+        checkpoint.write_running(&now).await.unwrap();
         assert_eq!(ids(checkpoint.path()), ["proc_run", "proc_end2"]);
+    }
+
+    /// An exit is one line appended, a session no longer retained a
+    /// `gone` line, and the file is rewritten to what is retained only
+    /// when its lines outgrow twice that: the cost of an exit does not
+    /// grow with the sessions held.
+    #[tokio::test]
+    async fn ended_jsonl_grows_by_a_line_per_change_and_is_compacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint = Checkpoint::new(dir.path().join("procs.json")).unwrap();
+        let path = Checkpoint::ended_path(checkpoint.path());
+        let sessions = Sessions::of(
+            (0..100)
+                .map(|i| entry(&format!("proc_{i:012x}"), Some(i)))
+                .collect(),
+        );
+        checkpoint.write(&sessions).await.unwrap();
+        assert_eq!(lines(&path), 100, "the first write is whole");
+        sessions.add(entry("proc_00000000ffff", Some(1)));
+        checkpoint.write(&sessions).await.unwrap();
+        assert_eq!(lines(&path), 101, "one exit, one line");
+        sessions.remove_first(1);
+        checkpoint.write(&sessions).await.unwrap();
+        assert_eq!(lines(&path), 102, "one gone, one line");
+        let read = ended_ids(&checkpoint);
+        assert_eq!(read.len(), 100);
+        assert!(!read.contains(&"proc_000000000000".to_string()), "{read:?}");
+        assert_eq!(read.last().map(String::as_str), Some("proc_00000000ffff"));
+        // Down to 10 retained: 90 gone lines would make 192 > 2 * 10 + 64.
+        sessions.remove_first(90);
+        checkpoint.write(&sessions).await.unwrap();
+        assert_eq!(lines(&path), 10, "rewritten to what is retained");
+        assert_eq!(ended_ids(&checkpoint).len(), 10);
+    }
+
+    /// A `gone` line takes back what came before it, not what comes after:
+    /// an id whose next run ended is held again.
+    #[tokio::test]
+    async fn a_next_run_after_gone_is_held_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let checkpoint = Checkpoint::new(dir.path().join("procs.json")).unwrap();
+        let sessions = Sessions::of(vec![entry("proc_000000000001", Some(1))]);
+        checkpoint.write(&sessions).await.unwrap();
+        // Its next run, which ended too (the registry replaced it).
+        sessions.remove_first(1);
+        sessions.add(entry("proc_000000000001", Some(2)));
+        checkpoint.write(&sessions).await.unwrap();
+        let held = Checkpoint::read_ended(checkpoint.path());
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].exit.as_ref().and_then(|e| e.exit_code), Some(2));
+    }
+
+    /// A line a crash cut short is skipped, and the next append starts on a
+    /// line of its own; an `ended.json` of a daemon before the journal is
+    /// read, and removed once the journal is rewritten whole.
+    #[tokio::test]
+    async fn a_torn_line_and_a_legacy_file_are_read_past() {
+        let dir = tempfile::tempdir().unwrap();
+        let procs = dir.path().join("procs.json");
+        let legacy = [entry("proc_000000000001", Some(1))];
+        std::fs::write(
+            dir.path().join("ended.json"),
+            serde_json::to_vec(&legacy).unwrap(),
+        )
+        .unwrap();
+        let checkpoint = Checkpoint::new(procs.clone()).unwrap();
+        assert_eq!(ended_ids(&checkpoint), ["proc_000000000001"]);
+        let sessions = Sessions::of(legacy.to_vec());
+        checkpoint.write(&sessions).await.unwrap();
+        assert!(
+            !dir.path().join("ended.json").exists(),
+            "held in the journal now"
+        );
+        let path = Checkpoint::ended_path(&procs);
+        let mut torn = std::fs::read(&path).unwrap();
+        torn.extend_from_slice(br#"{"session_id":"proc_00000000000"#);
+        std::fs::write(&path, &torn).unwrap();
+        sessions.add(entry("proc_000000000002", Some(2)));
+        checkpoint.write(&sessions).await.unwrap();
+        assert_eq!(
+            ended_ids(&checkpoint),
+            ["proc_000000000001", "proc_000000000002"]
+        );
     }
 }

@@ -23,11 +23,10 @@ use crate::scope::Scopes;
 use crate::session::Session;
 use crate::Config;
 use procd_proto::{CloseTerminalResult, DrainResult, Event};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod checks;
 mod exit;
@@ -48,6 +47,7 @@ mod search;
 mod shells;
 mod spawn;
 mod stdin;
+mod table;
 mod termination;
 mod update;
 mod wait_any;
@@ -174,7 +174,7 @@ pub struct Registry {
     /// The login scripts' setup, sourced instead of re-run (docs/operations.md).
     snapshot: Option<crate::snapshot::ShellSnapshot>,
     reaper: Arc<Reaper>,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: Mutex<table::Table>,
     /// Running sessions plus spawns in progress (the `max_running` gate).
     running: crate::slot::Slots,
     /// Spawn queues: who waits for a slot, and in what order (`queue.rs`,
@@ -282,7 +282,7 @@ impl Registry {
             shell,
             snapshot,
             reaper: Reaper::global(),
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(table::Table::default()),
             running: crate::slot::Slots::default(),
             queues,
             jobs,
@@ -355,7 +355,7 @@ impl Registry {
         self.closing.store(true, Ordering::SeqCst);
     }
 
-    fn table(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+    fn table(&self) -> MutexGuard<'_, table::Table> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -485,28 +485,42 @@ impl Registry {
 
     // ----- retention -------------------------------------------------------
 
-    /// Drops finished sessions past the TTL, then the earliest-exited ones
-    /// while more than `max_sessions` are kept. Running sessions stay.
+    /// Drops finished sessions past the TTL (the monitor's tick), and the
+    /// earliest-exited ones while more than `max_sessions` are kept.
+    /// Running sessions stay.
     pub fn prune(&self) {
+        self.drop_finished(true);
+    }
+
+    /// Makes room for a session just added: drops the earliest-exited
+    /// finished sessions while more than `max_sessions` are kept, from an
+    /// order the table keeps (`Table::earliest_finished`), so a spawn's
+    /// cost does not grow with the sessions retained. The tick drops those
+    /// past their TTL.
+    fn make_room(&self) {
+        self.drop_finished(false);
+    }
+
+    fn drop_finished(&self, expired_too: bool) {
         let ttl = Duration::from_secs_f64(self.config.finished_ttl_s);
-        let mut removed = Vec::new();
-        {
+        let removed: Vec<Arc<Session>> = {
             let mut table = self.table();
-            let mut finished: Vec<(Instant, String)> = table
-                .values()
-                .filter_map(|s| s.state().exit().map(|e| (e.exited_instant, s.id.clone())))
-                .collect();
-            finished.sort();
-            let mut excess = table.len().saturating_sub(self.config.max_sessions);
-            for (exited, id) in finished {
-                if exited.elapsed() >= ttl || excess > 0 {
-                    if let Some(s) = table.remove(&id) {
-                        removed.push(s);
-                    }
-                    excess = excess.saturating_sub(1);
-                }
+            let excess = table.len().saturating_sub(self.config.max_sessions);
+            let mut doomed = table.earliest_finished(excess);
+            if expired_too {
+                doomed.extend(
+                    table
+                        .values()
+                        .filter(|s| {
+                            s.state()
+                                .exit()
+                                .is_some_and(|e| e.exited_instant.elapsed() >= ttl)
+                        })
+                        .map(|s| s.id.clone()),
+                );
             }
-        }
+            doomed.iter().filter_map(|id| table.remove(id)).collect()
+        };
         if removed.is_empty() {
             return;
         }

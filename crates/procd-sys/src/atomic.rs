@@ -144,6 +144,11 @@ impl SwapFile {
         self.write(&json_line(value)?)
     }
 
+    /// Writes `bytes` as they are.
+    pub fn write_bytes(&self, bytes: &[u8]) -> io::Result<()> {
+        self.write(bytes)
+    }
+
     fn write(&self, bytes: &[u8]) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
         let opened = OpenOptions::new()

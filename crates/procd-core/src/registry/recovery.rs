@@ -1,7 +1,7 @@
 //! The checkpoint (`procs.json`) and re-adopting a previous daemon's sessions.
 
 use super::{Registry, INSTANCE_VAR};
-use crate::checkpoint::{Checkpoint, CheckpointEntry, EndedExit};
+use crate::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Recorded};
 use crate::clock::rfc3339;
 use crate::identity::ProcessIdentity;
 use crate::kill;
@@ -20,7 +20,7 @@ impl Registry {
     /// Records an exit (or a session now ready) in the checkpoint, called
     /// after the state changed. Coalesced: while a write is scheduled and
     /// has not yet begun, more changes ride on it (256 sessions ending at
-    /// once are a few writes, not 256 of a growing `ended.json`).
+    /// once are a few writes, not 256 of a growing `ended.jsonl`).
     pub(super) fn checkpoint_soon(&self) {
         if self.checkpoint_pending.swap(true, Ordering::SeqCst) {
             return;
@@ -45,17 +45,17 @@ impl Registry {
         let Some(checkpoint) = &self.checkpoint else {
             return Ok(());
         };
-        let written = checkpoint.write(|| self.checkpoint_entries()).await;
+        let written = checkpoint.write(self).await;
         self.checkpoint_written(written, true)
     }
 
-    /// Writes `procs.json` alone (a spawn's record; an exit's `ended.json`
+    /// Writes `procs.json` alone (a spawn's record; an exit's `ended.jsonl`
     /// is not waited for).
     pub(super) async fn write_running_checkpoint(&self) -> std::io::Result<()> {
         let Some(checkpoint) = &self.checkpoint else {
             return Ok(());
         };
-        let written = checkpoint.write_running(|| self.checkpoint_entries()).await;
+        let written = checkpoint.write_running(self).await;
         self.checkpoint_written(written, false)
     }
 
@@ -90,77 +90,64 @@ impl Registry {
         }
     }
 
-    /// Every session: the running ones for `procs.json`, the ended ones
-    /// (with their exit) for `ended.json`.
-    pub(super) fn checkpoint_entries(&self) -> Vec<CheckpointEntry> {
-        let mut entries: Vec<CheckpointEntry> = self
-            .all_sessions()
-            .into_iter()
-            .map(|s| CheckpointEntry {
-                exit: s.state().exit().map(|e| EndedExit::of(e)),
-                limits: s.spec.limits,
-                junit: s.spec.junit.as_ref().map(|p| p.display().to_string()),
-                port: s.spec.port,
-                named_ports: s.spec.named_ports.clone(),
-                watch: s.spec.on_change.as_ref().map(|p| p.spec.clone()),
-                queue: s.spec.queue.as_ref().map(ToString::to_string),
-                queued_ms: s
-                    .spec
-                    .queue
-                    .as_ref()
-                    .map(|_| s.spec.queued_for.as_millis() as u64),
-                sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
-                restart: s.restarts.as_deref().map(restart_record),
-                session_id: s.id.clone(),
-                command: s.shown_command(&self.redactor).to_string(),
-                pid: s.pid(),
-                start_time: s.identity.start_time,
-                identity: Some(crate::identity::RecordedIdentity {
-                    pgid: s.pid(),
-                    start_time: Some(s.identity.start_time),
-                }),
+    /// A session as the checkpoint records it.
+    fn checkpoint_entry(&self, s: &Session) -> CheckpointEntry {
+        CheckpointEntry {
+            exit: s.state().exit().map(|e| EndedExit::of(e)),
+            limits: s.spec.limits,
+            junit: s.spec.junit.as_ref().map(|p| p.display().to_string()),
+            port: s.spec.port,
+            named_ports: s.spec.named_ports.clone(),
+            watch: s.spec.on_change.as_ref().map(|p| p.spec.clone()),
+            queue: s.spec.queue.as_ref().map(ToString::to_string),
+            queued_ms: s
+                .spec
+                .queue
+                .as_ref()
+                .map(|_| s.spec.queued_for.as_millis() as u64),
+            sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
+            restart: s.restarts.as_deref().map(restart_record),
+            session_id: s.id.clone(),
+            command: s.shown_command(&self.redactor).to_string(),
+            pid: s.pid(),
+            start_time: s.identity.start_time,
+            identity: Some(crate::identity::RecordedIdentity {
                 pgid: s.pid(),
-                cwd: s.spec.cwd.display().to_string(),
-                started_at: s.started_at_text().to_string(),
-                task_id: s.spec.task_id.clone(),
-                session_key: s.spec.session_key.clone(),
-                name: s.spec.name.as_ref().map(|n| n.to_string()),
-                project: s.spec.project.as_ref().map(|p| p.to_string()),
-                stack_file: s.spec.stack_file.as_ref().map(|f| f.display().to_string()),
-                owner: s.spec.owner.clone(),
-                persist: s.spec.persist,
-                pty: s.spec.pty,
-                notify_on_complete: s.notify_on_complete(),
-                watch_patterns: s.asks().watch_patterns.to_vec(),
-                meta: s.meta(),
-                systemd_unit: s.systemd_unit.clone(),
-                cgroup: s.cgroup.as_ref().map(|c| c.path().display().to_string()),
-                cgroup_v1: s.cgroup.as_ref().map_or(vec![], |c| {
-                    c.v1_paths()
-                        .iter()
-                        .map(|p| p.display().to_string())
-                        .collect()
-                }),
-                log_path: s.output.path().display().to_string(),
-                timeout_at: s.spec.timeout.map(|t| rfc3339(s.started_at + t)),
-                rows: s.spec.pty.then_some(s.spec.rows),
-                cols: s.spec.pty.then_some(s.spec.cols),
-                stdin: Some(s.spec.stdin),
-                ready: s.spec.ready.as_ref().map(|c| c.spec.clone()),
-                ready_after_ms: match s.readiness() {
-                    Readiness::Ready { after_ms } => Some(after_ms),
-                    _ => None,
-                },
-            })
-            .collect();
-        entries.extend(
-            self.retained
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .cloned(),
-        );
-        entries
+                start_time: Some(s.identity.start_time),
+            }),
+            pgid: s.pid(),
+            cwd: s.spec.cwd.display().to_string(),
+            started_at: s.started_at_text().to_string(),
+            task_id: s.spec.task_id.clone(),
+            session_key: s.spec.session_key.clone(),
+            name: s.spec.name.as_ref().map(|n| n.to_string()),
+            project: s.spec.project.as_ref().map(|p| p.to_string()),
+            stack_file: s.spec.stack_file.as_ref().map(|f| f.display().to_string()),
+            owner: s.spec.owner.clone(),
+            persist: s.spec.persist,
+            pty: s.spec.pty,
+            notify_on_complete: s.notify_on_complete(),
+            watch_patterns: s.asks().watch_patterns.to_vec(),
+            meta: s.meta(),
+            systemd_unit: s.systemd_unit.clone(),
+            cgroup: s.cgroup.as_ref().map(|c| c.path().display().to_string()),
+            cgroup_v1: s.cgroup.as_ref().map_or(vec![], |c| {
+                c.v1_paths()
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect()
+            }),
+            log_path: s.output.path().display().to_string(),
+            timeout_at: s.spec.timeout.map(|t| rfc3339(s.started_at + t)),
+            rows: s.spec.pty.then_some(s.spec.rows),
+            cols: s.spec.pty.then_some(s.spec.cols),
+            stdin: Some(s.spec.stdin),
+            ready: s.spec.ready.as_ref().map(|c| c.spec.clone()),
+            ready_after_ms: match s.readiness() {
+                Readiness::Ready { after_ms } => Some(after_ms),
+                _ => None,
+            },
+        }
     }
 
     /// Re-adopts the sessions of a previous daemon from the checkpoint:
@@ -186,23 +173,20 @@ impl Registry {
         };
         let path = checkpoint.path().to_path_buf();
         let spare_log = self.logs_dir.join(super::spawn::SPARE_LOG);
-        let ((entries, skipped), (ended, _)) = tokio::task::spawn_blocking(move || {
+        let ((entries, skipped), ended) = tokio::task::spawn_blocking(move || {
             // A write a crash cut short left its temp file (never read),
             // and a daemon its spare log (no session's).
             if let Some(dir) = path.parent() {
                 crate::atomic::sweep_temps(dir);
             }
             let _ = std::fs::remove_file(&spare_log);
-            (
-                Checkpoint::read(&path),
-                Checkpoint::read(&Checkpoint::ended_path(&path)),
-            )
+            (Checkpoint::read(&path), Checkpoint::read_ended(&path))
         })
         .await
         .map_err(std::io::Error::other)?;
         // Ended first: a session that ended just before a crash may still
         // be in procs.json too; its recorded exit wins. One that ended
-        // before ended.json held it is in procs.json with its exit.
+        // before ended.jsonl held it is in procs.json with its exit.
         for entry in ended
             .iter()
             .chain(entries.iter().filter(|e| e.exit.is_some()))
@@ -605,5 +589,47 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         // A corrupt queue name is dropped: the session then holds no slot.
         queue: e.queue.as_deref().and_then(|q| QueueName::parse(q).ok()),
         queued_for: std::time::Duration::from_millis(e.queued_ms.unwrap_or(0)),
+    }
+}
+
+/// The checkpoint's view of the table: what changed, never every session.
+impl Recorded for Registry {
+    fn unsettled(&self) -> Vec<CheckpointEntry> {
+        let mut sessions: Vec<Arc<Session>> = self.table().unsettled().cloned().collect();
+        // In the order they started, as `list` gives them.
+        sessions
+            .sort_unstable_by(|a, b| (a.started_instant, &a.id).cmp(&(b.started_instant, &b.id)));
+        let mut entries: Vec<CheckpointEntry> =
+            sessions.iter().map(|s| self.checkpoint_entry(s)).collect();
+        // Dead sessions of an earlier daemon whose scope is still to stop.
+        entries.extend(
+            self.retained
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
+        entries
+    }
+
+    fn ended(&self) -> Vec<CheckpointEntry> {
+        let mut ended: Vec<(Instant, Arc<Session>)> = self
+            .table()
+            .values()
+            .filter_map(|s| Some((s.state().exit()?.exited_instant, s.clone())))
+            .collect();
+        ended.sort_unstable_by(|a, b| (a.0, &a.1.id).cmp(&(b.0, &b.1.id)));
+        ended
+            .iter()
+            .map(|(_, s)| self.checkpoint_entry(s))
+            .collect()
+    }
+
+    fn take_gone(&self) -> Vec<String> {
+        self.table().take_gone()
+    }
+
+    fn settle(&self, held: &[(String, String)]) {
+        self.table().settle(held);
     }
 }

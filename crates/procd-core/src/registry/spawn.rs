@@ -272,8 +272,8 @@ impl Registry {
         }
         let (session, reader, exit_rx) =
             self.open_session(id.clone(), spec, output, started, slot, restarts);
-        // Make room: the new session counts towards max_sessions.
-        self.prune();
+        // The new session counts towards max_sessions.
+        self.make_room();
         self.publish_started(&session);
 
         let checkpointed = self.write_running_checkpoint().await;
