@@ -349,3 +349,202 @@ fn kill_pid(pid: i32) {
         nix::sys::signal::Signal::SIGKILL,
     );
 }
+
+/// A terminal's resize in a restart's backoff is refused as a write is:
+/// between runs, naming the run that comes next, not "has exited".
+#[test]
+fn a_resize_between_runs_says_so() {
+    let d = Daemon::start();
+    let id = d.spawn_with(json!({
+        "command": "exit 1",
+        "pty": true,
+        "restart": {"policy": "on-failure", "backoff_s": 30},
+    }));
+    wait_until("the first run ended and the restart waits", || {
+        d.ok("poll", json!({"session_id": id}))["restarting"] == true
+    });
+    let resized = d.call("resize", json!({"session_id": id, "rows": 30, "cols": 100}));
+    assert_eq!(resized["error"]["code"], -32002, "{resized}");
+    let why = resized["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("between runs") && why.contains("run 2"),
+        "{resized}"
+    );
+    d.ok("kill", json!({"session_id": id}));
+    let ended = d.call("resize", json!({"session_id": id, "rows": 30, "cols": 100}));
+    let why = ended["error"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("has exited"), "{ended}");
+}
+
+/// What one call saw: when it was asked and answered (as offsets from the
+/// test's start), and, for a poll, the session's state.
+#[derive(Debug, Clone)]
+struct Seen {
+    asked: std::time::Duration,
+    answered: std::time::Duration,
+    method: &'static str,
+    answer: Value,
+}
+
+/// 1000 calls at once against one session (polls, writes that end its
+/// run, resizes, and a kill), across runs that end and restart: every
+/// call is answered within the deadline (no deadlock), and the answers
+/// fit one order of events (issue 49): a poll answered before another
+/// was asked never saw more restarts; a client that saw the session
+/// killed never sees it run again; after the kill's answer every call
+/// finds it ended, killed; and at the end its processes are gone.
+#[test]
+fn a_thousand_calls_at_once_across_exits_and_restarts_fit_one_order() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let d = Daemon::start();
+    // Each line written ends the run (exit 3); the next starts 0.1 s on.
+    let id = d.spawn_with(json!({
+        "command": "read line; exit 3",
+        "pty": true,
+        "restart": {"policy": "always", "max_restarts": 1000, "backoff_s": 0.1, "reset_after_s": 0},
+    }));
+    let start = Instant::now();
+    let killed = AtomicBool::new(false);
+    const CLIENTS: usize = 8;
+    const CALLS: usize = 125;
+    let seen: Vec<Vec<Seen>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                let (d, id, killed) = (&d, id.as_str(), &killed);
+                scope.spawn(move || {
+                    let mut conn = d.connect();
+                    let mut seen = Vec::with_capacity(CALLS);
+                    for call in 0..CALLS {
+                        // Client 0 kills two thirds in, once a restart
+                        // has been seen, so the calls span exits,
+                        // restarts and the end.
+                        let (method, params) = if client == 0 && call == CALLS * 2 / 3 {
+                            wait_until("a restart", || {
+                                d.ok("poll", json!({"session_id": id}))["restarts"]
+                                    .as_u64()
+                                    .is_some_and(|n| n >= 1)
+                            });
+                            ("kill", json!({"session_id": id}))
+                        } else {
+                            match (client + call) % 8 {
+                                0..=3 => ("poll", json!({"session_id": id})),
+                                4 | 5 => ("submit_stdin", json!({"session_id": id, "data": "x\n"})),
+                                _ => (
+                                    "resize",
+                                    json!({"session_id": id, "rows": 20 + call % 10, "cols": 80}),
+                                ),
+                            }
+                        };
+                        let asked = start.elapsed();
+                        let answer = conn.call(method, params);
+                        let answered = start.elapsed();
+                        if method == "kill" {
+                            assert_eq!(answer["result"]["status"], "killed", "{answer}");
+                            killed.store(true, Ordering::SeqCst);
+                        }
+                        seen.push(Seen {
+                            asked,
+                            answered,
+                            method,
+                            answer,
+                        });
+                    }
+                    seen
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("a client panicked"))
+            .collect()
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "1000 calls took {:?}",
+        start.elapsed()
+    );
+    let all: Vec<&Seen> = seen.iter().flatten().collect();
+    assert_eq!(all.len(), CLIENTS * CALLS);
+    let kill = all.iter().find(|s| s.method == "kill").expect("the kill");
+    let (kill_asked, kill_answered) = (kill.asked, kill.answered);
+
+    for s in &all {
+        let result = &s.answer["result"];
+        match s.method {
+            // Every call is answered: a result, or (input and a resize)
+            // the documented refusal while no run is there to take it:
+            // between runs, or once the session has ended.
+            _ if s.answer.get("error").is_some() => {
+                assert!(["submit_stdin", "resize"].contains(&s.method), "{s:?}");
+                assert_eq!(s.answer["error"]["code"], -32002, "{s:?}");
+                let said = s.answer["error"]["message"].as_str().unwrap_or("");
+                // A write that meets a run as it ends is refused as such;
+                // one answered while the kill runs may find it ended.
+                assert!(
+                    said.contains("between runs")
+                        || said.contains("no longer reading its stdin")
+                        || s.answered > kill_asked,
+                    "refused before the kill, not between runs: {s:?}"
+                );
+            }
+            "poll" | "kill" => assert!(result["status"].is_string(), "{s:?}"),
+            "submit_stdin" => assert!(
+                ["ok", "already_exited"].contains(&result["status"].as_str().unwrap_or("")),
+                "{s:?}"
+            ),
+            _ => assert!(result.is_object(), "{s:?}"),
+        }
+        // Asked after the kill's answer: the session has ended, killed.
+        if s.asked > kill_answered {
+            match s.method {
+                "poll" => {
+                    assert_eq!(result["status"], "exited", "{s:?}");
+                    assert_eq!(result["completion_reason"], "killed", "{s:?}");
+                }
+                "submit_stdin" => assert_eq!(result["status"], "already_exited", "{s:?}"),
+                _ => {}
+            }
+        }
+    }
+    // One order: a poll answered before another was asked saw no more
+    // restarts, and a session seen ended is not seen running after it.
+    let polls: Vec<&&Seen> = all.iter().filter(|s| s.method == "poll").collect();
+    let restarts = |s: &Seen| s.answer["result"]["restarts"].as_u64().unwrap_or(0);
+    for a in &polls {
+        for b in &polls {
+            if a.answered < b.asked {
+                assert!(
+                    restarts(a) <= restarts(b),
+                    "restarts went back: {a:?} then {b:?}"
+                );
+                if a.answer["result"]["status"] == "exited" {
+                    assert_eq!(
+                        b.answer["result"]["status"], "exited",
+                        "ran again: {a:?} then {b:?}"
+                    );
+                }
+            }
+        }
+    }
+    let polled_restarts = polls.iter().map(|s| restarts(s)).max().unwrap_or(0);
+    assert!(polled_restarts >= 1, "the calls spanned a restart");
+    // The end: killed, every process of it gone, each restart marked once
+    // in its one log.
+    let end = d.wait_exit(&id);
+    assert_eq!(end["completion_reason"], "killed", "{end}");
+    let last = d.ok("poll", json!({"session_id": id}));
+    let pid = last["pid"].as_i64().expect("pid") as i32;
+    wait_until("the last run's process is gone", || !alive(pid));
+    let log = d.read_all(&id);
+    // A run announced and killed in its backoff never started.
+    let marks = log
+        .lines()
+        .filter(|l| l.starts_with("[procd] it exited with code 3; run "))
+        .count() as u64;
+    let restarts = last["restarts"].as_u64().unwrap_or(0);
+    assert!(
+        marks == restarts || marks == restarts + 1,
+        "{marks} restart lines, {restarts} restarts: {log}"
+    );
+}

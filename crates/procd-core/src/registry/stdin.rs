@@ -47,11 +47,8 @@ impl Registry {
                 s.id
             )));
         }
-        if let Some(next) = s.restarts.as_ref().and_then(|r| r.next_run()) {
-            return Err(Error::WrongState(format!(
-                "session {} is between runs (restart backoff): no run reads its stdin until run {} starts",
-                s.id, next.count.run
-            )));
+        if let Some(e) = between_runs(s, "reads its stdin") {
+            return Err(e);
         }
         let tx = self.stdin_of(s)?;
         let mut bytes = data.as_bytes().to_vec();
@@ -93,6 +90,7 @@ impl Registry {
         }
         match s.stdin_sender() {
             Some(tx) if !s.stdin_closed() => Ok(tx),
+            None if s.restarts.is_some() => Err(run_gone(s, "reads its stdin")),
             _ => Err(Error::WrongState(format!(
                 "stdin of session {} is closed",
                 s.id
@@ -140,19 +138,54 @@ impl Registry {
                 s.id
             )));
         }
+        if let Some(e) = s
+            .is_running()
+            .then(|| between_runs(&s, "has a terminal"))
+            .flatten()
+        {
+            return Err(e);
+        }
+        // Its run's end, before the state says so: a restarting session
+        // is between runs, any other has exited.
+        let ended = || match s.is_running() && s.restarts.is_some() {
+            true => run_gone(&s, "has a terminal"),
+            false => Error::WrongState(format!("session {} has exited", s.id)),
+        };
         let Some(tx) = s.stdin_sender().filter(|_| s.is_running()) else {
-            return Err(Error::WrongState(format!("session {} has exited", s.id)));
+            return Err(ended());
         };
         let (reply, done) = oneshot::channel();
         if tx.send(StdinOp::Resize(rows, cols, reply)).await.is_err() {
-            return Err(Error::WrongState(format!("session {} has exited", s.id)));
+            return Err(ended());
         }
         match done.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(Error::Internal(format!("resize failed: {e}"))),
-            Err(_) => Err(Error::WrongState(format!("session {} has exited", s.id))),
+            Err(_) => Err(ended()),
         }
     }
+}
+
+/// The refusal of what only a run can take (`what`: "reads its stdin")
+/// while a restarting session waits out its backoff; None while a run is
+/// there.
+fn between_runs(s: &Session, what: &str) -> Option<Error> {
+    let next = s.restarts.as_ref()?.next_run()?;
+    Some(Error::WrongState(format!(
+        "session {} is between runs (restart backoff): no run {what} until run {} starts",
+        s.id, next.count.run
+    )))
+}
+
+/// The refusal of what only a run can take when a restarting session's
+/// run has ended and the next has yet to be decided or started.
+fn run_gone(s: &Session, what: &str) -> Error {
+    between_runs(s, what).unwrap_or_else(|| {
+        Error::WrongState(format!(
+            "session {} is between runs: its run has ended, and no run {what} until the next starts",
+            s.id
+        ))
+    })
 }
 
 pub(super) fn already_exited() -> StdinResult {
