@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import statistics
@@ -442,6 +443,9 @@ class ProcdCli:
     def log(self, sid):
         return run([PROCD, "logs", sid], self.env).stdout
 
+    def follow_argv(self, sid):
+        return [PROCD, "logs", "-f", sid]
+
     def close(self):
         run([PROCD, "stop"], self.env, check=False)
 
@@ -488,6 +492,9 @@ class Pueue:
 
     def log(self, tid):
         return run([PUEUE, "log", "--full", tid], self.env, check=False).stdout
+
+    def follow_argv(self, tid):
+        return [PUEUE, "follow", tid]
 
     def close(self):
         self.daemon.kill()
@@ -545,6 +552,9 @@ class Pm2:
 
     def log(self, name):
         return run([PM2, "logs", name, "--nostream", "--raw", "--lines", "1000"], self.env, check=False).stdout
+
+    def follow_argv(self, name):
+        return [PM2, "logs", name, "--raw", "--lines", "0"]
 
     def close(self):
         run([PM2, "kill"], self.env, check=False)
@@ -638,9 +648,39 @@ files={self.programs}/*.conf
     def log(self, name):
         return self.ctl("tail", "-100000", name).stdout
 
+    def follow_argv(self, name):
+        return [SUPERVISOR_PY, "-m", "supervisor.supervisorctl", "-c", self.conf, "tail", "-f", name]
+
     def close(self):
         self.daemon.kill()
         self.daemon.wait()
+
+
+def followed_mark(argv, env, who):
+    """Seconds from a "mark T" line's T to its arrival on the stdout of the
+    follower `argv`, which is ended (by pid) before returning."""
+    follower = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.DEVNULL)
+    try:
+        seen, text = None, b""
+        t_end = time.monotonic() + 10
+        while seen is None and time.monotonic() < t_end:
+            ready, _, _ = select.select([follower.stdout], [], [], max(0.0, t_end - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(follower.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            text += chunk
+            found = re.search(rb"mark (\d+\.\d+)\r?\n", text)  # whole: a read may end mid-number
+            if found:
+                seen = time.time() - float(found.group(1))
+        if seen is None:
+            raise RuntimeError(f"{who}: the marked line never reached the follower")
+        return seen
+    finally:
+        follower.kill()
+        follower.wait()
 
 
 def cli_figures(peer_class):
@@ -715,6 +755,21 @@ def cli_figures(peer_class):
                median_ms(lat[name]), name, "lower", "the line carries the time it was printed; the reader runs the log command ("
                + {"pueue": "`pueue log --full`", "pm2": "`pm2 logs --nostream`",
                   "supervisor": "`supervisorctl tail`"}[name] + ", `procd logs`) until it sees it")
+        # Output to a reader that follows the log: the CLI's follow mode,
+        # started before the line is printed.
+        lat = {procd.name: [], name: []}
+        for r in range(max(3, ROUNDS // 4)):
+            for m in (pair if r % 2 == 0 else pair[::-1]):
+                marker = new_marker()
+                # 1.5 s: every follower is up and reading before the line.
+                handle = m.start(f"sleep 1.5; echo mark $(date +%s.%N); sleep {marker}")
+                lat[m.name].append(followed_mark(m.follow_argv(handle), m.env, m.name))
+                m.kill(handle)
+                end(marked(marker))
+        figure("output line to a reader following the log (CLI, median)", "ms", median_ms(lat["procd"]),
+               median_ms(lat[name]), name, "lower", "the line carries the time it was printed; the reader is the log "
+               "command's follow mode, started before the line (" + {"pueue": "`pueue follow`", "pm2": "`pm2 logs`",
+               "supervisor": "`supervisorctl tail -f`"}[name] + ", `procd logs -f`), timed when its output shows the line")
         # SIGKILL of the manager amid output: what can still be read.
         lines_lost = {}
         for m in pair:
