@@ -638,7 +638,7 @@ impl SessionCgroup {
         let _waiting = Waiting(self);
         let deadline = tokio::time::Instant::now() + limit;
         let watch = watch_changes(&self.path.join("cgroup.events"))
-            .and_then(watch_async)
+            .and_then(crate::inotify::Inotify::register)
             .ok();
         tokio::pin!(wake);
         loop {

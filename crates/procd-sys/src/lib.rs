@@ -12,6 +12,7 @@ pub mod cgroup;
 pub mod clock;
 pub mod fifo;
 pub mod identity;
+pub mod inotify;
 pub mod memfd;
 pub mod pidfd;
 pub mod procfs;

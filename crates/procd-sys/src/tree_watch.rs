@@ -14,7 +14,6 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use tokio::io::unix::AsyncFd;
 
 /// Names never watched, wherever they are: version control, dependency,
 /// build and cache directories (what a running tool writes itself). What a root's `.gitignore` names is added.
@@ -158,7 +157,7 @@ pub enum WatchError {
 
 /// A watched tree.
 pub struct TreeWatch {
-    fd: AsyncFd<OwnedFd>,
+    fd: crate::inotify::Inotify,
     root: PathBuf,
     ignore: Ignore,
     /// Watch descriptor → its directory, relative to the root.
@@ -299,7 +298,7 @@ impl Unstarted {
     /// Registers the tree with the event loop (within a runtime).
     pub fn start(self) -> Result<TreeWatch, WatchError> {
         let root = self.root.clone();
-        let fd = crate::cgroup::watch_async(self.fd).map_err(|e| WatchError::Io(root, e))?;
+        let fd = crate::inotify::Inotify::register(self.fd).map_err(|e| WatchError::Io(root, e))?;
         Ok(TreeWatch {
             fd,
             root: self.root,

@@ -106,7 +106,7 @@ impl Registry {
             return;
         };
         let watch = match cgroup.oom_watch() {
-            Ok(Some(fd)) => procd_sys::cgroup::watch_async(fd),
+            Ok(Some(fd)) => procd_sys::inotify::Inotify::register(fd),
             Ok(None) => return,
             Err(e) => Err(e),
         };
