@@ -529,20 +529,17 @@ fn retention_keeps_at_most_max_sessions_earliest_exited_first() {
 #[test]
 fn retention_at_the_cap_drops_in_exit_order_spawn_after_spawn() {
     let d = Daemon::with_config("max_sessions = 3");
-    let listed = || -> Vec<String> {
-        let mut ids: Vec<String> = d.ok("list", json!({}))["processes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["session_id"].as_str().unwrap().to_string())
-            .collect();
+    // The ids listed, and those expected, in one order (the list's is by
+    // start, and the expected ones are named in exit order).
+    let listed = || {
+        let mut ids = listed_ids(&d.ok("list", json!({})));
         ids.sort();
         ids
     };
-    let sorted = |ids: &[&String]| {
-        let mut ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    let sorted = |ids: [&String; 3]| {
+        let mut ids = ids.map(String::clone);
         ids.sort();
-        ids
+        ids.to_vec()
     };
     let a = d.spawn("sleep 60");
     let b = d.spawn("true");
@@ -553,22 +550,22 @@ fn retention_at_the_cap_drops_in_exit_order_spawn_after_spawn() {
     d.wait_exit(&a);
     // Exited: b, c, a, in that order.
     let e = d.spawn("true");
-    assert_eq!(listed(), sorted(&[&c, &a, &e]), "b exited first");
+    assert_eq!(listed(), sorted([&c, &a, &e]), "b exited first");
     d.wait_exit(&e);
     let f = d.spawn("true");
-    assert_eq!(listed(), sorted(&[&a, &e, &f]), "then c");
+    assert_eq!(listed(), sorted([&a, &e, &f]), "then c");
     d.wait_exit(&f);
     let g = d.spawn("true");
     assert_eq!(
         listed(),
-        sorted(&[&e, &f, &g]),
+        sorted([&e, &f, &g]),
         "then a, started first but exited after c"
     );
     d.wait_exit(&g);
     let h = d.spawn("true");
     assert_eq!(
         listed(),
-        sorted(&[&f, &g, &h]),
+        sorted([&f, &g, &h]),
         "then e, exited after the order was taken"
     );
     d.wait_exit(&h);

@@ -3,9 +3,11 @@
 //! one that re-adopts them. Beside it, `ended.jsonl`: the sessions that have
 //! ended and are still retained, with their exits, so that the next daemon
 //! lists them as they were (docs/survival.md: an id an agent holds keeps its exit
-//! code across a restart). Commands are stored redacted. Written
-//! atomically (never fsynced: see `atomic::write_json_unsynced`), off the
-//! event loop, one write of each file at a time. The two files have
+//! code across a restart). Commands are stored redacted. Never fsynced
+//! (see `atomic::write_json_unsynced`), written off the event loop, one
+//! write of each file at a time: `procs.json` replaced atomically, the
+//! journal appended to (a line a crash cuts short is skipped when read)
+//! and now and then replaced atomically by what it holds. The two files have
 //! writers of their own, so that a spawn's `procs.json` never waits behind
 //! an exit's (larger) `ended.jsonl`; an ended session stays in `procs.json`
 //! (with its exit) until `ended.jsonl` holds it, so it is always in one of
@@ -262,6 +264,9 @@ pub trait Recorded {
     /// The records `procs.json` carries: every running session, and each
     /// ended one `ended.jsonl` does not hold yet.
     fn unsettled(&self) -> Vec<CheckpointEntry>;
+    /// Of those, the ended ones alone: what an exit appends (no record of
+    /// a running session is made for it).
+    fn unsettled_ended(&self) -> Vec<CheckpointEntry>;
     /// Every retained ended session's record, in the order they ended:
     /// what a rewrite of `ended.jsonl` holds.
     fn ended(&self) -> Vec<CheckpointEntry>;
@@ -353,11 +358,7 @@ impl Checkpoint {
         let mut journal = self.writing_ended.lock().await;
         // Gone first: a line for an id taken out, then its next run's.
         let gone = sessions.take_gone();
-        let fresh: Vec<CheckpointEntry> = sessions
-            .unsettled()
-            .into_iter()
-            .filter(|e| e.exit.is_some())
-            .collect();
+        let fresh = sessions.unsettled_ended();
         let Some(now) = *journal else {
             return self.rewrite_ended(&mut journal, sessions).await;
         };
@@ -662,6 +663,11 @@ mod tests {
                 .filter(|e| !settled.contains(&e.session_id))
                 .cloned()
                 .collect()
+        }
+        fn unsettled_ended(&self) -> Vec<CheckpointEntry> {
+            let mut ended = self.unsettled();
+            ended.retain(|e| e.exit.is_some());
+            ended
         }
         fn ended(&self) -> Vec<CheckpointEntry> {
             let all = self.all.lock().unwrap();

@@ -595,21 +595,11 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
 /// The checkpoint's view of the table: what changed, never every session.
 impl Recorded for Registry {
     fn unsettled(&self) -> Vec<CheckpointEntry> {
-        let mut sessions: Vec<Arc<Session>> = self.table().unsettled().cloned().collect();
-        // In the order they started, as `list` gives them.
-        sessions
-            .sort_unstable_by(|a, b| (a.started_instant, &a.id).cmp(&(b.started_instant, &b.id)));
-        let mut entries: Vec<CheckpointEntry> =
-            sessions.iter().map(|s| self.checkpoint_entry(s)).collect();
-        // Dead sessions of an earlier daemon whose scope is still to stop.
-        entries.extend(
-            self.retained
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .cloned(),
-        );
-        entries
+        self.unsettled_records(false)
+    }
+
+    fn unsettled_ended(&self) -> Vec<CheckpointEntry> {
+        self.unsettled_records(true)
     }
 
     fn ended(&self) -> Vec<CheckpointEntry> {
@@ -631,5 +621,29 @@ impl Recorded for Registry {
 
     fn settle(&self, held: &[(String, String)]) {
         self.table().settle(held);
+    }
+}
+
+impl Registry {
+    /// The records of the unsettled sessions (`ended_only`: of those that
+    /// have ended), in the order they started, as `list` gives them.
+    /// With the running ones go the dead sessions of an earlier daemon
+    /// whose scope is still to stop (`retained`, never ended here).
+    fn unsettled_records(&self, ended_only: bool) -> Vec<CheckpointEntry> {
+        let mut sessions: Vec<Arc<Session>> = self
+            .table()
+            .unsettled()
+            .filter(|s| !ended_only || s.state().exit().is_some())
+            .cloned()
+            .collect();
+        sessions
+            .sort_unstable_by(|a, b| (a.started_instant, &a.id).cmp(&(b.started_instant, &b.id)));
+        let mut entries: Vec<CheckpointEntry> =
+            sessions.iter().map(|s| self.checkpoint_entry(s)).collect();
+        if !ended_only {
+            let retained = self.retained.lock().unwrap_or_else(|e| e.into_inner());
+            entries.extend(retained.iter().cloned());
+        }
+        entries
     }
 }
