@@ -138,11 +138,9 @@ impl Registry {
                 s.id
             )));
         }
-        if let Some(e) = s
-            .is_running()
-            .then(|| between_runs(&s, "has a terminal"))
-            .flatten()
-        {
+        // In a backoff the last run's terminal may still be open: it is
+        // not the next run's.
+        if let (true, Some(e)) = (s.is_running(), between_runs(&s, "has a terminal")) {
             return Err(e);
         }
         // Its run's end, before the state says so: a restarting session
