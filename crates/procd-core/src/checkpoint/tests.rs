@@ -1,0 +1,254 @@
+use super::*;
+
+fn entry(id: &str, exit_code: Option<i32>) -> CheckpointEntry {
+    let mut v = serde_json::json!({
+        "session_id": id, "command": "true", "pid": 1, "start_time": 1, "pgid": 1,
+        "cwd": "/", "started_at": "2026-01-01T00:00:00Z", "log_path": "/x.log",
+    });
+    if let Some(code) = exit_code {
+        v["exit"] = serde_json::json!({
+            "exit_code": code, "signal": null, "completion_reason": "exited",
+            "exited_at": "2026-01-01T00:00:01Z",
+        });
+    }
+    serde_json::from_value(v).expect("an entry")
+}
+
+/// Only a restarting session in its backoff has a next run, and only
+/// a root started after the recorded one can be it; it takes the
+/// run's count and leaves the backoff.
+#[test]
+fn a_next_run_is_only_of_a_backoff_and_a_later_root() {
+    use procd_sys::identity::ProcessIdentity;
+    let mut e = entry("proc_000000000001", None);
+    e.start_time = 100;
+    let later = ProcessIdentity {
+        pid: 42,
+        start_time: 200,
+    };
+    assert!(e.as_next_run(later).is_none(), "no restart policy");
+    let mut record: RestartRecord = serde_json::from_value(serde_json::json!({
+        "policy": {"policy": "always"}, "run": 1, "streak": 0,
+    }))
+    .expect("a record");
+    e.restart = Some(record.clone());
+    assert!(e.as_next_run(later).is_none(), "not in a backoff");
+    record.next_run = Some(NextRunRecord {
+        run: 2,
+        streak: 1,
+        at: "2026-01-01T00:00:02Z".into(),
+    });
+    e.restart = Some(record);
+    let earlier = ProcessIdentity {
+        pid: 42,
+        start_time: 100,
+    };
+    assert!(e.as_next_run(earlier).is_none(), "not started after it");
+    let next = e.as_next_run(later).expect("the next run");
+    assert_eq!((next.pid, next.pgid, next.start_time), (42, 42, 200));
+    // 100 ticks after the recorded run's start.
+    let ticks = procd_sys::procfs::clock_ticks_per_second();
+    let after = next
+        .started_at()
+        .duration_since(e.started_at())
+        .expect("later");
+    assert!(
+        (after.as_secs_f64() - 100.0 / ticks).abs() < 0.002,
+        "{}",
+        next.started_at
+    );
+    let r = next.restart.expect("restart");
+    assert_eq!((r.run, r.streak, r.next_run), (2, 1, None));
+    let mut ended = e.clone();
+    ended.exit = entry("proc_000000000001", Some(0)).exit;
+    assert!(ended.as_next_run(later).is_none(), "it ended");
+}
+
+fn ids(path: &Path) -> Vec<String> {
+    let (entries, _) = Checkpoint::read(path);
+    entries.into_iter().map(|e| e.session_id).collect()
+}
+
+fn ended_ids(checkpoint: &Checkpoint) -> Vec<String> {
+    Checkpoint::read_ended(checkpoint.path())
+        .into_iter()
+        .map(|e| e.session_id)
+        .collect()
+}
+
+/// Sessions as a registry keeps them for the checkpoint: all of them,
+/// which are settled, which went.
+#[derive(Default)]
+struct Sessions {
+    all: std::sync::Mutex<Vec<CheckpointEntry>>,
+    settled: std::sync::Mutex<std::collections::HashSet<String>>,
+    gone: std::sync::Mutex<Vec<String>>,
+}
+
+impl Sessions {
+    fn of(all: Vec<CheckpointEntry>) -> Sessions {
+        let s = Sessions::default();
+        *s.all.lock().unwrap() = all;
+        s
+    }
+
+    fn add(&self, e: CheckpointEntry) {
+        self.all.lock().unwrap().push(e);
+    }
+
+    /// Takes out the first `n`.
+    fn remove_first(&self, n: usize) {
+        let out: Vec<CheckpointEntry> = self.all.lock().unwrap().drain(..n).collect();
+        for e in out {
+            self.settled.lock().unwrap().remove(&e.session_id);
+            self.gone.lock().unwrap().push(e.session_id);
+        }
+    }
+}
+
+impl Recorded for Sessions {
+    fn unsettled(&self) -> Vec<CheckpointEntry> {
+        let settled = self.settled.lock().unwrap();
+        let all = self.all.lock().unwrap();
+        all.iter()
+            .filter(|e| !settled.contains(&e.session_id))
+            .cloned()
+            .collect()
+    }
+    fn unsettled_ended(&self) -> Vec<CheckpointEntry> {
+        let mut ended = self.unsettled();
+        ended.retain(|e| e.exit.is_some());
+        ended
+    }
+    fn ended(&self) -> Vec<CheckpointEntry> {
+        let all = self.all.lock().unwrap();
+        all.iter().filter(|e| e.exit.is_some()).cloned().collect()
+    }
+    fn take_gone(&self) -> Vec<String> {
+        std::mem::take(&mut self.gone.lock().unwrap())
+    }
+    fn settle(&self, held: &[(String, String)]) {
+        let mut settled = self.settled.lock().unwrap();
+        settled.extend(held.iter().map(|(id, _)| id.clone()));
+    }
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// An ended session is on disk at every moment: in procs.json (with
+/// its exit) until ended.jsonl holds it, also when ended.jsonl cannot
+/// be written, and a spawn's procs.json write never writes ended.jsonl.
+#[tokio::test]
+async fn an_ended_session_stays_in_procs_json_until_ended_jsonl_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = Checkpoint::new(dir.path().join("procs.json")).unwrap();
+    let ended_path = Checkpoint::ended_path(checkpoint.path());
+    let now = Sessions::of(vec![entry("proc_run", None), entry("proc_end", Some(7))]);
+    checkpoint.write_running(&now).await.unwrap();
+    assert_eq!(ids(checkpoint.path()), ["proc_run", "proc_end"]);
+    assert!(!ended_path.exists(), "write_running wrote ended.jsonl");
+    let (in_procs, _) = Checkpoint::read(checkpoint.path());
+    assert_eq!(in_procs[1].exit.as_ref().and_then(|e| e.exit_code), Some(7));
+
+    checkpoint.write(&now).await.unwrap();
+    assert_eq!(ended_ids(&checkpoint), ["proc_end"]);
+    assert_eq!(ids(checkpoint.path()), ["proc_run"]);
+
+    // ended.jsonl cannot be written: the next ended session stays in
+    // procs.json, the one ended.jsonl already holds does not come back.
+    now.add(entry("proc_end2", Some(3)));
+    std::fs::remove_file(&ended_path).unwrap();
+    std::fs::create_dir(&ended_path).unwrap();
+    std::fs::write(ended_path.join("x"), b"").unwrap();
+    assert!(checkpoint.write(&now).await.is_err());
+    checkpoint.write_running(&now).await.unwrap();
+    assert_eq!(ids(checkpoint.path()), ["proc_run", "proc_end2"]);
+}
+
+/// An exit is one line appended, a session no longer retained a
+/// `gone` line, and the file is rewritten to what is retained only
+/// when its lines outgrow twice that: the cost of an exit does not
+/// grow with the sessions held.
+#[tokio::test]
+async fn ended_jsonl_grows_by_a_line_per_change_and_is_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = Checkpoint::new(dir.path().join("procs.json")).unwrap();
+    let path = Checkpoint::ended_path(checkpoint.path());
+    let sessions = Sessions::of(
+        (0..100)
+            .map(|i| entry(&format!("proc_{i:012x}"), Some(i)))
+            .collect(),
+    );
+    checkpoint.write(&sessions).await.unwrap();
+    assert_eq!(lines(&path), 100, "the first write is whole");
+    sessions.add(entry("proc_00000000ffff", Some(1)));
+    checkpoint.write(&sessions).await.unwrap();
+    assert_eq!(lines(&path), 101, "one exit, one line");
+    sessions.remove_first(1);
+    checkpoint.write(&sessions).await.unwrap();
+    assert_eq!(lines(&path), 102, "one gone, one line");
+    let read = ended_ids(&checkpoint);
+    assert_eq!(read.len(), 100);
+    assert!(!read.contains(&"proc_000000000000".to_string()), "{read:?}");
+    assert_eq!(read.last().map(String::as_str), Some("proc_00000000ffff"));
+    // Down to 10 retained: 90 gone lines would make 192 > 2 * 10 + 64.
+    sessions.remove_first(90);
+    checkpoint.write(&sessions).await.unwrap();
+    assert_eq!(lines(&path), 10, "rewritten to what is retained");
+    assert_eq!(ended_ids(&checkpoint).len(), 10);
+}
+
+/// A `gone` line takes back what came before it, not what comes after:
+/// an id whose next run ended is held again.
+#[tokio::test]
+async fn a_next_run_after_gone_is_held_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = Checkpoint::new(dir.path().join("procs.json")).unwrap();
+    let sessions = Sessions::of(vec![entry("proc_000000000001", Some(1))]);
+    checkpoint.write(&sessions).await.unwrap();
+    // Its next run, which ended too (the registry replaced it).
+    sessions.remove_first(1);
+    sessions.add(entry("proc_000000000001", Some(2)));
+    checkpoint.write(&sessions).await.unwrap();
+    let held = Checkpoint::read_ended(checkpoint.path());
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].exit.as_ref().and_then(|e| e.exit_code), Some(2));
+}
+
+/// A line a crash cut short is skipped, and the next append starts on a
+/// line of its own; an `ended.json` of a daemon before the journal is
+/// read, and removed once the journal is rewritten whole.
+#[tokio::test]
+async fn a_torn_line_and_a_legacy_file_are_read_past() {
+    let dir = tempfile::tempdir().unwrap();
+    let procs = dir.path().join("procs.json");
+    let legacy = [entry("proc_000000000001", Some(1))];
+    std::fs::write(
+        dir.path().join("ended.json"),
+        serde_json::to_vec(&legacy).unwrap(),
+    )
+    .unwrap();
+    let checkpoint = Checkpoint::new(procs.clone()).unwrap();
+    assert_eq!(ended_ids(&checkpoint), ["proc_000000000001"]);
+    let sessions = Sessions::of(legacy.to_vec());
+    checkpoint.write(&sessions).await.unwrap();
+    assert!(
+        !dir.path().join("ended.json").exists(),
+        "held in the journal now"
+    );
+    let path = Checkpoint::ended_path(&procs);
+    let mut torn = std::fs::read(&path).unwrap();
+    torn.extend_from_slice(br#"{"session_id":"proc_00000000000"#);
+    std::fs::write(&path, &torn).unwrap();
+    sessions.add(entry("proc_000000000002", Some(2)));
+    checkpoint.write(&sessions).await.unwrap();
+    assert_eq!(
+        ended_ids(&checkpoint),
+        ["proc_000000000001", "proc_000000000002"]
+    );
+}
