@@ -1021,9 +1021,12 @@ fn the_documented_stack_file_is_one_procd_reads() {
     let dir = tempfile::tempdir().expect("dir");
     std::fs::create_dir(dir.path().join("web")).expect("web/");
     std::fs::write(dir.path().join("procd.toml"), block).expect("procd.toml");
-    let stack =
-        procd_core::stack::Stack::load(None, Some(dir.path().to_str().unwrap()), Path::new("/"))
-            .expect("the documented file loads");
+    let stack = procd_core::stacks::stack::Stack::load(
+        None,
+        Some(dir.path().to_str().unwrap()),
+        Path::new("/"),
+    )
+    .expect("the documented file loads");
     assert_eq!(stack.project.as_str(), "shop");
     let order: Vec<&str> = stack.services.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(order, ["db", "migrate", "web"]);

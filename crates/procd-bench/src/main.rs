@@ -1686,7 +1686,7 @@ fn zombies_after_double_forks(c: &mut Line) -> usize {
 /// and input reads of each process (docs/agents.md asks ≤ 1 ms). Measured in
 /// process on a tree this program starts (its own process group).
 fn observe_tree(s: &Sizes) -> Row {
-    use procd_core::observe::{observe, InputId, Watched};
+    use procd_core::observation::observe::{observe, InputId, Watched};
     let server = "import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',0))\ns.listen()\nprint(1, flush=True)\ntime.sleep(300)";
     let script =
         format!("for i in $(seq 48); do sleep 300 & done; python3 -c \"{server}\" & read x; wait");
@@ -1702,7 +1702,7 @@ fn observe_tree(s: &Sizes) -> Row {
     let procfs = procd_core::procfs::ProcFs::default();
     let root = child.id() as i32; // the leader of its own group
 
-    let tree = procd_core::kill::TreeSpec {
+    let tree = procd_core::tree::kill::TreeSpec {
         root: procd_core::identity::ProcessIdentity::of(&procfs, root).expect("identity"),
         pgid: root,
         marker: b"PROCD_BENCH_NO_MARKER=1".to_vec(),

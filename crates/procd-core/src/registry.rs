@@ -11,16 +11,16 @@
 //! `recovery` (checkpoint), `handover` (the keeper), `restarts`, `ready`, and
 //! `present` (building results and event text).
 
-use crate::checkpoint::{Checkpoint, CheckpointEntry};
-use crate::env::EnvPolicy;
+use crate::child::env::EnvPolicy;
 use crate::error::Error;
 use crate::notify::NotificationQueue;
-use crate::output::OutputStore;
+use crate::output::redact::Redactor;
+use crate::output::store::OutputStore;
+use crate::persist::checkpoint::{Checkpoint, CheckpointEntry};
 use crate::procfs::ProcFs;
-use crate::reaper::Reaper;
-use crate::redact::Redactor;
-use crate::scope::Scopes;
 use crate::session::Session;
+use crate::tree::reaper::Reaper;
+use crate::tree::scope::Scopes;
 use crate::Config;
 use procd_proto::{CloseTerminalResult, DrainResult, Event};
 use std::path::{Path, PathBuf};
@@ -91,7 +91,7 @@ pub struct RegistryOptions {
     pub logs_dir: PathBuf,
     /// Where sandboxed sessions' own temp dirs go (docs/SECURITY.md).
     pub tmp_dir: PathBuf,
-    /// The jobserver's FIFOs, record and make shim (`jobserver.rs`).
+    /// The jobserver's FIFOs, record and make shim (`admission/jobserver.rs`).
     pub jobs_dir: PathBuf,
     /// procd's own files and dirs (state, runtime dir, config file), which
     /// no sandbox may make writable (docs/SECURITY.md).
@@ -162,7 +162,7 @@ pub struct InjectedFailures {
 pub struct Registry {
     config: Config,
     logs_dir: PathBuf,
-    /// Sandboxed sessions' temp dirs (`sandbox.rs`).
+    /// Sandboxed sessions' temp dirs (`child/sandbox.rs`).
     tmp_dir: PathBuf,
     /// What no sandbox may make writable (`RegistryOptions::own_paths`).
     own_paths: Vec<PathBuf>,
@@ -172,29 +172,29 @@ pub struct Registry {
     inherited_env: Vec<(String, String)>,
     shell: Vec<String>,
     /// The login scripts' setup, sourced instead of re-run (docs/operations.md).
-    snapshot: Option<crate::snapshot::ShellSnapshot>,
+    snapshot: Option<crate::child::snapshot::ShellSnapshot>,
     reaper: Arc<Reaper>,
     sessions: Mutex<table::Table>,
     /// Running sessions plus spawns in progress (the `max_running` gate).
-    running: crate::slot::Slots,
-    /// Spawn queues: who waits for a slot, and in what order (`queue.rs`,
+    running: crate::admission::slot::Slots,
+    /// Spawn queues: who waits for a slot, and in what order (`admission/queue.rs`,
     /// `registry/queue.rs`).
-    queues: crate::queue::Queues,
+    queues: crate::admission::queue::Queues,
     /// The machine-wide jobserver of `jobs` sessions (None: its directory
     /// could not be made; such spawns are refused).
-    jobs: Option<Arc<crate::jobserver::JobServer>>,
+    jobs: Option<Arc<crate::admission::jobserver::JobServer>>,
     /// Set once the task that starts queued spawns runs.
     starter: std::sync::atomic::AtomicBool,
     /// Sandboxed spawns whose sessions are not in the table yet: until
     /// they are, their children's connections cannot be told apart.
-    pub sandbox_launches: crate::sandbox::Launches,
+    pub sandbox_launches: crate::child::sandbox::Launches,
     notifications: NotificationQueue,
-    /// Watch matches of all sessions, past a rate, are held (`watch.rs`).
-    watch_breaker: Mutex<crate::watch::Breaker>,
+    /// Watch matches of all sessions, past a rate, are held (`observation/watch.rs`).
+    watch_breaker: Mutex<crate::observation::watch::Breaker>,
     redactor: Redactor,
     checkpoint: Option<Checkpoint>,
     /// Faults being lived with (a checkpoint or log that cannot be written).
-    pub faults: crate::faults::Faults,
+    pub faults: crate::persist::faults::Faults,
     scopes: Option<Arc<Scopes>>,
     /// Where sessions' cgroups are made (None: no cgroup containment).
     cgroups: Option<Arc<procd_sys::cgroup::CgroupTree>>,
@@ -210,11 +210,11 @@ pub struct Registry {
     /// Ports picked for `port: "auto"` spawns not yet in the table, so
     /// that two spawns at once never get one port (`registry/ports.rs`).
     picking: Mutex<std::collections::BTreeSet<u16>>,
-    /// `up`'s service tasks waiting for their dependencies (`up.rs`).
-    waiting: crate::slot::Slots,
-    /// Sessions watched for staleness (`stale.rs`; a bound on the inotify
+    /// `up`'s service tasks waiting for their dependencies (`stacks/up.rs`).
+    waiting: crate::admission::slot::Slots,
+    /// Sessions watched for staleness (`observation/stale.rs`; a bound on the inotify
     /// instances they hold).
-    stale_watches: crate::slot::Slots,
+    stale_watches: crate::admission::slot::Slots,
     /// Set when the daemon is shutting down: spawns are refused.
     closing: std::sync::atomic::AtomicBool,
     /// A checkpoint write is scheduled and has not begun (`checkpoint_soon`).
@@ -247,7 +247,7 @@ impl Registry {
             &options.logs_dir,
         )
         .map(|(login, state_dir)| {
-            crate::snapshot::ShellSnapshot::new(
+            crate::child::snapshot::ShellSnapshot::new(
                 login,
                 &state_dir,
                 Duration::from_secs_f64(options.config.shell_snapshot_timeout_s),
@@ -267,7 +267,7 @@ impl Registry {
                 enabled: options.config.redact,
             },
             checkpoint,
-            faults: crate::faults::Faults::default(),
+            faults: crate::persist::faults::Faults::default(),
             scopes: options.scopes,
             cgroups: options.cgroups,
             retained: Mutex::new(Vec::new()),
@@ -283,21 +283,21 @@ impl Registry {
             snapshot,
             reaper: Reaper::global(),
             sessions: Mutex::new(table::Table::default()),
-            running: crate::slot::Slots::default(),
+            running: crate::admission::slot::Slots::default(),
             queues,
             jobs,
             sandbox_launches: Default::default(),
             starter: std::sync::atomic::AtomicBool::new(false),
-            watch_breaker: Mutex::new(crate::watch::Breaker::default()),
+            watch_breaker: Mutex::new(crate::observation::watch::Breaker::default()),
             notifications: options
                 .notifications
                 .as_deref()
                 .map(NotificationQueue::persistent)
                 .unwrap_or_default(),
             naming: tokio::sync::Mutex::new(()),
-            stale_watches: crate::slot::Slots::default(),
+            stale_watches: crate::admission::slot::Slots::default(),
             picking: Mutex::new(std::collections::BTreeSet::new()),
-            waiting: crate::slot::Slots::default(),
+            waiting: crate::admission::slot::Slots::default(),
             closing: std::sync::atomic::AtomicBool::new(false),
             checkpoint_pending: std::sync::atomic::AtomicBool::new(false),
             keeper: options.keeper,
@@ -446,7 +446,7 @@ impl Registry {
         // sandbox refuses), but can leave a group and drop its marker.
         let holds = |s: &Session| match (&s.cgroup, &s.systemd_unit) {
             (None, Some(unit)) => {
-                procd_sys::cgroup::in_unit(&pid.to_string(), &crate::scope::scope_of(unit))
+                procd_sys::cgroup::in_unit(&pid.to_string(), &crate::tree::scope::scope_of(unit))
             }
             // An ended session's root pid may be another's by now.
             (None, None) if !s.is_running() => false,
@@ -566,21 +566,23 @@ fn queues_and_jobserver(
     jobs_dir: &Path,
     checkpoint: Option<&Path>,
 ) -> (
-    crate::queue::Queues,
-    Option<Arc<crate::jobserver::JobServer>>,
+    crate::admission::queue::Queues,
+    Option<Arc<crate::admission::jobserver::JobServer>>,
 ) {
     let tokens = config.jobserver_tokens.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    let jobs = match crate::jobserver::JobServer::new(tokens, jobs_dir) {
+    let jobs = match crate::admission::jobserver::JobServer::new(tokens, jobs_dir) {
         Ok(jobs) => Some(Arc::new(jobs)),
         Err(e) => {
             tracing::warn!(%e, dir = %jobs_dir.display(), "no jobserver: jobs spawns are refused");
             None
         }
     };
-    let queues =
-        crate::queue::Queues::new(config, checkpoint.map(|p| p.with_file_name("queue.json")));
+    let queues = crate::admission::queue::Queues::new(
+        config,
+        checkpoint.map(|p| p.with_file_name("queue.json")),
+    );
     match &jobs {
         Some(js) => (queues.with_jobserver(js.clone()), jobs),
         None => (queues, None),
@@ -603,7 +605,7 @@ fn snapshot_for(
     env: &[(String, String)],
     default_cwd: &Path,
     logs_dir: &Path,
-) -> Option<(crate::snapshot::LoginShell, PathBuf)> {
+) -> Option<(crate::child::snapshot::LoginShell, PathBuf)> {
     let bash = Path::new(shell.first()?);
     let is_bash = bash.file_name().is_some_and(|n| n == "bash");
     if !config.shell_snapshot || !is_bash || shell.get(1..) != Some(&["-lic".to_string()][..]) {
@@ -615,7 +617,7 @@ fn snapshot_for(
         .map(|(_, v)| PathBuf::from(v))
         .unwrap_or_else(|| default_cwd.to_path_buf());
     let state_dir = logs_dir.parent()?.to_path_buf();
-    let login = crate::snapshot::LoginShell {
+    let login = crate::child::snapshot::LoginShell {
         shell: bash.to_path_buf(),
         home,
         env: env.to_vec(),

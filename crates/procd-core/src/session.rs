@@ -4,10 +4,10 @@
 //! output pipe: it moves the state to `Exited` once, after the final drain.
 
 use crate::identity::ProcessIdentity;
-use crate::kill::TreeSpec;
-use crate::output::OutputStore;
-use crate::redact::Redactor;
-use crate::watch::{WatchMatcher, WatchOutcome};
+use crate::observation::watch::{WatchMatcher, WatchOutcome};
+use crate::output::redact::Redactor;
+use crate::output::store::OutputStore;
+use crate::tree::kill::TreeSpec;
 use procd_proto::CompletionReason;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -152,14 +152,14 @@ pub struct Session {
     /// `None` until the scan after the root's exit has run.
     adopted: watch::Sender<Option<Arc<[ProcessIdentity]>>>,
     /// The `max_running` slot this session holds while it runs.
-    slot: Mutex<Option<crate::slot::RunningSlot>>,
+    slot: Mutex<Option<crate::admission::slot::RunningSlot>>,
     /// What is known of its tree and its input (docs/agents.md), behind one lock.
     seen: Mutex<Seen>,
     /// Its stdin pipe or terminal (None with `stdin: "null"`, or when the
     /// root was gone before it could be looked at).
-    pub input: Option<crate::observe::InputId>,
+    pub input: Option<crate::observation::observe::InputId>,
     /// Where it stands against its ready condition (docs/agents.md).
-    readiness: watch::Sender<crate::readiness::Readiness>,
+    readiness: watch::Sender<crate::observation::readiness::Readiness>,
     /// A duplicate of the output pipe's read end (or the PTY master), to
     /// ask how much output the supervisor has not read yet; dropped at the
     /// exit, so a leftover writer is not kept from EPIPE.
@@ -242,13 +242,13 @@ impl Session {
             systemd_unit: None,
             cgroup: None,
             oom_reported: std::sync::atomic::AtomicU64::new(0),
-            env_dump: crate::redact::is_env_dump(&spec.command),
+            env_dump: crate::output::redact::is_env_dump(&spec.command),
             shown_command: OnceLock::new(),
             adopted: watch::channel(None).0,
             slot: Mutex::new(None),
             seen: Mutex::new(Seen::default()),
             input: None,
-            readiness: watch::channel(crate::readiness::Readiness::Unconditioned).0,
+            readiness: watch::channel(crate::observation::readiness::Readiness::Unconditioned).0,
             output_probe: Mutex::new(None),
             restarts: None,
             successor: OnceLock::new(),
@@ -411,7 +411,12 @@ impl Session {
     /// What the last observation saw of its tree, and whether files
     /// under its cwd changed since it started: one look (a running
     /// session only; poll and list ask both).
-    pub fn observed_and_stale(&self) -> (crate::observe::Observation, Option<crate::stale::Stale>) {
+    pub fn observed_and_stale(
+        &self,
+    ) -> (
+        crate::observation::observe::Observation,
+        Option<crate::observation::stale::Stale>,
+    ) {
         if !self.is_running() {
             return Default::default();
         }
@@ -419,13 +424,16 @@ impl Session {
         (seen.observed.clone(), seen.stale.clone())
     }
 
-    /// Files under its cwd changed (`stale.rs`'s watch).
+    /// Files under its cwd changed (`observation/stale.rs`'s watch).
     pub fn mark_stale(&self, changed: Vec<std::path::PathBuf>) {
         let mut seen = self.seen();
-        seen.stale = Some(crate::stale::Stale::add(seen.stale.take(), changed));
+        seen.stale = Some(crate::observation::stale::Stale::add(
+            seen.stale.take(),
+            changed,
+        ));
     }
 
-    pub fn observed(&self) -> crate::observe::Observation {
+    pub fn observed(&self) -> crate::observation::observe::Observation {
         if !self.is_running() {
             return Default::default();
         }
@@ -433,7 +441,7 @@ impl Session {
     }
 
     /// Records an observation; returns the ports that are new since the last.
-    pub fn set_observed(&self, mut now: crate::observe::Observation) -> Vec<u16> {
+    pub fn set_observed(&self, mut now: crate::observation::observe::Observation) -> Vec<u16> {
         let quiet = self.output.quiet_for();
         let mut seen = self.seen();
         let idle = seen.idle_for(quiet);
@@ -572,25 +580,25 @@ impl Session {
         true
     }
 
-    pub fn readiness(&self) -> crate::readiness::Readiness {
+    pub fn readiness(&self) -> crate::observation::readiness::Readiness {
         *self.readiness.borrow()
     }
 
-    pub fn subscribe_readiness(&self) -> watch::Receiver<crate::readiness::Readiness> {
+    pub fn subscribe_readiness(&self) -> watch::Receiver<crate::observation::readiness::Readiness> {
         self.readiness.subscribe()
     }
 
-    pub fn set_readiness(&self, now: crate::readiness::Readiness) {
+    pub fn set_readiness(&self, now: crate::observation::readiness::Readiness) {
         self.readiness.send_replace(now);
     }
 
     /// Gives the session its running slot (before it is shared).
-    pub fn hold_slot(&mut self, slot: crate::slot::RunningSlot) {
+    pub fn hold_slot(&mut self, slot: crate::admission::slot::RunningSlot) {
         *self.slot.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(slot);
     }
 
     /// Takes the running slot (a restart hands it to the next run).
-    pub fn take_slot(&self) -> Option<crate::slot::RunningSlot> {
+    pub fn take_slot(&self) -> Option<crate::admission::slot::RunningSlot> {
         self.slot.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 

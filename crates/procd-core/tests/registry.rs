@@ -3,8 +3,8 @@
 //! (R26). Everything else is tested through the daemon in tests/.
 
 use procd_core::identity::ProcessIdentity;
-use procd_core::kill::{terminate, TreeSpec};
 use procd_core::procfs::ProcFs;
+use procd_core::tree::kill::{terminate, TreeSpec};
 use procd_core::{Registry, RegistryOptions};
 use procd_proto::SpawnParams;
 use std::time::Duration;
@@ -170,7 +170,7 @@ async fn a_sandboxed_child_is_known_as_one_before_its_session_is_listed() {
 async fn a_recycled_pid_is_never_signalled() {
     // R26: the recorded start time differs from the live process's.
     // Spawned through the reaper, which owns wait(2) in this process.
-    let (stranger, (), exited) = procd_core::reaper::Reaper::global()
+    let (stranger, (), exited) = procd_core::tree::reaper::Reaper::global()
         .spawn(std::process::Command::new("sleep").arg("300"), |_| ())
         .unwrap();
     let pid = stranger.id() as i32;
@@ -205,7 +205,7 @@ async fn a_recycled_pid_is_never_signalled() {
 
 // ----- systemd scopes (R30), through stand-in systemd-run / systemctl -----------
 
-use procd_core::scope::Scopes;
+use procd_core::tree::scope::Scopes;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -251,7 +251,7 @@ fn scoped_registry(dir: &Path, systemctl_ok: bool, fail_pty: bool) -> (Arc<Regis
             run,
             ctl,
             4096,
-            procd_core::scope::PROBE_TTL,
+            procd_core::tree::scope::PROBE_TTL,
         ))),
         ..RegistryOptions::isolated(dir)
     })
@@ -366,7 +366,7 @@ async fn recovery_stops_dead_sessions_scopes_and_retries_failed_stops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_recovered_exited_session_still_stops_its_scope() {
     let dir = tempfile::tempdir().unwrap();
-    let (stand, (), exited) = procd_core::reaper::Reaper::global()
+    let (stand, (), exited) = procd_core::tree::reaper::Reaper::global()
         .spawn(
             std::process::Command::new("sleep")
                 .arg("300")

@@ -377,7 +377,7 @@ async fn serve_claimed(
     let std_listener = listening.listener;
     // Each session holds a few descriptors: allow as many as the hard limit
     // does (children get the original soft limit back).
-    procd_core::limits::raise_nofile();
+    procd_core::child::limits::raise_nofile();
     // Orphaned descendants of sessions are reparented to us and reaped.
     nix::sys::prctl::set_child_subreaper(true)
         .doing(|| "cannot become a child subreaper".into())?;
@@ -389,8 +389,8 @@ async fn serve_claimed(
 
     // Scopes only when systemd started us (its unit, or socket
     // activation): an inherited INVOCATION_ID alone proves nothing.
-    let under_systemd = listening.activated || procd_core::scope::started_by_unit();
-    let containment = procd_core::containment::Containment::choose(
+    let under_systemd = listening.activated || procd_core::tree::scope::started_by_unit();
+    let containment = procd_core::tree::containment::Containment::choose(
         &options.config.containment,
         under_systemd,
         &options.paths.state_dir,
@@ -433,7 +433,7 @@ async fn serve_claimed(
 /// and the daemon's shared state, listening to the keeper.
 async fn assemble(
     options: &DaemonOptions,
-    containment: procd_core::containment::Containment,
+    containment: procd_core::tree::containment::Containment,
     keeper: Option<&Arc<procd_keeper::Link>>,
     handed: Vec<procd_keeper::HandedSession>,
     shutdown: watch::Sender<bool>,
@@ -507,7 +507,7 @@ impl Daemon {
         options: &DaemonOptions,
         registry: Arc<Registry>,
         shells: Arc<procd_core::shell::Shells>,
-        containment: procd_core::containment::Containment,
+        containment: procd_core::tree::containment::Containment,
         instance: String,
         shutdown: watch::Sender<bool>,
     ) -> Result<Arc<Daemon>, StartupError> {
@@ -529,7 +529,7 @@ impl Daemon {
                 .doing(|| "cannot start a thread".into())?,
             handing_over: std::sync::atomic::AtomicBool::new(false),
             containment,
-            systemd_unit: procd_core::scope::started_by_unit()
+            systemd_unit: procd_core::tree::scope::started_by_unit()
                 .then(|| procd_sys::cgroup::PROCD_UNIT.to_string()),
             instance,
         }))
@@ -539,7 +539,7 @@ impl Daemon {
 /// The session table, with the containment chosen and the files it keeps.
 fn new_registry(
     options: &DaemonOptions,
-    containment: &procd_core::containment::Containment,
+    containment: &procd_core::tree::containment::Containment,
     keeper: Option<Arc<procd_keeper::Link>>,
 ) -> Result<Arc<Registry>, StartupError> {
     Registry::new(RegistryOptions {
@@ -558,8 +558,12 @@ fn new_registry(
         procfs: ProcFs::default(),
         checkpoint: Some(options.paths.procs_json()),
         notifications: Some(options.paths.notifications_journal()),
-        scopes: matches!(containment, procd_core::containment::Containment::Scope).then(|| {
-            Arc::new(procd_core::scope::Scopes::new(
+        scopes: matches!(
+            containment,
+            procd_core::tree::containment::Containment::Scope
+        )
+        .then(|| {
+            Arc::new(procd_core::tree::scope::Scopes::new(
                 options.config.worker_memory_max_mb,
             ))
         }),

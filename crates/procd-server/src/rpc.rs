@@ -5,7 +5,7 @@ use crate::shared::Daemon;
 use jsonrpsee::core::{async_trait, RpcResult, SubscriptionResult};
 use jsonrpsee::types::ErrorObjectOwned;
 use jsonrpsee::{PendingSubscriptionSink, SubscriptionSink};
-use procd_core::budget::chars_budget;
+use procd_core::output::budget::chars_budget;
 use procd_core::{Error, ListPage};
 use procd_proto::{
     CloseTerminalResult, Cols, Cursor, DownResult, DrainResult, Event, GraceS, HasActiveResult,
@@ -598,7 +598,7 @@ impl ProcdApiServer for Api {
         services: Option<Vec<SessionName>>,
         yield_ms: Option<YieldMs>,
     ) -> RpcResult<UpResult> {
-        procd_core::up::up(
+        procd_core::stacks::up::up(
             &self.daemon.registry,
             file.as_deref(),
             dir.as_deref(),
@@ -614,7 +614,7 @@ impl ProcdApiServer for Api {
         project: ProjectName,
         services: Option<Vec<SessionName>>,
     ) -> RpcResult<DownResult> {
-        procd_core::up::down(
+        procd_core::stacks::up::down(
             &self.daemon.registry,
             &project,
             &services.unwrap_or_default(),

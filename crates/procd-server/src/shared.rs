@@ -46,7 +46,7 @@ pub struct Daemon {
     /// (the keeper asked: `procd restart`, an upgrade) instead of ending them.
     pub(crate) handing_over: std::sync::atomic::AtomicBool,
     /// What holds sessions' trees, and why (for `status`).
-    pub(crate) containment: procd_core::containment::Containment,
+    pub(crate) containment: procd_core::tree::containment::Containment,
     /// The systemd unit procd runs as, if systemd started it.
     pub(crate) systemd_unit: Option<String>,
     /// `status.instance`: the keeper's id (docs/cluster.md).

@@ -279,7 +279,7 @@ pub fn line_of(streamed: &StreamedEvent, max_chars: usize) -> String {
 /// Text on one line: escape sequences and control characters out, line
 /// breaks as " ⏎ ", runs of blanks as one.
 fn one_line(text: &str) -> String {
-    let plain = procd_core::text::strip_ansi(text);
+    let plain = procd_core::output::text::strip_ansi(text);
     let mut out = String::with_capacity(plain.len());
     for (i, line) in plain.trim_end().split('\n').enumerate() {
         if i > 0 {

@@ -129,7 +129,7 @@ pub async fn follow(
     pattern: &str,
 ) -> Result<i32, ClientError> {
     use std::io::Write;
-    let re = match procd_core::text::bounded_regex(pattern, false) {
+    let re = match procd_core::output::text::bounded_regex(pattern, false) {
         Ok(re) => re,
         Err(e) => {
             eprintln!("procd logs: --grep: {e}");

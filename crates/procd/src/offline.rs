@@ -4,8 +4,8 @@
 //! nothing and writes nothing.
 
 use crate::base::{EXIT_FAILED, EXIT_OK};
-use procd_core::output::OutputStore;
-use procd_core::redact::Redactor;
+use procd_core::output::redact::Redactor;
+use procd_core::output::store::OutputStore;
 use procd_gateway::Paths;
 use std::path::{Path, PathBuf};
 
@@ -66,7 +66,7 @@ pub async fn logs(
         }
     };
     let n = page.lines.len() as u64;
-    let mut text = procd_core::text::strip_ansi(&page.lines.join("\n"));
+    let mut text = procd_core::output::text::strip_ansi(&page.lines.join("\n"));
     if n > 0 {
         text.push('\n');
     }

@@ -134,8 +134,8 @@ fn project_of(file: Option<String>, project: Option<ProjectName>) -> Result<Proj
     }
     let here = std::env::current_dir().map_err(|e| format!("the current directory: {e}"))?;
     let stack = match &file {
-        Some(f) => procd_core::stack::Stack::load(Some(f), None, &here),
-        None => procd_core::stack::Stack::load(None, None, &here),
+        Some(f) => procd_core::stacks::stack::Stack::load(Some(f), None, &here),
+        None => procd_core::stacks::stack::Stack::load(None, None, &here),
     }?;
     Ok(stack.project)
 }

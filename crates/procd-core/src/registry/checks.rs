@@ -42,7 +42,7 @@ impl Registry {
         let ready = req
             .ready
             .as_ref()
-            .map(crate::readiness::ReadyCheck::parse)
+            .map(crate::observation::readiness::ReadyCheck::parse)
             .transpose()
             .map_err(Error::InvalidParams)?;
         let limits = self.session_limits(req)?;
@@ -51,7 +51,7 @@ impl Registry {
             .as_deref()
             .map(|p| junit_path(&cwd, p))
             .transpose()?;
-        let sandbox = crate::sandbox::SandboxPlan::new(
+        let sandbox = crate::child::sandbox::SandboxPlan::new(
             req.sandbox.as_ref(),
             self.config.sandbox,
             &cwd,
@@ -99,7 +99,7 @@ impl Registry {
         let by_default = self.config.default_jobs && req.name.is_none() && req.queue.is_none();
         let jobs = req.jobs.unwrap_or(by_default);
         match &req.queue {
-            Some(q) if q.as_str() == crate::jobserver::QUEUE => Err(Error::InvalidParams(
+            Some(q) if q.as_str() == crate::admission::jobserver::QUEUE => Err(Error::InvalidParams(
                 "queue: \"jobserver\" is the jobserver's own queue; spawn with jobs: true".into(),
             )),
             Some(_) if jobs => Err(Error::InvalidParams(
@@ -108,7 +108,7 @@ impl Registry {
             Some(q) => Ok(Some(q.clone())),
             None if jobs => {
                 self.jobserver()?;
-                QueueName::parse(crate::jobserver::QUEUE)
+                QueueName::parse(crate::admission::jobserver::QUEUE)
                     .map(Some)
                     .map_err(Error::Internal)
             }
@@ -180,7 +180,7 @@ impl Registry {
                     self.faults.clear(SNAPSHOT_FAULT);
                     let mut keep: Vec<&str> = caller_env
                         .keys()
-                        .map(|k| k.strip_prefix(crate::env::FORCE_PREFIX).unwrap_or(k))
+                        .map(|k| k.strip_prefix(crate::child::env::FORCE_PREFIX).unwrap_or(k))
                         .collect();
                     keep.extend(SESSION_VARS);
                     for (name, value) in &snapshot.vars {
@@ -192,9 +192,9 @@ impl Registry {
                         return vec![self.shell[0].clone(), "-c".into(), script.to_string()];
                     };
                     if snapshot.sets_vars {
-                        env.insert(crate::snapshot::KEEP_VAR.into(), keep.join(" "));
+                        env.insert(crate::child::snapshot::KEEP_VAR.into(), keep.join(" "));
                     }
-                    let source = crate::snapshot::quote(&path.display().to_string());
+                    let source = crate::child::snapshot::quote(&path.display().to_string());
                     return vec![
                         self.shell[0].clone(),
                         "-c".into(),
@@ -382,23 +382,23 @@ fn restart_and_watch(
     cwd: &Path,
 ) -> Result<
     (
-        Option<crate::restart::RestartPlan>,
-        Option<Arc<crate::onchange::ChangePlan>>,
+        Option<crate::stacks::restart::RestartPlan>,
+        Option<Arc<crate::stacks::onchange::ChangePlan>>,
     ),
     Error,
 > {
     let on_change = req
         .watch
         .as_ref()
-        .map(|w| crate::onchange::ChangePlan::check(w, cwd).map(Arc::new))
+        .map(|w| crate::stacks::onchange::ChangePlan::check(w, cwd).map(Arc::new))
         .transpose()
         .map_err(Error::InvalidParams)?;
     let restart = req
         .restart
         .as_ref()
-        .and_then(crate::restart::RestartPlan::new)
+        .and_then(crate::stacks::restart::RestartPlan::new)
         .or(on_change
             .as_ref()
-            .map(|_| crate::restart::RestartPlan::on_change_only()));
+            .map(|_| crate::stacks::restart::RestartPlan::on_change_only()));
     Ok((restart, on_change))
 }

@@ -5,11 +5,11 @@
 
 use super::recovery::recovered_spec;
 use super::{launch, Registry};
-use crate::checkpoint::CheckpointEntry;
 use crate::identity::ProcessIdentity;
-use crate::ingest::OutputSource;
-use crate::output::OutputStore;
-use crate::readiness::Readiness;
+use crate::observation::readiness::Readiness;
+use crate::output::source::OutputSource;
+use crate::output::store::OutputStore;
+use crate::persist::checkpoint::CheckpointEntry;
 use crate::session::{self, Session, StdinSink};
 use procd_keeper::HandedSession;
 use procd_proto::StdinMode;
@@ -171,7 +171,7 @@ impl Registry {
         session.cgroup = e.cgroup().map(Arc::new);
         session.restarts = self.recovered_restarts(e, launch);
         if session.spec.stdin == StdinMode::Pipe {
-            session.input = crate::observe::InputId::of_fd(&self.procfs, e.pid, 0);
+            session.input = crate::observation::observe::InputId::of_fd(&self.procfs, e.pid, 0);
         }
         if let Some(fd) = probe {
             session.set_output_probe(fd);
@@ -231,7 +231,7 @@ fn stdin_writer(sink: StdinSink) -> mpsc::Sender<session::StdinOp> {
 fn resume_readiness(
     session: &Session,
     ready_after_ms: Option<u64>,
-) -> Option<crate::readiness::ReadyCheck> {
+) -> Option<crate::observation::readiness::ReadyCheck> {
     match (ready_after_ms, session.spec.ready.clone()) {
         (Some(after_ms), _) => {
             session.set_readiness(Readiness::Ready { after_ms });
@@ -266,9 +266,9 @@ fn handed_io(
         // What the relay holds is output the last daemon had not stored.
         let relay = match (handed.relay_out, handed.relay_in) {
             (Some(read), Some(write)) if is_pipe(&read) && is_pipe(&write) => {
-                crate::ingest::Relay { read, write }
+                crate::output::source::Relay { read, write }
             }
-            _ => crate::ingest::Relay::new()?,
+            _ => crate::output::source::Relay::new()?,
         };
         // SAFETY: `master` is an open PTY master (it has a slave name), in
         // non-blocking mode (set just above), and owned by this call.

@@ -1,10 +1,10 @@
-//! `jobs` sessions and the jobserver (`jobserver.rs`, docs/jobserver.md):
+//! `jobs` sessions and the jobserver (`admission/jobserver.rs`, docs/jobserver.md):
 //! a session's FIFO made before its start and removed at its end, the
 //! tokens shared out again whenever that could change who may have them.
 
 use super::Registry;
+use crate::admission::jobserver::{JobServer, QUEUE};
 use crate::error::Error;
-use crate::jobserver::{JobServer, QUEUE};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;

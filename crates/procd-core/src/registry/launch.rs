@@ -3,7 +3,7 @@
 
 use super::Registry;
 use crate::identity::ProcessIdentity;
-use crate::ingest::OutputSource;
+use crate::output::source::OutputSource;
 use crate::procfs::ProcFs;
 use crate::session::{self, SessionSpec};
 use procd_proto::StdinMode;
@@ -51,7 +51,10 @@ impl Registry {
         // A `jobs` session's FIFO, on `jobserver::CHILD_FD` (its env says
         // where: set by `open_jobs`, or kept across a restart).
         if let (true, Some(fifo)) = (spec.is_jobs(), env.get("PROCD_JOBSERVER")) {
-            channels.insert(0, crate::jobserver::JobServer::child_end(Path::new(fifo))?);
+            channels.insert(
+                0,
+                crate::admission::jobserver::JobServer::child_end(Path::new(fifo))?,
+            );
         }
         let inherit: Vec<std::os::fd::BorrowedFd> = channels.iter().map(|f| f.as_fd()).collect();
         let start = |stdio: [std::os::fd::BorrowedFd; 3], terminal: bool| {
@@ -87,7 +90,7 @@ impl Registry {
             .map_err(std::io::Error::other)?;
         let master = pty.as_fd().try_clone_to_owned()?;
         let reading = pty.as_fd().try_clone_to_owned()?;
-        let relay = crate::ingest::Relay::new()?;
+        let relay = crate::output::source::Relay::new()?;
         let slave = pts.as_fd();
         let (pid, start_time, exit_rx) = start([slave, slave, slave], true)?;
         // Only the child may hold the slave: EIO then marks the end.
@@ -127,7 +130,7 @@ impl Registry {
             return Ok(None);
         };
         env.insert(
-            crate::sandbox::TMPDIR.into(),
+            crate::child::sandbox::TMPDIR.into(),
             plan.tmp.display().to_string(),
         );
         let slave = match terminal {
@@ -149,7 +152,7 @@ type ChildPipes = (
 
 /// A started root, as the reaper gives it: pid, start time, its exit.
 type StartedRoot = (i32, u64, ExitReceiver);
-type ExitReceiver = tokio::sync::oneshot::Receiver<crate::reaper::ChildExit>;
+type ExitReceiver = tokio::sync::oneshot::Receiver<crate::tree::reaper::ChildExit>;
 
 /// Starts the child on pipes: stdin (when it has one) and one pipe for
 /// stdout and stderr both.
@@ -242,7 +245,7 @@ impl Prepared {
                 .map(|(k, v)| c(format!("{k}={v}").as_bytes()))
                 .collect::<Result<_, _>>()?,
             cwd: c(cwd.as_os_str().as_bytes())?,
-            nofile: crate::limits::child_soft_nofile(),
+            nofile: crate::child::limits::child_soft_nofile(),
             sandbox,
         })
     }
@@ -282,7 +285,7 @@ pub(super) struct StartedChild {
     pub(super) identity: ProcessIdentity,
     /// Read just before the fork: the session's start.
     pub(super) started: session::Started,
-    pub(super) exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
+    pub(super) exit_rx: oneshot::Receiver<crate::tree::reaper::ChildExit>,
     pub(super) io: ChildIo,
     /// The systemd scope it runs in.
     pub(super) unit: Option<String>,

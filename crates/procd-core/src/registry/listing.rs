@@ -2,8 +2,8 @@
 
 use super::present::process_entry;
 use super::Registry;
+use crate::admission::queue::Queued;
 use crate::error::Error;
-use crate::queue::Queued;
 use crate::session::Session;
 use procd_proto::{HasActiveResult, ListFilter, ListResult, MaxActiveAgeS, SnapshotResult};
 use std::sync::Arc;

@@ -140,7 +140,7 @@ impl Registry {
 
     /// A place among the `up` service tasks waiting for their
     /// dependencies, unless `max` are taken (given back when dropped).
-    pub fn waiting_slot(&self, max: usize) -> Option<crate::slot::RunningSlot> {
+    pub fn waiting_slot(&self, max: usize) -> Option<crate::admission::slot::RunningSlot> {
         self.waiting.try_take(max)
     }
 

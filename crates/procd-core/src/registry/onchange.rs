@@ -6,8 +6,8 @@
 //! has its own follower: the next one walks the tree again.
 
 use super::Registry;
-use crate::onchange::{ChangeAction, ChangePlan, MAX_WAIT};
 use crate::session::{Session, SessionState};
+use crate::stacks::onchange::{ChangeAction, ChangePlan, MAX_WAIT};
 use procd_sys::tree_watch::TreeWatch;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
@@ -145,14 +145,14 @@ async fn settle(
     debounce: std::time::Duration,
 ) -> Vec<String> {
     let mut files: Vec<String> = Vec::new();
-    crate::stale::note_changed(&mut files, first);
+    crate::observation::stale::note_changed(&mut files, first);
     // A slow burst (a loaded machine) still acts once: the cap grows
     // with the debounce asked for.
     let last_call = tokio::time::Instant::now() + MAX_WAIT.max(debounce * 4);
     loop {
         let quiet_until = (tokio::time::Instant::now() + debounce).min(last_call);
         match tokio::time::timeout_at(quiet_until, changes.recv()).await {
-            Ok(Some(batch)) => crate::stale::note_changed(&mut files, batch),
+            Ok(Some(batch)) => crate::observation::stale::note_changed(&mut files, batch),
             Ok(None) | Err(_) => break,
         }
     }
@@ -193,9 +193,9 @@ async fn act(
         ChangeAction::Signal(sig) => {
             run.output.mark_restart(&format!(
                 "[procd] {shown} changed: sent {}",
-                crate::kill::signal_name(*sig)
+                crate::tree::kill::signal_name(*sig)
             ));
-            crate::kill::signal_group(&run.tree(), &registry.procfs, *sig).await;
+            crate::tree::kill::signal_group(&run.tree(), &registry.procfs, *sig).await;
             true
         }
     }
@@ -221,9 +221,9 @@ async fn restart(registry: &Arc<Registry>, run: &Arc<Session>, files: Vec<String
             return;
         }
         restarts.ended_by_change(files);
-        crate::kill::signal_tree(&run.tree(), &registry.procfs, libc::SIGTERM).await
+        crate::tree::kill::signal_tree(&run.tree(), &registry.procfs, libc::SIGTERM).await
     };
-    crate::kill::kill_survivors(signalled, registry.grace(None)).await;
+    crate::tree::kill::kill_survivors(signalled, registry.grace(None)).await;
 }
 
 /// Runs `command` (`run:COMMAND`) as a session of its own, in the run's

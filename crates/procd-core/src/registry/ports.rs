@@ -5,9 +5,9 @@
 
 use super::Registry;
 use crate::error::Error;
+use crate::observation::sockdiag::Listening;
 use crate::procfs::ProcFs;
 use crate::session::{Session, SessionSpec};
-use crate::sockdiag::Listening;
 use procd_proto::{PortAsk, PortInUse, PortOwner, PortResult};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -221,7 +221,7 @@ impl Registry {
         let procfs = self.procfs.clone();
         tokio::task::spawn_blocking(move || {
             let uid = own_uid();
-            let (inode, socket) = crate::sockdiag::listening_tcp()
+            let (inode, socket) = crate::observation::sockdiag::listening_tcp()
                 .ok()?
                 .into_iter()
                 .filter(|(_, l)| l.port == port)

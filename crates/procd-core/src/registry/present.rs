@@ -2,11 +2,11 @@
 
 use super::{Registry, LIST_PREVIEW_CHARS, PREVIEW_CHARS, WAIT_OUTPUT_CHARS};
 use crate::clock::rfc3339;
-use crate::kill::signal_name;
-use crate::redact::Redactor;
+use crate::observation::watch::WatchOutcome;
+use crate::output::redact::Redactor;
+use crate::output::text::{first_chars, last_chars};
 use crate::session::{self, ExitRecord, Session};
-use crate::text::{first_chars, last_chars};
-use crate::watch::WatchOutcome;
+use crate::tree::kill::signal_name;
 use procd_proto::{
     About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, QueueInfo,
     RestartInfo, SessionStatus, SpawnResult, TestSummary,
@@ -101,7 +101,7 @@ fn activity(r: &Redactor, s: &Session) -> Activity {
 pub(super) fn prompt(r: &Redactor, s: &Session) -> String {
     // The poll's length: the text made for a poll is reused.
     let tail = redacted_tail(r, s, PREVIEW_CHARS);
-    let tail = crate::text::strip_ansi(&tail);
+    let tail = crate::output::text::strip_ansi(&tail);
     let line = tail
         .trim_end()
         .rsplit(['\n', '\r'])

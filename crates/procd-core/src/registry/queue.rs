@@ -1,7 +1,7 @@
 //! Queued spawns (docs/queues.md): a spawn whose queue has no free slot
 //! is answered `queued` and started later, in order, by one starter task;
 //! poll, wait, kill and list of one that has not started yet; what the
-//! next daemon takes back. The queues' bookkeeping is `queue.rs`.
+//! next daemon takes back. The queues' bookkeeping is `admission/queue.rs`.
 //!
 //! A queued spawn survives a daemon's death as two halves: its place in
 //! `queue.json` (its id, queue, time and redacted command, in order) and
@@ -11,8 +11,8 @@
 use super::present::spawn_result;
 use super::termination::Whose;
 use super::{yields::yield_duration, Registry};
+use crate::admission::queue::{Admission, QueueSlot, Queued, QueuedAsk, QueuedState, Queues};
 use crate::error::Error;
-use crate::queue::{Admission, QueueSlot, Queued, QueuedAsk, QueuedState, Queues};
 use crate::session::Session;
 use procd_proto::{
     Activity, Event, KillResult, KillStatus, PollResult, ProcessEntry, QueueName, SessionStatus,
@@ -59,7 +59,7 @@ impl Registry {
         let shown = self.redactor.command(&params.command).into_owned();
         let entry = Arc::new(Queued::new(id, queue.clone(), ask, shown));
         let made = entry.clone();
-        if queue.as_str() == crate::jobserver::QUEUE {
+        if queue.as_str() == crate::admission::jobserver::QUEUE {
             self.reclaim_jobs().await;
         }
         match self
@@ -237,7 +237,7 @@ impl Registry {
 
     /// Starts one queued spawn under its id, as it was asked but for its
     /// yield (its caller waits through `until_started`).
-    async fn start_one(&self, entry: Arc<Queued>, slot: crate::slot::RunningSlot) {
+    async fn start_one(&self, entry: Arc<Queued>, slot: crate::admission::slot::RunningSlot) {
         let mut params = entry.params().clone();
         params.yield_ms = None;
         let started = async {
@@ -419,7 +419,7 @@ impl Registry {
                 .stack_file
                 .as_ref()
                 .map(|f| f.display().to_string()),
-            command: crate::text::first_chars(&entry.shown_command, 200).to_string(),
+            command: crate::output::text::first_chars(&entry.shown_command, 200).to_string(),
             cwd,
             pid: 0,
             status: SessionStatus::Queued,
@@ -517,7 +517,7 @@ impl Registry {
     pub(super) fn recovered_slot(
         &self,
         spec: &crate::session::SessionSpec,
-    ) -> crate::slot::RunningSlot {
+    ) -> crate::admission::slot::RunningSlot {
         let queue_slot = spec.queue.as_ref().map(|q| self.queues.hold(q));
         self.running.take().with_queue(queue_slot)
     }

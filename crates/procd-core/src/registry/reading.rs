@@ -5,8 +5,8 @@ use super::{
     Registry, DEFAULT_READ_BYTES, MAX_READ_BYTES, MAX_READ_WAIT, WAIT_OUTPUT_CHARS,
 };
 use crate::error::Error;
+use crate::output::text::strip_ansi;
 use crate::session;
-use crate::text::strip_ansi;
 use procd_proto::{LogResult, PollResult, ReadResult, TimeoutS, WaitMs, WaitResult, WaitStatus};
 use std::time::Duration;
 
@@ -26,12 +26,12 @@ impl Registry {
             },
         };
         if s.cgroup.is_some() && s.is_running() && s.resources_older_than(FRESH_RESOURCES) {
-            if let Some(now) = crate::observe::resources_now(&self.procfs, &s.tree()) {
+            if let Some(now) = crate::observation::observe::resources_now(&self.procfs, &s.tree()) {
                 s.set_resources(now);
             }
         }
         let mut r = poll_result(&self.redactor, &s);
-        let cut = crate::budget::apply(
+        let cut = crate::output::budget::apply(
             &r.output_preview,
             budget,
             "use log (offset/limit) or read with a cursor for all of it",
@@ -86,13 +86,13 @@ impl Registry {
             let eof = exited && window.end() >= s.output.end();
             let now = tokio::time::Instant::now();
             if !window.bytes.is_empty() || eof || now >= deadline {
-                let text = crate::text::lossy(&window.bytes);
+                let text = crate::output::text::lossy(&window.bytes);
                 let data = self.redactor.excerpt(&text, &window.before, s.env_dump);
                 let fetch = format!(
                     "read from cursor {} with a smaller max_bytes to see all of it",
                     window.start
                 );
-                let cut = crate::budget::apply(&data, budget, &fetch);
+                let cut = crate::output::budget::apply(&data, budget, &fetch);
                 return Ok(ReadResult {
                     original_chars: cut.original_chars,
                     kept_error_lines: cut.kept_error_lines,
@@ -128,7 +128,7 @@ impl Registry {
     ) -> Result<LogResult, Error> {
         let s = self.find(id)?;
         let limit = limit.unwrap_or(200).min(100_000);
-        let crate::output::Lines {
+        let crate::output::store::Lines {
             lines,
             first,
             total,
@@ -150,7 +150,7 @@ impl Registry {
             output.push('\n');
         }
         let output = self.redactor.excerpt(&output, &before, s.env_dump);
-        let cut = crate::budget::apply(
+        let cut = crate::output::budget::apply(
             &output,
             budget,
             &format!("use log with offset {first} and a smaller limit to see all of it"),
@@ -195,7 +195,7 @@ impl Registry {
         let s = s.current();
         let poll = poll_result(&self.redactor, &s);
         let output = redacted_tail(&self.redactor, &s, WAIT_OUTPUT_CHARS);
-        let cut = crate::budget::apply(
+        let cut = crate::output::budget::apply(
             &output,
             budget,
             "use log (offset/limit) or read with a cursor for all of it",

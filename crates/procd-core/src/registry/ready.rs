@@ -4,10 +4,10 @@
 //! `ready_timeout` and `input_wanted`.
 
 use super::{reading::next_change, Registry};
-use crate::kill;
-use crate::observe::{Observation, Watched};
-use crate::readiness::{LineMatcher, Readiness, ReadyCheck};
+use crate::observation::observe::{Observation, Watched};
+use crate::observation::readiness::{LineMatcher, Readiness, ReadyCheck};
 use crate::session::Session;
+use crate::tree::kill;
 use procd_proto::Event;
 use std::sync::Arc;
 use std::time::Duration;
@@ -163,7 +163,8 @@ impl Registry {
             })
             .collect();
         let procfs = self.procfs.clone();
-        let scanned = kill::scan_blocking(move || crate::observe::observe(&procfs, &watched));
+        let scanned =
+            kill::scan_blocking(move || crate::observation::observe::observe(&procfs, &watched));
         let Ok(seen) = scanned.await else {
             return;
         };

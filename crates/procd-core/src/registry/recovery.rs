@@ -1,14 +1,14 @@
 //! The checkpoint (`procs.json`) and re-adopting a previous daemon's sessions.
 
 use super::{Registry, INSTANCE_VAR};
-use crate::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Recorded};
 use crate::clock::rfc3339;
 use crate::identity::ProcessIdentity;
-use crate::kill;
-use crate::output::OutputStore;
-use crate::readiness::Readiness;
-use crate::scope::Scopes;
+use crate::observation::readiness::Readiness;
+use crate::output::store::OutputStore;
+use crate::persist::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Recorded};
 use crate::session::{self, ExitRecord, Session, SessionSpec};
+use crate::tree::kill;
+use crate::tree::scope::Scopes;
 use procd_proto::{CompletionReason, ProjectName, QueueName, SessionName, StdinMode};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -282,7 +282,7 @@ impl Registry {
                 let name = entry.file_name();
                 let ours = name
                     .to_str()
-                    .is_some_and(|n| n.starts_with(crate::sandbox::TMP_PREFIX));
+                    .is_some_and(|n| n.starts_with(crate::child::sandbox::TMP_PREFIX));
                 if ours && !keep.contains(&entry.path()) {
                     let _ = std::fs::remove_dir_all(entry.path());
                 }
@@ -487,7 +487,7 @@ impl Registry {
         session.hold_slot(self.recovered_slot(&session.spec));
         let session = Arc::new(session);
         self.table().insert(session.id.clone(), session.clone());
-        crate::stale::watch(&session, &self.stale_watches);
+        crate::observation::stale::watch(&session, &self.stale_watches);
         self.follow_changes(&session);
         let me = self.me.clone();
         let span = tracing::info_span!("session", id = %session.id, pid = session.pid());
@@ -501,18 +501,20 @@ impl Registry {
 }
 
 /// A restarting session's policy and runs, as the checkpoint keeps them.
-fn restart_record(r: &crate::session::Restarts) -> crate::checkpoint::RestartRecord {
+fn restart_record(r: &crate::session::Restarts) -> crate::persist::checkpoint::RestartRecord {
     let (count, last_exit) = r.runs();
-    crate::checkpoint::RestartRecord {
+    crate::persist::checkpoint::RestartRecord {
         policy: r.plan.spec(),
         run: count.run,
         streak: count.streak,
         last_exit: last_exit.as_deref().map(EndedExit::of),
-        next_run: r.next_run().map(|n| crate::checkpoint::NextRunRecord {
-            run: n.count.run,
-            streak: n.count.streak,
-            at: crate::clock::rfc3339(n.at),
-        }),
+        next_run: r
+            .next_run()
+            .map(|n| crate::persist::checkpoint::NextRunRecord {
+                run: n.count.run,
+                streak: n.count.streak,
+                at: crate::clock::rfc3339(n.at),
+            }),
     }
 }
 
@@ -547,7 +549,7 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         ready: e
             .ready
             .as_ref()
-            .and_then(|r| crate::readiness::ReadyCheck::parse(r).ok()),
+            .and_then(|r| crate::observation::readiness::ReadyCheck::parse(r).ok()),
         // Already written to its cgroup; kept for a restart's new one.
         limits: e.limits,
         // A corrupt name is dropped, not trusted.
@@ -561,11 +563,11 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         restart: e
             .restart
             .as_ref()
-            .and_then(|r| crate::restart::RestartPlan::new(&r.policy)),
+            .and_then(|r| crate::stacks::restart::RestartPlan::new(&r.policy)),
         sandbox: e
             .sandbox
             .clone()
-            .and_then(crate::sandbox::SandboxPlan::recovered),
+            .and_then(crate::child::sandbox::SandboxPlan::recovered),
         // Only a path spawn would have taken (absolute, as it resolved it).
         junit: e
             .junit
@@ -584,7 +586,9 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
         on_change: e
             .watch
             .as_ref()
-            .and_then(|w| crate::onchange::ChangePlan::check(w, std::path::Path::new(&e.cwd)).ok())
+            .and_then(|w| {
+                crate::stacks::onchange::ChangePlan::check(w, std::path::Path::new(&e.cwd)).ok()
+            })
             .map(Arc::new),
         // A corrupt queue name is dropped: the session then holds no slot.
         queue: e.queue.as_deref().and_then(|q| QueueName::parse(q).ok()),

@@ -1,5 +1,5 @@
 //! Restarts (docs/stacks.md): a restarting session's run ended, and the
-//! policy (`restart.rs`) wants another. The session stays running, with
+//! policy (`stacks/restart.rs`) wants another. The session stays running, with
 //! its id, name, log and running slot, while the next run waits out its
 //! backoff; then the next run starts in the same cgroup and log and takes
 //! the table entry, and only then is the run before it marked exited (its
@@ -7,9 +7,9 @@
 
 use super::Registry;
 use crate::error::Error;
-use crate::kill;
-use crate::restart::{Next, RunCount};
 use crate::session::{ExitRecord, Launch, NextRun, Restarts, Session};
+use crate::stacks::restart::{Next, RunCount};
+use crate::tree::kill;
 use procd_proto::{CompletionReason, Event};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -279,7 +279,7 @@ impl Registry {
             self.share_jobs_soon();
         }
         self.hold_in_keeper(&id, started.identity, &started.io, Some(restarts));
-        crate::crash::at(crate::crash::Point::AfterRestartHold);
+        crate::persist::crash::at(crate::persist::crash::Point::AfterRestartHold);
         let slot = run.take_slot().unwrap_or_else(|| self.running.take());
         let (next, reader, exit_rx) = self.open_session(
             id.clone(),
@@ -327,7 +327,7 @@ impl Registry {
     /// memory and (when a keeper holds sessions) in a sealed memfd.
     pub(super) fn first_restarts(
         &self,
-        plan: crate::restart::RestartPlan,
+        plan: crate::stacks::restart::RestartPlan,
         argv: &[String],
         env: &std::collections::BTreeMap<String, String>,
     ) -> Result<Restarts, Error> {
@@ -356,15 +356,15 @@ impl Registry {
     /// another program since.
     pub(super) fn recovered_restarts(
         &self,
-        e: &crate::checkpoint::CheckpointEntry,
+        e: &crate::persist::checkpoint::CheckpointEntry,
         memfd: Option<std::os::fd::OwnedFd>,
     ) -> Option<Arc<Restarts>> {
         let record = e.restart.as_ref()?;
         // A watch's session restarts on change with the policy "no".
-        let plan = crate::restart::RestartPlan::new(&record.policy).or(e
+        let plan = crate::stacks::restart::RestartPlan::new(&record.policy).or(e
             .watch
             .as_ref()
-            .map(|_| crate::restart::RestartPlan::on_change_only()))?;
+            .map(|_| crate::stacks::restart::RestartPlan::on_change_only()))?;
         let launch = memfd.and_then(|fd| match Launch::from_memfd(&fd) {
             Ok(launch) => Some((Arc::new(launch), Some(fd))),
             Err(err) => {
@@ -382,7 +382,7 @@ impl Registry {
             let at = crate::clock::parse_rfc3339(&next.at).unwrap_or_else(SystemTime::now);
             // A planted time far ahead waits no longer than the longest
             // backoff a policy can ask for.
-            let at = at.min(SystemTime::now() + crate::restart::MAX_BACKOFF);
+            let at = at.min(SystemTime::now() + crate::stacks::restart::MAX_BACKOFF);
             restarts.run_ended(
                 None,
                 NextRun {
@@ -403,14 +403,14 @@ impl Registry {
 /// followed at once, and does not count towards a crash loop.
 fn next_after(
     restarts: &Restarts,
-    count: crate::restart::RunCount,
+    count: crate::stacks::restart::RunCount,
     lived: Duration,
     record: &ExitRecord,
-) -> (Next, crate::restart::RunCount) {
+) -> (Next, crate::stacks::restart::RunCount) {
     match restarts.change_pending() {
         true => (
             Next::RestartIn(Duration::ZERO),
-            crate::restart::RunCount {
+            crate::stacks::restart::RunCount {
                 run: count.run.saturating_add(1),
                 streak: count.streak,
             },

@@ -13,7 +13,7 @@
 
 use super::Registry;
 use crate::error::Error;
-use crate::output::OutputStore;
+use crate::output::store::OutputStore;
 use crate::session::Session;
 use procd_proto::{SearchMatch, SearchResult};
 use std::collections::VecDeque;
@@ -84,7 +84,7 @@ struct Look {
 
 impl Registry {
     pub async fn search(&self, ask: SearchAsk) -> Result<SearchResult, Error> {
-        let regex = crate::text::bounded_lines_regex(&ask.pattern, ask.ignore_case)
+        let regex = crate::output::text::bounded_lines_regex(&ask.pattern, ask.ignore_case)
             .map_err(|e| Error::InvalidParams(format!("pattern: {e}")))?;
         if let (Some(from), Some(to)) = (ask.from_cursor, ask.to_cursor) {
             if from > to {

@@ -4,8 +4,8 @@
 
 use super::Registry;
 use crate::error::Error;
-use crate::kill::{self, KillPlan};
 use crate::session::{self, Session};
+use crate::tree::kill::{self, KillPlan};
 use procd_proto::{SpawnParams, SpawnResult};
 use std::path::PathBuf;
 

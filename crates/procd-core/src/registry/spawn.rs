@@ -6,16 +6,16 @@ use super::launch::{ChildIo, StartedChild};
 use super::names::NameCheck;
 use super::queue::Entered;
 use super::{yields::yield_duration, Registry, INSTANCE_VAR};
+use crate::child::rewrite::rewrite_compound_background;
 use crate::error::Error;
-use crate::ingest::OutputSource;
-use crate::kill;
-use crate::noise::NoiseFilter;
-use crate::output::OutputStore;
-use crate::readiness::Readiness;
-use crate::rewrite::rewrite_compound_background;
-use crate::scope::unit_name;
+use crate::observation::readiness::Readiness;
+use crate::observation::watch::{WatchMatcher, WatchOutcome};
+use crate::output::noise::NoiseFilter;
+use crate::output::source::OutputSource;
+use crate::output::store::OutputStore;
 use crate::session::{self, Session, SessionSpec, StdinSink};
-use crate::watch::{WatchMatcher, WatchOutcome};
+use crate::tree::kill;
+use crate::tree::scope::unit_name;
 use procd_proto::{
     CompletionReason, Event, MaxOutputChars, MaxOutputTokens, SpawnParams, SpawnResult, StdinMode,
 };
@@ -93,7 +93,7 @@ impl Registry {
         &self,
         mut spec: SessionSpec,
         params: &SpawnParams,
-        slot: crate::slot::RunningSlot,
+        slot: crate::admission::slot::RunningSlot,
         id: Option<String>,
     ) -> Result<SpawnResult, Error> {
         if let Some(plan) = &spec.on_change {
@@ -131,7 +131,7 @@ impl Registry {
         if wait.is_zero() {
             return Ok(());
         }
-        let budget = crate::budget::chars_budget(
+        let budget = crate::output::budget::chars_budget(
             params.max_output_chars.map(MaxOutputChars::get),
             params.max_output_tokens.map(MaxOutputTokens::get),
         );
@@ -211,7 +211,7 @@ impl Registry {
         &self,
         spec: SessionSpec,
         caller_env: &BTreeMap<String, String>,
-        slot: crate::slot::RunningSlot,
+        slot: crate::admission::slot::RunningSlot,
         id: Option<String>,
     ) -> Result<(SpawnResult, Arc<Session>), Error> {
         let spawn_err = |what: &str, e: std::io::Error| Error::SpawnFailed(format!("{what}: {e}"));
@@ -437,12 +437,12 @@ impl Registry {
         spec: SessionSpec,
         output: Arc<OutputStore>,
         child: StartedChild,
-        slot: crate::slot::RunningSlot,
+        slot: crate::admission::slot::RunningSlot,
         restarts: Option<Arc<session::Restarts>>,
     ) -> (
         Arc<Session>,
         OutputSource,
-        oneshot::Receiver<crate::reaper::ChildExit>,
+        oneshot::Receiver<crate::tree::reaper::ChildExit>,
     ) {
         let StartedChild {
             identity,
@@ -472,7 +472,9 @@ impl Registry {
         });
         let input = match spec.stdin {
             StdinMode::Null => None,
-            StdinMode::Pipe => crate::observe::InputId::of_fd(&self.procfs, identity.pid, 0),
+            StdinMode::Pipe => {
+                crate::observation::observe::InputId::of_fd(&self.procfs, identity.pid, 0)
+            }
         };
         let ready = spec.ready.clone();
         let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx, started);
@@ -522,10 +524,10 @@ impl Registry {
         &self,
         session: Arc<Session>,
         reader: OutputSource,
-        exit_rx: oneshot::Receiver<crate::reaper::ChildExit>,
+        exit_rx: oneshot::Receiver<crate::tree::reaper::ChildExit>,
         run: RunStart,
     ) {
-        crate::stale::watch(&session, &self.stale_watches);
+        crate::observation::stale::watch(&session, &self.stale_watches);
         self.follow_changes(&session);
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);

@@ -2,7 +2,7 @@
 //! kept beside the table, under its lock, so that a checkpoint write
 //! visits the sessions that changed, never every session retained.
 
-use crate::checkpoint::EndedExit;
+use crate::persist::checkpoint::EndedExit;
 use crate::session::Session;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

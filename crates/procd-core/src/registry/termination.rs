@@ -3,8 +3,8 @@
 use super::{present::exit_info, Registry, MAX_GRACE};
 use crate::error::Error;
 use crate::identity::ProcessIdentity;
-use crate::kill::{self, parse_signal, signal_name};
 use crate::session::Session;
+use crate::tree::kill::{self, parse_signal, signal_name};
 use procd_proto::{CompletionReason, GraceS, KillResult, KillStatus, SignalResult, SignalSpec};
 use std::collections::HashSet;
 use std::sync::Arc;

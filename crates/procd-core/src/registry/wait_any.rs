@@ -174,7 +174,7 @@ impl Registry {
                 // Up to 1 MiB matched: off the event loop, as search does.
                 let (bytes, re) = (window.bytes, regex.clone());
                 let matched = tokio::task::spawn_blocking(move || {
-                    let text = crate::text::lossy(&bytes);
+                    let text = crate::output::text::lossy(&bytes);
                     text.lines().find(|l| re.is_match(l)).map(str::to_string)
                 })
                 .await
@@ -183,7 +183,7 @@ impl Registry {
                     let line = self.redactor.output(&line, s.env_dump).into_owned();
                     let hit = Hit {
                         outcome: WaitAnyOutcome::Output,
-                        line: Some(crate::text::first_chars(&line, 2000).to_string()),
+                        line: Some(crate::output::text::first_chars(&line, 2000).to_string()),
                     };
                     return Ok((Some(hit), partial));
                 }
@@ -263,7 +263,7 @@ impl Registry {
 struct Wakes {
     outputs: Vec<tokio::sync::watch::Receiver<u64>>,
     states: Vec<tokio::sync::watch::Receiver<crate::session::SessionState>>,
-    readies: Vec<tokio::sync::watch::Receiver<crate::readiness::Readiness>>,
+    readies: Vec<tokio::sync::watch::Receiver<crate::observation::readiness::Readiness>>,
     events: crate::notify::Live,
 }
 
@@ -369,7 +369,8 @@ fn conditions(
 
 /// The `output` regex (`text::bounded_regex`).
 fn compile(re: &str) -> Result<regex::Regex, Error> {
-    crate::text::bounded_regex(re, false).map_err(|e| Error::InvalidParams(format!("output: {e}")))
+    crate::output::text::bounded_regex(re, false)
+        .map_err(|e| Error::InvalidParams(format!("output: {e}")))
 }
 
 /// A watch that says it changed, or, once its sender is gone, never wakes
@@ -394,7 +395,7 @@ mod tests {
         assert!(e.message().starts_with("output:"), "{}", e.message());
         assert!(conditions(Some(vec![Exit]), true).is_err());
         assert!(compile("(").unwrap_err().message().starts_with("output:"));
-        assert!(compile(&"a".repeat(crate::text::MAX_REGEX_CHARS + 1)).is_err());
+        assert!(compile(&"a".repeat(crate::output::text::MAX_REGEX_CHARS + 1)).is_err());
         // A regex whose compiled form would be huge is refused, not built.
         assert!(compile("\\w{1000}{1000}").is_err());
     }

@@ -96,7 +96,7 @@ impl Registry {
             .read(&s.id, Some(from), Some(MAX_READ_BYTES), None, None)
             .await?;
         let fetch = format!("read from cursor {} to see all of it", r.cursor);
-        let cut = crate::budget::apply(&r.data, budget, &fetch);
+        let cut = crate::output::budget::apply(&r.data, budget, &fetch);
         // A restart ended the yield: the session goes on in its next run.
         let s = s.current();
         let state = s.state();

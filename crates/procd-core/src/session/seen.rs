@@ -9,15 +9,15 @@ use std::time::{Duration, Instant};
 pub(super) struct Seen {
     /// Ports and resources of its tree, and whether a process was blocked
     /// reading its input, as last observed (by the monitor or a yield).
-    pub(super) observed: crate::observe::Observation,
+    pub(super) observed: crate::observation::observe::Observation,
     /// When input was last written: an observation from before says
     /// nothing about whether it is waiting again.
     pub(super) last_input: Option<Instant>,
     /// The output end when `input_wanted` was last sent: one event per
     /// episode (cleared when the session is seen not waiting).
     pub(super) input_wanted_at: Option<u64>,
-    /// Files under its cwd changed since it started (`stale.rs`).
-    pub(super) stale: Option<crate::stale::Stale>,
+    /// Files under its cwd changed since it started (`observation/stale.rs`).
+    pub(super) stale: Option<crate::observation::stale::Stale>,
     /// When `observed.resources` were read: by the monitor's tick, or
     /// since by a poll (`set_resources`).
     pub(super) resources_read: Option<Instant>,

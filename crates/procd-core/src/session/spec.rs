@@ -28,7 +28,7 @@ pub struct SessionSpec {
     pub timeout: Option<Duration>,
     pub stdin: StdinMode,
     /// When it counts as ready (docs/agents.md).
-    pub ready: Option<crate::readiness::ReadyCheck>,
+    pub ready: Option<crate::observation::readiness::ReadyCheck>,
     /// Limits on its tree, as its cgroup takes them.
     pub limits: procd_sys::cgroup::Limits,
     /// Its name, unique among the running sessions of `project`
@@ -43,9 +43,9 @@ pub struct SessionSpec {
     /// secrets), so None for a session a previous daemon started.
     pub env_digest: Option<u64>,
     /// When its command starts again after it ends (docs/stacks.md).
-    pub restart: Option<crate::restart::RestartPlan>,
+    pub restart: Option<crate::stacks::restart::RestartPlan>,
     /// What its tree may touch (docs/SECURITY.md); None: no sandbox.
-    pub sandbox: Option<crate::sandbox::SandboxPlan>,
+    pub sandbox: Option<crate::child::sandbox::SandboxPlan>,
     /// The JUnit XML report its command writes, read at its end for its
     /// test summary (`testrun/junit.rs`).
     pub junit: Option<PathBuf>,
@@ -58,8 +58,8 @@ pub struct SessionSpec {
     pub port: Option<u16>,
     /// The ports spawn's `ports` gave it, by variable (held likewise).
     pub named_ports: std::collections::BTreeMap<String, u16>,
-    /// What a change of its files does (`spawn{watch}`; `onchange.rs`).
-    pub on_change: Option<Arc<crate::onchange::ChangePlan>>,
+    /// What a change of its files does (`spawn{watch}`; `stacks/onchange.rs`).
+    pub on_change: Option<Arc<crate::stacks::onchange::ChangePlan>>,
     /// The queue whose slot it holds while it runs (docs/queues.md).
     pub queue: Option<procd_proto::QueueName>,
     /// How long it waited in that queue before it started (zero when a
@@ -69,11 +69,11 @@ pub struct SessionSpec {
 
 impl SessionSpec {
     /// Spawned with `jobs`: it holds a jobserver token as its queue slot
-    /// and draws more from its FIFO (`jobserver.rs`).
+    /// and draws more from its FIFO (`admission/jobserver.rs`).
     pub fn is_jobs(&self) -> bool {
         self.queue
             .as_ref()
-            .is_some_and(|q| q.as_str() == crate::jobserver::QUEUE)
+            .is_some_and(|q| q.as_str() == crate::admission::jobserver::QUEUE)
     }
 
     /// The command as it runs: the ports it was given put for `{port}`
@@ -127,7 +127,7 @@ impl Launch {
 /// A restarting session across its runs; each run is a `Session` of its
 /// own (its process, cgroup and input), and they share this.
 pub struct Restarts {
-    pub plan: crate::restart::RestartPlan,
+    pub plan: crate::stacks::restart::RestartPlan,
     /// None for a session a previous daemon started whose launch the
     /// keeper did not keep: it cannot be started again.
     pub launch: Option<Arc<Launch>>,
@@ -135,7 +135,7 @@ pub struct Restarts {
     /// (made only when there is a keeper).
     pub launch_memfd: Option<std::os::fd::OwnedFd>,
     /// The run now going, and how the one before it ended.
-    runs: Mutex<(crate::restart::RunCount, Option<Arc<ExitRecord>>)>,
+    runs: Mutex<(crate::stacks::restart::RunCount, Option<Arc<ExitRecord>>)>,
     /// From a run's end until the next run starts (its backoff): which
     /// run is next and when it starts. A checkpoint keeps it, so that the
     /// next daemon starts that run itself: the one that ended was this
@@ -154,9 +154,9 @@ pub struct Restarts {
 
 impl Restarts {
     pub fn new(
-        plan: crate::restart::RestartPlan,
+        plan: crate::stacks::restart::RestartPlan,
         launch: Option<(Arc<Launch>, Option<std::os::fd::OwnedFd>)>,
-        runs: crate::restart::RunCount,
+        runs: crate::stacks::restart::RunCount,
         last_exit: Option<Arc<ExitRecord>>,
     ) -> Restarts {
         let (launch, launch_memfd) = launch.unzip();
@@ -193,12 +193,13 @@ impl Restarts {
 
     fn lock(
         &self,
-    ) -> std::sync::MutexGuard<'_, (crate::restart::RunCount, Option<Arc<ExitRecord>>)> {
+    ) -> std::sync::MutexGuard<'_, (crate::stacks::restart::RunCount, Option<Arc<ExitRecord>>)>
+    {
         self.runs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The run now going (or last gone) and how the one before it ended.
-    pub fn runs(&self) -> (crate::restart::RunCount, Option<Arc<ExitRecord>>) {
+    pub fn runs(&self) -> (crate::stacks::restart::RunCount, Option<Arc<ExitRecord>>) {
         self.lock().clone()
     }
 
@@ -221,7 +222,7 @@ impl Restarts {
     }
 
     /// The next run started (or none will: the session ends).
-    pub fn run_started(&self, count: Option<crate::restart::RunCount>) {
+    pub fn run_started(&self, count: Option<crate::stacks::restart::RunCount>) {
         if let Some(count) = count {
             self.lock().0 = count;
         }
@@ -232,7 +233,7 @@ impl Restarts {
 /// The run a backoff waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NextRun {
-    pub count: crate::restart::RunCount,
+    pub count: crate::stacks::restart::RunCount,
     /// When it starts (wall clock: a checkpoint carries it to the next
     /// daemon).
     pub at: SystemTime,

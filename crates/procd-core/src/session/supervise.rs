@@ -5,12 +5,12 @@
 //! log's tidy and a flood hold, each armed only while it applies.
 
 use super::{termination_of, ExitRecord, Session, Watch};
-use crate::ingest::OutputSource;
-use crate::noise::NoiseFilter;
-use crate::output::OutputStore;
-use crate::reaper::ChildExit;
+use crate::observation::watch::{WatchMatcher, WatchOutcome};
+use crate::output::noise::NoiseFilter;
+use crate::output::source::OutputSource;
+use crate::output::store::OutputStore;
 use crate::testrun::TestRun;
-use crate::watch::{WatchMatcher, WatchOutcome};
+use crate::tree::reaper::ChildExit;
 use procd_proto::CompletionReason;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub async fn supervise_detached(
 /// `mark_exited`. Returns None when the daemon hands its sessions over
 /// (`handing_over` turns true): it stops between two steps, so every byte
 /// it took from the pipe is stored, and the next daemon reads on. Output
-/// reaches the log without passing through memory first (`ingest.rs`).
+/// reaches the log without passing through memory first (`output/source.rs`).
 /// Exit comes from the direct child, never from EOF: after
 /// the exit, what is still readable is drained until `final_drain` of
 /// quiet (or 1 MiB), so a descendant holding the pipe cannot keep the
@@ -73,7 +73,7 @@ pub async fn supervise(
     tokio::pin!(timer);
     let mut on_timeout = Some(on_timeout);
     // Set while this session has used up its share of a multi-flood
-    // (`fairness.rs`): its pipe is not read until then.
+    // (`output/fairness.rs`): its pipe is not read until then.
     let mut held_until: Option<Instant> = None;
     // Nothing read yet, nothing held: what a pipe holds, it tells itself.
     if output.is_pipe() {
@@ -96,7 +96,7 @@ pub async fn supervise(
                 Ok(n) => {
                     reading.took(&session, n).await;
                     fit_read_buffers(&mut reading.buf, &mut reading.filtered, n);
-                    held_until = crate::fairness::charge(&session.id, n, Instant::now());
+                    held_until = crate::output::fairness::charge(&session.id, n, Instant::now());
                 }
             },
             exit = &mut exit_rx => break exit.ok(),

@@ -546,12 +546,12 @@ impl Shells {
             .range(start, to)
             .await
             .map_err(|e| Error::Internal(format!("reading the log failed: {e}")))?;
-        let text_out = crate::text::lossy(&window.bytes);
+        let text_out = crate::output::text::lossy(&window.bytes);
         let data = self
             .registry
             .redact_excerpt(&shell.session, &text_out, &window.before);
         let fetch = format!("read the shell's session from cursor {from} to see all of it");
-        let cut = crate::budget::apply(&data, budget, &fetch);
+        let cut = crate::output::budget::apply(&data, budget, &fetch);
         Ok(ShellCommandResult {
             shell_id: shell.id.clone(),
             command_id: n,

@@ -99,7 +99,7 @@ fn case(t: &mut Tally, tag: &str, body: &str) {
         .and_then(|b| b.find("</").map(|e| &b[..e]))
         .unwrap_or_default();
     let text = text.replace("<![CDATA[", "").replace("]]>", "");
-    let text = unescape(crate::text::first_chars(&text, MAX_MESSAGE_CHARS));
+    let text = unescape(crate::output::text::first_chars(&text, MAX_MESSAGE_CHARS));
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         t.note(line);
     }

@@ -195,7 +195,7 @@ fn message(lines: &[String]) -> String {
         return String::new();
     };
     let text = lines[start..=end].join("\n");
-    crate::text::first_chars(&text, MAX_MESSAGE_CHARS).to_string()
+    crate::output::text::first_chars(&text, MAX_MESSAGE_CHARS).to_string()
 }
 
 /// A test run's results for the model, counts first: "Tests (pytest): 1
@@ -222,9 +222,12 @@ pub fn text(t: &TestSummary) -> String {
             .iter()
             .take(NAMED_FAILURES)
             .map(|f| {
-                let mut one = crate::text::first_chars(&f.name, 200).to_string();
+                let mut one = crate::output::text::first_chars(&f.name, 200).to_string();
                 if let Some(at) = &f.location {
-                    one.push_str(&format!(" (at {})", crate::text::first_chars(at, 200)));
+                    one.push_str(&format!(
+                        " (at {})",
+                        crate::output::text::first_chars(at, 200)
+                    ));
                 }
                 // Its message on one line ("Expected values to be strictly
                 // equal: 2 !== 1"), cut to the budget.
@@ -236,7 +239,7 @@ pub fn text(t: &TestSummary) -> String {
                     .collect();
                 if !said.is_empty() {
                     let said = said.join(" ");
-                    let cut = crate::text::first_chars(&said, FAILURE_LINE_CHARS);
+                    let cut = crate::output::text::first_chars(&said, FAILURE_LINE_CHARS);
                     one.push_str(": ");
                     one.push_str(cut);
                     if cut.len() < said.len() {
@@ -416,7 +419,7 @@ impl TestRun {
             return false;
         }
         let raw = String::from_utf8_lossy(&bytes);
-        let line = crate::text::strip_ansi(raw.trim_end_matches('\r'));
+        let line = crate::output::text::strip_ansi(raw.trim_end_matches('\r'));
         // A PTY's carriage returns redraw a line: its last drawing counts.
         let line = line.rsplit('\r').next().unwrap_or_default();
         let cursor = self.partial_cursor;

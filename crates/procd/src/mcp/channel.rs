@@ -10,7 +10,7 @@
 //! breaker pauses all pushes, says so once, and the first push after the
 //! pause counts what it held. Held events stay queued for `notifications`.
 
-use procd_core::watch::{Breaker, Verdict};
+use procd_core::observation::watch::{Breaker, Verdict};
 use procd_proto::Event;
 use rmcp::model::{CustomNotification, ServerNotification};
 use rmcp::{Peer, RoleServer};
@@ -169,7 +169,7 @@ async fn send(
     content: String,
     meta: serde_json::Value,
 ) -> Result<(), rmcp::ServiceError> {
-    let plain = procd_core::text::strip_ansi(&content);
+    let plain = procd_core::output::text::strip_ansi(&content);
     let content: String = plain.chars().take(MAX_CONTENT_CHARS).collect();
     let note = CustomNotification::new(METHOD, Some(json!({ "content": content, "meta": meta })));
     peer.send_notification(ServerNotification::CustomNotification(note))

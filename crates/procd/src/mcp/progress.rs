@@ -81,9 +81,9 @@ impl super::ProcdMcp {
             .poll(id.to_string(), budget, None)
             .await
             .ok()?;
-        let plain = procd_core::text::strip_ansi(&p.output_preview);
+        let plain = procd_core::output::text::strip_ansi(&p.output_preview);
         let line = plain.lines().rev().find(|l| !l.trim().is_empty())?;
-        Some(procd_core::text::last_chars(line.trim_end(), 200).to_string())
+        Some(procd_core::output::text::last_chars(line.trim_end(), 200).to_string())
     }
 }
 

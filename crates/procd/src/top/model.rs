@@ -34,7 +34,7 @@ impl Row {
 
     /// The last non-empty line of its output, control characters gone.
     pub fn last_line(&self) -> String {
-        let text = procd_core::text::strip_ansi(&self.entry.output_preview);
+        let text = procd_core::output::text::strip_ansi(&self.entry.output_preview);
         text.lines()
             .rev()
             .map(|l| l.trim_end_matches('\r'))
@@ -109,7 +109,7 @@ impl LogPane {
 
     /// Adds output as it came (any split); keeps the last `LOG_LINES`.
     pub fn push(&mut self, data: &str) {
-        let text = procd_core::text::strip_ansi(data);
+        let text = procd_core::output::text::strip_ansi(data);
         for piece in text.split_inclusive('\n') {
             match piece.strip_suffix('\n') {
                 Some(line) => {

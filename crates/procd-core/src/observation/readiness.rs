@@ -73,7 +73,8 @@ impl ReadyCheck {
         let output = match &spec.output {
             None => None,
             Some(p) => Some(
-                crate::text::bounded_regex(p, false).map_err(|e| format!("ready.output: {e}"))?,
+                crate::output::text::bounded_regex(p, false)
+                    .map_err(|e| format!("ready.output: {e}"))?,
             ),
         };
         let port = match spec.port {
@@ -176,7 +177,7 @@ fn matches_line(line: &[u8], re: &Regex) -> bool {
         return false;
     }
     let text = String::from_utf8_lossy(line);
-    re.is_match(&crate::text::strip_ansi(&text))
+    re.is_match(&crate::output::text::strip_ansi(&text))
 }
 
 /// A loopback URL to probe: `http://127.0.0.1|localhost|[::1][:port]/path`.

@@ -159,7 +159,10 @@ impl JobServer {
     /// anew (Debian's /etc/profile does).
     pub fn script(&self, script: &str) -> String {
         let bin = self.dir.join("bin").display().to_string();
-        format!("PATH={}:\"$PATH\"; {script}", crate::snapshot::quote(&bin))
+        format!(
+            "PATH={}:\"$PATH\"; {script}",
+            crate::child::snapshot::quote(&bin)
+        )
     }
 
     /// Makes session `id`'s FIFO, given nothing yet; `watch` follows it.

@@ -8,7 +8,7 @@
 //! callers wait for it, and its answer (either way) is kept 60 s.
 //! Helper commands run through the `Reaper` like every child.
 
-use crate::reaper::{ChildExit, Reaper};
+use crate::tree::reaper::{ChildExit, Reaper};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;

@@ -125,7 +125,7 @@ impl Reaper {
                     };
                     let sender = self.lock().waiting.remove(&pid.as_raw());
                     if let Some(sender) = sender {
-                        crate::crash::at(crate::crash::Point::AfterReap);
+                        crate::persist::crash::at(crate::persist::crash::Point::AfterReap);
                         let _ = sender.send(exit);
                     }
                 }

@@ -44,7 +44,7 @@ mod time_index;
 use ingest::{complete_rewrite, redo_path};
 use time_index::{unix_secs, TimeIndex};
 
-use crate::redact::KEY_CONTEXT_BYTES;
+use crate::output::redact::KEY_CONTEXT_BYTES;
 use procd_proto::TestSummary;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -606,9 +606,9 @@ impl OutputStore {
         drop(inner);
         // Only the part that may be shown is decoded (polls come here).
         let (context, region) = bytes.split_at(context);
-        let start = crate::text::leading_continuations(region);
-        let decoded = crate::text::lossy(&region[start..]);
-        let text = crate::text::last_chars(&decoded, max_chars);
+        let start = crate::output::text::leading_continuations(region);
+        let decoded = crate::output::text::lossy(&region[start..]);
+        let text = crate::output::text::last_chars(&decoded, max_chars);
         let skipped = &decoded.as_bytes()[..decoded.len() - text.len()];
         let mut before = [context, &region[..start], skipped].concat();
         before.drain(..before.len().saturating_sub(KEY_CONTEXT_BYTES));

@@ -56,7 +56,7 @@ impl Slots {
 #[derive(Debug)]
 pub struct RunningSlot {
     counter: Arc<Counter>,
-    queue: Option<crate::queue::QueueSlot>,
+    queue: Option<crate::admission::queue::QueueSlot>,
 }
 
 impl RunningSlot {
@@ -68,7 +68,7 @@ impl RunningSlot {
     }
 
     /// This slot and the queue slot, held and given back together.
-    pub fn with_queue(mut self, queue: Option<crate::queue::QueueSlot>) -> RunningSlot {
+    pub fn with_queue(mut self, queue: Option<crate::admission::queue::QueueSlot>) -> RunningSlot {
         self.queue = queue;
         self
     }

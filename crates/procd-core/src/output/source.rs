@@ -7,7 +7,7 @@
 //! the keeper holds the relay as well, and the next daemon empties it
 //! before it reads the master again.
 
-use crate::output::OutputStore;
+use crate::output::store::OutputStore;
 use procd_keeper::FdKind;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

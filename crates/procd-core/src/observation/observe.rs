@@ -8,8 +8,8 @@
 //! at most 256 members); a yield that waits on a quiet session takes its
 //! own observation (`Registry::probe`).
 
-use crate::kill::{KillPlan, TreeSpec};
 use crate::procfs::ProcFs;
+use crate::tree::kill::{KillPlan, TreeSpec};
 use procd_proto::Resources;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -227,7 +227,7 @@ impl From<crate::procfs::ProcStat> for Member {
 #[derive(Default)]
 struct Listeners {
     /// Ours (None: not read yet; Some(None): netlink failed).
-    ours: Option<Option<HashMap<u64, crate::sockdiag::Listening>>>,
+    ours: Option<Option<HashMap<u64, crate::observation::sockdiag::Listening>>>,
     /// Our namespace's link (`net:[N]`), read once.
     own_ns: Option<String>,
     /// Other namespaces', inode → port.
@@ -235,9 +235,9 @@ struct Listeners {
 }
 
 impl Listeners {
-    fn ours(&mut self) -> Option<&HashMap<u64, crate::sockdiag::Listening>> {
+    fn ours(&mut self) -> Option<&HashMap<u64, crate::observation::sockdiag::Listening>> {
         self.ours
-            .get_or_insert_with(|| crate::sockdiag::listening_tcp().ok())
+            .get_or_insert_with(|| crate::observation::sockdiag::listening_tcp().ok())
             .as_ref()
     }
 

@@ -67,7 +67,7 @@ pub fn git_worktree_of(dir: &Path) -> Option<PathBuf> {
 /// session's run ends. The walk that sets the watches runs off the event
 /// loop; the session is held weakly. It holds one of `places` (the
 /// registry's: at most `MAX_WATCHED_SESSIONS`) while it watches.
-pub fn watch(session: &Arc<Session>, places: &crate::slot::Slots) {
+pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
     let places = places.clone();
     // A shell runs commands that edit its files: not a server to restart.
     if session.spec.shell.is_some() {

@@ -180,7 +180,7 @@ fn path_glob_matches(glob: &[String], path: &[&str]) -> bool {
 }
 
 fn signal_number(name: &str) -> Option<i32> {
-    crate::kill::parse_signal(&procd_proto::SignalSpec::Name(name.to_string()))
+    crate::tree::kill::parse_signal(&procd_proto::SignalSpec::Name(name.to_string()))
 }
 
 #[cfg(test)]

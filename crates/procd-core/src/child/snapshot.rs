@@ -18,10 +18,10 @@
 //! reads back. A failure is reported (`faults`) and the caller falls back
 //! to the configured `-lic` launch.
 
-use crate::env::EnvPolicy;
+use crate::child::env::EnvPolicy;
 use crate::identity::ProcessIdentity;
 use crate::procfs::ProcFs;
-use crate::reaper::{ChildExit, Reaper};
+use crate::tree::reaper::{ChildExit, Reaper};
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
@@ -277,7 +277,7 @@ impl ShellSnapshot {
             .env
             .into_iter()
             .filter(|(k, _)| {
-                !login.policy.is_blocked(k) && !k.starts_with(crate::env::FORCE_PREFIX)
+                !login.policy.is_blocked(k) && !k.starts_with(crate::child::env::FORCE_PREFIX)
             })
             .collect();
         // The login scripts a bash login shell reads, and the shell itself.
@@ -406,7 +406,7 @@ impl ShellSnapshot {
             Ok(Err(_)) => Err("the capturing shell was lost".into()),
             Err(_) => {
                 // Its whole group: the scripts may have started more.
-                let tree = crate::kill::TreeSpec {
+                let tree = crate::tree::kill::TreeSpec {
                     root,
                     pgid: root.pid,
                     marker: Vec::new(),
@@ -414,8 +414,14 @@ impl ShellSnapshot {
                     adopted: Vec::new(),
                     cgroup: None,
                 };
-                crate::kill::terminate(&tree, &self.procfs, true, libc::SIGKILL, Duration::ZERO)
-                    .await;
+                crate::tree::kill::terminate(
+                    &tree,
+                    &self.procfs,
+                    true,
+                    libc::SIGKILL,
+                    Duration::ZERO,
+                )
+                .await;
                 Err(format!(
                     "`{} -lic` did not finish within {:?} (a login script waits or hangs)",
                     self.shell.display(),

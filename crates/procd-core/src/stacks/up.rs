@@ -9,10 +9,10 @@
 //! been blocked.
 
 use crate::error::Error;
-use crate::readiness::Readiness;
+use crate::observation::readiness::Readiness;
 use crate::registry::Registry;
 use crate::session::{Session, SessionState};
-use crate::stack::{Condition, Service, Stack};
+use crate::stacks::stack::{Condition, Service, Stack};
 use procd_proto::{
     BlockedBy, CompletionReason, DownEntry, DownResult, KillStatus, PortInUse, ProjectName,
     ServiceState, ServiceStatus, SessionName, UpResult, YieldMs,
@@ -160,7 +160,7 @@ async fn start(
         .spawn
         .ready
         .as_ref()
-        .and_then(crate::stack::ready_port);
+        .and_then(crate::stacks::stack::ready_port);
     let declared = match service.port {
         Some(port) if ready_port != Some(port) && !running_named(registry, project, service) => {
             registry.port_in_use(port).await

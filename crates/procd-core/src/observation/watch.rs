@@ -151,7 +151,8 @@ impl Pending {
     fn into_outcome(self) -> WatchOutcome {
         WatchOutcome::Match {
             pattern: self.pattern,
-            output: crate::text::first_chars(&self.lines.join("\n"), OUTPUT_CHARS).to_string(),
+            output: crate::output::text::first_chars(&self.lines.join("\n"), OUTPUT_CHARS)
+                .to_string(),
             suppressed: self.suppressed,
         }
     }

@@ -3,7 +3,7 @@
 
 use super::{copy_out, read_at, read_full_at, LineView, Lines, OutputStore, Window};
 use super::{KEY_CONTEXT_BYTES, PARTIAL_LINE_QUIET};
-use crate::text::complete_utf8_len;
+use crate::output::text::complete_utf8_len;
 use std::fs::File;
 use std::io;
 use std::sync::Arc;

@@ -160,8 +160,8 @@ pub struct Queues {
     /// Where the queue's order is kept for the next daemon.
     file: Option<PathBuf>,
     /// Whose tokens, less those it has given out, are the `jobserver`
-    /// queue's slots (`jobserver.rs`).
-    jobserver: Option<Arc<crate::jobserver::JobServer>>,
+    /// queue's slots (`admission/jobserver.rs`).
+    jobserver: Option<Arc<crate::admission::jobserver::JobServer>>,
     /// One write of the file at a time, each of the state as it is then.
     writing: Mutex<()>,
     shared: Arc<Shared>,
@@ -227,13 +227,16 @@ impl Queues {
 
     /// Makes the `jobserver` queue's slots the jobserver's tokens less
     /// those it has given out.
-    pub fn with_jobserver(mut self, js: Arc<crate::jobserver::JobServer>) -> Queues {
+    pub fn with_jobserver(mut self, js: Arc<crate::admission::jobserver::JobServer>) -> Queues {
         self.jobserver = Some(js);
         self
     }
 
     fn slots(&self, queue: &QueueName) -> usize {
-        if let (Some(js), true) = (&self.jobserver, queue.as_str() == crate::jobserver::QUEUE) {
+        if let (Some(js), true) = (
+            &self.jobserver,
+            queue.as_str() == crate::admission::jobserver::QUEUE,
+        ) {
             return js.tokens().saturating_sub(js.given());
         }
         self.config

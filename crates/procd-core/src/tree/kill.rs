@@ -737,7 +737,7 @@ mod tests {
     async fn unreadable_proc_still_terminates_a_pinned_root() {
         // R25: the tree cannot be walked, the root still gets SIGTERM.
         // (Spawned through the reaper, which owns wait(2) in this process.)
-        let (child, (), exit) = crate::reaper::Reaper::global()
+        let (child, (), exit) = crate::tree::reaper::Reaper::global()
             .spawn(std::process::Command::new("sleep").arg("30"), |_| ())
             .expect("sleep");
         let pid = child.id() as i32;
@@ -753,7 +753,10 @@ mod tests {
         let outcome = terminate(&spec, &bogus, true, libc::SIGTERM, Duration::from_secs(2)).await;
         assert_eq!(outcome.signalled, 1);
         let status = exit.await.expect("exit");
-        assert_eq!(status, crate::reaper::ChildExit::Signal(libc::SIGTERM));
+        assert_eq!(
+            status,
+            crate::tree::reaper::ChildExit::Signal(libc::SIGTERM)
+        );
     }
 
     #[test]
