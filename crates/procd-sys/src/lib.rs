@@ -19,5 +19,6 @@ pub mod procfs;
 pub mod random;
 pub mod sandbox;
 pub mod spawn;
+pub mod timer;
 pub mod tree_watch;
 pub mod wait;

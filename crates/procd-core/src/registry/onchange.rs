@@ -8,6 +8,7 @@
 use super::Registry;
 use crate::session::{Session, SessionState};
 use crate::stacks::onchange::{ChangeAction, ChangePlan, MAX_WAIT};
+use procd_sys::timer::PreciseTimer;
 use procd_sys::tree_watch::TreeWatch;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
@@ -148,12 +149,27 @@ async fn settle(
     crate::observation::stale::note_changed(&mut files, first);
     // A slow burst (a loaded machine) still acts once: the cap grows
     // with the debounce asked for.
-    let last_call = tokio::time::Instant::now() + MAX_WAIT.max(debounce * 4);
+    let last_call = std::time::Instant::now() + MAX_WAIT.max(debounce * 4);
+    // The debounce is waited out to the microsecond (Tokio's timer is a
+    // millisecond late or more): a restart waits no longer than asked.
+    let mut timer = PreciseTimer::new().ok();
     loop {
-        let quiet_until = (tokio::time::Instant::now() + debounce).min(last_call);
-        match tokio::time::timeout_at(quiet_until, changes.recv()).await {
-            Ok(Some(batch)) => crate::observation::stale::note_changed(&mut files, batch),
-            Ok(None) | Err(_) => break,
+        let quiet_until = (std::time::Instant::now() + debounce).min(last_call);
+        let quiet = async {
+            let precise = match &mut timer {
+                Some(timer) => timer.until(quiet_until).await.is_ok(),
+                None => false,
+            };
+            if !precise {
+                tokio::time::sleep_until(quiet_until.into()).await;
+            }
+        };
+        tokio::select! {
+            batch = changes.recv() => match batch {
+                Some(batch) => crate::observation::stale::note_changed(&mut files, batch),
+                None => break,
+            },
+            () = quiet => break,
         }
     }
     files
