@@ -81,15 +81,7 @@ impl Registry {
         let Some(me) = self.me.upgrade() else {
             return Ok(());
         };
-        tokio::spawn(async move {
-            // Recorded before the wait: a daemon that dies in the backoff
-            // leaves the next one to start this run (no keeper saw the
-            // last one end: it was this daemon's child).
-            if let Err(e) = me.write_running_checkpoint().await {
-                tracing::warn!(session = %current.id, %e, "the checkpoint does not hold the backoff yet");
-            }
-            me.restart_after(current, launch, delay, next_count).await
-        });
+        tokio::spawn(async move { me.restart_after(current, launch, delay, next_count).await });
         Ok(())
     }
 
@@ -170,15 +162,16 @@ impl Registry {
             return;
         };
         // What the run left behind goes first: a restarted server must
-        // find its port free, as under systemd's `Restart=`.
-        kill::terminate(
-            &run.tree(),
-            &self.procfs,
-            false,
-            libc::SIGKILL,
-            Duration::ZERO,
-        )
-        .await;
+        // find its port free, as under systemd's `Restart=`. The backoff
+        // is recorded meanwhile, before the wait: a daemon that dies in it
+        // leaves the next one to start this run (no keeper saw the last
+        // one end: it was this daemon's child).
+        let tree = run.tree();
+        let leftovers = kill::terminate(&tree, &self.procfs, false, libc::SIGKILL, Duration::ZERO);
+        let (recorded, _) = tokio::join!(self.write_running_checkpoint(), leftovers);
+        if let Err(e) = recorded {
+            tracing::warn!(session = %run.id, %e, "the checkpoint does not hold the backoff yet");
+        }
         let mut handing_over = self.handing_over.subscribe();
         if *handing_over.borrow() {
             return;
