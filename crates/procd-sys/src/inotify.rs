@@ -21,7 +21,17 @@ pub struct Inotify(Option<AsyncFd<OwnedFd>>);
 impl Inotify {
     /// Registers `fd` with the current runtime's event loop.
     pub fn register(fd: OwnedFd) -> io::Result<Inotify> {
-        crate::cgroup::watch_async(fd).map(|fd| Inotify(Some(fd)))
+        // SAFETY: the AsyncFd owns the descriptor, so it stays open and
+        // names the same file until the AsyncFd is dropped, which
+        // deregisters it.
+        match unsafe { AsyncFd::register(fd) } {
+            Ok(fd) => Ok(Inotify(Some(fd))),
+            Err(e) => {
+                let (fd, e) = e.into_parts();
+                close_off_the_loop(fd);
+                Err(e)
+            }
+        }
     }
 }
 

@@ -201,7 +201,7 @@ impl TreeWatch {
         };
         walk.add_below(Path::new(""), &mut dirs, &mut changed_before)?;
         Ok(Unstarted {
-            fd,
+            fd: Some(fd),
             root: root.to_path_buf(),
             ignore,
             dirs,
@@ -285,7 +285,8 @@ impl TreeWatch {
 /// A tree whose watches are added, not yet registered with the event
 /// loop.
 pub struct Unstarted {
-    fd: OwnedFd,
+    /// Taken by `start`; closed off the event loop if never started.
+    fd: Option<OwnedFd>,
     root: PathBuf,
     ignore: Ignore,
     dirs: HashMap<i32, PathBuf>,
@@ -294,16 +295,29 @@ pub struct Unstarted {
     pub changed_before: Vec<PathBuf>,
 }
 
+impl Drop for Unstarted {
+    /// A walk never started (an error beside it) may be dropped on the
+    /// event loop: its inotify descriptor is closed off it.
+    fn drop(&mut self) {
+        if let Some(fd) = self.fd.take() {
+            crate::inotify::close_off_the_loop(fd);
+        }
+    }
+}
+
 impl Unstarted {
     /// Registers the tree with the event loop (within a runtime).
-    pub fn start(self) -> Result<TreeWatch, WatchError> {
+    pub fn start(mut self) -> Result<TreeWatch, WatchError> {
         let root = self.root.clone();
-        let fd = crate::inotify::Inotify::register(self.fd).map_err(|e| WatchError::Io(root, e))?;
+        let Some(fd) = self.fd.take() else {
+            return Err(WatchError::Io(root, io::ErrorKind::NotFound.into()));
+        };
+        let fd = crate::inotify::Inotify::register(fd).map_err(|e| WatchError::Io(root, e))?;
         Ok(TreeWatch {
             fd,
-            root: self.root,
-            ignore: self.ignore,
-            dirs: self.dirs,
+            root: std::mem::take(&mut self.root),
+            ignore: std::mem::take(&mut self.ignore),
+            dirs: std::mem::take(&mut self.dirs),
             max_dirs: self.max_dirs,
         })
     }
