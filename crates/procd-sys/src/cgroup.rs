@@ -720,6 +720,9 @@ impl SessionCgroup {
     /// (the kernel refuses to remove a populated cgroup) and no one waits
     /// on it; true when none is left.
     pub fn remove(&self) -> bool {
+        // Held across the rmdirs: a wait begun meanwhile would watch a
+        // directory going away, and no event would end it. (A waiter's
+        // end waits the rmdirs out, tens of microseconds.)
         let waiters = self.waiters();
         if *waiters > 0 {
             return false;
