@@ -11,7 +11,7 @@
 //!        procd-bench --reliability [--quick] [--json]   (fuzz, chaos, load)
 //!
 //! `--only WORD` runs just the figures whose group name contains WORD
-//! (spawn, poll, exit, ingest, latency, idle, many, kill, flood, observe;
+//! (spawn, poll, exit, ingest, latency, idle, many, scale, kill, flood, observe;
 //! and `peers`, `systemd` and `remote`, which run only when named: they
 //! install or run other programs):
 //! for profiling one. `--repeat N` runs the table N times and reports, per
@@ -23,6 +23,7 @@ mod jobs;
 mod peers;
 mod reliability;
 mod remote;
+mod scale;
 mod search;
 mod shells;
 mod survival;
@@ -178,6 +179,8 @@ struct Sizes {
     latency_lines: usize,
     idle: Duration,
     many: usize,
+    /// Live sessions the scale rows ask for (docs/decisions.md).
+    scale: usize,
     /// SIGKILLs of the daemon for the survival rows (docs/survival.md).
     kills: usize,
     /// Requests counted under callgrind, the difference of two runs: as
@@ -198,6 +201,7 @@ const QUICK: Sizes = Sizes {
     latency_lines: 20,
     idle: Duration::from_secs(2),
     many: 40,
+    scale: 100,
     kills: 4,
     counted: instructions::Counted {
         polls: (20, 1020),
@@ -215,6 +219,7 @@ const FULL: Sizes = Sizes {
     latency_lines: 200,
     idle: Duration::from_secs(10),
     many: 500,
+    scale: 10_000,
     kills: 20,
     counted: instructions::Counted {
         polls: (100, 1100),
@@ -236,7 +241,7 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Run only the groups whose name contains WORD (spawn, poll, exit,
-    /// ingest, latency, idle, many, kill, flood, observe, search, survival,
+    /// ingest, latency, idle, many, scale, kill, flood, observe, search, survival,
     /// instructions).
     #[arg(long, value_name = "WORD")]
     only: Option<String>,
@@ -682,7 +687,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
     // that runs (none of `--only peers`, say).
     let shared = std::cell::OnceCell::new();
     let d = || shared.get_or_init(Daemon::start);
-    let groups: [(&str, &dyn Fn() -> Vec<Row>); 19] = [
+    let groups: [(&str, &dyn Fn() -> Vec<Row>); 20] = [
         ("spawn", &|| {
             let mut rows = vec![spawn_wait(d(), s), spawn_wait_sandboxed(d(), s)];
             rows.extend(spawn_wait_slow_rc(s));
@@ -695,6 +700,7 @@ fn run_all(s: &Sizes, only: Option<&str>) -> Vec<Row> {
         ("latency", &|| vec![output_to_read(d(), s)]),
         ("idle", &|| idle(d(), s)),
         ("many", &|| many_sessions(s)),
+        ("scale", &|| scale::scale_rows(s.scale, s.rounds)),
         ("kill", &|| kill_rows(s)),
         ("flood", &|| flood_rows(s)),
         ("observe", &|| vec![observe_tree(s)]),

@@ -24,7 +24,7 @@ fn bench_rows(args: &[&str]) -> Vec<Value> {
 #[test]
 fn quick_mode_reports_every_metric() {
     let rows = bench_rows(&["--quick", "--json"]);
-    assert_eq!(rows.len(), 37, "{rows:#?}");
+    assert_eq!(rows.len(), 42, "{rows:#?}");
     for row in &rows {
         assert!(row["metric"].is_string(), "{row}");
         assert!(row["value"].as_f64().is_some_and(f64::is_finite), "{row}");
