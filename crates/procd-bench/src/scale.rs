@@ -61,7 +61,9 @@ fn sessions_the_machine_allows(asked: usize) -> usize {
     };
     let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     let room = hard.saturating_sub(1000) / FDS_PER_SESSION;
-    asked.min(usize::try_from(room).unwrap_or(usize::MAX)).max(1)
+    asked
+        .min(usize::try_from(room).unwrap_or(usize::MAX))
+        .max(1)
 }
 
 /// Spawns `n` sleepers from a few clients at once; their ids and pids.
