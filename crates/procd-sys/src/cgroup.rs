@@ -767,9 +767,17 @@ fn watch_changes(file: &Path) -> io::Result<std::os::fd::OwnedFd> {
 pub fn watch_async(
     fd: std::os::fd::OwnedFd,
 ) -> io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    watch_async_or_give_back(fd).map_err(|(_, e)| e)
+}
+
+/// Like `watch_async`, giving the descriptor back with the error (for a
+/// caller that must close it somewhere else).
+pub fn watch_async_or_give_back(
+    fd: std::os::fd::OwnedFd,
+) -> Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, (std::os::fd::OwnedFd, io::Error)> {
     // SAFETY: the AsyncFd owns the descriptor, so it stays open and names
     // the same file until the AsyncFd is dropped, which deregisters it.
-    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(|e| e.into_parts())
 }
 
 /// Empties an inotify or eventfd descriptor that woke us.

@@ -21,13 +21,9 @@ pub struct Inotify(Option<AsyncFd<OwnedFd>>);
 impl Inotify {
     /// Registers `fd` with the current runtime's event loop.
     pub fn register(fd: OwnedFd) -> io::Result<Inotify> {
-        // SAFETY: the AsyncFd owns the descriptor, so it stays open and
-        // names the same file until the AsyncFd is dropped, which
-        // deregisters it.
-        match unsafe { AsyncFd::register(fd) } {
+        match crate::cgroup::watch_async_or_give_back(fd) {
             Ok(fd) => Ok(Inotify(Some(fd))),
-            Err(e) => {
-                let (fd, e) = e.into_parts();
+            Err((fd, e)) => {
                 close_off_the_loop(fd);
                 Err(e)
             }
