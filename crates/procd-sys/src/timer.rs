@@ -66,7 +66,10 @@ mod tests {
         let mut timer = PreciseTimer::new().expect("a timerfd");
         for ms in [1, 7, 20] {
             let deadline = Instant::now() + Duration::from_millis(ms);
-            timer.until(deadline).await.expect("a wait");
+            tokio::time::timeout(Duration::from_secs(10), timer.until(deadline))
+                .await
+                .expect("it woke")
+                .expect("a wait");
             assert!(Instant::now() >= deadline, "woke before {ms} ms");
         }
         // A deadline gone by is no wait (a zero setting would disarm it).
@@ -95,7 +98,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(10));
         // ...and is not taken for the next wait.
         let deadline = Instant::now() + Duration::from_millis(30);
-        timer.until(deadline).await.expect("a wait");
+        tokio::time::timeout(Duration::from_secs(10), timer.until(deadline))
+            .await
+            .expect("it woke")
+            .expect("a wait");
         assert!(Instant::now() >= deadline, "an old expiry ended a new wait");
     }
 }
