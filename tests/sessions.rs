@@ -938,3 +938,52 @@ fn a_thousand_concurrent_calls_on_one_session_fit_one_order_of_events() {
         "no restart happened"
     );
 }
+
+/// The daemon's descriptors open on one of these sessions' logs.
+fn open_logs(d: &Daemon, ids: &[String]) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+        .expect("the daemon's fds")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .map(|target| target.display().to_string())
+        .filter(|target| ids.iter().any(|id| target.contains(&format!("{id}.log"))))
+        .collect()
+}
+
+#[test]
+fn an_ended_session_holds_no_descriptor_and_its_output_still_reads() {
+    // A retained session's log is opened for each read, so 10 000 ended
+    // sessions hold no 10 000 descriptors. A 1 KiB memory tail makes the
+    // reads below come from the file.
+    let mut d = Daemon::with_config("memory_tail_bytes = 1024");
+    let ids: Vec<String> = (0..8)
+        .map(|i| d.spawn(&format!("seq 1 2000; echo end-{i}")))
+        .collect();
+    let check = |d: &Daemon, when: &str| {
+        wait_until(&format!("no log held open {when}"), || {
+            open_logs(d, &ids).is_empty()
+        });
+        for (i, id) in ids.iter().enumerate() {
+            let r = d.ok(
+                "read",
+                json!({"session_id": id, "cursor": 0, "max_bytes": 10}),
+            );
+            assert_eq!(r["data"], "1\n2\n3\n4\n5\n", "{when}: {r}");
+            let r = d.ok("log", json!({"session_id": id, "offset": 1000, "limit": 2}));
+            assert_eq!(r["output"], "1001\n1002\n", "{when}: {r}");
+            let r = d.ok("log", json!({"session_id": id, "limit": 1}));
+            assert_eq!(r["output"], format!("end-{i}\n"), "{when}: {r}");
+        }
+        assert!(
+            open_logs(d, &ids).is_empty(),
+            "a read left a log open {when}"
+        );
+    };
+    for id in &ids {
+        d.wait_exit(id);
+    }
+    check(&d, "after the exits");
+    // Listed again by the next daemon, as ended: no log held either.
+    d.stop();
+    d.restart();
+    check(&d, "after a daemon restart");
+}

@@ -65,8 +65,58 @@ pub const TIDY_QUIET: Duration = Duration::from_secs(1);
 /// The file's apparent size (holes included) stays under this many caps.
 const MAX_SPAN_CAPS: u64 = 16;
 
+/// The log file, as the store holds it.
+enum Log {
+    /// Open, for output coming and for reads.
+    Open(Arc<File>),
+    /// Whole on disk, no output coming (the session finished): opened for
+    /// each read, and again should output come (a restart's). So a
+    /// retained session holds no descriptor: 10 000 ended sessions would
+    /// otherwise hold 10 000.
+    Closed,
+    /// No file: writing it failed (`log_error` says why; memory serves),
+    /// or it was deleted.
+    Absent,
+}
+
+impl Log {
+    /// Whether the output is in a file (open or not).
+    fn in_file(&self) -> bool {
+        !matches!(self, Log::Absent)
+    }
+
+    /// The file for a reader: the open one, or the path to open it at.
+    fn reader(&self, path: &Path) -> Option<LogReader> {
+        match self {
+            Log::Open(file) => Some(LogReader::Open(file.clone())),
+            Log::Closed => Some(LogReader::Closed(path.to_path_buf())),
+            Log::Absent => None,
+        }
+    }
+}
+
+/// A log file as a reader takes it under the lock, to read outside it.
+enum LogReader {
+    Open(Arc<File>),
+    Closed(PathBuf),
+}
+
+impl LogReader {
+    /// The file itself (a closed log is opened: blocking, briefly).
+    fn file(self) -> io::Result<Arc<File>> {
+        match self {
+            LogReader::Open(file) => Ok(file),
+            LogReader::Closed(path) => OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path)
+                .map(Arc::new),
+        }
+    }
+}
+
 struct Inner {
-    log: Option<Arc<File>>,
+    log: Log,
     /// Cursor of the log file's first byte.
     log_base: u64,
     /// Cursor of the first byte still kept; the file's bytes before it
@@ -152,7 +202,7 @@ impl Inner {
 
     /// The first cursor that can still be read.
     fn first_kept(&self) -> u64 {
-        if self.log.is_some() {
+        if self.log.in_file() {
             self.kept_from
         } else {
             self.tail_start()
@@ -169,7 +219,7 @@ struct LineView {
     total: u64,
     /// 1 when the kept output starts with a fragment of a dropped line.
     fragment: u64,
-    file: Option<Arc<File>>,
+    file: Option<LogReader>,
     base: u64,
     /// The kept output, when the in-memory tail covers it all.
     tail: Option<Vec<u8>>,
@@ -178,10 +228,10 @@ struct LineView {
 }
 
 impl Inner {
-    fn line_view(&self) -> LineView {
+    fn line_view(&self, path: &Path) -> LineView {
         let first = self.first_kept();
         let partial = u64::from(self.end > first && self.tail.back() != Some(&b'\n'));
-        let newlines = if self.log.is_some() {
+        let newlines = if self.log.in_file() {
             self.kept_newlines()
         } else {
             self.tail.iter().filter(|b| **b == b'\n').count() as u64
@@ -208,7 +258,7 @@ impl Inner {
             end: self.end,
             total,
             fragment,
-            file: self.log.clone(),
+            file: self.log.reader(path),
             base: self.log_base,
             tail,
             seek,
@@ -386,7 +436,7 @@ impl OutputStore {
         OutputStore {
             path: path.to_path_buf(),
             inner: Mutex::new(Inner {
-                log: file.map(Arc::new),
+                log: file.map_or(Log::Absent, |f| Log::Open(Arc::new(f))),
                 log_base: base,
                 kept_from: base,
                 last_compaction: None,
@@ -451,10 +501,11 @@ impl OutputStore {
         self.lock().tests.clone()
     }
 
-    /// No more output will come (the session exited).
+    /// No more output will come (the session exited): the log is closed.
     pub fn finish(&self) {
         let mut inner = self.lock();
         inner.finished = true;
+        self.close(&mut inner);
         let end = inner.end;
         drop(inner);
         self.changed.send_replace(end);
@@ -486,7 +537,7 @@ impl OutputStore {
     /// byte when the output is only in memory.
     pub fn scan_start(&self, cursor: u64) -> (u64, u64) {
         let inner = self.lock();
-        if inner.log.is_none() {
+        if !inner.log.in_file() {
             return (inner.first_kept(), 0);
         }
         let (at, newlines) = inner.line_mark(cursor);
@@ -626,10 +677,60 @@ impl OutputStore {
         text
     }
 
+    /// Closes the log file of a session listed as ended (recovered from
+    /// an earlier daemon): it is opened again for each read.
+    pub fn close_log(&self) {
+        self.close(&mut self.lock());
+    }
+
+    /// Closes the log, if its path still names it: one unlinked or
+    /// replaced (its directory removed under the daemon) stays open, the
+    /// only way left to its bytes.
+    fn close(&self, inner: &mut Inner) {
+        use std::os::unix::fs::MetadataExt;
+        let Log::Open(file) = &inner.log else {
+            return;
+        };
+        let named = match (file.metadata(), std::fs::symlink_metadata(&self.path)) {
+            (Ok(open), Ok(there)) => open.dev() == there.dev() && open.ino() == there.ino(),
+            _ => false,
+        };
+        if named {
+            inner.log = Log::Closed;
+        }
+    }
+
+    /// The open log file to write to; a closed one is opened again (output
+    /// came after its end: a restart's). None when there is no file.
+    fn appender(&self, inner: &mut Inner) -> Option<Arc<File>> {
+        match &inner.log {
+            Log::Open(file) => Some(file.clone()),
+            Log::Absent => None,
+            Log::Closed => {
+                let opened = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&self.path);
+                match opened {
+                    Ok(file) => {
+                        let file = Arc::new(file);
+                        inner.log = Log::Open(file.clone());
+                        Some(file)
+                    }
+                    Err(err) => {
+                        Self::lose_file(&self.path, inner, &err);
+                        None
+                    }
+                }
+            }
+        }
+    }
+
     /// Removes the log file (the session was pruned).
     pub fn delete_log(&self) {
         let mut inner = self.lock();
-        inner.log = None;
+        inner.log = Log::Absent;
         drop(inner);
         let _ = std::fs::remove_file(&self.path);
         let _ = std::fs::remove_file(redo_path(&self.path));

@@ -428,6 +428,8 @@ impl Registry {
         .await
         .ok()?
         .ok()?;
+        // Ended: no output comes (a restart's opens it again).
+        output.close_log();
         let mut session = Session::recovered(
             e.session_id.clone(),
             recovered_spec(e),

@@ -2,7 +2,7 @@
 //! out while output floods and collapsed once it is quiet), off the event
 //! loop.
 
-use super::{Inner, OutputStore, FLOOD_WINDOW, MAX_SPAN_CAPS, TIDY_QUIET};
+use super::{Inner, Log, OutputStore, FLOOD_WINDOW, MAX_SPAN_CAPS, TIDY_QUIET};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -20,7 +20,9 @@ impl OutputStore {
     /// quiet. None when the log has no hole.
     pub fn tidy_due(&self) -> Option<Instant> {
         let inner = self.lock();
-        let holed = inner.log.is_some() && inner.kept_from > inner.log_base && !inner.tidy_failed;
+        let holed = matches!(inner.log, Log::Open(_))
+            && inner.kept_from > inner.log_base
+            && !inner.tidy_failed;
         holed.then(|| inner.last_write.unwrap_or_else(Instant::now) + TIDY_QUIET)
     }
 
@@ -54,7 +56,7 @@ impl OutputStore {
     fn compact_blocking(&self) -> io::Result<()> {
         let (end, span, flooding) = {
             let mut inner = self.lock();
-            if inner.log.is_none() {
+            if !inner.log.in_file() {
                 return Ok(());
             }
             let flooding = inner
@@ -128,8 +130,8 @@ impl OutputStore {
     /// block size; None when that drops nothing new.
     fn aligned_cut(&self, cut: u64) -> Option<(Arc<File>, u64, u64)> {
         let (file, base, kept_from) = {
-            let inner = self.lock();
-            (inner.log.clone()?, inner.log_base, inner.kept_from)
+            let mut inner = self.lock();
+            (self.appender(&mut inner)?, inner.log_base, inner.kept_from)
         };
         let block = nix::sys::statvfs::fstatvfs(&*file)
             .map(|s| s.block_size())
@@ -202,7 +204,7 @@ impl OutputStore {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&self.path)?;
         let mut inner = self.lock();
-        inner.log = Some(Arc::new(appender));
+        inner.log = Log::Open(Arc::new(appender));
         inner.log_base = cut;
         let dropped = inner.total_newlines - newlines;
         forget_head(&mut inner, cut, dropped);

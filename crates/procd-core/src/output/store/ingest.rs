@@ -4,7 +4,7 @@
 
 use super::compact::forget_head;
 use super::time_index::unix_secs;
-use super::{copy_out, read_full_at, Inner, OutputStore, LOG_RETRY, MARK_EVERY};
+use super::{copy_out, read_full_at, Inner, Log, OutputStore, LOG_RETRY, MARK_EVERY};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::BorrowedFd;
@@ -37,7 +37,8 @@ impl OutputStore {
             if Self::log_retry_due(&inner) {
                 self.reopen_log(&mut inner);
             }
-            inner.log.clone().map(|f| (f, inner.file_end()))
+            let at = inner.file_end();
+            self.appender(&mut inner).map(|f| (f, at))
         };
         if let Some(Err(err)) = log.map(|(file, at)| file.write_all_at(bytes, at)) {
             self.log_failed(&err);
@@ -46,9 +47,12 @@ impl OutputStore {
 
     /// Keeps serving from memory; older output is reported dropped.
     fn log_failed(&self, err: &io::Error) {
-        tracing::warn!(path = %self.path.display(), %err, "log write failed; keeping memory tail only");
-        let mut inner = self.lock();
-        inner.log = None;
+        Self::lose_file(&self.path, &mut self.lock(), err);
+    }
+
+    pub(super) fn lose_file(path: &Path, inner: &mut Inner, err: &io::Error) {
+        tracing::warn!(path = %path.display(), %err, "log write failed; keeping memory tail only");
+        inner.log = Log::Absent;
         inner.undecided = None;
         inner.log_error = Some((err.to_string(), Instant::now()));
     }
@@ -76,7 +80,7 @@ impl OutputStore {
         let skip = bytes.len().saturating_sub(self.tail_cap);
         inner.tail.extend(&bytes[skip..]);
         inner.last_write = Some(Instant::now());
-        let over = inner.log.is_some() && end - inner.kept_from > self.max_log_bytes;
+        let over = inner.log.in_file() && end - inner.kept_from > self.max_log_bytes;
         drop(inner);
         self.changed.send_replace(end);
         over
@@ -92,10 +96,14 @@ impl OutputStore {
     /// only in memory); the caller reads `from` itself. WouldBlock: empty.
     pub fn splice_in(&self, from: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let (file, at) = {
-            let inner = self.lock();
-            match (&inner.log, inner.undecided) {
-                (Some(file), Some(_)) => (file.clone(), inner.file_end()),
-                _ => return Ok(None),
+            let mut inner = self.lock();
+            if inner.undecided.is_none() {
+                return Ok(None);
+            }
+            let at = inner.file_end();
+            match self.appender(&mut inner) {
+                Some(file) => (file, at),
+                None => return Ok(None),
             }
         };
         let mut off = at;
@@ -141,10 +149,11 @@ impl OutputStore {
         let held_len = (held[0].len() + held[1].len()) as u64;
         self.held.store(held_len, Ordering::SeqCst);
         let spliced = {
-            let inner = self.lock();
-            match (&inner.log, inner.undecided) {
-                (Some(file), Some(k)) => Some((file.clone(), inner.end - inner.log_base, k)),
-                _ => None,
+            let mut inner = self.lock();
+            let at = inner.end - inner.log_base;
+            match inner.undecided {
+                Some(k) => self.appender(&mut inner).map(|file| (file, at, k)),
+                None => None,
             }
         };
         let Some((file, at, undecided)) = spliced else {
@@ -154,7 +163,7 @@ impl OutputStore {
             }
             let over = self.account(decided);
             let mut inner = self.lock();
-            if held_len == 0 && inner.log.is_some() {
+            if held_len == 0 && inner.log.in_file() {
                 inner.undecided = Some(0);
             }
             return over;
@@ -198,11 +207,10 @@ impl OutputStore {
     /// Why the log cannot be written right now, if it cannot.
     pub fn log_fault(&self) -> Option<String> {
         let inner = self.lock();
-        inner
-            .log
-            .is_none()
-            .then(|| inner.log_error.as_ref().map(|(e, _)| e.clone()))
-            .flatten()
+        if inner.log.in_file() {
+            return None;
+        }
+        inner.log_error.as_ref().map(|(e, _)| e.clone())
     }
 
     /// Tries the disk again for a finished session whose log failed: no
@@ -226,7 +234,7 @@ impl OutputStore {
 
     /// The log failed, and `LOG_RETRY` has passed since.
     fn log_retry_due(inner: &Inner) -> bool {
-        inner.log.is_none()
+        !inner.log.in_file()
             && inner
                 .log_error
                 .as_ref()
@@ -254,7 +262,7 @@ impl OutputStore {
             Ok(file) => {
                 let start = inner.tail_start();
                 let tail_newlines = memchr::memchr_iter(b'\n', &tail).count() as u64;
-                inner.log = Some(Arc::new(file));
+                inner.log = Log::Open(Arc::new(file));
                 inner.log_base = start;
                 let dropped = inner.total_newlines - tail_newlines;
                 forget_head(inner, start, dropped);

@@ -1,12 +1,11 @@
 //! Reading output back: a window of bytes from a cursor, or a page of
 //! lines, from memory when it is there and from the file otherwise.
 
-use super::{copy_out, read_at, read_full_at, LineView, Lines, OutputStore, Window};
+use super::{copy_out, read_at, read_full_at, LineView, Lines, LogReader, OutputStore, Window};
 use super::{KEY_CONTEXT_BYTES, PARTIAL_LINE_QUIET};
 use crate::output::text::complete_utf8_len;
 use std::fs::File;
 use std::io;
-use std::sync::Arc;
 
 impl OutputStore {
     /// The readable window at `cursor`, at most `max_bytes` long.
@@ -30,9 +29,9 @@ impl OutputStore {
         }
         let (before, bytes) = match source {
             Source::Memory(before, bytes) => (before, bytes),
-            Source::File(file, base) => {
+            Source::File(log, base) => {
                 let range = (plan.context, plan.start, plan.stop);
-                tokio::task::spawn_blocking(move || read_window(&file, base, range))
+                tokio::task::spawn_blocking(move || read_window(&*log.file()?, base, range))
                     .await
                     .map_err(io::Error::other)??
             }
@@ -47,8 +46,8 @@ impl OutputStore {
         let (plan, source) = self.plan_window(cursor, max_bytes);
         let (before, bytes) = match source {
             Source::Memory(before, bytes) => (before, bytes),
-            Source::File(file, base) => {
-                read_window(&file, base, (plan.context, plan.start, plan.stop))?
+            Source::File(log, base) => {
+                read_window(&*log.file()?, base, (plan.context, plan.start, plan.stop))?
             }
         };
         Ok(plan.finish(before, bytes))
@@ -71,8 +70,8 @@ impl OutputStore {
                 copy_out(&inner.tail, at(start)..at(stop)),
             )
         } else {
-            match &inner.log {
-                Some(f) => Source::File(f.clone(), inner.log_base),
+            match inner.log.reader(&self.path) {
+                Some(log) => Source::File(log, inner.log_base),
                 None => Source::Memory(Vec::new(), Vec::new()),
             }
         };
@@ -111,7 +110,7 @@ impl OutputStore {
             base,
             tail,
             seek,
-        } = self.lock().line_view();
+        } = self.lock().line_view(&self.path);
         let start_line = match offset {
             Some(n) => n,
             None => total.saturating_sub(limit),
@@ -128,7 +127,7 @@ impl OutputStore {
         let want = limit.min(total - start_line);
         let page = match (tail, file) {
             (Some(tail), _) => page_in_memory(&tail, first, fragment, start_line, want, max_bytes),
-            (None, Some(file)) => {
+            (None, Some(log)) => {
                 // Newlines (counted from the first byte ever) before the
                 // first byte of the wanted line.
                 let target = seek[0].1 + fragment + start_line;
@@ -139,7 +138,16 @@ impl OutputStore {
                     .copied()
                     .unwrap_or(seek[0]);
                 tokio::task::spawn_blocking(move || {
-                    page_in_file(&file, base, end, from, counted, target, want, max_bytes)
+                    page_in_file(
+                        &*log.file()?,
+                        base,
+                        end,
+                        from,
+                        counted,
+                        target,
+                        want,
+                        max_bytes,
+                    )
                 })
                 .await
                 .map_err(io::Error::other)??
@@ -216,7 +224,7 @@ fn read_window(
 enum Source {
     /// The context before the window, and the window.
     Memory(Vec<u8>, Vec<u8>),
-    File(Arc<File>, u64),
+    File(LogReader, u64),
 }
 
 /// Where the last line in `bytes` ends (the index of its terminator): a
