@@ -201,6 +201,8 @@ pub struct Registry {
     /// Entries kept in the checkpoint though not tracked: dead sessions
     /// whose systemd scope could not be stopped (retried next start).
     retained: Mutex<Vec<CheckpointEntry>>,
+    /// `procs.json`'s records as last written, serialized (`recovery`).
+    records: Mutex<crate::persist::checkpoint::RecordCache<Session, recovery::Moving>>,
     /// The next session's log file, made ahead of time under
     /// `spawn::SPARE_LOG` (`Registry::new_log`).
     spare_log: Mutex<Option<std::fs::File>>,
@@ -271,6 +273,7 @@ impl Registry {
             scopes: options.scopes,
             cgroups: options.cgroups,
             retained: Mutex::new(Vec::new()),
+            records: Mutex::default(),
             spare_log: Mutex::new(None),
             config: options.config,
             logs_dir: options.logs_dir,

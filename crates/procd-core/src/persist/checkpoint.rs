@@ -14,7 +14,9 @@
 //! them, and where it is in both the exact exit wins.
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 use tokio::sync::Mutex;
 
 /// One running session as recorded on disk.
@@ -258,12 +260,93 @@ impl EndedExit {
     }
 }
 
+/// One record of `procs.json`: a `CheckpointEntry` as JSON.
+pub type Serialized = Arc<str>;
+
+/// Each session's `procs.json` record, serialized, kept while what can
+/// change of it (`M`) has not: `procs.json` is written whole on every
+/// spawn and exit, so a write then copies bytes and serializes only the
+/// records that changed. A record is its session's alone: one is told
+/// from another under the same id (a restart's next run) by the `Weak`
+/// it holds, which keeps that allocation from being reused.
+pub struct RecordCache<S, M> {
+    by_id: HashMap<String, Cached<S, M>>,
+    /// Bumped by each write's pass; a record not visited in the last
+    /// pass is dropped once there are many (`trim`).
+    pass: u64,
+}
+
+struct Cached<S, M> {
+    owner: Weak<S>,
+    moving: M,
+    record: Serialized,
+    pass: u64,
+}
+
+impl<S, M: PartialEq> Default for RecordCache<S, M> {
+    fn default() -> Self {
+        RecordCache {
+            by_id: HashMap::new(),
+            pass: 0,
+        }
+    }
+}
+
+impl<S, M: PartialEq> RecordCache<S, M> {
+    /// Starts a write's pass over the records.
+    pub fn begin(&mut self) {
+        self.pass += 1;
+    }
+
+    /// The record of `owner` (session `id`), made by `make` only when it
+    /// is new or `moving` differs from when it was made.
+    pub fn record(
+        &mut self,
+        id: &str,
+        owner: &Arc<S>,
+        moving: M,
+        make: impl FnOnce() -> CheckpointEntry,
+    ) -> std::io::Result<Serialized> {
+        let pass = self.pass;
+        if let Some(c) = self.by_id.get_mut(id) {
+            if c.moving == moving && std::ptr::eq(c.owner.as_ptr(), Arc::as_ptr(owner)) {
+                c.pass = pass;
+                return Ok(c.record.clone());
+            }
+        }
+        let record: Serialized = serde_json::to_string(&make())
+            .map_err(std::io::Error::other)?
+            .into();
+        self.by_id.insert(
+            id.to_string(),
+            Cached {
+                owner: Arc::downgrade(owner),
+                moving,
+                record: record.clone(),
+                pass,
+            },
+        );
+        Ok(record)
+    }
+
+    /// Ends a pass that visited `visited` records: those it did not visit
+    /// are dropped once they outnumber the visited, so the cache holds at
+    /// most about twice what `procs.json` does, at a cost shared by many
+    /// writes.
+    pub fn trim(&mut self, visited: usize) {
+        if self.by_id.len() > 2 * visited + JOURNAL_SLACK {
+            let pass = self.pass;
+            self.by_id.retain(|_, c| c.pass == pass);
+        }
+    }
+}
+
 /// What the checkpoint asks of the sessions it records (the registry).
 /// Each call visits only what it names, never every session retained.
 pub trait Recorded {
     /// The records `procs.json` carries: every running session, and each
     /// ended one `ended.jsonl` does not hold yet.
-    fn unsettled(&self) -> Vec<CheckpointEntry>;
+    fn unsettled(&self) -> std::io::Result<Vec<Serialized>>;
     /// Of those, the ended ones alone: what an exit appends (no record of
     /// a running session is made for it).
     fn unsettled_ended(&self) -> Vec<CheckpointEntry>;
@@ -426,9 +509,9 @@ impl Checkpoint {
     /// before it answers, without waiting for `ended.jsonl`.
     pub async fn write_running(&self, sessions: &impl Recorded) -> std::io::Result<()> {
         let _writing = self.writing_running.lock().await;
-        let running = sessions.unsettled();
+        let running = sessions.unsettled()?;
         let file = self.running_file.clone();
-        tokio::task::spawn_blocking(move || file.write_json(&running))
+        tokio::task::spawn_blocking(move || file.write_bytes(&json_array(&running)))
             .await
             .map_err(std::io::Error::other)?
     }
@@ -498,6 +581,21 @@ impl Checkpoint {
         let skipped = total - entries.len();
         (entries, skipped)
     }
+}
+
+/// `records` as a JSON array on a line, as `write_json` makes one.
+fn json_array(records: &[Serialized]) -> Vec<u8> {
+    let len = records.iter().map(|r| r.len() + 1).sum::<usize>() + 2;
+    let mut bytes = Vec::with_capacity(len);
+    bytes.push(b'[');
+    for (i, r) in records.iter().enumerate() {
+        if i > 0 {
+            bytes.push(b',');
+        }
+        bytes.extend_from_slice(r.as_bytes());
+    }
+    bytes.extend_from_slice(b"]\n");
+    bytes
 }
 
 /// The (id, `exited_at`) of each ended entry.

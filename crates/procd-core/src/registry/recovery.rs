@@ -5,7 +5,7 @@ use crate::clock::rfc3339;
 use crate::identity::ProcessIdentity;
 use crate::observation::readiness::Readiness;
 use crate::output::store::OutputStore;
-use crate::persist::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Recorded};
+use crate::persist::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Recorded, Serialized};
 use crate::session::{self, ExitRecord, Session, SessionSpec};
 use crate::tree::kill;
 use crate::tree::scope::Scopes;
@@ -90,7 +90,8 @@ impl Registry {
         }
     }
 
-    /// A session as the checkpoint records it.
+    /// A session as the checkpoint records it (`Moving` is what of it can
+    /// change; the rest is fixed when it starts).
     fn checkpoint_entry(&self, s: &Session) -> CheckpointEntry {
         CheckpointEntry {
             exit: s.state().exit().map(|e| EndedExit::of(e)),
@@ -600,12 +601,34 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
 
 /// The checkpoint's view of the table: what changed, never every session.
 impl Recorded for Registry {
-    fn unsettled(&self) -> Vec<CheckpointEntry> {
-        self.unsettled_records(false)
+    fn unsettled(&self) -> std::io::Result<Vec<Serialized>> {
+        let sessions = self.unsettled_sessions(false);
+        let mut records = Vec::with_capacity(sessions.len());
+        {
+            let mut cache = self.records.lock().unwrap_or_else(|e| e.into_inner());
+            cache.begin();
+            for s in &sessions {
+                let moving = Moving::of(s);
+                records.push(cache.record(&s.id, s, moving, || self.checkpoint_entry(s))?);
+            }
+            cache.trim(sessions.len());
+        }
+        let retained = self.retained.lock().unwrap_or_else(|e| e.into_inner());
+        for e in retained.iter() {
+            records.push(
+                serde_json::to_string(e)
+                    .map_err(std::io::Error::other)?
+                    .into(),
+            );
+        }
+        Ok(records)
     }
 
     fn unsettled_ended(&self) -> Vec<CheckpointEntry> {
-        self.unsettled_records(true)
+        self.unsettled_sessions(true)
+            .iter()
+            .map(|s| self.checkpoint_entry(s))
+            .collect()
     }
 
     fn ended(&self) -> Vec<CheckpointEntry> {
@@ -631,11 +654,11 @@ impl Recorded for Registry {
 }
 
 impl Registry {
-    /// The records of the unsettled sessions (`ended_only`: of those that
-    /// have ended), in the order they started, as `list` gives them.
-    /// With the running ones go the dead sessions of an earlier daemon
-    /// whose scope is still to stop (`retained`, never ended here).
-    fn unsettled_records(&self, ended_only: bool) -> Vec<CheckpointEntry> {
+    /// The unsettled sessions (`ended_only`: those that have ended), in
+    /// the order they started, as `list` gives them. (With the running
+    /// ones, `procs.json` carries the dead sessions of an earlier daemon
+    /// whose scope is still to stop: `retained`, never ended here.)
+    fn unsettled_sessions(&self, ended_only: bool) -> Vec<Arc<Session>> {
         let mut sessions: Vec<Arc<Session>> = self
             .table()
             .unsettled()
@@ -644,12 +667,49 @@ impl Registry {
             .collect();
         sessions
             .sort_unstable_by(|a, b| (a.started_instant, &a.id).cmp(&(b.started_instant, &b.id)));
-        let mut entries: Vec<CheckpointEntry> =
-            sessions.iter().map(|s| self.checkpoint_entry(s)).collect();
-        if !ended_only {
-            let retained = self.retained.lock().unwrap_or_else(|e| e.into_inner());
-            entries.extend(retained.iter().cloned());
+        sessions
+    }
+}
+
+/// What of a session's checkpoint record can change while it lives: its
+/// record is made again when this differs (`RecordCache`). The rest comes
+/// from its spec, its start and its id, fixed.
+pub(super) struct Moving {
+    exit: Option<EndedExit>,
+    restart: Option<crate::persist::checkpoint::RestartRecord>,
+    notify_on_complete: bool,
+    /// `update` replaces these whole, so the same ones are the same asks
+    /// (held, so that no other can be made at the same address).
+    asks: crate::session::Asks,
+    ready_after_ms: Option<u64>,
+}
+
+impl PartialEq for Moving {
+    fn eq(&self, other: &Moving) -> bool {
+        let same_meta = match (&self.asks.meta, &other.asks.meta) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        self.exit == other.exit
+            && self.restart == other.restart
+            && self.notify_on_complete == other.notify_on_complete
+            && Arc::ptr_eq(&self.asks.watch_patterns, &other.asks.watch_patterns)
+            && same_meta
+            && self.ready_after_ms == other.ready_after_ms
+    }
+}
+
+impl Moving {
+    fn of(s: &Session) -> Moving {
+        Moving {
+            exit: s.state().exit().map(|e| EndedExit::of(e)),
+            restart: s.restarts.as_deref().map(restart_record),
+            notify_on_complete: s.notify_on_complete(),
+            asks: s.asks(),
+            ready_after_ms: match s.readiness() {
+                Readiness::Ready { after_ms } => Some(after_ms),
+                _ => None,
+            },
         }
-        entries
     }
 }

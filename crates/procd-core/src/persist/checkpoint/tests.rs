@@ -106,8 +106,8 @@ impl Sessions {
     }
 }
 
-impl Recorded for Sessions {
-    fn unsettled(&self) -> Vec<CheckpointEntry> {
+impl Sessions {
+    fn unsettled_entries(&self) -> Vec<CheckpointEntry> {
         let settled = self.settled.lock().unwrap();
         let all = self.all.lock().unwrap();
         all.iter()
@@ -115,8 +115,18 @@ impl Recorded for Sessions {
             .cloned()
             .collect()
     }
+}
+
+impl Recorded for Sessions {
+    fn unsettled(&self) -> std::io::Result<Vec<Serialized>> {
+        let entries = self.unsettled_entries();
+        Ok(entries
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap().into())
+            .collect())
+    }
     fn unsettled_ended(&self) -> Vec<CheckpointEntry> {
-        let mut ended = self.unsettled();
+        let mut ended = self.unsettled_entries();
         ended.retain(|e| e.exit.is_some());
         ended
     }
@@ -251,4 +261,79 @@ async fn a_torn_line_and_a_legacy_file_are_read_past() {
         ended_ids(&checkpoint),
         ["proc_000000000001", "proc_000000000002"]
     );
+}
+
+#[test]
+fn a_record_is_made_again_only_when_its_session_changed() {
+    let mut cache: RecordCache<u8, u32> = RecordCache::default();
+    let made = std::cell::Cell::new(0);
+    let record = |cache: &mut RecordCache<u8, u32>, owner: &Arc<u8>, moving: u32| {
+        cache
+            .record("proc_000000000001", owner, moving, || {
+                made.set(made.get() + 1);
+                entry("proc_000000000001", Some(made.get()))
+            })
+            .unwrap()
+    };
+    let first = Arc::new(1u8);
+    cache.begin();
+    let a = record(&mut cache, &first, 7);
+    assert_eq!(made.get(), 1);
+    cache.begin();
+    assert_eq!(
+        record(&mut cache, &first, 7),
+        a,
+        "the same session, unchanged"
+    );
+    assert_eq!(made.get(), 1);
+    let b = record(&mut cache, &first, 8);
+    assert_eq!(made.get(), 2, "what can change changed");
+    assert_ne!(a, b);
+    // Another session under the same id (a restart's next run), however
+    // alike, has a record of its own.
+    let next = Arc::new(1u8);
+    record(&mut cache, &next, 8);
+    assert_eq!(made.get(), 3);
+    let parsed: CheckpointEntry = serde_json::from_str(&b).unwrap();
+    assert_eq!(parsed.exit.unwrap().exit_code, Some(2));
+}
+
+#[test]
+fn records_no_write_visits_are_dropped_once_they_outnumber_the_rest() {
+    let mut cache: RecordCache<u8, ()> = RecordCache::default();
+    let owner = Arc::new(0u8);
+    let make = |cache: &mut RecordCache<u8, ()>, n: usize| {
+        for i in 0..n {
+            let id = format!("proc_{i:012x}");
+            cache.record(&id, &owner, (), || entry(&id, None)).unwrap();
+        }
+    };
+    cache.begin();
+    make(&mut cache, 200);
+    cache.trim(200);
+    assert_eq!(cache.by_id.len(), 200);
+    // One session left: the 199 others go once they pass twice it plus
+    // the slack.
+    cache.begin();
+    make(&mut cache, 1);
+    cache.trim(1);
+    assert_eq!(cache.by_id.len(), 1);
+}
+
+#[tokio::test]
+async fn procs_json_is_the_records_as_one_array() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("procs.json");
+    let checkpoint = Checkpoint::new(path.clone()).unwrap();
+    let sessions = Sessions::default();
+    sessions.add(entry("proc_000000000001", None));
+    sessions.add(entry("proc_000000000002", None));
+    checkpoint.write_running(&sessions).await.unwrap();
+    let (read, skipped) = Checkpoint::read(&path);
+    assert_eq!(skipped, 0);
+    assert_eq!(read, sessions.unsettled_entries());
+    assert!(std::fs::read_to_string(&path).unwrap().ends_with("]\n"));
+    let none = Sessions::default();
+    checkpoint.write_running(&none).await.unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "[]\n");
 }
