@@ -300,3 +300,52 @@ fn kill_all_waits_without_a_thread_per_session() {
     let added = threads() - before;
     assert!(added <= 6, "kill_all of 48 sessions added {added} threads");
 }
+
+/// The kernel gives a user 128 inotify instances, across all its
+/// processes. A kill waits on its cgroup's `cgroup.events` through
+/// inotify: with an instance per wait, a kill of a few hundred sessions
+/// took them all, and meanwhile no session could `watch` its files (nor
+/// could any other program of the user). The waits share one instance.
+#[test]
+fn a_kill_of_many_sessions_takes_no_inotify_instance_per_session() {
+    let d = Daemon::with_config("kill_grace_s = 60");
+    let inotify_instances = || {
+        std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.to_string_lossy().contains("inotify"))
+            .count()
+    };
+    let said = |id: &str, what: &str| {
+        d.ok("log", json!({"session_id": id}))["output"]
+            .as_str()
+            .is_some_and(|t| t.contains(what))
+    };
+    // Deaf to SIGTERM: each kill waits out its grace.
+    let ids: Vec<String> = (0..140)
+        .map(|_| d.spawn("trap 'echo got-term' TERM; echo up; while :; do sleep 0.2; done"))
+        .collect();
+    wait_until("every session runs", || ids.iter().all(|id| said(id, "up")));
+    let before = inotify_instances();
+    std::thread::scope(|scope| {
+        let killing = scope.spawn(|| d.ok("kill_all", json!({})));
+        wait_until("every session got its SIGTERM", || {
+            ids.iter().all(|id| said(id, "got-term"))
+        });
+        let during = inotify_instances();
+        assert!(
+            during <= before + 1,
+            "140 kills waiting held {during} inotify instances (before: {before})"
+        );
+        // The waits end early: SIGKILL each session's processes.
+        for id in &ids {
+            for pid in session_pids(id) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        assert_eq!(killing.join().unwrap()["killed"], 140);
+    });
+}

@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::file_watch::FileWatch;
+
 /// Limits for one session, as the kernel takes them (and the checkpoint
 /// keeps them, for a restart's new cgroup).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -637,9 +639,7 @@ impl SessionCgroup {
         *self.waiters() += 1;
         let _waiting = Waiting(self);
         let deadline = tokio::time::Instant::now() + limit;
-        let watch = watch_changes(&self.path.join("cgroup.events"))
-            .and_then(crate::inotify::Inotify::register)
-            .ok();
+        let mut watch = FileWatch::new(&self.path.join("cgroup.events")).ok();
         tokio::pin!(wake);
         loop {
             // Checked after the watch exists: no change can fall between.
@@ -647,14 +647,9 @@ impl SessionCgroup {
                 return true;
             }
             let changed = async {
-                match &watch {
-                    Some(watch) => {
-                        if let Ok(mut ready) = watch.readable().await {
-                            drain(ready.get_inner().as_fd());
-                            ready.clear_ready();
-                        }
-                    }
-                    // No inotify (out of instances): look again in a while.
+                match &mut watch {
+                    Some(watch) => watch.changed().await,
+                    // No inotify (out of watches): look again in a while.
                     None => tokio::time::sleep(Duration::from_millis(10)).await,
                 }
             };
@@ -678,10 +673,10 @@ impl SessionCgroup {
             .unwrap_or(0)
     }
 
-    /// A descriptor that becomes readable when an OOM kill may have
-    /// happened: a v1 `memory.oom_control` eventfd, or inotify on v2's
-    /// `memory.events`. None without a memory limit.
-    pub fn oom_watch(&self) -> io::Result<Option<std::os::fd::OwnedFd>> {
+    /// What wakes when an OOM kill may have happened: a v1
+    /// `memory.oom_control` eventfd, or a watch on v2's `memory.events`.
+    /// None without a memory account.
+    pub fn oom_watch(&self) -> io::Result<Option<OomWatch>> {
         use std::os::fd::AsRawFd;
         if let Some(dir) = self.v1_dir(Controller::Memory) {
             let efd = rustix::event::eventfd(
@@ -693,13 +688,13 @@ impl SessionCgroup {
                 &dir.join("cgroup.event_control"),
                 &format!("{} {}", efd.as_raw_fd(), control.as_raw_fd()),
             )?;
-            return Ok(Some(efd));
+            return Ok(Some(OomWatch::EventFd(watch_async(efd)?)));
         }
         let events = self.path.join("memory.events");
         if !events.exists() {
             return Ok(None);
         }
-        watch_changes(&events).map(Some)
+        FileWatch::new(&events).map(|w| Some(OomWatch::File(w)))
     }
 
     /// Its cgroup2 id: the directory's inode, what the kernel tags the
@@ -754,13 +749,26 @@ fn v1_limit_file(c: Controller) -> &'static str {
     }
 }
 
-/// An inotify descriptor that becomes readable when `file` changes (the
-/// kernel notifies cgroup files' changes this way).
-fn watch_changes(file: &Path) -> io::Result<std::os::fd::OwnedFd> {
-    use rustix::fs::inotify;
-    let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)?;
-    inotify::add_watch(&fd, file, inotify::WatchFlags::MODIFY)?;
-    Ok(fd)
+/// What tells of a cgroup's OOM kills (see `SessionCgroup::oom_watch`).
+#[derive(Debug)]
+pub enum OomWatch {
+    EventFd(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>),
+    File(FileWatch),
+}
+
+impl OomWatch {
+    /// Until it signals (an error: it never will again).
+    pub async fn signalled(&mut self) -> io::Result<()> {
+        match self {
+            OomWatch::EventFd(fd) => {
+                let mut ready = fd.readable().await?;
+                drain(ready.get_inner().as_fd());
+                ready.clear_ready();
+            }
+            OomWatch::File(watch) => watch.changed().await,
+        }
+        Ok(())
+    }
 }
 
 /// Registers a descriptor this process owns with the event loop.

@@ -11,6 +11,7 @@ pub mod atomic;
 pub mod cgroup;
 pub mod clock;
 pub mod fifo;
+pub mod file_watch;
 pub mod identity;
 pub mod inotify;
 pub mod memfd;

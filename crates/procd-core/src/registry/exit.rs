@@ -105,13 +105,9 @@ impl Registry {
         let Some(cgroup) = &session.cgroup else {
             return;
         };
-        let watch = match cgroup.oom_watch() {
-            Ok(Some(fd)) => procd_sys::inotify::Inotify::register(fd),
+        let mut watch = match cgroup.oom_watch() {
+            Ok(Some(w)) => w,
             Ok(None) => return,
-            Err(e) => Err(e),
-        };
-        let watch = match watch {
-            Ok(w) => w,
             Err(e) => {
                 tracing::warn!(session = %session.id, %e, "cannot watch for OOM kills");
                 return;
@@ -125,12 +121,8 @@ impl Registry {
             let mut state = session.subscribe_state();
             loop {
                 tokio::select! {
-                    ready = watch.readable() => match ready {
-                        Ok(mut ready) => {
-                            procd_sys::cgroup::drain(std::os::fd::AsFd::as_fd(ready.get_inner()));
-                            ready.clear_ready();
-                        }
-                        Err(_) => return,
+                    signalled = watch.signalled() => if signalled.is_err() {
+                        return;
                     },
                     _ = state.wait_for(|s| s.exit().is_some()) => return,
                 }

@@ -1,0 +1,225 @@
+//! Changes to single files (cgroup.events, memory.events), seen through
+//! one inotify instance shared by the whole process.
+//!
+//! A user may own only `fs.inotify.max_user_instances` instances (128 by
+//! default), counted across every process of the user. One instance per
+//! watched file ran out at about a hundred sessions with a memory
+//! account, and then a session's `watch` could not start: its instance
+//! was refused with EMFILE. Watches on one instance are bounded by
+//! `max_user_watches` instead (about a million here).
+//!
+//! A thread blocks in `read` on the instance and wakes each watched
+//! file's waiters through a `tokio::sync::watch` counter. Neither the
+//! instance nor the thread belongs to a runtime, so a watch works from
+//! any runtime (each test has its own) and the event loop never reads.
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::sync::watch;
+
+/// A watch on one file: `changed` ends after the file is modified (or
+/// removed) since the watch began or since the last `changed`.
+#[derive(Debug)]
+pub struct FileWatch {
+    instance: Arc<Instance>,
+    wd: i32,
+    changes: watch::Receiver<u64>,
+}
+
+impl FileWatch {
+    /// Watches `file` for modification.
+    pub fn new(file: &Path) -> io::Result<FileWatch> {
+        let instance = Instance::shared()?;
+        // Held across add_watch: the reader dispatches under this lock,
+        // so an event the kernel queues at once finds the entry made.
+        let mut watched = instance.watched();
+        let wd = inotify::add_watch(&instance.fd, file, WatchFlags::MODIFY)?;
+        // Watching an inode twice gives its first descriptor again.
+        let entry = watched.entry(wd).or_insert_with(|| Watched {
+            users: 0,
+            changes: watch::Sender::new(0),
+            gone: false,
+        });
+        entry.users += 1;
+        let changes = entry.changes.subscribe();
+        drop(watched);
+        Ok(FileWatch {
+            instance,
+            wd,
+            changes,
+        })
+    }
+
+    /// Until the file changes. A file that is gone never changes again.
+    pub async fn changed(&mut self) {
+        if self.changes.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for FileWatch {
+    fn drop(&mut self) {
+        let mut watched = self.instance.watched();
+        let Some(entry) = watched.get_mut(&self.wd) else {
+            return;
+        };
+        entry.users -= 1;
+        if entry.users == 0 {
+            // A gone file's watch was removed by the kernel (IN_IGNORED).
+            // (Watch descriptors are allocated cyclically, so this one
+            // names no other file yet.)
+            if !entry.gone {
+                let _ = inotify::remove_watch(&self.instance.fd, self.wd);
+            }
+            watched.remove(&self.wd);
+        }
+    }
+}
+
+/// The process's instance, with what each of its watch descriptors wakes.
+#[derive(Debug)]
+struct Instance {
+    fd: OwnedFd,
+    watched: Mutex<HashMap<i32, Watched>>,
+}
+
+#[derive(Debug)]
+struct Watched {
+    /// FileWatches on it: the kernel's watch is removed with the last.
+    users: usize,
+    /// Bumped on every event about the file.
+    changes: watch::Sender<u64>,
+    /// The kernel removed the watch (the file is gone).
+    gone: bool,
+}
+
+impl Instance {
+    /// The shared instance, made (with its reading thread) on first use,
+    /// and made again on a later use if that failed.
+    fn shared() -> io::Result<Arc<Instance>> {
+        static SHARED: Mutex<Option<Arc<Instance>>> = Mutex::new(None);
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(instance) = &*shared {
+            return Ok(instance.clone());
+        }
+        let instance = Arc::new(Instance {
+            fd: inotify::init(CreateFlags::CLOEXEC)?,
+            watched: Mutex::default(),
+        });
+        let reader = instance.clone();
+        std::thread::Builder::new()
+            .name("procd-inotify".into())
+            .spawn(move || reader.read_forever())?;
+        *shared = Some(instance.clone());
+        Ok(instance)
+    }
+
+    fn watched(&self) -> MutexGuard<'_, HashMap<i32, Watched>> {
+        self.watched.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Blocks reading events and wakes their files' waiters, for the
+    /// life of the process.
+    fn read_forever(&self) {
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut events = inotify::Reader::new(&self.fd, &mut buf);
+        loop {
+            let event = match events.next() {
+                Ok(event) => event,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the shared inotify instance");
+                    return;
+                }
+            };
+            let mut watched = self.watched();
+            if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
+                // Events were lost: every waiter looks again.
+                for entry in watched.values() {
+                    entry.changes.send_modify(|n| *n += 1);
+                }
+                continue;
+            }
+            if let Some(entry) = watched.get_mut(&event.wd()) {
+                entry.gone |= event.events().contains(ReadFlags::IGNORED);
+                entry.changes.send_modify(|n| *n += 1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn instances_open() -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .expect("fds")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.to_string_lossy().contains("inotify"))
+            .count()
+    }
+
+    /// Many watches share one instance; each wakes on its own file's
+    /// change (and only then), and a file watched twice wakes both.
+    #[tokio::test]
+    async fn watches_share_one_instance_and_wake_on_their_own_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files: Vec<_> = (0..200)
+            .map(|i| {
+                let f = dir.path().join(format!("f{i}"));
+                std::fs::write(&f, "").expect("write");
+                f
+            })
+            .collect();
+        let mut watches: Vec<_> = files
+            .iter()
+            .map(|f| FileWatch::new(f).expect("watch"))
+            .collect();
+        let mut twice = FileWatch::new(&files[7]).expect("watch");
+        // Far fewer than the default per-user limit of 128 instances.
+        assert_eq!(instances_open(), 1, "one instance for every watch");
+        let wds: Vec<i32> = watches.iter().map(|w| w.wd).collect();
+
+        std::fs::write(&files[7], "x").expect("write");
+        let wait = Duration::from_secs(10);
+        tokio::time::timeout(wait, watches[7].changed())
+            .await
+            .expect("the changed file's watch wakes");
+        tokio::time::timeout(wait, twice.changed())
+            .await
+            .expect("its second watch wakes too");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), watches[8].changed())
+                .await
+                .is_err(),
+            "another file's watch stays asleep"
+        );
+
+        // Dropping one of two watches on a file keeps the other working.
+        drop(twice);
+        std::fs::write(&files[7], "y").expect("write");
+        tokio::time::timeout(wait, watches[7].changed())
+            .await
+            .expect("still woken after the other watch went");
+
+        // A removed file wakes its watch once.
+        std::fs::remove_file(&files[9]).expect("remove");
+        tokio::time::timeout(wait, watches[9].changed())
+            .await
+            .expect("removal wakes");
+        drop(watches);
+        let instance = Instance::shared().expect("shared");
+        let watched = instance.watched();
+        assert!(
+            wds.iter().all(|wd| !watched.contains_key(wd)),
+            "every watch is forgotten with its last user"
+        );
+    }
+}
