@@ -320,3 +320,21 @@ fn bad_jobs_input_is_refused_by_name() {
     }
     let _: Value = d.ok("status", json!({}));
 }
+
+/// A build's tokens are back, and its FIFO gone, when its `wait` returns:
+/// the jobserver's books are kept before the exit shows, not after. (Once
+/// they were kept by a task that ran a moment later, and a `status` sent
+/// right after the wait still counted the build's own token.)
+#[test]
+fn an_ended_builds_tokens_are_back_when_its_wait_returns() {
+    let d = Daemon::with_config("jobserver_tokens = 2\n");
+    for round in 0..40 {
+        let id = d.spawn_with(json!({"command": "true", "jobs": true}));
+        d.wait_exit(&id);
+        let status = d.ok("status", json!({}));
+        assert_eq!(status["jobserver"]["in_use"], 0, "round {round}: {status}");
+        assert_eq!(status["jobserver"]["sessions"], json!([]), "{status}");
+        let fifo = d.state_dir().join("jobs").join(format!("{id}.fifo"));
+        assert!(!fifo.exists(), "round {round}: {} is left", fifo.display());
+    }
+}

@@ -296,16 +296,21 @@ impl JobServer {
     }
 
     /// Session `id` ended: every token given to it is back, however many
-    /// its processes held; its FIFO is removed.
-    pub async fn release(&self, id: &str) {
-        let _changing = self.changing.lock().await;
+    /// its processes held; its FIFO is removed. At once, before its exit
+    /// shows, so that whoever saw it end sees its tokens back (an unlink,
+    /// as small as the cgroup's rmdir beside it); `record_shares` writes it down.
+    pub fn let_go(&self, id: &str) {
         // The file first: once `usage` no longer lists it, it is gone.
-        let path = self.fifo(id);
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
+        let _ = std::fs::remove_file(self.fifo(id));
         let removed = self.holders().remove(id);
         if let Some(holder) = removed {
             holder.released.notify_one();
         }
+    }
+
+    /// Writes down what is given now (after `let_go`), off the event loop.
+    pub async fn record_shares(&self) {
+        let _changing = self.changing.lock().await;
         self.persist().await;
     }
 

@@ -53,15 +53,15 @@ impl Registry {
         }
     }
 
-    /// Session `id` ended (or never started): its tokens come back and
-    /// are shared out again.
+    /// Session `id` ended (or never started): its tokens are back at once
+    /// (before its exit shows) and are shared out again.
     pub(super) fn end_jobs(&self, id: &str) {
         let (Some(jobs), Some(me)) = (self.jobs.clone(), self.me.upgrade()) else {
             return;
         };
-        let id = id.to_string();
+        jobs.let_go(id);
         tokio::spawn(async move {
-            jobs.release(&id).await;
+            jobs.record_shares().await;
             me.share_jobs().await;
             me.queues.wake();
         });
