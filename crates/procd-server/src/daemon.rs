@@ -398,6 +398,14 @@ async fn serve_claimed(
     .map_err(|why| StartupError::os("no containment".into(), std::io::Error::other(why)))?;
     tracing::info!(containment = containment.kind(), reason = %containment.reason(), "containment");
     let tree = containment.cgroups();
+    if tree.is_some() {
+        // Made now, not at the first kill: what the daemon holds while it
+        // serves is there from the start (a failure here leaves each wait
+        // to look again every 10 ms, and is logged).
+        if let Err(e) = procd_sys::file_watch::start() {
+            tracing::warn!(%e, "no inotify instance for cgroup files");
+        }
+    }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let (daemon, registry) =
         match assemble(&options, containment, keeper.as_ref(), handed, shutdown).await {

@@ -81,6 +81,12 @@ impl Drop for FileWatch {
     }
 }
 
+/// Makes the shared instance and its reading thread now, rather than at
+/// the first watch.
+pub fn start() -> io::Result<()> {
+    Instance::shared().map(drop)
+}
+
 /// The process's instance, with what each of its watch descriptors wakes.
 #[derive(Debug)]
 struct Instance {
