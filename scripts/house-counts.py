@@ -28,7 +28,7 @@ def code_only(text: str) -> str:
             j = text.find("*/", i + 2)
             j = n if j < 0 else j + 2
             out.append(re.sub(r"[^\n]", " ", text[i:j])); i = j
-        elif c == "r" and re.match(r'r#*"', text[i:i + 10]) and not text[i - 1:i].isalnum():
+        elif c == "r" and re.match(r'r#*"', text[i:i + 10]) and re.search(r"(?<![A-Za-z0-9_])b?$", text[max(0, i - 2):i]) is not None:
             hashes = re.match(r"r(#*)\"", text[i:]).group(1)
             end = '"' + hashes
             j = text.find(end, i + 2 + len(hashes))

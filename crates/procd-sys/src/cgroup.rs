@@ -749,28 +749,6 @@ fn v1_limit_file(c: Controller) -> &'static str {
     }
 }
 
-/// What tells of a cgroup's OOM kills (see `SessionCgroup::oom_watch`).
-#[derive(Debug)]
-pub enum OomWatch {
-    EventFd(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>),
-    File(FileWatch),
-}
-
-impl OomWatch {
-    /// Until it signals (an error: it never will again).
-    pub async fn signalled(&mut self) -> io::Result<()> {
-        match self {
-            OomWatch::EventFd(fd) => {
-                let mut ready = fd.readable().await?;
-                drain(ready.get_inner().as_fd());
-                ready.clear_ready();
-            }
-            OomWatch::File(watch) => watch.changed().await,
-        }
-        Ok(())
-    }
-}
-
 /// Registers a descriptor this process owns with the event loop.
 pub fn watch_async(
     fd: std::os::fd::OwnedFd,
@@ -796,9 +774,11 @@ pub fn drain(fd: std::os::fd::BorrowedFd<'_>) {
 
 mod controller;
 mod mounts;
+mod oom;
 use controller::io_weight_file;
 pub use controller::Controller;
 use mounts::hierarchies;
+pub use oom::OomWatch;
 
 #[cfg(test)]
 mod tests;
