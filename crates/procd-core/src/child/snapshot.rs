@@ -220,12 +220,13 @@ impl SourcesWatch {
                 Err(rustix::io::Errno::AGAIN) if changed => {
                     // Made again: a source that is a symlink may point
                     // elsewhere now.
-                    *watch = Watch::start(&self.files).ok();
+                    let old = std::mem::replace(&mut *watch, Watch::start(&self.files).ok());
+                    old.into_iter().for_each(Watch::close);
                     return false;
                 }
                 Err(rustix::io::Errno::AGAIN) => return true,
                 Err(_) => {
-                    *watch = None;
+                    watch.take().into_iter().for_each(Watch::close);
                     return false;
                 }
             }
@@ -234,6 +235,12 @@ impl SourcesWatch {
 }
 
 impl Watch {
+    /// Closes its instance off the event loop (the close waits for the
+    /// kernel's grace period).
+    fn close(self) {
+        procd_sys::inotify::close_off_the_loop(self.fd);
+    }
+
     fn start(files: &[PathBuf]) -> std::io::Result<Watch> {
         use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;

@@ -334,7 +334,7 @@ impl<S, M: PartialEq> RecordCache<S, M> {
     /// most about twice what `procs.json` does, at a cost shared by many
     /// writes.
     pub fn trim(&mut self, visited: usize) {
-        if self.by_id.len() > 2 * visited + JOURNAL_SLACK {
+        if self.by_id.len() > 2 * visited + RECORD_SLACK {
             let pass = self.pass;
             self.by_id.retain(|_, c| c.pass == pass);
         }
@@ -393,6 +393,9 @@ struct Journal {
 struct Gone {
     gone: String,
 }
+
+/// Records `RecordCache` may keep beyond twice those a write visits.
+const RECORD_SLACK: usize = 64;
 
 /// Lines `ended.jsonl` may carry beyond twice the sessions it holds before
 /// it is rewritten whole: appends are the rule, a rewrite the exception
