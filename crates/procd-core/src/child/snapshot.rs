@@ -22,6 +22,7 @@ use crate::child::env::EnvPolicy;
 use crate::identity::ProcessIdentity;
 use crate::procfs::ProcFs;
 use crate::tree::reaper::{ChildExit, Reaper};
+use procd_sys::inotify::ClosedOffTheLoop;
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
@@ -173,8 +174,11 @@ struct SourcesWatch {
     watch: std::sync::Mutex<Option<Watch>>,
 }
 
+/// Its instance is closed off the event loop, however it ends (made
+/// again, a failed read, a failed start): the close waits for the
+/// kernel's grace period.
 struct Watch {
-    fd: std::os::fd::OwnedFd,
+    fd: ClosedOffTheLoop,
     names: std::collections::HashMap<i32, Vec<std::ffi::OsString>>,
 }
 
@@ -220,13 +224,12 @@ impl SourcesWatch {
                 Err(rustix::io::Errno::AGAIN) if changed => {
                     // Made again: a source that is a symlink may point
                     // elsewhere now.
-                    let old = std::mem::replace(&mut *watch, Watch::start(&self.files).ok());
-                    old.into_iter().for_each(Watch::close);
+                    *watch = Watch::start(&self.files).ok();
                     return false;
                 }
                 Err(rustix::io::Errno::AGAIN) => return true,
                 Err(_) => {
-                    watch.take().into_iter().for_each(Watch::close);
+                    *watch = None;
                     return false;
                 }
             }
@@ -235,15 +238,10 @@ impl SourcesWatch {
 }
 
 impl Watch {
-    /// Closes its instance off the event loop (the close waits for the
-    /// kernel's grace period).
-    fn close(self) {
-        procd_sys::inotify::close_off_the_loop(self.fd);
-    }
-
     fn start(files: &[PathBuf]) -> std::io::Result<Watch> {
         use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
-        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
+        let fd =
+            ClosedOffTheLoop::new(inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?);
         let flags = WatchFlags::CREATE
             | WatchFlags::DELETE
             | WatchFlags::MODIFY
