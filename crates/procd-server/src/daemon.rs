@@ -378,6 +378,9 @@ async fn serve_claimed(
     // Each session holds a few descriptors: allow as many as the hard limit
     // does (children get the original soft limit back).
     procd_core::child::limits::raise_nofile();
+    // The spawn slots sit lowest while the table is small: a child copies
+    // the table below them only (procd_sys::spawn).
+    procd_sys::spawn::reserve_slots().doing(|| "cannot reserve spawn descriptors".into())?;
     // Orphaned descendants of sessions are reparented to us and reaped.
     nix::sys::prctl::set_child_subreaper(true)
         .doing(|| "cannot become a child subreaper".into())?;
