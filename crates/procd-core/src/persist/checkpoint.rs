@@ -15,6 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use tokio::sync::Mutex;
@@ -266,27 +267,53 @@ pub type Serialized = Arc<str>;
 /// Each session's `procs.json` record, serialized, kept while what can
 /// change of it (`M`) has not: `procs.json` is written whole on every
 /// spawn and exit, so a write then copies bytes and serializes only the
-/// records that changed. A record is its session's alone: one is told
-/// from another under the same id (a restart's next run) by the `Weak`
-/// it holds, which keeps that allocation from being reused.
+/// records that changed. A record is its session's alone: it is found by
+/// the session's address, which the `Weak` it holds keeps from being
+/// reused (a restart's next run, under the same id, is another session).
 pub struct RecordCache<S, M> {
-    by_id: HashMap<String, Cached<S, M>>,
+    by_owner: HashMap<usize, Cached<S, M>, BuildHasherDefault<AddressHasher>>,
     /// Bumped by each write's pass; a record not visited in the last
     /// pass is dropped once there are many (`trim`).
     pass: u64,
 }
 
 struct Cached<S, M> {
-    owner: Weak<S>,
+    /// Holds the address, so that no other session is made at it.
+    _owner: Weak<S>,
     moving: M,
     record: Serialized,
     pass: u64,
 }
 
+/// Hashes an address (a `usize` key) with one multiply, its high bits
+/// folded into the low ones that pick the bucket (an address's low bits
+/// are its alignment). The keys are the daemon's own allocations, not
+/// anything a client chooses, so no keyed hash is needed.
+#[derive(Default)]
+pub struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Not what a `usize` key calls; any fold will do.
+        for &b in bytes {
+            self.write_usize((self.0 as usize).rotate_left(8) ^ usize::from(b));
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        let h = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 impl<S, M: PartialEq> Default for RecordCache<S, M> {
     fn default() -> Self {
         RecordCache {
-            by_id: HashMap::new(),
+            by_owner: HashMap::default(),
             pass: 0,
         }
     }
@@ -298,18 +325,18 @@ impl<S, M: PartialEq> RecordCache<S, M> {
         self.pass += 1;
     }
 
-    /// The record of `owner` (session `id`), made by `make` only when it
-    /// is new or `moving` differs from when it was made.
+    /// The record of `owner`, made by `make` only when it is new or
+    /// `moving` differs from when it was made.
     pub fn record(
         &mut self,
-        id: &str,
         owner: &Arc<S>,
         moving: M,
         make: impl FnOnce() -> CheckpointEntry,
     ) -> std::io::Result<Serialized> {
         let pass = self.pass;
-        if let Some(c) = self.by_id.get_mut(id) {
-            if c.moving == moving && std::ptr::eq(c.owner.as_ptr(), Arc::as_ptr(owner)) {
+        let address = Arc::as_ptr(owner) as usize;
+        if let Some(c) = self.by_owner.get_mut(&address) {
+            if c.moving == moving {
                 c.pass = pass;
                 return Ok(c.record.clone());
             }
@@ -317,10 +344,10 @@ impl<S, M: PartialEq> RecordCache<S, M> {
         let record: Serialized = serde_json::to_string(&make())
             .map_err(std::io::Error::other)?
             .into();
-        self.by_id.insert(
-            id.to_string(),
+        self.by_owner.insert(
+            address,
             Cached {
-                owner: Arc::downgrade(owner),
+                _owner: Arc::downgrade(owner),
                 moving,
                 record: record.clone(),
                 pass,
@@ -334,9 +361,9 @@ impl<S, M: PartialEq> RecordCache<S, M> {
     /// most about twice what `procs.json` does, at a cost shared by many
     /// writes.
     pub fn trim(&mut self, visited: usize) {
-        if self.by_id.len() > 2 * visited + RECORD_SLACK {
+        if self.by_owner.len() > 2 * visited + RECORD_SLACK {
             let pass = self.pass;
-            self.by_id.retain(|_, c| c.pass == pass);
+            self.by_owner.retain(|_, c| c.pass == pass);
         }
     }
 }

@@ -609,7 +609,7 @@ impl Recorded for Registry {
             cache.begin();
             for s in &sessions {
                 let moving = Moving::of(s);
-                records.push(cache.record(&s.id, s, moving, || self.checkpoint_entry(s))?);
+                records.push(cache.record(s, moving, || self.checkpoint_entry(s))?);
             }
             cache.trim(sessions.len());
         }
@@ -659,15 +659,11 @@ impl Registry {
     /// ones, `procs.json` carries the dead sessions of an earlier daemon
     /// whose scope is still to stop: `retained`, never ended here.)
     fn unsettled_sessions(&self, ended_only: bool) -> Vec<Arc<Session>> {
-        let mut sessions: Vec<Arc<Session>> = self
-            .table()
+        self.table()
             .unsettled()
             .filter(|s| !ended_only || s.state().exit().is_some())
             .cloned()
-            .collect();
-        sessions
-            .sort_unstable_by(|a, b| (a.started_instant, &a.id).cmp(&(b.started_instant, &b.id)));
-        sessions
+            .collect()
     }
 }
 

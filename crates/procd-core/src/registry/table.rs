@@ -4,7 +4,7 @@
 
 use crate::persist::checkpoint::EndedExit;
 use crate::session::Session;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,8 +12,10 @@ use std::time::Instant;
 pub(super) struct Table {
     by_id: HashMap<String, Arc<Session>>,
     /// Sessions whose record `procs.json` carries: every running one, and
-    /// each ended one until `ended.jsonl` holds its exit (`settle`).
-    unsettled: HashSet<String>,
+    /// each ended one until `ended.jsonl` holds its exit (`settle`). In
+    /// the order they started (as `list` gives them), so that a write
+    /// neither sorts nor looks them up.
+    unsettled: BTreeMap<StartOrder, Arc<Session>>,
     /// Ended sessions taken out of the table (or replaced by the next run
     /// under the same id) since the checkpoint last asked: the `gone`
     /// lines `ended.jsonl` is owed.
@@ -32,17 +34,27 @@ impl std::ops::Deref for Table {
     }
 }
 
+/// Where a session stands in `unsettled`: when it started, then its id.
+type StartOrder = (Instant, String);
+
+fn start_order(s: &Session) -> StartOrder {
+    (s.started_instant, s.id.clone())
+}
+
 impl Table {
     pub(super) fn insert(&mut self, id: String, session: Arc<Session>) -> Option<Arc<Session>> {
-        self.unsettled.insert(id.clone());
-        let replaced = self.by_id.insert(id, session)?;
-        self.owe_gone(&replaced);
-        Some(replaced)
+        let replaced = self.by_id.insert(id, session.clone());
+        if let Some(replaced) = &replaced {
+            self.unsettled.remove(&start_order(replaced));
+            self.owe_gone(replaced);
+        }
+        self.unsettled.insert(start_order(&session), session);
+        replaced
     }
 
     pub(super) fn remove(&mut self, id: &str) -> Option<Arc<Session>> {
         let removed = self.by_id.remove(id)?;
-        self.unsettled.remove(id);
+        self.unsettled.remove(&start_order(&removed));
         self.owe_gone(&removed);
         Some(removed)
     }
@@ -55,9 +67,9 @@ impl Table {
         }
     }
 
-    /// The sessions `procs.json` carries.
+    /// The sessions `procs.json` carries, in the order they started.
     pub(super) fn unsettled(&self) -> impl Iterator<Item = &Arc<Session>> {
-        self.unsettled.iter().filter_map(|id| self.by_id.get(id))
+        self.unsettled.values()
     }
 
     pub(super) fn take_gone(&mut self) -> Vec<String> {
@@ -69,13 +81,15 @@ impl Table {
     /// that exit was of.
     pub(super) fn settle(&mut self, held: &[(String, String)]) {
         for (id, exited_at) in held {
-            let same = self.by_id.get(id).is_some_and(|s| {
-                s.state()
-                    .exit()
-                    .is_some_and(|e| EndedExit::of(e).exited_at == *exited_at)
-            });
+            let Some(s) = self.by_id.get(id) else {
+                continue;
+            };
+            let same = s
+                .state()
+                .exit()
+                .is_some_and(|e| EndedExit::of(e).exited_at == *exited_at);
             if same {
-                self.unsettled.remove(id);
+                self.unsettled.remove(&start_order(s));
             }
         }
     }

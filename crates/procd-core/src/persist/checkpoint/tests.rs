@@ -269,7 +269,7 @@ fn a_record_is_made_again_only_when_its_session_changed() {
     let made = std::cell::Cell::new(0);
     let record = |cache: &mut RecordCache<u8, u32>, owner: &Arc<u8>, moving: u32| {
         cache
-            .record("proc_000000000001", owner, moving, || {
+            .record(owner, moving, || {
                 made.set(made.get() + 1);
                 entry("proc_000000000001", Some(made.get()))
             })
@@ -301,23 +301,23 @@ fn a_record_is_made_again_only_when_its_session_changed() {
 #[test]
 fn records_no_write_visits_are_dropped_once_they_outnumber_the_rest() {
     let mut cache: RecordCache<u8, ()> = RecordCache::default();
-    let owner = Arc::new(0u8);
+    let owners: Vec<Arc<u8>> = (0..200).map(|_| Arc::new(0u8)).collect();
     let make = |cache: &mut RecordCache<u8, ()>, n: usize| {
-        for i in 0..n {
+        for (i, owner) in owners.iter().enumerate().take(n) {
             let id = format!("proc_{i:012x}");
-            cache.record(&id, &owner, (), || entry(&id, None)).unwrap();
+            cache.record(owner, (), || entry(&id, None)).unwrap();
         }
     };
     cache.begin();
     make(&mut cache, 200);
     cache.trim(200);
-    assert_eq!(cache.by_id.len(), 200);
+    assert_eq!(cache.by_owner.len(), 200);
     // One session left: the 199 others go once they pass twice it plus
     // the slack.
     cache.begin();
     make(&mut cache, 1);
     cache.trim(1);
-    assert_eq!(cache.by_id.len(), 1);
+    assert_eq!(cache.by_owner.len(), 1);
 }
 
 #[tokio::test]
