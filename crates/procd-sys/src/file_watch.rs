@@ -16,8 +16,8 @@
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::watch;
 
@@ -55,7 +55,13 @@ impl FileWatch {
     }
 
     /// Until the file changes. A file that is gone never changes again.
+    /// Once the instance can no longer be read (`Instance::give_up`), a
+    /// change is assumed every `BROKEN_LOOK`, so a waiter looks again
+    /// rather than sleeping forever.
     pub async fn changed(&mut self) {
+        if self.instance.broken.load(Ordering::Acquire) {
+            return tokio::time::sleep(BROKEN_LOOK).await;
+        }
         if self.changes.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
@@ -87,11 +93,24 @@ pub fn start() -> io::Result<()> {
     Instance::shared().map(drop)
 }
 
+/// How often a watch on an instance that broke says its file changed:
+/// as often as a wait without inotify looks (`SessionCgroup`'s waits).
+const BROKEN_LOOK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The shared instance, made on first use; made again after one failed
+/// to be made or broke.
+static SHARED: Mutex<Option<Arc<Instance>>> = Mutex::new(None);
+
 /// The process's instance, with what each of its watch descriptors wakes.
 #[derive(Debug)]
 struct Instance {
-    fd: OwnedFd,
+    /// Closed off the event loop (a broken instance is dropped with its
+    /// last watch, wherever that is).
+    fd: crate::inotify::ClosedOffTheLoop,
     watched: Mutex<HashMap<i32, Watched>>,
+    /// Its reader met an error it cannot go on from: its watches wake
+    /// every `BROKEN_LOOK`, and new ones go to a new instance.
+    broken: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -108,14 +127,14 @@ impl Instance {
     /// The shared instance, made (with its reading thread) on first use,
     /// and made again on a later use if that failed.
     fn shared() -> io::Result<Arc<Instance>> {
-        static SHARED: Mutex<Option<Arc<Instance>>> = Mutex::new(None);
         let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(instance) = &*shared {
             return Ok(instance.clone());
         }
         let instance = Arc::new(Instance {
-            fd: inotify::init(CreateFlags::CLOEXEC)?,
+            fd: crate::inotify::ClosedOffTheLoop::new(inotify::init(CreateFlags::CLOEXEC)?),
             watched: Mutex::default(),
+            broken: AtomicBool::new(false),
         });
         let reader = instance.clone();
         std::thread::Builder::new()
@@ -138,10 +157,7 @@ impl Instance {
             let event = match events.next() {
                 Ok(event) => event,
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the shared inotify instance");
-                    return;
-                }
+                Err(e) => return self.give_up(e),
             };
             let mut watched = self.watched();
             if event.events().contains(ReadFlags::QUEUE_OVERFLOW) {
@@ -157,6 +173,22 @@ impl Instance {
             }
         }
     }
+
+    /// After an error reading the instance (none is expected: the buffer
+    /// holds any event of a file watch): its waiters look again now and
+    /// every `BROKEN_LOOK` after, and the next watch makes a new instance.
+    fn give_up(&self, e: rustix::io::Errno) {
+        tracing::error!(error = %e, "cannot read the shared inotify instance; watches fall back to looking every 10 ms");
+        self.broken.store(true, Ordering::Release);
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if shared.as_deref().is_some_and(|s| std::ptr::eq(s, self)) {
+            *shared = None;
+        }
+        drop(shared);
+        for entry in self.watched().values() {
+            entry.changes.send_modify(|n| *n += 1);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -170,6 +202,44 @@ mod tests {
             .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
             .filter(|l| l.to_string_lossy().contains("inotify"))
             .count()
+    }
+
+    /// An instance that cannot be read wakes its waiters, then wakes them
+    /// every `BROKEN_LOOK`, and a new watch gets a working instance.
+    #[tokio::test]
+    async fn a_broken_instance_falls_back_to_looking_and_is_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("f");
+        std::fs::write(&file, "").expect("write");
+        let mut old = FileWatch::new(&file).expect("watch");
+        let broken = old.instance.clone();
+        let waiting = tokio::spawn(async move {
+            old.changed().await;
+            old
+        });
+        // The waiter is asleep on the instance before it breaks.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "no change yet");
+        broken.give_up(rustix::io::Errno::IO);
+        let wait = Duration::from_secs(10);
+        let mut old = tokio::time::timeout(wait, waiting)
+            .await
+            .expect("the waiter is woken when the instance breaks")
+            .expect("joined");
+        for _ in 0..3 {
+            tokio::time::timeout(wait, old.changed())
+                .await
+                .expect("and wakes again while it stays broken");
+        }
+        let mut new = FileWatch::new(&file).expect("watch");
+        assert!(
+            !Arc::ptr_eq(&new.instance, &broken),
+            "a new watch gets a new instance"
+        );
+        std::fs::write(&file, "x").expect("write");
+        tokio::time::timeout(wait, new.changed())
+            .await
+            .expect("which wakes on a change");
     }
 
     /// Many watches share one instance; each wakes on its own file's
