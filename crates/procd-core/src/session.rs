@@ -169,6 +169,11 @@ pub struct Session {
     /// The run that replaced this one (set before this one is marked
     /// exited, so whoever waits on it follows on to the next).
     successor: OnceLock<Arc<Session>>,
+    /// Moved on after each change to what its checkpoint record holds
+    /// beyond the fixed spec (its exit, readiness, `notify_on_complete`,
+    /// asks): a write remakes the record only when this moved, without
+    /// visiting those (`record_version`).
+    record_version: std::sync::atomic::AtomicU64,
 }
 
 /// What a caller may change of a running session (`update`).
@@ -252,6 +257,7 @@ impl Session {
             output_probe: Mutex::new(None),
             restarts: None,
             successor: OnceLock::new(),
+            record_version: std::sync::atomic::AtomicU64::new(0),
             spec,
         }
     }
@@ -590,6 +596,7 @@ impl Session {
 
     pub fn set_readiness(&self, now: crate::observation::readiness::Readiness) {
         self.readiness.send_replace(now);
+        self.record_moved();
     }
 
     /// Gives the session its running slot (before it is shared).
@@ -648,10 +655,24 @@ impl Session {
 
     pub fn enable_notify_on_complete(&self) {
         self.notify_on_complete.store(true, Ordering::SeqCst);
+        self.record_moved();
     }
 
     pub fn set_notify_on_complete(&self, on: bool) {
         self.notify_on_complete.store(on, Ordering::SeqCst);
+        self.record_moved();
+    }
+
+    /// Where its checkpoint record's changing part stands: read before
+    /// the record is made, so a change that races the making moves it
+    /// again and the next write remakes it.
+    pub(crate) fn record_version(&self) -> u64 {
+        self.record_version.load(Ordering::Acquire)
+    }
+
+    /// After a change to what `record_version` covers.
+    fn record_moved(&self) {
+        self.record_version.fetch_add(1, Ordering::Release);
     }
 
     /// Its `meta` as the wire shows it.
@@ -668,6 +689,7 @@ impl Session {
     /// following `subscribe_asks` matches new patterns from its next read.
     pub fn change_asks(&self, change: impl FnOnce(&mut Asks)) {
         self.asks.send_modify(change);
+        self.record_moved();
     }
 
     pub fn subscribe_asks(&self) -> watch::Receiver<Asks> {
@@ -710,6 +732,7 @@ impl Session {
             }
             SessionState::Exited(_) => false,
         });
+        self.record_moved();
     }
 
     /// Drops our handle to the stdin writer (closing stdin once it is idle).

@@ -669,43 +669,19 @@ impl Registry {
 
 /// What of a session's checkpoint record can change while it lives: its
 /// record is made again when this differs (`RecordCache`). The rest comes
-/// from its spec, its start and its id, fixed.
+/// from its spec, its start and its id, fixed. A restart's runs share
+/// their policy's state, which the session's version does not cover.
+#[derive(PartialEq)]
 pub(super) struct Moving {
-    exit: Option<EndedExit>,
+    version: u64,
     restart: Option<crate::persist::checkpoint::RestartRecord>,
-    notify_on_complete: bool,
-    /// `update` replaces these whole, so the same ones are the same asks
-    /// (held, so that no other can be made at the same address).
-    asks: crate::session::Asks,
-    ready_after_ms: Option<u64>,
-}
-
-impl PartialEq for Moving {
-    fn eq(&self, other: &Moving) -> bool {
-        let same_meta = match (&self.asks.meta, &other.asks.meta) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (a, b) => a.is_none() && b.is_none(),
-        };
-        self.exit == other.exit
-            && self.restart == other.restart
-            && self.notify_on_complete == other.notify_on_complete
-            && Arc::ptr_eq(&self.asks.watch_patterns, &other.asks.watch_patterns)
-            && same_meta
-            && self.ready_after_ms == other.ready_after_ms
-    }
 }
 
 impl Moving {
     fn of(s: &Session) -> Moving {
         Moving {
-            exit: s.state().exit().map(|e| EndedExit::of(e)),
+            version: s.record_version(),
             restart: s.restarts.as_deref().map(restart_record),
-            notify_on_complete: s.notify_on_complete(),
-            asks: s.asks(),
-            ready_after_ms: match s.readiness() {
-                Readiness::Ready { after_ms } => Some(after_ms),
-                _ => None,
-            },
         }
     }
 }
