@@ -90,14 +90,16 @@ impl OutputSource {
     /// Returns how many, as `read` does: 0 once the writers are gone.
     /// WouldBlock: a drain was asked (`OutputStore::drained`) and the
     /// source is empty; the caller settles what it holds and says so.
-    pub async fn next(&mut self, store: &OutputStore, buf: &mut [u8]) -> io::Result<usize> {
+    /// An empty `buf` is made `MIN_READ_BUF` long at the first read, so a
+    /// pipe that never has output never costs a buffer.
+    pub async fn next(&mut self, store: &OutputStore, buf: &mut Vec<u8>) -> io::Result<usize> {
         match self {
             OutputSource::Pipe(pipe) => loop {
                 tokio::select! {
                     ready = pipe.readable() => {
                         let mut ready = ready?;
                         store.look_begins();
-                        match ready.try_io(|fd| take(store, fd.get_ref(), buf)) {
+                        match ready.try_io(|fd| take(store, fd.get_ref(), sized(buf))) {
                             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
                             Ok(got) => return got,
                             // Empty, and the caller settled all it took
@@ -107,7 +109,7 @@ impl OutputSource {
                     }
                     () = store.drain_asked() => {
                         store.look_begins();
-                        match take(store, pipe.get_ref(), buf) {
+                        match take(store, pipe.get_ref(), sized(buf)) {
                             Err(e) if e.kind() == io::ErrorKind::Interrupted => store.drain_on(),
                             step => return drain_step(store, step),
                         }
@@ -115,6 +117,7 @@ impl OutputSource {
                 }
             },
             OutputSource::Pty { master, relay } => loop {
+                let buf = sized(buf);
                 // What the relay holds comes first: a previous daemon's,
                 // or what the last step moved there.
                 match take(store, &relay.read, buf) {
@@ -164,6 +167,19 @@ impl OutputSource {
             },
         }
     }
+}
+
+/// The smallest read buffer a supervisor keeps once it has read (its
+/// size then follows the output's pace: `supervise.rs`). Most sessions are
+/// idle most of the time; one that never prints has no buffer at all.
+pub(crate) const MIN_READ_BUF: usize = 16 * 1024;
+
+/// `buf`, made `MIN_READ_BUF` long if it is empty.
+fn sized(buf: &mut Vec<u8>) -> &mut [u8] {
+    if buf.is_empty() {
+        buf.resize(MIN_READ_BUF, 0);
+    }
+    buf
 }
 
 /// The answer to one step of a drain: bytes (and the drain goes on at

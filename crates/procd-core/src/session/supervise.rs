@@ -7,7 +7,7 @@
 use super::{termination_of, ExitRecord, Session, Watch};
 use crate::observation::watch::{WatchMatcher, WatchOutcome};
 use crate::output::noise::NoiseFilter;
-use crate::output::source::OutputSource;
+use crate::output::source::{OutputSource, MIN_READ_BUF};
 use crate::output::store::OutputStore;
 use crate::testrun::TestRun;
 use crate::tree::reaper::ChildExit;
@@ -143,8 +143,11 @@ struct Reading {
 impl Reading {
     fn new(noise: NoiseFilter, watch: Option<Watch>, tests: Option<TestRun>) -> Reading {
         Reading {
-            buf: vec![0u8; MIN_READ_BUF],
-            filtered: Vec::with_capacity(MIN_READ_BUF),
+            // Made at the first read (`OutputSource::next`): with 2000
+            // sleepers that never print, these were half of what a
+            // session held (44 KiB of PSS each).
+            buf: Vec::new(),
+            filtered: Vec::new(),
             noise,
             watch,
             tests,
@@ -312,8 +315,6 @@ async fn sleep_until(due: Option<Instant>) {
     }
 }
 
-/// The read buffer starts small (many sessions idle).
-const MIN_READ_BUF: usize = 16 * 1024;
 const MAX_READ_BUF: usize = 1 << 20;
 
 /// Sizes the read buffers to the output's pace after a read of `n` bytes:
