@@ -26,7 +26,8 @@
 //!    daemon is close-on-exec). The child is cloned sharing the daemon's
 //!    table (`CLONE_FILES`) and takes a private copy of its low end only
 //!    (`close_range(CLOSE_RANGE_UNSHARE)`): its sources wait there in
-//!    slots reserved for them (`Slots`). A copy of the whole table would
+//!    slots reserved for them (`Slots`). (Where clone3 is refused, as
+//!    under valgrind, a plain clone copies the whole table.) A copy of the whole table would
 //!    have every file of every session closed again at exec, one by one:
 //!    at 2000 sessions (9000 descriptors) that was a fifth of the
 //!    daemon's CPU per spawn and 2 ms before the program ran;
@@ -128,7 +129,8 @@ struct ChildArgs {
     inherit: [RawFd; MAX_INHERITED],
     inherit_len: usize,
     /// The child's own table is a copy of the shared one below this
-    /// (every source is there, in its slot).
+    /// (every source is there, in its slot); -1: the child was cloned
+    /// with a table of its own.
     own_table_below: RawFd,
     controlling_terminal: bool,
     /// `cgroup.procs` files to write, in order (the cgroup2 one first,
@@ -236,11 +238,14 @@ fn clone_child(cgroup: Option<BorrowedFd<'_>>, args: &mut ChildArgs) -> io::Resu
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
-    let born_in = cgroup.and_then(|dir| clone_into_cgroup(dir, &mut stack, args));
-    let pid = match born_in {
+    let pid = match clone3_child(cgroup, &mut stack, args) {
         Some(pid) => Ok(pid),
         None => {
-            // SAFETY: as in `clone_into_cgroup`: the stack top is inside
+            // A plain clone copies the table: the child has its own
+            // already. (Not CLONE_FILES here: valgrind, which refuses
+            // clone3, ends a process that asks it for that clone.)
+            args.own_table_below = -1;
+            // SAFETY: as in `clone3_child`: the stack top is inside
             // `stack` and 16-byte aligned; `args` and everything it points
             // to outlive the call, because CLONE_VFORK suspends this thread
             // until the child has exec'd or exited, and the child only
@@ -250,7 +255,7 @@ fn clone_child(cgroup: Option<BorrowedFd<'_>>, args: &mut ChildArgs) -> io::Resu
                 libc::clone(
                     child_main,
                     stack_top(&mut stack).cast::<c_void>(),
-                    libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD,
+                    libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
                     (&*args as *const ChildArgs).cast_mut().cast::<c_void>(),
                 )
             };
@@ -295,13 +300,18 @@ struct CloneArgs {
 #[cfg(target_arch = "x86_64")]
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
-/// Creates the child in the cgroup `dir` with clone3(CLONE_VM |
-/// CLONE_VFORK | CLONE_INTO_CGROUP): its pid, or None where the kernel
-/// will not (the caller then clones a child that joins by writing, which
-/// reports any error the cgroup itself causes). Called with every signal
-/// blocked.
+/// Creates the child sharing this process's descriptor table, in the
+/// cgroup `dir` if given, with clone3(CLONE_VM | CLONE_VFORK |
+/// CLONE_FILES [| CLONE_INTO_CGROUP]): its pid, or None where the kernel
+/// will not (the caller then clones a child with a table of its own that
+/// joins by writing, which reports any error the cgroup itself causes).
+/// Called with every signal blocked.
 #[cfg(target_arch = "x86_64")]
-fn clone_into_cgroup(dir: BorrowedFd<'_>, stack: &mut [u8], args: &mut ChildArgs) -> Option<i32> {
+fn clone3_child(
+    dir: Option<BorrowedFd<'_>>,
+    stack: &mut [u8],
+    args: &mut ChildArgs,
+) -> Option<i32> {
     use std::sync::atomic::AtomicBool;
     // A kernel without clone3 or CLONE_INTO_CGROUP (or a seccomp filter
     // that refuses it) will not change its mind: asked once.
@@ -312,14 +322,15 @@ fn clone_into_cgroup(dir: BorrowedFd<'_>, stack: &mut [u8], args: &mut ChildArgs
     let base = stack.as_mut_ptr();
     let top = stack_top(stack);
     let clone = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES) as u64 | CLONE_INTO_CGROUP,
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES) as u64
+            | dir.map_or(0, |_| CLONE_INTO_CGROUP),
         exit_signal: libc::SIGCHLD as u64,
         stack: base as u64,
         stack_size: (top as usize - base as usize) as u64,
-        cgroup: dir.as_raw_fd() as u64,
+        cgroup: dir.map_or(0, |dir| dir.as_raw_fd() as u64),
         ..CloneArgs::default()
     };
-    args.cgroups_from = 1;
+    args.cgroups_from = usize::from(dir.is_some());
     let arg = (args as *const ChildArgs).cast_mut().cast::<c_void>();
     let ret: isize;
     // SAFETY: clone3 returns twice. In this thread (rax = the pid or
@@ -363,7 +374,7 @@ fn clone_into_cgroup(dir: BorrowedFd<'_>, stack: &mut [u8], args: &mut ChildArgs
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn clone_into_cgroup(_: BorrowedFd<'_>, _: &mut [u8], _: &mut ChildArgs) -> Option<i32> {
+fn clone3_child(_: Option<BorrowedFd<'_>>, _: &mut [u8], _: &mut ChildArgs) -> Option<i32> {
     None
 }
 
@@ -423,7 +434,7 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
             return fail(TERMINAL);
         }
         // Up to here the table is the daemon's: nothing above changed it.
-        if !own_table(args.own_table_below) {
+        if args.own_table_below >= 0 && !own_table(args.own_table_below) {
             return fail(STDIO);
         }
         for (target, &source) in args.stdio.iter().enumerate() {
@@ -605,6 +616,43 @@ mod tests {
         nix::sys::wait::waitpid(pid, None).unwrap();
     }
 
+    /// `cat FILE`, its output on the descriptor `launch` is given.
+    struct Cat {
+        argv: Vec<CString>,
+        program: CString,
+        cwd: CString,
+    }
+
+    impl Cat {
+        fn of(file: &str) -> Cat {
+            Cat {
+                argv: cstrings(&["cat", file]),
+                program: CString::new("/bin/cat").unwrap(),
+                cwd: CString::new("/").unwrap(),
+            }
+        }
+
+        fn launch<'a>(
+            &'a self,
+            stdin: BorrowedFd<'a>,
+            out: BorrowedFd<'a>,
+            cgroups: Option<&'a Join<'a>>,
+        ) -> Launch<'a> {
+            Launch {
+                program: &self.program,
+                argv: &self.argv,
+                envp: &[],
+                cwd: &self.cwd,
+                stdio: [stdin, out, out],
+                inherit: &[],
+                controlling_terminal: false,
+                cgroups,
+                nofile: None,
+                sandbox: None,
+            }
+        }
+    }
+
     /// The files of the process's own descriptors naming `inode`.
     fn held_of(inode: u64) -> usize {
         use std::os::unix::fs::MetadataExt;
@@ -626,22 +674,8 @@ mod tests {
         let pipe = std::fs::metadata(format!("/proc/self/fd/{}", r.as_raw_fd()))
             .unwrap()
             .ino();
-        let argv = cstrings(&["cat", "/proc/self/status"]);
-        let program = CString::new("/bin/cat").unwrap();
-        let cwd = CString::new("/").unwrap();
-        let launch = Launch {
-            program: &program,
-            argv: &argv,
-            envp: &[],
-            cwd: &cwd,
-            stdio: [devnull.as_fd(), w.as_fd(), w.as_fd()],
-            inherit: &[],
-            controlling_terminal: false,
-            cgroups: None,
-            nofile: None,
-            sandbox: None,
-        };
-        let pid = spawn(&launch).unwrap();
+        let cat = Cat::of("/proc/self/status");
+        let pid = spawn(&cat.launch(devnull.as_fd(), w.as_fd(), None)).unwrap();
         assert_eq!(held_of(pipe), 2, "our two ends, no slot's copy");
         drop(w);
         let mut out = String::new();
@@ -683,22 +717,8 @@ mod tests {
         };
         let (r, w) = std::io::pipe().unwrap();
         let devnull = std::fs::File::open("/dev/null").unwrap();
-        let argv = cstrings(&["cat", "/proc/self/cgroup"]);
-        let program = CString::new("/bin/cat").unwrap();
-        let cwd = CString::new("/").unwrap();
-        let launch = Launch {
-            program: &program,
-            argv: &argv,
-            envp: &[],
-            cwd: &cwd,
-            stdio: [devnull.as_fd(), w.as_fd(), w.as_fd()],
-            inherit: &[],
-            controlling_terminal: false,
-            cgroups: Some(&join),
-            nofile: None,
-            sandbox: None,
-        };
-        let pid = spawn(&launch).unwrap();
+        let cat = Cat::of("/proc/self/cgroup");
+        let pid = spawn(&cat.launch(devnull.as_fd(), w.as_fd(), Some(&join))).unwrap();
         drop(w);
         let mut out = String::new();
         std::io::Read::read_to_string(&mut &r, &mut out).unwrap();
