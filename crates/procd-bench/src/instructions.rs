@@ -173,14 +173,16 @@ fn callgrind(out: &Path) -> Command {
 fn daemon_total(ask: Ask, count: u64) -> u64 {
     let home = crate::temp_home("pbi", "monitor_interval_s = 3600\n");
     let exe = std::env::current_exe().expect("own path");
-    let mut daemon = callgrind(&home.path().join("cg.%p"))
-        .arg(exe)
-        .arg("--daemon-child")
-        .arg(home.path())
-        .env("HOME", home.path())
-        .env("PROCD_LOG", "warn")
-        .spawn()
-        .expect("valgrind (apt-get install valgrind)");
+    let mut daemon = Callgrinded(
+        callgrind(&home.path().join("cg.%p"))
+            .arg(exe)
+            .arg("--daemon-child")
+            .arg(home.path())
+            .env("HOME", home.path())
+            .env("PROCD_LOG", "warn")
+            .spawn()
+            .expect("valgrind (apt-get install valgrind)"),
+    );
     let socket = home.path().join("run/procd.sock");
     let mut c = connect_within(&socket, Duration::from_secs(120));
     let pid = call(&mut c, "status", json!({}))["pid"]
@@ -223,12 +225,12 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
     drop(c);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        if daemon.try_wait().ok().flatten().is_some() {
+        if daemon.0.try_wait().ok().flatten().is_some() {
             break;
         }
         if Instant::now() > deadline {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
+            let _ = daemon.0.kill();
+            let _ = daemon.0.wait();
             panic!("the daemon under callgrind did not stop");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -237,6 +239,32 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
         panic!("{why}");
     }
     total_of(&home.path().join(format!("cg.{pid}")))
+}
+
+/// The keeper under callgrind, ended when dropped if it still runs: a
+/// call that panics (the daemon died, and its keeper started another
+/// under callgrind) must not leave them running. SIGTERM first, so the
+/// keeper takes its daemon and their cgroup with it.
+struct Callgrinded(std::process::Child);
+
+impl Drop for Callgrinded {
+    fn drop(&mut self) {
+        use nix::sys::signal::{kill, Signal};
+        if self.0.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.0.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// Which line echo server.
