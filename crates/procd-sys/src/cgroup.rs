@@ -648,15 +648,22 @@ impl SessionCgroup {
             }
             let changed = async {
                 match &mut watch {
-                    Some(watch) => watch.changed().await,
-                    // No inotify (out of watches): look again in a while.
-                    None => tokio::time::sleep(Duration::from_millis(10)).await,
+                    Some(watch) => watch.changed().await.is_ok(),
+                    // No inotify (out of watches, or its instance broke):
+                    // look again in a while.
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        true
+                    }
                 }
             };
-            tokio::select! {
-                _ = changed => {}
+            let watching = tokio::select! {
+                watching = changed => watching,
                 _ = &mut wake => return done(self),
                 _ = tokio::time::sleep_until(deadline) => return done(self),
+            };
+            if !watching {
+                watch = None;
             }
         }
     }

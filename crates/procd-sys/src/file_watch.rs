@@ -33,10 +33,22 @@ pub struct FileWatch {
 impl FileWatch {
     /// Watches `file` for modification.
     pub fn new(file: &Path) -> io::Result<FileWatch> {
-        let instance = Instance::shared()?;
+        loop {
+            if let Some(watch) = FileWatch::on(&Instance::shared()?, file)? {
+                return Ok(watch);
+            }
+        }
+    }
+
+    /// Watches `file` on `instance`; None if it broke meanwhile (it is
+    /// no longer shared then: the caller asks again).
+    fn on(instance: &Arc<Instance>, file: &Path) -> io::Result<Option<FileWatch>> {
         // Held across add_watch: the reader dispatches under this lock,
         // so an event the kernel queues at once finds the entry made.
         let mut watched = instance.watched();
+        if instance.broken.load(Ordering::Acquire) {
+            return Ok(None);
+        }
         let wd = inotify::add_watch(&instance.fd, file, WatchFlags::MODIFY)?;
         // Watching an inode twice gives its first descriptor again.
         let entry = watched.entry(wd).or_insert_with(|| Watched {
@@ -47,24 +59,21 @@ impl FileWatch {
         entry.users += 1;
         let changes = entry.changes.subscribe();
         drop(watched);
-        Ok(FileWatch {
-            instance,
+        Ok(Some(FileWatch {
+            instance: instance.clone(),
             wd,
             changes,
-        })
+        }))
     }
 
     /// Until the file changes. A file that is gone never changes again.
-    /// Once the instance can no longer be read (`Instance::give_up`), a
-    /// change is assumed every `BROKEN_LOOK`, so a waiter looks again
-    /// rather than sleeping forever.
-    pub async fn changed(&mut self) {
-        if self.instance.broken.load(Ordering::Acquire) {
-            return tokio::time::sleep(BROKEN_LOOK).await;
-        }
-        if self.changes.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
+    /// An error: the instance can no longer be read (`Instance::give_up`),
+    /// so this watch will never say so; the caller looks its own way.
+    pub async fn changed(&mut self) -> io::Result<()> {
+        self.changes
+            .changed()
+            .await
+            .map_err(|_| io::Error::other("the shared inotify instance broke"))
     }
 }
 
@@ -93,10 +102,6 @@ pub fn start() -> io::Result<()> {
     Instance::shared().map(drop)
 }
 
-/// How often a watch on an instance that broke says its file changed:
-/// as often as a wait without inotify looks (`SessionCgroup`'s waits).
-const BROKEN_LOOK: std::time::Duration = std::time::Duration::from_millis(10);
-
 /// The shared instance, made on first use; made again after one failed
 /// to be made or broke.
 static SHARED: Mutex<Option<Arc<Instance>>> = Mutex::new(None);
@@ -108,8 +113,8 @@ struct Instance {
     /// last watch, wherever that is).
     fd: crate::inotify::ClosedOffTheLoop,
     watched: Mutex<HashMap<i32, Watched>>,
-    /// Its reader met an error it cannot go on from: its watches wake
-    /// every `BROKEN_LOOK`, and new ones go to a new instance.
+    /// Its reader met an error it cannot go on from: its watches have
+    /// failed, and new ones go to a new instance. Set under `watched`.
     broken: AtomicBool,
 }
 
@@ -175,19 +180,19 @@ impl Instance {
     }
 
     /// After an error reading the instance (none is expected: the buffer
-    /// holds any event of a file watch): its waiters look again now and
-    /// every `BROKEN_LOOK` after, and the next watch makes a new instance.
+    /// holds any event of a file watch): the next watch makes a new
+    /// instance, and every watch of this one fails at once (its sender
+    /// dropped), so its waiter falls back to looking its own way.
     fn give_up(&self, e: rustix::io::Errno) {
-        tracing::error!(error = %e, "cannot read the shared inotify instance; watches fall back to looking every 10 ms");
-        self.broken.store(true, Ordering::Release);
+        tracing::error!(error = %e, "cannot read the shared inotify instance; its watches fail");
         let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
         if shared.as_deref().is_some_and(|s| std::ptr::eq(s, self)) {
             *shared = None;
         }
         drop(shared);
-        for entry in self.watched().values() {
-            entry.changes.send_modify(|n| *n += 1);
-        }
+        let mut watched = self.watched();
+        self.broken.store(true, Ordering::Release);
+        watched.clear();
     }
 }
 
@@ -204,33 +209,28 @@ mod tests {
             .count()
     }
 
-    /// An instance that cannot be read wakes its waiters, then wakes them
-    /// every `BROKEN_LOOK`, and a new watch gets a working instance.
+    /// An instance that cannot be read fails its watches, a waiter's at
+    /// once, and a new watch gets a working instance.
     #[tokio::test]
-    async fn a_broken_instance_falls_back_to_looking_and_is_replaced() {
+    async fn a_broken_instance_fails_its_watches_and_is_replaced() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("f");
         std::fs::write(&file, "").expect("write");
         let mut old = FileWatch::new(&file).expect("watch");
         let broken = old.instance.clone();
-        let waiting = tokio::spawn(async move {
-            old.changed().await;
-            old
-        });
-        // The waiter is asleep on the instance before it breaks.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "no change yet");
+        let mut waiting = std::pin::pin!(old.changed());
+        // Polled once: the waiter is asleep on the instance when it breaks.
+        tokio::select! {
+            biased;
+            woke = &mut waiting => panic!("no change yet, but woke: {woke:?}"),
+            () = std::future::ready(()) => {}
+        }
         broken.give_up(rustix::io::Errno::IO);
         let wait = Duration::from_secs(10);
-        let mut old = tokio::time::timeout(wait, waiting)
+        let failed = tokio::time::timeout(wait, waiting)
             .await
-            .expect("the waiter is woken when the instance breaks")
-            .expect("joined");
-        for _ in 0..3 {
-            tokio::time::timeout(wait, old.changed())
-                .await
-                .expect("and wakes again while it stays broken");
-        }
+            .expect("the waiter is woken when the instance breaks");
+        assert!(failed.is_err(), "and told the watch failed");
         let mut new = FileWatch::new(&file).expect("watch");
         assert!(
             !Arc::ptr_eq(&new.instance, &broken),
@@ -239,7 +239,8 @@ mod tests {
         std::fs::write(&file, "x").expect("write");
         tokio::time::timeout(wait, new.changed())
             .await
-            .expect("which wakes on a change");
+            .expect("which wakes on a change")
+            .expect("and works");
     }
 
     /// Many watches share one instance; each wakes on its own file's
@@ -267,10 +268,12 @@ mod tests {
         let wait = Duration::from_secs(10);
         tokio::time::timeout(wait, watches[7].changed())
             .await
-            .expect("the changed file's watch wakes");
+            .expect("the changed file's watch wakes")
+            .expect("works");
         tokio::time::timeout(wait, twice.changed())
             .await
-            .expect("its second watch wakes too");
+            .expect("its second watch wakes too")
+            .expect("works");
         assert!(
             tokio::time::timeout(Duration::from_millis(50), watches[8].changed())
                 .await
@@ -283,13 +286,15 @@ mod tests {
         std::fs::write(&files[7], "y").expect("write");
         tokio::time::timeout(wait, watches[7].changed())
             .await
-            .expect("still woken after the other watch went");
+            .expect("still woken after the other watch went")
+            .expect("works");
 
         // A removed file wakes its watch once.
         std::fs::remove_file(&files[9]).expect("remove");
         tokio::time::timeout(wait, watches[9].changed())
             .await
-            .expect("removal wakes");
+            .expect("removal wakes")
+            .expect("works");
         drop(watches);
         let instance = Instance::shared().expect("shared");
         let watched = instance.watched();

@@ -21,7 +21,7 @@ impl OomWatch {
                 super::drain(ready.get_inner().as_fd());
                 ready.clear_ready();
             }
-            OomWatch::File(watch) => watch.changed().await,
+            OomWatch::File(watch) => watch.changed().await?,
         }
         Ok(())
     }
