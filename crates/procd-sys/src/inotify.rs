@@ -16,41 +16,29 @@ use tokio::io::unix::AsyncFd;
 /// the event loop; dropping it deregisters it at once and closes it on
 /// the closing thread.
 #[derive(Debug)]
-pub struct Inotify(Option<AsyncFd<OwnedFd>>);
+pub struct Inotify(AsyncFd<ClosedOffTheLoop>);
 
 impl Inotify {
-    /// Registers `fd` with the current runtime's event loop.
-    pub fn register(fd: OwnedFd) -> io::Result<Inotify> {
-        match crate::cgroup::watch_async_or_give_back(fd) {
-            Ok(fd) => Ok(Inotify(Some(fd))),
-            Err((fd, e)) => {
-                close_off_the_loop(fd);
-                Err(e)
-            }
-        }
+    /// Registers `fd` with the current runtime's event loop (if that
+    /// fails, `fd` is dropped: closed off the loop).
+    pub fn register(fd: ClosedOffTheLoop) -> io::Result<Inotify> {
+        // SAFETY: a ClosedOffTheLoop owns its descriptor and lets go of it
+        // only when dropped, so it stays open and the same, and `as_raw_fd`
+        // names it, for the whole life of the AsyncFd that owns it.
+        let registered = unsafe { AsyncFd::register(fd) };
+        registered.map(Inotify).map_err(|e| e.into_parts().1)
     }
 }
 
 impl std::ops::Deref for Inotify {
-    type Target = AsyncFd<OwnedFd>;
-    fn deref(&self) -> &AsyncFd<OwnedFd> {
-        self.0.as_ref().expect("taken only by drop")
+    type Target = AsyncFd<ClosedOffTheLoop>;
+    fn deref(&self) -> &AsyncFd<ClosedOffTheLoop> {
+        &self.0
     }
 }
 
-impl Drop for Inotify {
-    fn drop(&mut self) {
-        let Some(registered) = self.0.take() else {
-            return;
-        };
-        let fd = registered.into_inner();
-        close_off_the_loop(fd);
-    }
-}
-
-/// An inotify descriptor read without the event loop (its queue read
-/// when asked), closed on the closing thread when dropped, whatever
-/// drops it.
+/// An inotify descriptor closed on the closing thread when dropped,
+/// whatever drops it: read when asked, or registered (`Inotify`).
 #[derive(Debug)]
 pub struct ClosedOffTheLoop(Option<OwnedFd>);
 
@@ -63,6 +51,12 @@ impl ClosedOffTheLoop {
 impl std::os::fd::AsFd for ClosedOffTheLoop {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.0.as_ref().expect("taken only by drop").as_fd()
+    }
+}
+
+impl std::os::fd::AsRawFd for ClosedOffTheLoop {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsFd::as_fd(self).as_raw_fd()
     }
 }
 
@@ -100,11 +94,7 @@ pub fn close_off_the_loop(fd: OwnedFd) {
 mod tests {
     use super::*;
 
-    /// Dropped, the descriptor is closed (on the closing thread), never
-    /// leaked. That the close no longer stalls a worker is measured, not
-    /// asserted: the bench's kill rows (a kill's answer went from 3 ms or
-    /// 10-20 ms, by whether a worker was closing an inotify instance, to
-    /// 3 ms).
+    /// A new inotify descriptor and its number.
     fn inotify() -> (OwnedFd, i32) {
         use std::os::fd::AsRawFd;
         let fd = rustix::fs::inotify::init(
@@ -137,7 +127,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dropping_closes_the_descriptor() {
         let (fd, raw) = inotify();
-        drop(Inotify::register(fd).expect("registered"));
+        drop(Inotify::register(ClosedOffTheLoop::new(fd)).expect("registered"));
         tokio::task::spawn_blocking(move || wait_closed(raw))
             .await
             .expect("waited");

@@ -12,7 +12,7 @@ use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use std::collections::HashMap;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 /// Names never watched, wherever they are: version control, dependency,
@@ -189,6 +189,7 @@ impl TreeWatch {
     ) -> Result<Unstarted, WatchError> {
         let io_err = |e: io::Error| WatchError::Io(root.to_path_buf(), e);
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
+            .map(crate::inotify::ClosedOffTheLoop::new)
             .map_err(|e| io_err(e.into()))?;
         let mut dirs = HashMap::new();
         let mut changed_before = Vec::new();
@@ -201,7 +202,7 @@ impl TreeWatch {
         };
         walk.add_below(Path::new(""), &mut dirs, &mut changed_before)?;
         Ok(Unstarted {
-            fd: Some(fd),
+            fd,
             root: root.to_path_buf(),
             ignore,
             dirs,
@@ -285,8 +286,9 @@ impl TreeWatch {
 /// A tree whose watches are added, not yet registered with the event
 /// loop.
 pub struct Unstarted {
-    /// Taken by `start`; closed off the event loop if never started.
-    fd: Option<OwnedFd>,
+    /// A walk never started (an error beside it) may be dropped on the
+    /// event loop: its descriptor is closed off it.
+    fd: crate::inotify::ClosedOffTheLoop,
     root: PathBuf,
     ignore: Ignore,
     dirs: HashMap<i32, PathBuf>,
@@ -295,30 +297,25 @@ pub struct Unstarted {
     pub changed_before: Vec<PathBuf>,
 }
 
-impl Drop for Unstarted {
-    /// A walk never started (an error beside it) may be dropped on the
-    /// event loop: its inotify descriptor is closed off it.
-    fn drop(&mut self) {
-        if let Some(fd) = self.fd.take() {
-            crate::inotify::close_off_the_loop(fd);
-        }
-    }
-}
-
 impl Unstarted {
     /// Registers the tree with the event loop (within a runtime).
-    pub fn start(mut self) -> Result<TreeWatch, WatchError> {
-        let root = self.root.clone();
-        let Some(fd) = self.fd.take() else {
-            return Err(WatchError::Io(root, io::ErrorKind::NotFound.into()));
-        };
-        let fd = crate::inotify::Inotify::register(fd).map_err(|e| WatchError::Io(root, e))?;
+    pub fn start(self) -> Result<TreeWatch, WatchError> {
+        let Unstarted {
+            fd,
+            root,
+            ignore,
+            dirs,
+            max_dirs,
+            changed_before: _,
+        } = self;
+        let fd =
+            crate::inotify::Inotify::register(fd).map_err(|e| WatchError::Io(root.clone(), e))?;
         Ok(TreeWatch {
             fd,
-            root: std::mem::take(&mut self.root),
-            ignore: std::mem::take(&mut self.ignore),
-            dirs: std::mem::take(&mut self.dirs),
-            max_dirs: self.max_dirs,
+            root,
+            ignore,
+            dirs,
+            max_dirs,
         })
     }
 }
