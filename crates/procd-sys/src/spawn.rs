@@ -26,11 +26,11 @@
 //!    daemon is close-on-exec). The child is cloned sharing the daemon's
 //!    table (`CLONE_FILES`) and takes a private copy of its low end only
 //!    (`close_range(CLOSE_RANGE_UNSHARE)`): its sources wait there in
-//!    slots reserved for them (`Slots`). (Where clone3 is refused, as
-//!    under valgrind, a plain clone copies the whole table.) A copy of the whole table would
+//!    slots reserved for them (`Slots`). A copy of the whole table would
 //!    have every file of every session closed again at exec, one by one:
 //!    at 2000 sessions (9000 descriptors) that was a fifth of the
-//!    daemon's CPU per spawn and 2 ms before the program ran;
+//!    daemon's CPU per spawn and 2 ms before the program ran. (Where
+//!    clone3 is refused, as under valgrind, a plain clone copies it.);
 //! 5. `chdir`, the descriptor limit the daemon started with;
 //! 6. for a sandboxed session (`sandbox.rs`), `no_new_privs`, its Landlock
 //!    ruleset and its seccomp filter, made by the parent;
@@ -48,11 +48,11 @@
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 mod slots;
 pub use slots::reserve_slots;
 use slots::Slots;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 /// What to start, prepared entirely before the clone.
 pub struct Launch<'a> {

@@ -15,7 +15,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use tokio::sync::Mutex;
@@ -271,7 +270,9 @@ pub type Serialized = Arc<str>;
 /// the session's address, which the `Weak` it holds keeps from being
 /// reused (a restart's next run, under the same id, is another session).
 pub struct RecordCache<S, M> {
-    by_owner: HashMap<usize, Cached<S, M>, BuildHasherDefault<AddressHasher>>,
+    /// Keyed by address with FxHash: the keys are the daemon's own
+    /// allocations, nothing a client chooses, so no keyed hash is needed.
+    by_owner: rustc_hash::FxHashMap<usize, Cached<S, M>>,
     /// Bumped by each write's pass; a record not visited in the last
     /// pass is dropped once there are many (`trim`).
     pass: u64,
@@ -283,31 +284,6 @@ struct Cached<S, M> {
     moving: M,
     record: Serialized,
     pass: u64,
-}
-
-/// Hashes an address (a `usize` key) with one multiply, its high bits
-/// folded into the low ones that pick the bucket (an address's low bits
-/// are its alignment). The keys are the daemon's own allocations, not
-/// anything a client chooses, so no keyed hash is needed.
-#[derive(Default)]
-pub struct AddressHasher(u64);
-
-impl std::hash::Hasher for AddressHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        // Not what a `usize` key calls; any fold will do.
-        for &b in bytes {
-            self.write_usize((self.0 as usize).rotate_left(8) ^ usize::from(b));
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        let h = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = h ^ (h >> 32);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 impl<S, M: PartialEq> Default for RecordCache<S, M> {
