@@ -223,18 +223,10 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
     call(&mut c, "kill_all", json!({}));
     call(&mut c, "shutdown", json!({}));
     drop(c);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if daemon.0.try_wait().ok().flatten().is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = daemon.0.kill();
-            let _ = daemon.0.wait();
-            panic!("the daemon under callgrind did not stop");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        daemon.ended_within(Duration::from_secs(120)),
+        "the daemon under callgrind did not stop"
+    );
     if let Err(why) = asked {
         panic!("{why}");
     }
@@ -247,23 +239,33 @@ fn daemon_total(ask: Ask, count: u64) -> u64 {
 /// keeper takes its daemon and their cgroup with it.
 struct Callgrinded(std::process::Child);
 
+impl Callgrinded {
+    /// Whether it exits within `limit`; killed (and reaped) if not.
+    fn ended_within(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.0.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+}
+
 impl Drop for Callgrinded {
     fn drop(&mut self) {
         use nix::sys::signal::{kill, Signal};
         if self.0.try_wait().ok().flatten().is_some() {
             return;
         }
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = kill(pid, Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.0.try_wait().ok().flatten().is_none() {
-            if Instant::now() > deadline {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let _ = kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            Signal::SIGTERM,
+        );
+        self.ended_within(Duration::from_secs(60));
     }
 }
 
