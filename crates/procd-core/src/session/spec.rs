@@ -134,19 +134,11 @@ pub struct Restarts {
     /// The launch as a sealed memfd, for the keeper to hold with each run
     /// (made only when there is a keeper).
     pub launch_memfd: Option<std::os::fd::OwnedFd>,
-    /// The run now going, and how the one before it ended.
-    runs: Mutex<(crate::stacks::restart::RunCount, Option<Arc<ExitRecord>>)>,
-    /// From a run's end until the next run starts (its backoff): which
-    /// run is next and when it starts. A checkpoint keeps it, so that the
-    /// next daemon starts that run itself: the one that ended was this
-    /// daemon's child, reaped here, and no keeper will report its exit.
-    next_run: Mutex<Option<NextRun>>,
+    /// Where its runs stand, behind one lock.
+    runs: Mutex<Runs>,
     /// Woken by a termination request: a restart waiting out its backoff
     /// gives up (`notify_one` keeps the wake-up if none waits yet).
     pub stop: tokio::sync::Notify,
-    /// The files whose change ended the last run (`spawn{watch}`), for
-    /// the `restarted` event to name.
-    changed: Mutex<Vec<String>>,
     /// Held while a run's tree is signalled for a change: the tree names
     /// the cgroup the next run gets, so the next run starts only after.
     pub ending: tokio::sync::Mutex<()>,
@@ -164,43 +156,40 @@ impl Restarts {
             plan,
             launch,
             launch_memfd: launch_memfd.flatten(),
-            runs: Mutex::new((runs, last_exit)),
-            next_run: Mutex::new(None),
+            runs: Mutex::new(Runs {
+                count: runs,
+                last_exit,
+                next: None,
+                changed: Vec::new(),
+            }),
             stop: tokio::sync::Notify::new(),
-            changed: Mutex::new(Vec::new()),
             ending: tokio::sync::Mutex::new(()),
         }
     }
 
     /// A run is being ended because `files` changed.
     pub fn ended_by_change(&self, files: Vec<String>) {
-        *self.changed.lock().unwrap_or_else(|e| e.into_inner()) = files;
+        self.lock().changed = files;
     }
 
     /// Whether the run now ending was ended because files changed.
     pub fn change_pending(&self) -> bool {
-        !self
-            .changed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        !self.lock().changed.is_empty()
     }
 
     /// The files whose change ended the last run, once.
     pub fn take_changed(&self) -> Vec<String> {
-        std::mem::take(&mut *self.changed.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut self.lock().changed)
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, (crate::stacks::restart::RunCount, Option<Arc<ExitRecord>>)>
-    {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Runs> {
         self.runs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The run now going (or last gone) and how the one before it ended.
     pub fn runs(&self) -> (crate::stacks::restart::RunCount, Option<Arc<ExitRecord>>) {
-        self.lock().clone()
+        let runs = self.lock();
+        (runs.count, runs.last_exit.clone())
     }
 
     pub fn is_restarting(&self) -> bool {
@@ -209,25 +198,43 @@ impl Restarts {
 
     /// The run its backoff waits for, if it is in one.
     pub fn next_run(&self) -> Option<NextRun> {
-        *self.next_run.lock().unwrap_or_else(|e| e.into_inner())
+        self.lock().next
     }
 
     /// A run ended (`record`, unless a previous daemon already recorded
     /// it) and `next` is due: it is restarting until that starts.
     pub fn run_ended(&self, record: Option<Arc<ExitRecord>>, next: NextRun) {
+        let mut runs = self.lock();
         if let Some(record) = record {
-            self.lock().1 = Some(record);
+            runs.last_exit = Some(record);
         }
-        *self.next_run.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
+        runs.next = Some(next);
     }
 
     /// The next run started (or none will: the session ends).
     pub fn run_started(&self, count: Option<crate::stacks::restart::RunCount>) {
+        let mut runs = self.lock();
         if let Some(count) = count {
-            self.lock().0 = count;
+            runs.count = count;
         }
-        *self.next_run.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        runs.next = None;
     }
+}
+
+/// Where a restarting session's runs stand, changed together.
+struct Runs {
+    /// The run now going (or last gone).
+    count: crate::stacks::restart::RunCount,
+    /// How the run before it ended.
+    last_exit: Option<Arc<ExitRecord>>,
+    /// From a run's end until the next run starts (its backoff): which
+    /// run is next and when it starts. A checkpoint keeps it, so that the
+    /// next daemon starts that run itself: the one that ended was this
+    /// daemon's child, reaped here, and no keeper will report its exit.
+    next: Option<NextRun>,
+    /// The files whose change ended the last run (`spawn{watch}`), for
+    /// the `restarted` event to name.
+    changed: Vec<String>,
 }
 
 /// The run a backoff waits for.
