@@ -1,7 +1,11 @@
 //! One supervised process: what was asked for, its identity, its output,
-//! and its state. A session's state changes in exactly one place, the
-//! supervisor task (`supervise`), which owns the child's exit receiver and
-//! output pipe: it moves the state to `Exited` once, after the final drain.
+//! and its state. What changes of it is in two places, both private to
+//! this file: the `SessionView` its waiters follow (state, readiness,
+//! asks, adoption, the run that replaced it), one watch channel; and the
+//! `Core` only its own methods touch (termination, stdin, slot, what was
+//! seen of its tree), one lock. The supervisor (`supervise`) owns the
+//! child's exit receiver and output pipe; the registry's `record_end`
+//! moves the state to `Exited` once, after the final drain.
 
 use crate::identity::ProcessIdentity;
 use crate::observation::watch::{WatchMatcher, WatchOutcome};
@@ -9,8 +13,7 @@ use crate::output::redact::Redactor;
 use crate::output::store::OutputStore;
 use crate::tree::kill::TreeSpec;
 use procd_proto::CompletionReason;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 
@@ -57,26 +60,55 @@ impl SessionState {
 pub struct Watch {
     pub matcher: Option<WatchMatcher>,
     pub deliver: Box<dyn FnMut(WatchOutcome) + Send>,
-    pub asks: watch::Receiver<Asks>,
+    /// The session's view, whose `asks` the matcher was made from.
+    view: watch::Receiver<SessionView>,
+    /// The `asks_version` the matcher was made from.
+    asks_version: u64,
     pub min_interval: Duration,
     pub max_deliveries: u32,
 }
 
 impl Watch {
+    /// The watch of `session`'s patterns as they are now.
+    pub fn new(
+        session: &Session,
+        deliver: Box<dyn FnMut(WatchOutcome) + Send>,
+        min_interval: Duration,
+        max_deliveries: u32,
+    ) -> Watch {
+        let mut watch = Watch {
+            matcher: None,
+            deliver,
+            view: session.subscribe(),
+            asks_version: 0,
+            min_interval,
+            max_deliveries,
+        };
+        watch.renew();
+        watch
+    }
+
     /// Resolves when the session's asks change (never once it is gone).
     async fn changed(watch: &mut Option<Watch>) {
-        let gone = match watch {
-            Some(w) => w.asks.changed().await.is_err(),
-            None => true,
+        let Some(w) = watch else {
+            return std::future::pending().await;
         };
-        if gone {
+        let version = w.asks_version;
+        if w.view
+            .wait_for(|v| v.asks_version != version)
+            .await
+            .is_err()
+        {
             std::future::pending::<()>().await
         }
     }
 
     /// Matches the patterns asked for now (their counts start again).
     fn renew(&mut self) {
-        let patterns = self.asks.borrow_and_update().watch_patterns.clone();
+        let view = self.view.borrow_and_update();
+        let patterns = view.asks.watch_patterns.clone();
+        self.asks_version = view.asks_version;
+        drop(view);
         self.matcher = WatchMatcher::new(&patterns, self.min_interval, self.max_deliveries);
     }
 }
@@ -99,22 +131,6 @@ pub struct Session {
     started_at_text: String,
     pub started_instant: Instant,
     pub output: Arc<OutputStore>,
-    state: watch::Sender<SessionState>,
-    /// Set as soon as the root has been reaped (its pid is free again).
-    reaped: AtomicBool,
-    termination: Mutex<Option<Termination>>,
-    /// Set while a termination is requested (read per output chunk).
-    terminating: AtomicBool,
-    /// The stdin writer; None once a pipe is closed (or stdin is null).
-    stdin: Mutex<Option<mpsc::Sender<StdinOp>>>,
-    /// Set by close_stdin (a PTY keeps its writer for resizes).
-    stdin_closed: AtomicBool,
-    /// Starts as asked; switched on when watch patterns are exhausted,
-    /// and set by `update`.
-    notify_on_complete: AtomicBool,
-    /// What `update` may change besides: its watch patterns (the
-    /// supervisor wakes on a change and matches the new ones) and `meta`.
-    asks: watch::Sender<Asks>,
     /// Set for a session recovered after a daemon restart: procd no longer
     /// holds its output pipe, so this says what is (un)available.
     pub note: Option<String>,
@@ -122,42 +138,87 @@ pub struct Session {
     pub systemd_unit: Option<String>,
     /// The cgroup its tree lives in, if any (docs/containment.md).
     pub cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
-    /// OOM kills in its cgroup already reported as `oom` events.
-    pub oom_reported: std::sync::atomic::AtomicU64,
     /// Whether its command dumps the environment, so that its output gets
     /// the `NAME=value` redaction pass; worked out once, not per poll.
     pub env_dump: bool,
-    /// The command as callers see it, redacted on first use (see
-    /// `shown_command`).
-    shown_command: OnceLock<String>,
+    /// The command as callers see it, redacted once: neither the command
+    /// nor the daemon's redaction rules change, and polls and lists would
+    /// otherwise run the redaction regexes on every call.
+    shown_command: String,
+    /// Its stdin pipe or terminal (None with `stdin: "null"`, or when the
+    /// root was gone before it could be looked at).
+    pub input: Option<crate::observation::observe::InputId>,
+    /// Its restart policy's state, shared by all its runs.
+    pub restarts: Option<Arc<Restarts>>,
+    /// What others wait on, in one channel: a waiter subscribes once and
+    /// looks again at whatever changed (`SessionView`).
+    view: watch::Sender<SessionView>,
+    /// What only this session's methods read and change, behind one lock
+    /// that is never held across an await or while `view` is sent.
+    core: Mutex<Core>,
+}
+
+/// What a session shows its waiters: its state and everything a change
+/// of which wakes someone (wait, yield, ready, stacks, the checkpoint).
+#[derive(Clone)]
+pub struct SessionView {
+    pub state: SessionState,
+    /// Where it stands against its ready condition (docs/agents.md).
+    pub readiness: crate::observation::readiness::Readiness,
+    /// What `update` may change: its watch patterns and `meta`.
+    pub asks: Asks,
+    /// Moved on by each change of `asks` (the supervisor's watch renews
+    /// its matcher only then, so its counts survive other changes).
+    asks_version: u64,
+    /// Starts as asked; switched on when watch patterns are exhausted,
+    /// and set by `update`.
+    pub notify_on_complete: bool,
     /// Processes that escaped the group and the marker and were still the
     /// root's children (it is their subreaper) when the root exited: they
     /// were reparented to the daemon, and this records whose they were.
     /// `None` until the scan after the root's exit has run.
-    adopted: watch::Sender<Option<Arc<[ProcessIdentity]>>>,
+    pub adopted: Option<Arc<[ProcessIdentity]>>,
+    /// The run that replaced this one (set in the same change that marks
+    /// this one exited, so whoever waits on it follows on to the next).
+    pub successor: Option<Arc<Session>>,
+    /// Moved on by every change to what the checkpoint record holds
+    /// beyond the fixed spec: a write remakes the record only when this
+    /// moved, without visiting those (`record_version`).
+    record_version: u64,
+}
+
+/// What a session keeps for itself, changed together under one lock.
+struct Core {
+    /// Set as soon as the root has been reaped (its pid is free again).
+    reaped: bool,
+    /// Why procd is ending it, while it is (the supervisor reports the
+    /// exit as killed or timeout rather than exited, and the noise filter
+    /// knows kill reports are coming).
+    termination: Option<Termination>,
+    /// The stdin writer; None once a pipe is closed (or stdin is null).
+    stdin: Option<mpsc::Sender<StdinOp>>,
+    /// Set by close_stdin (a PTY keeps its writer for resizes).
+    stdin_closed: bool,
     /// The `max_running` slot this session holds while it runs.
-    slot: Mutex<Option<crate::admission::slot::RunningSlot>>,
-    /// What is known of its tree and its input (docs/agents.md), behind one lock.
-    seen: Mutex<Seen>,
-    /// Its stdin pipe or terminal (None with `stdin: "null"`, or when the
-    /// root was gone before it could be looked at).
-    pub input: Option<crate::observation::observe::InputId>,
-    /// Where it stands against its ready condition (docs/agents.md).
-    readiness: watch::Sender<crate::observation::readiness::Readiness>,
+    slot: Option<crate::admission::slot::RunningSlot>,
+    /// What is known of its tree and its input (docs/agents.md).
+    seen: Seen,
     /// A duplicate of the output pipe's read end (or the PTY master), to
     /// ask how much output the supervisor has not read yet; dropped at the
     /// exit, so a leftover writer is not kept from EPIPE.
-    output_probe: Mutex<Option<std::os::fd::OwnedFd>>,
-    /// Its restart policy's state, shared by all its runs.
-    pub restarts: Option<Arc<Restarts>>,
-    /// The run that replaced this one (set before this one is marked
-    /// exited, so whoever waits on it follows on to the next).
-    successor: OnceLock<Arc<Session>>,
-    /// Moved on after each change to what its checkpoint record holds
-    /// beyond the fixed spec (its exit, readiness, `notify_on_complete`,
-    /// asks): a write remakes the record only when this moved, without
-    /// visiting those (`record_version`).
-    record_version: std::sync::atomic::AtomicU64,
+    output_probe: Option<std::os::fd::OwnedFd>,
+    /// OOM kills in its cgroup already reported as `oom` events.
+    oom_reported: u64,
+}
+
+impl Core {
+    /// Output the program wrote that the supervisor has not read yet: a
+    /// prompt in flight is not silence.
+    fn output_unread(&self) -> bool {
+        self.output_probe
+            .as_ref()
+            .is_some_and(|fd| rustix::io::ioctl_fionread(fd).is_ok_and(|n| n > 0))
+    }
 }
 
 /// What a caller may change of a running session (`update`).
@@ -200,6 +261,9 @@ impl Started {
 }
 
 impl Session {
+    /// The one constructor: a session spawned here, handed over by the
+    /// keeper, or recovered from the checkpoint (`Origin`).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: String,
         spec: SessionSpec,
@@ -207,7 +271,37 @@ impl Session {
         output: Arc<OutputStore>,
         stdin: Option<mpsc::Sender<StdinOp>>,
         started: Started,
+        origin: Origin,
+        redactor: &Redactor,
     ) -> Session {
+        let view = SessionView {
+            state: SessionState::Running,
+            readiness: crate::observation::readiness::Readiness::Unconditioned,
+            asks: Asks {
+                watch_patterns: spec.watch_patterns.clone().into(),
+                meta: spec.meta.clone(),
+            },
+            asks_version: 0,
+            notify_on_complete: spec.notify_on_complete,
+            adopted: None,
+            successor: None,
+            record_version: 0,
+        };
+        let core = Core {
+            // Not our child (handed over or recovered): no pid to pin.
+            reaped: origin != Origin::Spawned,
+            termination: None,
+            stdin_closed: stdin.is_none() && origin != Origin::Spawned,
+            stdin,
+            slot: None,
+            seen: Seen::default(),
+            output_probe: None,
+            oom_reported: 0,
+        };
+        let note = (origin == Origin::Recovered).then(|| {
+            "recovered after a procd restart: output up to the restart is in the log; live output and stdin are unavailable"
+                .to_string()
+        });
         Session {
             id,
             identity,
@@ -215,61 +309,26 @@ impl Session {
             started_at_text: crate::clock::rfc3339(started.wall),
             started_instant: started.instant,
             output,
-            state: watch::channel(SessionState::Running).0,
-            reaped: AtomicBool::new(false),
-            termination: Mutex::new(None),
-            terminating: AtomicBool::new(false),
-            stdin: Mutex::new(stdin),
-            stdin_closed: AtomicBool::new(false),
-            notify_on_complete: AtomicBool::new(spec.notify_on_complete),
-            asks: watch::channel(Asks {
-                watch_patterns: spec.watch_patterns.clone().into(),
-                meta: spec.meta.clone(),
-            })
-            .0,
-            note: None,
+            note,
             systemd_unit: None,
             cgroup: None,
-            oom_reported: std::sync::atomic::AtomicU64::new(0),
             env_dump: crate::output::redact::is_env_dump(&spec.command),
-            shown_command: OnceLock::new(),
-            adopted: watch::channel(None).0,
-            slot: Mutex::new(None),
-            seen: Mutex::new(Seen::default()),
+            shown_command: redactor.command(&spec.command).into_owned(),
             input: None,
-            readiness: watch::channel(crate::observation::readiness::Readiness::Unconditioned).0,
-            output_probe: Mutex::new(None),
             restarts: None,
-            successor: OnceLock::new(),
-            record_version: std::sync::atomic::AtomicU64::new(0),
+            view: watch::channel(view).0,
+            core: Mutex::new(core),
             spec,
         }
     }
 
-    /// A session re-adopted from the checkpoint: not our child, no stdin,
-    /// output only as far as its log reached.
-    /// A session a previous daemon started and the keeper handed over:
-    /// live (output, stdin, exit all come through), but not our child, so
-    /// its root's pid is not pinned (signals go through the identity guard
-    /// with its start time).
-    pub fn handed_over(
-        id: String,
-        spec: SessionSpec,
-        identity: ProcessIdentity,
-        output: Arc<OutputStore>,
-        stdin: Option<mpsc::Sender<StdinOp>>,
-        started_at: SystemTime,
-    ) -> Session {
-        let mut s = Session::new(id, spec, identity, output, stdin, Started::at(started_at));
-        s.reaped.store(true, Ordering::SeqCst);
-        if s.stdin
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none()
-        {
-            s.stdin_closed.store(true, Ordering::SeqCst);
-        }
-        s
+    fn core(&self) -> std::sync::MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The core of a session not yet shared.
+    fn core_mut(&mut self) -> &mut Core {
+        self.core.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
     /// When it started, as RFC 3339 (`started_at` on the wire).
@@ -277,29 +336,9 @@ impl Session {
         &self.started_at_text
     }
 
-    pub fn recovered(
-        id: String,
-        spec: SessionSpec,
-        identity: ProcessIdentity,
-        output: Arc<OutputStore>,
-        started_at: SystemTime,
-    ) -> Session {
-        let mut s = Session::new(id, spec, identity, output, None, Started::at(started_at));
-        s.reaped.store(true, Ordering::SeqCst); // never our child: no pin
-        s.stdin_closed.store(true, Ordering::SeqCst);
-        s.note = Some(
-            "recovered after a procd restart: output up to the restart is in the log; live output and stdin are unavailable"
-                .into(),
-        );
-        s
-    }
-
-    /// The command as returned to callers: redacted once, since neither the
-    /// command nor the daemon's redaction rules change (polls and lists
-    /// would otherwise run the redaction regexes on every call).
-    pub fn shown_command(&self, redactor: &Redactor) -> &str {
-        self.shown_command
-            .get_or_init(|| redactor.command(&self.spec.command).into_owned())
+    /// The command as returned to callers (redacted).
+    pub fn shown_command(&self) -> &str {
+        &self.shown_command
     }
 
     pub fn is_detached(&self) -> bool {
@@ -311,15 +350,25 @@ impl Session {
     }
 
     pub fn state(&self) -> SessionState {
-        self.state.borrow().clone()
+        self.view.borrow().state.clone()
     }
 
     pub fn is_running(&self) -> bool {
-        matches!(*self.state.borrow(), SessionState::Running)
+        matches!(self.view.borrow().state, SessionState::Running)
     }
 
-    pub fn subscribe_state(&self) -> watch::Receiver<SessionState> {
-        self.state.subscribe()
+    /// Follows every change of its `SessionView` (state, readiness,
+    /// asks, adoption, successor).
+    pub fn subscribe(&self) -> watch::Receiver<SessionView> {
+        self.view.subscribe()
+    }
+
+    /// Changes its view, and its checkpoint record's version with it.
+    fn change_view(&self, change: impl FnOnce(&mut SessionView)) {
+        self.view.send_modify(|view| {
+            change(view);
+            view.record_version += 1;
+        });
     }
 
     /// Waits until the session has exited (or `limit` passes), following
@@ -335,27 +384,27 @@ impl Session {
     }
 
     async fn wait_ended(&self, deadline: Option<tokio::time::Instant>) -> Option<Arc<ExitRecord>> {
-        let mut record = self.wait_run_exited(deadline).await?;
-        let mut next = self.successor.get().cloned();
+        let (mut record, mut next) = self.wait_run_exited(deadline).await?;
         while let Some(run) = next {
-            record = run.wait_run_exited(deadline).await?;
-            next = run.successor.get().cloned();
+            (record, next) = run.wait_run_exited(deadline).await?;
         }
         Some(record)
     }
 
-    /// Waits until this run has exited (or `deadline` passes).
+    /// Waits until this run has exited (or `deadline` passes); returns
+    /// its exit and the run that replaced it, if one did.
     async fn wait_run_exited(
         &self,
         deadline: Option<tokio::time::Instant>,
-    ) -> Option<Arc<ExitRecord>> {
-        let mut rx = self.state.subscribe();
-        let exited = rx.wait_for(|s| s.exit().is_some());
+    ) -> Option<(Arc<ExitRecord>, Option<Arc<Session>>)> {
+        let mut rx = self.view.subscribe();
+        let exited = rx.wait_for(|v| v.state.exit().is_some());
         let result = match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, exited).await.ok()?,
             None => exited.await,
         };
-        result.ok().and_then(|state| state.exit().cloned())
+        let view = result.ok()?;
+        Some((view.state.exit()?.clone(), view.successor.clone()))
     }
 
     /// Names this run in a once-only event's key: the id, and the run
@@ -368,14 +417,14 @@ impl Session {
     }
 
     /// The run that replaced this one, if a restart did.
-    pub fn successor(&self) -> Option<&Arc<Session>> {
-        self.successor.get()
+    pub fn successor(&self) -> Option<Arc<Session>> {
+        self.view.borrow().successor.clone()
     }
 
     /// The session's run now: this one, or the last that replaced it.
     pub fn current(self: &Arc<Self>) -> Arc<Session> {
         let mut run = self.clone();
-        while let Some(next) = run.successor.get().cloned() {
+        while let Some(next) = run.successor() {
             run = next;
         }
         run
@@ -383,21 +432,29 @@ impl Session {
 
     /// What identifies this session's processes for the kill code.
     pub fn tree(&self) -> TreeSpec {
+        let root_pinned = !self.core().reaped;
+        let adopted = self
+            .view
+            .borrow()
+            .adopted
+            .as_deref()
+            .unwrap_or(&[])
+            .to_vec();
         TreeSpec {
             root: self.identity,
             pgid: self.identity.pid,
             marker: format!("PROCD_SESSION_ID={}", self.id).into_bytes(),
-            root_pinned: !self.reaped.load(Ordering::SeqCst),
-            adopted: self.adopted.borrow().as_deref().unwrap_or(&[]).to_vec(),
+            root_pinned,
+            adopted,
             cgroup: self.cgroup.clone(),
         }
     }
 
-    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    /// The supervisor: its root has been reaped (its pid is free again).
+    fn mark_reaped(&self) {
+        self.core().reaped = true;
     }
 
-    /// The last observation of its tree (empty once it has exited).
     /// What the last observation saw of its tree, and whether files
     /// under its cwd changed since it started: one look (a running
     /// session only; poll and list ask both).
@@ -410,30 +467,31 @@ impl Session {
         if !self.is_running() {
             return Default::default();
         }
-        let seen = self.seen();
-        (seen.observed.clone(), seen.stale.clone())
+        let core = self.core();
+        (core.seen.observed.clone(), core.seen.stale.clone())
     }
 
     /// Files under its cwd changed (`observation/stale.rs`'s watch).
     pub fn mark_stale(&self, changed: Vec<std::path::PathBuf>) {
-        let mut seen = self.seen();
+        let seen = &mut self.core().seen;
         seen.stale = Some(crate::observation::stale::Stale::add(
             seen.stale.take(),
             changed,
         ));
     }
 
+    /// The last observation of its tree (empty once it has exited).
     pub fn observed(&self) -> crate::observation::observe::Observation {
         if !self.is_running() {
             return Default::default();
         }
-        self.seen().observed.clone()
+        self.core().seen.observed.clone()
     }
 
     /// Records an observation; returns the ports that are new since the last.
     pub fn set_observed(&self, mut now: crate::observation::observe::Observation) -> Vec<u16> {
         let quiet = self.output.quiet_for();
-        let mut seen = self.seen();
+        let seen = &mut self.core().seen;
         let idle = seen.idle_for(quiet);
         // A run of "blocked reading" observations goes on only while
         // nothing happened since it began.
@@ -459,14 +517,15 @@ impl Session {
     /// Whether its resources were last read longer than `age` ago (or
     /// never).
     pub fn resources_older_than(&self, age: Duration) -> bool {
-        self.seen()
+        self.core()
+            .seen
             .resources_read
             .is_none_or(|read| read.elapsed() > age)
     }
 
     /// Resources read just now, newer than the last observation's.
     pub fn set_resources(&self, resources: procd_proto::Resources) {
-        let mut seen = self.seen();
+        let seen = &mut self.core().seen;
         seen.observed.resources = resources;
         seen.resources_read = Some(Instant::now());
     }
@@ -474,7 +533,12 @@ impl Session {
     /// Whether anything can be typed into it (a pipe or terminal that is
     /// still open, of a running session).
     pub fn takes_input(&self) -> bool {
-        self.input.is_some() && !self.stdin_closed() && self.is_running()
+        let open = !self.core().stdin_closed;
+        self.takes_input_given(open)
+    }
+
+    fn takes_input_given(&self, stdin_open: bool) -> bool {
+        self.input.is_some() && stdin_open && self.is_running()
     }
 
     /// How long nothing has happened on its terminal or pipes: no output,
@@ -482,13 +546,13 @@ impl Session {
     /// sent; until then it still looks blocked in its read).
     pub fn idle_for(&self) -> Duration {
         let quiet = self.output.quiet_for();
-        self.seen().idle_for(quiet)
+        self.core().seen.idle_for(quiet)
     }
 
     /// Whether the last observation saw a process blocked reading its
     /// input (a run that `waiting_for_input` may soon confirm).
     pub fn seen_reading_input(&self) -> bool {
-        let seen = self.seen();
+        let seen = &self.core().seen;
         seen.observed.reading_input && seen.observed.reading_since.is_some()
     }
 
@@ -499,24 +563,21 @@ impl Session {
     /// way through the kernel — a PTY's flip buffer — and show up later.)
     pub fn waiting_for_input(&self) -> bool {
         let quiet = self.output.quiet_for();
-        let seen = self.seen();
-        self.waiting_given(&seen, quiet)
+        let core = self.core();
+        self.waiting_given(&core, quiet)
     }
 
-    /// `waiting_for_input` with the state already locked.
-    fn waiting_given(&self, seen: &Seen, output_quiet: Duration) -> bool {
-        self.takes_input()
-            && seen.blocked_reading(seen.idle_for(output_quiet))
-            && !self.output_unread()
+    /// `waiting_for_input` with the core already locked.
+    fn waiting_given(&self, core: &Core, output_quiet: Duration) -> bool {
+        self.takes_input_given(!core.stdin_closed)
+            && core.seen.blocked_reading(core.seen.idle_for(output_quiet))
+            && !core.output_unread()
     }
 
     /// Keeps `fd` (a duplicate of where its output is read from) to tell
     /// unread output from quiet.
     pub fn set_output_probe(&mut self, fd: std::os::fd::OwnedFd) {
-        *self
-            .output_probe
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner()) = Some(fd);
+        self.core_mut().output_probe = Some(fd);
     }
 
     /// Returns once every byte written to the output before the call is
@@ -525,8 +586,8 @@ impl Session {
     /// pipe still is.
     pub async fn output_drained(&self) {
         let empty = || {
-            let probe = self.output_probe.lock().unwrap_or_else(|e| e.into_inner());
-            probe
+            self.core()
+                .output_probe
                 .as_ref()
                 .is_some_and(|fd| rustix::io::ioctl_fionread(fd) == Ok(0))
         };
@@ -535,18 +596,9 @@ impl Session {
         }
     }
 
-    /// Output the program wrote that the supervisor has not read yet: a
-    /// prompt in flight is not silence.
-    fn output_unread(&self) -> bool {
-        let probe = self.output_probe.lock().unwrap_or_else(|e| e.into_inner());
-        probe
-            .as_ref()
-            .is_some_and(|fd| rustix::io::ioctl_fionread(fd).is_ok_and(|n| n > 0))
-    }
-
     /// Records that input was written (a new episode may begin).
     pub fn note_input(&self) {
-        let mut seen = self.seen();
+        let seen = &mut self.core().seen;
         seen.last_input = Some(Instant::now());
         seen.input_wanted_at = None;
     }
@@ -555,73 +607,65 @@ impl Session {
     /// was sent for this episode (same output end, not seen reading since).
     pub fn take_input_wanted(&self) -> bool {
         let quiet = self.output.quiet_for();
-        let mut seen = self.seen();
-        if !self.waiting_given(&seen, quiet) {
-            if !seen.observed.reading_input {
-                seen.input_wanted_at = None;
+        let mut core = self.core();
+        if !self.waiting_given(&core, quiet) {
+            if !core.seen.observed.reading_input {
+                core.seen.input_wanted_at = None;
             }
             return false;
         }
         let end = self.output.end();
-        if seen.input_wanted_at == Some(end) {
+        if core.seen.input_wanted_at == Some(end) {
             return false;
         }
-        seen.input_wanted_at = Some(end);
+        core.seen.input_wanted_at = Some(end);
         true
     }
 
     pub fn readiness(&self) -> crate::observation::readiness::Readiness {
-        *self.readiness.borrow()
-    }
-
-    pub fn subscribe_readiness(&self) -> watch::Receiver<crate::observation::readiness::Readiness> {
-        self.readiness.subscribe()
+        self.view.borrow().readiness
     }
 
     pub fn set_readiness(&self, now: crate::observation::readiness::Readiness) {
-        self.readiness.send_replace(now);
-        self.record_moved();
+        self.change_view(|view| view.readiness = now);
     }
 
     /// Gives the session its running slot (before it is shared).
     pub fn hold_slot(&mut self, slot: crate::admission::slot::RunningSlot) {
-        *self.slot.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(slot);
+        self.core_mut().slot = Some(slot);
     }
 
     /// Takes the running slot (a restart hands it to the next run).
     pub fn take_slot(&self) -> Option<crate::admission::slot::RunningSlot> {
-        self.slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.core().slot.take()
     }
 
     /// Gives the running slot back (once; later calls find none).
     pub fn release_slot(&self) {
-        drop(self.slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let slot = self.core().slot.take();
+        drop(slot);
     }
 
     /// Records the orphans the root left to the daemon (see `adopted`).
     pub fn set_adopted(&self, orphans: Vec<ProcessIdentity>) {
-        self.adopted.send_replace(Some(orphans.into()));
+        self.view
+            .send_modify(|view| view.adopted = Some(orphans.into()));
     }
 
     /// Waits (up to `limit`) until the orphans the root left behind are
     /// known, so that a kill right after the exit still finds them.
     pub async fn adoption_known(&self, limit: Duration) {
-        let mut rx = self.adopted.subscribe();
-        let _ = tokio::time::timeout(limit, rx.wait_for(Option::is_some)).await;
+        let mut rx = self.view.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|v| v.adopted.is_some())).await;
     }
 
     /// Records why the session is being ended; the first request wins.
     /// A restart waiting out its backoff gives up.
     pub fn request_termination(&self, reason: CompletionReason, source: &str) {
-        let mut t = self.termination.lock().unwrap_or_else(|e| e.into_inner());
-        if t.is_none() {
-            *t = Some(Termination {
-                reason,
-                source: source.to_string(),
-            });
-        }
-        self.terminating.store(true, Ordering::SeqCst);
-        drop(t);
+        self.core().termination.get_or_insert_with(|| Termination {
+            reason,
+            source: source.to_string(),
+        });
         if let Some(restarts) = &self.restarts {
             restarts.stop.notify_one();
         }
@@ -629,107 +673,131 @@ impl Session {
 
     /// Forgets a termination request that did not end the session.
     pub fn clear_termination(&self) {
-        *self.termination.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.terminating.store(false, Ordering::SeqCst);
+        self.core().termination = None;
+    }
+
+    /// Why procd is ending it, if it is (used for reporting).
+    pub fn termination(&self) -> Option<Termination> {
+        self.core().termination.clone()
+    }
+
+    /// Whether a termination is requested (read per output chunk).
+    fn terminating(&self) -> bool {
+        self.core().termination.is_some()
+    }
+
+    /// OOM kills in its cgroup already reported as `oom` events.
+    pub fn oom_reported(&self) -> u64 {
+        self.core().oom_reported
+    }
+
+    /// Raises the count of OOM kills reported to `kills`; returns the
+    /// count before.
+    pub fn count_oom_reported(&self, kills: u64) -> u64 {
+        let mut core = self.core();
+        let before = core.oom_reported;
+        core.oom_reported = before.max(kills);
+        before
     }
 
     pub fn notify_on_complete(&self) -> bool {
-        self.notify_on_complete.load(Ordering::SeqCst)
+        self.view.borrow().notify_on_complete
     }
 
     pub fn enable_notify_on_complete(&self) {
-        self.notify_on_complete.store(true, Ordering::SeqCst);
-        self.record_moved();
+        self.set_notify_on_complete(true);
     }
 
     pub fn set_notify_on_complete(&self, on: bool) {
-        self.notify_on_complete.store(on, Ordering::SeqCst);
-        self.record_moved();
+        self.change_view(|view| view.notify_on_complete = on);
     }
 
     /// Where its checkpoint record's changing part stands: read before
     /// the record is made, so a change that races the making moves it
     /// again and the next write remakes it.
     pub(crate) fn record_version(&self) -> u64 {
-        self.record_version.load(Ordering::Acquire)
-    }
-
-    /// After a change to what `record_version` covers.
-    fn record_moved(&self) {
-        self.record_version.fetch_add(1, Ordering::Release);
+        self.view.borrow().record_version
     }
 
     /// Its `meta` as the wire shows it.
     pub fn meta(&self) -> Option<serde_json::Value> {
-        self.asks.borrow().meta.as_deref().cloned()
+        self.view.borrow().asks.meta.as_deref().cloned()
     }
 
     /// Its watch patterns and `meta` as they are now.
     pub fn asks(&self) -> Asks {
-        self.asks.borrow().clone()
+        self.view.borrow().asks.clone()
     }
 
     /// Changes its watch patterns or `meta` (`update`); a supervisor
-    /// following `subscribe_asks` matches new patterns from its next read.
+    /// following the view matches new patterns from its next read.
     pub fn change_asks(&self, change: impl FnOnce(&mut Asks)) {
-        self.asks.send_modify(change);
-        self.record_moved();
-    }
-
-    pub fn subscribe_asks(&self) -> watch::Receiver<Asks> {
-        self.asks.subscribe()
+        self.change_view(|view| {
+            change(&mut view.asks);
+            view.asks_version += 1;
+        });
     }
 
     pub fn stdin_closed(&self) -> bool {
-        self.stdin_closed.load(Ordering::SeqCst)
+        self.core().stdin_closed
     }
 
     /// Marks stdin closed; false if it already was.
     pub fn mark_stdin_closed(&self) -> bool {
-        !self.stdin_closed.swap(true, Ordering::SeqCst)
+        !std::mem::replace(&mut self.core().stdin_closed, true)
     }
 
     pub fn stdin_sender(&self) -> Option<mpsc::Sender<StdinOp>> {
-        self.stdin.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.core().stdin.clone()
     }
 
     /// Marks this run replaced by `next` (a restart), then exited.
     pub(crate) fn mark_replaced(&self, next: Arc<Session>, record: Arc<ExitRecord>) {
-        let _ = self.successor.set(next);
-        self.mark_exited(record);
+        self.end_run(record, Some(next));
     }
 
-    /// The one place a session's state changes: Running -> Exited, once.
+    /// Running -> Exited, once.
     pub(crate) fn mark_exited(&self, record: Arc<ExitRecord>) {
+        self.end_run(record, None);
+    }
+
+    /// The one place a session's state moves to Exited: its successor
+    /// (if a restart replaced it) is set in the same change, so a waiter
+    /// that sees the exit sees where the session went on.
+    fn end_run(&self, record: Arc<ExitRecord>, successor: Option<Arc<Session>>) {
         // Stdin is useless now; dropping our sender ends the writer task.
-        self.take_stdin();
-        drop(
-            self.output_probe
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
-        self.state.send_if_modified(|state| match state {
+        // The probe goes too (a leftover writer then sees EPIPE).
+        let (stdin, probe) = {
+            let mut core = self.core();
+            (core.stdin.take(), core.output_probe.take())
+        };
+        drop((stdin, probe));
+        self.view.send_if_modified(|view| match view.state {
             SessionState::Running => {
-                *state = SessionState::Exited(record);
+                view.state = SessionState::Exited(record);
+                view.successor = successor;
+                view.record_version += 1;
                 true
             }
             SessionState::Exited(_) => false,
         });
-        self.record_moved();
     }
 
     /// Drops our handle to the stdin writer (closing stdin once it is idle).
     pub fn take_stdin(&self) -> Option<mpsc::Sender<StdinOp>> {
-        self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.core().stdin.take()
     }
 }
 
-/// Whether termination was requested for `session` (used for reporting).
-pub fn termination_of(session: &Session) -> Option<Termination> {
-    session
-        .termination
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
+/// Where a session comes from: it is the constructor's only difference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Spawned by this daemon: our child, its pid pinned until reaped.
+    Spawned,
+    /// Started by a previous daemon and handed over live by the keeper:
+    /// output, stdin and exit come through, but it is not our child.
+    HandedOver,
+    /// Re-adopted from the checkpoint: no output pipe and no stdin, its
+    /// output only as far as its log reached.
+    Recovered,
 }

@@ -76,7 +76,7 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
     let cwd = session.spec.cwd.clone();
     let started = session.started_at;
     let weak = Arc::downgrade(session);
-    let mut state = session.subscribe_state();
+    let mut state = session.subscribe();
     let id = session.id.clone();
     let span = tracing::info_span!("session", id = %id);
     let watching = async move {
@@ -84,7 +84,7 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
         // and costs no walk; the walk finds what changed meanwhile.
         tokio::select! {
             _ = tokio::time::sleep(WATCH_AFTER) => {}
-            _ = state.wait_for(|s| !matches!(s, SessionState::Running)) => return,
+            _ = state.wait_for(|v| !matches!(v.state, SessionState::Running)) => return,
         }
         let Some(_place) = places.try_take(MAX_WATCHED_SESSIONS) else {
             tracing::info!(session = %id, "not watched for staleness: {MAX_WATCHED_SESSIONS} sessions are");
@@ -123,7 +123,7 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
                     (Err(e), _) => return said(&id, &e),
                     (_, None) => return,
                 },
-                _ = state.wait_for(|s| !matches!(s, SessionState::Running)) => return,
+                _ = state.wait_for(|v| !matches!(v.state, SessionState::Running)) => return,
             }
         }
     };

@@ -11,7 +11,6 @@ use crate::session::{ExitRecord, Session};
 use crate::tree::kill::{self, signal_name};
 use procd_proto::{CompletionReason, Event};
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -29,9 +28,7 @@ impl Registry {
             // A kill the watcher has not reported yet comes before the end.
             reg.report_oom(session);
         }
-        let record = if record.reason == CompletionReason::Exited
-            && session.oom_reported.load(Ordering::SeqCst) > 0
-        {
+        let record = if record.reason == CompletionReason::Exited && session.oom_reported() > 0 {
             Arc::new(ExitRecord {
                 reason: CompletionReason::Oom,
                 ..(*record).clone()
@@ -77,7 +74,7 @@ impl Registry {
             return false;
         };
         let kills = cgroup.oom_kills();
-        let before = session.oom_reported.fetch_max(kills, Ordering::SeqCst);
+        let before = session.count_oom_reported(kills);
         if kills <= before {
             return false;
         }
@@ -118,13 +115,13 @@ impl Registry {
         let me = self.me.clone();
         let session = session.clone();
         tokio::spawn(async move {
-            let mut state = session.subscribe_state();
+            let mut state = session.subscribe();
             loop {
                 tokio::select! {
                     signalled = watch.signalled() => if signalled.is_err() {
                         return;
                     },
-                    _ = state.wait_for(|s| s.exit().is_some()) => return,
+                    _ = state.wait_for(|v| v.state.exit().is_some()) => return,
                 }
                 // v1 signals when the OOM begins and counts the kill a
                 // moment later, with no second signal: look a few times.
@@ -201,7 +198,7 @@ impl Registry {
         }
         self.notifications.publish(Event::Exited {
             session_id: session.id.clone(),
-            command: session.shown_command(&self.redactor).to_string(),
+            command: session.shown_command().to_string(),
             task_id: session.spec.task_id.clone(),
             session_key: session.spec.session_key.clone(),
             exit_code: record.exit_code,

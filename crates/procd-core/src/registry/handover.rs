@@ -10,7 +10,7 @@ use crate::observation::readiness::Readiness;
 use crate::output::source::OutputSource;
 use crate::output::store::OutputStore;
 use crate::persist::checkpoint::CheckpointEntry;
-use crate::session::{self, Session, StdinSink};
+use crate::session::{self, Origin, Session, Started, StdinSink};
 use procd_keeper::HandedSession;
 use procd_proto::StdinMode;
 use std::os::fd::OwnedFd;
@@ -159,13 +159,15 @@ impl Registry {
             }
         };
         let stdin_tx = sink.map(stdin_writer);
-        let mut session = Session::handed_over(
+        let mut session = Session::new(
             e.session_id.clone(),
             spec,
             e.root(),
             Arc::new(output),
             stdin_tx,
-            e.started_at(),
+            Started::at(e.started_at()),
+            Origin::HandedOver,
+            &self.redactor,
         );
         session.systemd_unit = e.systemd_unit.clone();
         session.cgroup = e.cgroup().map(Arc::new);

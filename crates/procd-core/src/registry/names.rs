@@ -95,7 +95,7 @@ impl Registry {
             return Ok(NameCheck::Free);
         };
         if self.same_service(&running.spec, spec) {
-            let mut reused = super::present::spawn_result(&self.redactor, &running);
+            let mut reused = super::present::spawn_result(&running);
             reused.reused = true;
             return Ok(NameCheck::Reused(Box::new(reused)));
         }
@@ -103,7 +103,7 @@ impl Registry {
             return Err(Error::WrongState(format!(
                 "name {name:?} already runs as {} ({}) with another command, cwd or env; pass replace: true to replace it",
                 running.id,
-                running.shown_command(&self.redactor),
+                running.shown_command(),
             )));
         }
         let grace = self.grace(None);

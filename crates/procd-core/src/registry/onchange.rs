@@ -6,7 +6,7 @@
 //! has its own follower: the next one walks the tree again.
 
 use super::Registry;
-use crate::session::{Session, SessionState};
+use crate::session::{Session, SessionState, SessionView};
 use crate::stacks::onchange::{ChangeAction, ChangePlan, MAX_WAIT};
 use procd_sys::timer::PreciseTimer;
 use procd_sys::tree_watch::TreeWatch;
@@ -36,7 +36,7 @@ impl Registry {
             return;
         };
         let (me, weak) = (self.me.clone(), Arc::downgrade(run));
-        let mut state = run.subscribe_state();
+        let mut state = run.subscribe();
         let (started, cwd) = (run.started_at, run.spec.cwd.clone());
         let span = tracing::info_span!("session", id = %run.id, pid = run.pid());
         let following = async move {
@@ -65,9 +65,9 @@ impl Registry {
 }
 
 /// Until the run is no longer running.
-async fn ended(state: &mut tokio::sync::watch::Receiver<SessionState>) {
-    let _ = state
-        .wait_for(|s| !matches!(s, SessionState::Running))
+async fn ended(view: &mut tokio::sync::watch::Receiver<SessionView>) {
+    let _ = view
+        .wait_for(|v| !matches!(v.state, SessionState::Running))
         .await;
 }
 

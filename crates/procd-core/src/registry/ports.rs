@@ -186,7 +186,7 @@ impl Registry {
                 result.session_id = Some(session.id.clone());
                 result.name = session.spec.name.as_ref().map(|n| n.as_str().to_owned());
                 result.project = session.spec.project.as_ref().map(|p| p.as_str().to_owned());
-                result.command = Some(session.shown_command(&self.redactor).to_owned());
+                result.command = Some(session.shown_command().to_owned());
                 result.cwd = Some(session.spec.cwd.display().to_string());
                 result.pid = result.pid.or(Some(session.pid()));
             }

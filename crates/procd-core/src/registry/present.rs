@@ -111,13 +111,13 @@ pub(super) fn prompt(r: &Redactor, s: &Session) -> String {
 }
 
 /// A running session as `spawn` answers it (no yield, not reused).
-pub(super) fn spawn_result(r: &Redactor, s: &Session) -> SpawnResult {
+pub(super) fn spawn_result(s: &Session) -> SpawnResult {
     SpawnResult {
         session_id: s.id.clone(),
         pid: s.pid(),
         pty: s.spec.pty,
         status: SessionStatus::Running,
-        command: s.shown_command(r).to_string(),
+        command: s.shown_command().to_string(),
         started_at: s.started_at_text().to_string(),
         reused: false,
         port_in_use: None,
@@ -140,7 +140,7 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         session_id: s.id.clone(),
         name: s.spec.name.as_ref().map(|n| n.to_string()),
         project: s.spec.project.as_ref().map(|p| p.to_string()),
-        command: s.shown_command(r).to_string(),
+        command: s.shown_command().to_string(),
         status: status_of(&state),
         pid: s.pid(),
         started_at: s.started_at_text().to_string(),
@@ -176,7 +176,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         name: s.spec.name.as_ref().map(|n| n.to_string()),
         project: s.spec.project.as_ref().map(|p| p.to_string()),
         stack_file: s.spec.stack_file.as_ref().map(|f| f.display().to_string()),
-        command: first_chars(s.shown_command(r), 200).to_string(),
+        command: first_chars(s.shown_command(), 200).to_string(),
         cwd: s.spec.cwd.display().to_string(),
         pid: s.pid(),
         status: status_of(&state),
@@ -202,7 +202,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
 
 pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Event {
     let output = redacted_tail(r, s, WAIT_OUTPUT_CHARS);
-    let command = s.shown_command(r).to_string();
+    let command = s.shown_command().to_string();
     let tests = tests(r, s);
     // A test run's counts and failures say what its output's tail would.
     let said = match &tests {
@@ -340,7 +340,7 @@ impl Registry {
             session_id: s.id.clone(),
             session_key: s.spec.session_key.clone(),
             task_id: s.spec.task_id.clone(),
-            command: s.shown_command(&self.redactor).to_string(),
+            command: s.shown_command().to_string(),
             text,
             meta: s.meta(),
         }
@@ -348,7 +348,7 @@ impl Registry {
 
     /// `About` for an agent event (docs/agents.md): `what` completes "Background process ID …".
     pub(super) fn about_event(&self, s: &Session, what: &str) -> About {
-        let command = s.shown_command(&self.redactor).to_string();
+        let command = s.shown_command().to_string();
         let text = format!(
             "Background process {} {what}. Command: {}",
             s.id,

@@ -125,7 +125,7 @@ impl Registry {
         let Some(session) = self.until_started(entry, wait).await? else {
             return Ok(self.queued_result(entry));
         };
-        let mut result = spawn_result(&self.redactor, &session);
+        let mut result = spawn_result(&session);
         let left = wait.saturating_sub(began.elapsed());
         self.yield_into(&mut result, &session, left, params, true)
             .await?;

@@ -71,7 +71,7 @@ impl Registry {
         loop {
             // Subscribe before looking, so no change between the two is lost.
             let mut output_changed = s.output.subscribe();
-            let mut state_changed = s.subscribe_state();
+            let mut state_changed = s.subscribe();
             let state = s.state();
             if state.exit().is_some() && s.successor().is_some() {
                 s = s.current(); // restarted: its log goes on
@@ -160,7 +160,7 @@ impl Registry {
             original_chars: cut.original_chars,
             kept_error_lines: cut.kept_error_lines,
             session_id: s.id.clone(),
-            command: s.shown_command(&self.redactor).to_string(),
+            command: s.shown_command().to_string(),
             status: status_of(&s.state()),
             output,
             total_lines: total,
@@ -246,7 +246,7 @@ fn queued_read(cursor: u64) -> ReadResult {
 /// between that look and this wait is lost.
 pub(super) async fn next_change(
     output: &mut tokio::sync::watch::Receiver<u64>,
-    state: &mut tokio::sync::watch::Receiver<session::SessionState>,
+    state: &mut tokio::sync::watch::Receiver<session::SessionView>,
     wake: tokio::time::Instant,
 ) {
     tokio::select! {

@@ -40,7 +40,7 @@ impl Registry {
             let mut lines = LineMatcher::default();
             let mut cursor = 0u64;
             let mut output_rx = s.output.subscribe();
-            let mut state_rx = s.subscribe_state();
+            let mut state_rx = s.subscribe();
             let mut timed_out = false;
             let mut next_probe = tokio::time::Instant::now();
             loop {

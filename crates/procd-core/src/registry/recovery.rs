@@ -6,7 +6,7 @@ use crate::identity::ProcessIdentity;
 use crate::observation::readiness::Readiness;
 use crate::output::store::OutputStore;
 use crate::persist::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Recorded, Serialized};
-use crate::session::{self, ExitRecord, Session, SessionSpec};
+use crate::session::{self, ExitRecord, Origin, Session, SessionSpec, Started};
 use crate::tree::kill;
 use crate::tree::scope::Scopes;
 use procd_proto::{CompletionReason, ProjectName, QueueName, SessionName, StdinMode};
@@ -109,7 +109,7 @@ impl Registry {
             sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
             restart: s.restarts.as_deref().map(restart_record),
             session_id: s.id.clone(),
-            command: s.shown_command(&self.redactor).to_string(),
+            command: s.shown_command().to_string(),
             pid: s.pid(),
             start_time: s.identity.start_time,
             identity: Some(crate::identity::RecordedIdentity {
@@ -431,12 +431,15 @@ impl Registry {
         .ok()?;
         // Ended: no output comes (a restart's opens it again).
         output.close_log();
-        let mut session = Session::recovered(
+        let mut session = Session::new(
             e.session_id.clone(),
             recovered_spec(e),
             e.root(),
             Arc::new(output),
-            e.started_at(),
+            None,
+            Started::at(e.started_at()),
+            Origin::Recovered,
+            &self.redactor,
         );
         session.note = note;
         session.restarts = restarts;
@@ -477,12 +480,15 @@ impl Registry {
         .await
         .ok()?
         .ok()?;
-        let mut session = Session::recovered(
+        let mut session = Session::new(
             e.session_id.clone(),
             recovered_spec(e),
             identity,
             Arc::new(output),
-            e.started_at(),
+            None,
+            Started::at(e.started_at()),
+            Origin::Recovered,
+            &self.redactor,
         );
         session.systemd_unit = e.systemd_unit.clone();
         session.cgroup = e.cgroup().map(Arc::new);

@@ -184,12 +184,10 @@ impl Registry {
                 _ = handing_over.wait_for(|h| *h) => return,
             }
         }
-        if self.closing.load(std::sync::atomic::Ordering::SeqCst)
-            && crate::session::termination_of(&run).is_none()
-        {
+        if self.closing.load(std::sync::atomic::Ordering::SeqCst) && run.termination().is_none() {
             return; // stopping: no new run, and no end to record here
         }
-        if crate::session::termination_of(&run).is_none() {
+        if run.termination().is_none() {
             match self.start_next_run(&run, &restarts, &launch, count).await {
                 Ok(()) => return,
                 Err(e) => {
@@ -201,7 +199,7 @@ impl Registry {
         }
         restarts.run_started(None);
         let (_, last) = restarts.runs();
-        let termination = crate::session::termination_of(&run);
+        let termination = run.termination();
         let record = Arc::new(ExitRecord {
             exit_code: last.as_ref().and_then(|l| l.exit_code),
             signal: last.as_ref().and_then(|l| l.signal),
@@ -290,7 +288,7 @@ impl Registry {
         self.notifications.publish(Event::Started {
             session_id: id.clone(),
             pid: next.pid(),
-            command: next.shown_command(&self.redactor).to_string(),
+            command: next.shown_command().to_string(),
             task_id: next.spec.task_id.clone(),
             session_key: next.spec.session_key.clone(),
             pty: next.spec.pty,
@@ -306,7 +304,7 @@ impl Registry {
         }
         self.supervise_in_background(next.clone(), reader, exit_rx, super::spawn::RunStart::Fresh);
         self.watch_oom(&next);
-        if let Some(t) = crate::session::termination_of(run) {
+        if let Some(t) = run.termination() {
             let grace = self.grace(None);
             self.terminate(&next, libc::SIGTERM, grace, t.reason, &t.source)
                 .await;

@@ -9,11 +9,11 @@ use super::{yields::yield_duration, Registry, INSTANCE_VAR};
 use crate::child::rewrite::rewrite_compound_background;
 use crate::error::Error;
 use crate::observation::readiness::Readiness;
-use crate::observation::watch::{WatchMatcher, WatchOutcome};
+use crate::observation::watch::WatchOutcome;
 use crate::output::noise::NoiseFilter;
 use crate::output::source::OutputSource;
 use crate::output::store::OutputStore;
-use crate::session::{self, Session, SessionSpec, StdinSink};
+use crate::session::{self, Origin, Session, SessionSpec, StdinSink};
 use crate::tree::kill;
 use crate::tree::scope::unit_name;
 use procd_proto::{
@@ -283,7 +283,7 @@ impl Registry {
         if let Err(e) = checkpointed {
             return Err(self.refuse_unrecoverable(&session, e).await);
         }
-        let result = super::present::spawn_result(&self.redactor, &session);
+        let result = super::present::spawn_result(&session);
         Ok((result, session))
     }
 
@@ -323,7 +323,7 @@ impl Registry {
         self.notifications.publish(Event::Started {
             session_id: session.id.clone(),
             pid: session.pid(),
-            command: session.shown_command(&self.redactor).to_string(),
+            command: session.shown_command().to_string(),
             task_id: session.spec.task_id.clone(),
             session_key: session.spec.session_key.clone(),
             pty: session.spec.pty,
@@ -477,7 +477,16 @@ impl Registry {
             }
         };
         let ready = spec.ready.clone();
-        let mut session = Session::new(id.clone(), spec, identity, output, stdin_tx, started);
+        let mut session = Session::new(
+            id.clone(),
+            spec,
+            identity,
+            output,
+            stdin_tx,
+            started,
+            Origin::Spawned,
+            &self.redactor,
+        );
         session.systemd_unit = unit;
         session.cgroup = cgroup;
         session.input = input;
@@ -541,19 +550,12 @@ impl Registry {
                     reg.deliver_watch(&s, outcome);
                 }
             });
-            let mut watch = session::Watch {
-                matcher: None,
+            Some(session::Watch::new(
+                &session,
                 deliver,
-                asks: session.subscribe_asks(),
-                min_interval: Duration::from_secs_f64(self.config.watch_min_interval_s),
-                max_deliveries: self.config.watch_max_deliveries,
-            };
-            watch.matcher = WatchMatcher::new(
-                &session.asks().watch_patterns,
-                watch.min_interval,
-                watch.max_deliveries,
-            );
-            Some(watch)
+                Duration::from_secs_f64(self.config.watch_min_interval_s),
+                self.config.watch_max_deliveries,
+            ))
         };
         let tests = match run {
             RunStart::Fresh => {

@@ -241,7 +241,7 @@ impl Registry {
         Ok(WaitAnyResult {
             condition: hit.outcome,
             session_id: Some(s.id.clone()),
-            command: Some(s.shown_command(&self.redactor).to_string()),
+            command: Some(s.shown_command().to_string()),
             status: Some(status_of(&state)),
             line: hit.line,
             prompt,
@@ -262,8 +262,8 @@ impl Registry {
 /// readiness, and the event stream (the monitor's "waiting for input").
 struct Wakes {
     outputs: Vec<tokio::sync::watch::Receiver<u64>>,
-    states: Vec<tokio::sync::watch::Receiver<crate::session::SessionState>>,
-    readies: Vec<tokio::sync::watch::Receiver<crate::observation::readiness::Readiness>>,
+    /// Each session's view: its state and readiness.
+    views: Vec<tokio::sync::watch::Receiver<crate::session::SessionView>>,
     events: crate::notify::Live,
 }
 
@@ -273,15 +273,13 @@ impl Wakes {
         let events = registry.notifications.subscribe();
         let mut wakes = Wakes {
             outputs: Vec::with_capacity(watched.len()),
-            states: Vec::with_capacity(watched.len()),
-            readies: Vec::with_capacity(watched.len()),
+            views: Vec::with_capacity(watched.len()),
             events,
         };
         for w in watched {
             w.session = w.session.current();
             wakes.outputs.push(w.session.output.subscribe());
-            wakes.states.push(w.session.subscribe_state());
-            wakes.readies.push(w.session.subscribe_readiness());
+            wakes.views.push(w.session.subscribe());
         }
         wakes
     }
@@ -294,12 +292,7 @@ impl Wakes {
                 changed_or_never(rx.changed().await).await
             }));
         }
-        for rx in &mut self.states {
-            futures.push(Box::pin(async move {
-                changed_or_never(rx.changed().await).await
-            }));
-        }
-        for rx in &mut self.readies {
+        for rx in &mut self.views {
             futures.push(Box::pin(async move {
                 changed_or_never(rx.changed().await).await
             }));

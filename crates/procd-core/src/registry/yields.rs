@@ -28,13 +28,12 @@ impl Registry {
     ) -> Result<Yielded, Error> {
         let deadline = tokio::time::Instant::now() + wait;
         let awaited_ready = await_ready && s.readiness().awaited();
-        let mut readiness_changed = s.subscribe_readiness();
         let mut next_probe = tokio::time::Instant::now();
         let mut waiting = false;
         loop {
             let mut output_changed = s.output.subscribe();
-            let mut state_changed = s.subscribe_state();
-            readiness_changed.borrow_and_update();
+            // (Readiness is in the view too: a change of it wakes this.)
+            let mut state_changed = s.subscribe();
             if !s.is_running() {
                 break;
             }
@@ -75,10 +74,7 @@ impl Registry {
                     _ => next_probe,
                 });
             }
-            tokio::select! {
-                _ = next_change(&mut output_changed, &mut state_changed, wake) => {}
-                _ = readiness_changed.changed() => {}
-            }
+            next_change(&mut output_changed, &mut state_changed, wake).await;
         }
         self.yielded(s, from, budget, waiting).await
     }

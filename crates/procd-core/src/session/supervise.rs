@@ -4,7 +4,7 @@
 //! and exit it wakes only for the timeout, a watch's linger, a flooded
 //! log's tidy and a flood hold, each armed only while it applies.
 
-use super::{termination_of, ExitRecord, Session, Watch};
+use super::{ExitRecord, Session, Watch};
 use crate::observation::watch::{WatchMatcher, WatchOutcome};
 use crate::output::noise::NoiseFilter;
 use crate::output::source::{OutputSource, MIN_READ_BUF};
@@ -12,7 +12,6 @@ use crate::output::store::OutputStore;
 use crate::testrun::TestRun;
 use crate::tree::reaper::ChildExit;
 use procd_proto::CompletionReason;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{oneshot, watch};
@@ -25,7 +24,7 @@ pub async fn supervise_detached(
     pidfd: crate::pidfd::PidFd,
 ) -> Arc<ExitRecord> {
     while !pidfd.wait_exit(Duration::from_secs(3600)).await {}
-    let termination = termination_of(&session);
+    let termination = session.termination();
     session.output.finish();
     Arc::new(ExitRecord {
         exit_code: None,
@@ -123,7 +122,7 @@ pub async fn supervise(
             }
         }
     };
-    session.reaped.store(true, Ordering::SeqCst);
+    session.mark_reaped();
     if !eof {
         reading.drain(&session, &mut output, final_drain).await;
     }
@@ -158,8 +157,7 @@ impl Reading {
     /// filter, and feeds what passed to the watch and the test run.
     async fn took(&mut self, session: &Session, n: usize) {
         let store = &session.output;
-        self.noise
-            .set_terminating(session.terminating.load(Ordering::Relaxed));
+        self.noise.set_terminating(session.terminating());
         store_chunk(store, &mut self.noise, &self.buf[..n], &mut self.filtered).await;
         watch_step(&mut self.watch, |m, now| m.feed(&self.filtered, now));
         tests_step(store, &mut self.tests, &self.filtered);
@@ -222,11 +220,7 @@ impl Reading {
 /// How the session ended: the child's status (None when unknowable), and
 /// why, from the termination procd started if it did.
 fn exit_record(session: &Session, exit: Option<ChildExit>) -> Arc<ExitRecord> {
-    let termination = session
-        .termination
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let termination = session.termination();
     let (exit_code, signal) = match exit {
         Some(ChildExit::Code(c)) => (Some(c), None),
         Some(ChildExit::Signal(s)) => (Some(-s), Some(s)),

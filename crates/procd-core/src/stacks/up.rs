@@ -233,7 +233,7 @@ async fn ready(session: &Arc<Session>) -> Result<(), String> {
     let mut session = session.clone();
     while let Err(e) = run_ready(&session).await {
         match session.successor() {
-            Some(next) => session = next.clone(),
+            Some(next) => session = next,
             None => return Err(e),
         }
     }
@@ -242,22 +242,23 @@ async fn ready(session: &Arc<Session>) -> Result<(), String> {
 
 /// Waits for one run's ready condition.
 async fn run_ready(session: &Session) -> Result<(), String> {
-    let mut readiness = session.subscribe_readiness();
-    let mut state = session.subscribe_state();
+    let mut view = session.subscribe();
     loop {
-        match *readiness.borrow_and_update() {
-            Readiness::Unconditioned | Readiness::Ready { .. } => return Ok(()),
-            Readiness::Pending { timed_out: true } => {
-                return Err("it missed its ready timeout".into())
+        {
+            let now = view.borrow_and_update();
+            match now.readiness {
+                Readiness::Unconditioned | Readiness::Ready { .. } => return Ok(()),
+                Readiness::Pending { timed_out: true } => {
+                    return Err("it missed its ready timeout".into())
+                }
+                Readiness::Pending { timed_out: false } => {}
             }
-            Readiness::Pending { timed_out: false } => {}
+            if let SessionState::Exited(e) = &now.state {
+                return Err(format!("it ended before it was ready: {}", ended(e)));
+            }
         }
-        if let SessionState::Exited(e) = &*state.borrow_and_update() {
-            return Err(format!("it ended before it was ready: {}", ended(e)));
-        }
-        tokio::select! {
-            changed = readiness.changed() => if changed.is_err() { return Err("it is gone".into()) },
-            changed = state.changed() => if changed.is_err() { return Err("it is gone".into()) },
+        if view.changed().await.is_err() {
+            return Err("it is gone".into());
         }
     }
 }
