@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Counts what docs/ARCHITECTURE.md's house rules bound (issue 49): files
 over 800 lines and functions over 80 lines in crates/*/src (tests and the
-bench excluded), as `scripts/house-counts.py [--list]` prints them.
+bench excluded), as `scripts/house-counts.py [--list]` prints them; and
+the synchronisation primitives in a session's shared part (the fields of
+`Session`, and of the `Restarts` its runs share, whose type is a lock, a
+channel's sender, an atomic, a once-cell or a `Notify`).
 
 A function's length is from its `fn` line to its closing brace, found by
 matching braces outside strings, chars and comments: a reader's count, not
@@ -68,6 +71,20 @@ def functions(path: pathlib.Path):
         yield m.group(1), start, end - start + 1
 
 
+PRIMITIVE = re.compile(
+    r"\b(Mutex|RwLock|watch::Sender|Atomic[A-Za-z0-9]+|OnceLock|OnceCell|Notify)\b"
+)
+
+
+def primitives(path: pathlib.Path, struct: str) -> list[str]:
+    """The fields of `struct` in `path` whose type is a primitive."""
+    code = code_only(path.read_text())
+    m = re.search(r"\bstruct\s+" + struct + r"\s*\{", code)
+    body = code[m.end():code.index("\n}", m.end())]
+    fields = re.findall(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?([a-z_]+):\s*([^\n]+)", body, re.M)
+    return [name for name, ty in fields if PRIMITIVE.search(ty)]
+
+
 def main() -> None:
     sources = [
         p for p in sorted(ROOT.glob("crates/*/src/**/*.rs"))
@@ -86,6 +103,11 @@ def main() -> None:
                 long_fns.append((p, name, line, length))
     print(f"files over {FILE_LIMIT} lines: {len(long_files)}")
     print(f"functions over {FN_LIMIT} lines: {len(long_fns)}")
+    core = ROOT / "crates/procd-core/src"
+    shared = [("Session", core / "session.rs"), ("Restarts", core / "session/spec.rs")]
+    for struct, path in shared:
+        names = primitives(path, struct)
+        print(f"synchronisation primitives in {struct}: {len(names)} ({', '.join(names)})")
     if "--list" in sys.argv:
         for p, n in long_files:
             print(f"  {p.relative_to(ROOT)}: {n} lines")
