@@ -191,6 +191,40 @@ fn printed_markers_random_bytes_quotes_and_prompts_do_not_end_a_command() {
     run_ok(&d, &sh, "echo after", 0, "after\n");
 }
 
+/// A command is read byte for byte whatever the shell's locale: an
+/// ASCII one without a switch of locale (docs/shells.md), another in the
+/// C locale, and the next header right after either.
+#[test]
+fn commands_in_any_script_and_locale_arrive_byte_for_byte() {
+    let d = Daemon::start();
+    for locale in ["C.UTF-8", "C"] {
+        let sh = open(&d, json!({"env": {"LC_ALL": locale}}));
+        let chars = if locale == "C" { 9 } else { 6 };
+        run_ok(
+            &d,
+            &sh,
+            "x='caf\u{e9} \u{20ac}'; printf '%s|%s' \"$x\" \"${#x}\"",
+            0,
+            &format!("caf\u{e9} \u{20ac}|{chars}"),
+        );
+        run_ok(
+            &d,
+            &sh,
+            "printf '%s|' \"$x\" 'a b' \"$LC_ALL\"",
+            0,
+            &format!("caf\u{e9} \u{20ac}|a b|{locale}|"),
+        );
+        run_ok(
+            &d,
+            &sh,
+            "printf '\u{6f22}\u{5b57}'; (exit 3)",
+            3,
+            "\u{6f22}\u{5b57}",
+        );
+        run_ok(&d, &sh, "echo after", 0, "after\n");
+    }
+}
+
 #[test]
 fn an_interrupt_ends_the_command_even_a_loop_and_the_shell_lives_on() {
     let d = Daemon::start();

@@ -1,8 +1,8 @@
 //! The shell's side: the bash loop a shell session runs, the line a
 //! command is sent as, and the records of its ends.
 //!
-//! The loop reads a line `<n> <nonce> <length>` and the command's bytes
-//! from fd 3 (the command FIFO), runs each command in the shell itself
+//! The loop reads a header of fixed width (`Header::Fixed`) and the
+//! command's bytes from fd 3 (the command FIFO), runs each command in the shell itself
 //! (`.` of fd 6, a sealed memfd that holds `builtin eval "$__procd_cmd"`,
 //! so `cd`, variables, functions, aliases and options stay, and a trap
 //! can `return` from the command), with fds 3–5 closed for the command,
@@ -34,10 +34,13 @@ __procd_on_int='[[ -n $__procd_busy ]] && { __procd_intr=1; set -T; trap "(( \${
 __procd_on_err='__procd_st=$?; if [[ $- == *e* ]]; then if (( ${#BASH_SOURCE[@]} )); then builtin return $__procd_st; else set +e; __procd_e_hit=1; fi; fi'
 builtin trap -- "$__procd_on_int" INT
 set -E
-while IFS=' ' builtin read -r -u 3 __procd_n __procd_nonce __procd_len; do
-  [[ $__procd_n && $__procd_n != *[!0-9]* && $__procd_len && $__procd_len != *[!0-9]* ]] || continue
-  __procd_cmd=
-  (( __procd_len == 0 )) || LC_ALL=C IFS= builtin read -r -N "$__procd_len" -u 3 __procd_cmd
+while IFS= builtin read -r -N 61 -u 3 __procd_h; do
+  __procd_n=${__procd_h:0:20} __procd_nonce=${__procd_h:21:16} __procd_len=${__procd_h:38:20}
+  [[ ${#__procd_h} == 61 && $__procd_n != *[!0-9]* && $__procd_len != *[!0-9]* ]] || continue
+  __procd_n=$((10#$__procd_n)) __procd_len=$((10#$__procd_len)) __procd_cmd=
+  if (( __procd_len == 0 )); then :
+  elif [[ ${__procd_h:59:1} == a ]]; then IFS= builtin read -r -N "$__procd_len" -u 3 __procd_cmd
+  else LC_ALL=C IFS= builtin read -r -N "$__procd_len" -u 3 __procd_cmd; fi
   (( __procd_n > __procd_last )) || continue
   __procd_last=$__procd_n
   [[ $__procd_x == *x* ]] && __procd_cmd="set -x; $__procd_cmd"
@@ -75,12 +78,39 @@ pub const CTL: &str = "ctl";
 pub const ENDS: &str = "ends";
 pub const WAKE: &str = "wake";
 
-/// What sends command `n`: a line `N NONCE LEN`, then the command's LEN
-/// bytes as they are. bash reads a FIFO a byte at a time for a line, but
-/// `read -N` takes the LEN bytes in one read (in the C locale, where a
-/// character is a byte).
-pub fn command_line(n: u64, nonce: &str, command: &str) -> Vec<u8> {
-    let mut line = format!("{n} {nonce} {}\n", command.len()).into_bytes();
+/// How many characters a command's nonce has.
+pub const NONCE_CHARS: usize = 16;
+
+/// How a shell's loop reads a command's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Header {
+    /// `N NONCE LEN A\n`, 61 bytes: the numbers zero-padded to 20
+    /// digits, the nonce `NONCE_CHARS`, `A` is `a` when the command is
+    /// ASCII. bash reads a FIFO a byte at a time for a line, but `read -N`
+    /// takes a count in one read: two reads a command, not sixty. An ASCII
+    /// command has as many characters as bytes in any locale, so it is
+    /// read without switching bash to the C locale and back, which costs
+    /// a fifth of the loop's time under a UTF-8 `LANG`; another one is
+    /// read in the C locale, where a character is a byte.
+    Fixed,
+    /// `N NONCE LEN\n`, what the loop of a daemon before read (a shell
+    /// it started may be taken over by this one).
+    Line,
+}
+
+/// What sends command `n`: its header, then the command's LEN bytes as
+/// they are.
+pub fn command_line(header: Header, n: u64, nonce: &str, command: &str) -> Vec<u8> {
+    let len = command.len();
+    let mut line = match header {
+        Header::Fixed => {
+            debug_assert_eq!(nonce.len(), NONCE_CHARS);
+            let ascii = if command.is_ascii() { 'a' } else { 'u' };
+            format!("{n:020} {nonce} {len:020} {ascii}\n")
+        }
+        Header::Line => format!("{n} {nonce} {len}\n"),
+    }
+    .into_bytes();
     line.extend_from_slice(command.as_bytes());
     line
 }
@@ -204,13 +234,115 @@ pub fn make_dir(dir: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// Runs the loop in bash, in `locale`, on the channels of a fresh
+    /// directory, sends it `commands`, and returns each one's output and
+    /// end record.
+    fn run_loop(locale: &str, commands: &[&str]) -> Vec<(String, EndRecord)> {
+        let dir = tempfile::tempdir().unwrap();
+        let shell = dir.path().join("shell");
+        make_dir(&shell).unwrap();
+        std::fs::write(shell.join("source"), SOURCE).unwrap();
+        let mut sent = Vec::new();
+        for (i, command) in commands.iter().enumerate() {
+            let n = i as u64 + 1;
+            let nonce = format!("{n:016x}");
+            // Each output ends at a mark of its own, on stdout, and the
+            // command's status stays (a `return` from the sourced file).
+            let marked = format!("{command}\ns=$?; printf '<%s>' {n}; return $s");
+            sent.extend(command_line(Header::Fixed, n, &nonce, &marked));
+        }
+        let ctl = shell.join(CTL);
+        // The FIFO holds them all (a few hundred bytes) until the loop reads.
+        let wire = format!(
+            "exec 3<>{ctl:?} 4>>{:?} 5>/dev/null 6<{:?}; eval \"$PROCD_SHELL_LOOP\"",
+            shell.join(ENDS),
+            shell.join("source"),
+        );
+        // Bounded: a loop that waits for bytes that never come fails the
+        // test (its stdout ends) instead of hanging it.
+        let mut child = std::process::Command::new("timeout")
+            .args(["30", "bash", "-c", &wire])
+            .env(LOOP_VAR, LOOP)
+            .env("LC_ALL", locale)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let mut fifo = std::fs::OpenOptions::new().write(true).open(&ctl).unwrap();
+            fifo.write_all(&sent).unwrap();
+        }
+        let mut out = Vec::new();
+        let mut stdout = child.stdout.take().unwrap();
+        let last = format!("<{}>", commands.len());
+        while !String::from_utf8_lossy(&out).ends_with(&last) {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            let n = stdout.read(&mut buf).unwrap();
+            assert!(n > 0, "the loop ended: {}", String::from_utf8_lossy(&out));
+            out.extend_from_slice(&buf[..n]);
+        }
+        // The last end is written after its mark: wait for it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let ends = loop {
+            let (ends, _) = parse_ends(&std::fs::read(shell.join(ENDS)).unwrap());
+            if ends.len() == commands.len() || std::time::Instant::now() > deadline {
+                break ends;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        // SIGTERM, which `timeout` passes on to bash (a SIGKILL would end
+        // `timeout` alone and leave bash running).
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        child.wait().unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let ends = ends.into_iter().map(|r| match r {
+            Record::Ended(end) => end,
+            begun => panic!("a begin record in the file: {begun:?}"),
+        });
+        let outputs = (1..=commands.len()).scan(text.as_str(), |rest, n| {
+            let (output, after) = rest.split_once(&format!("<{n}>"))?;
+            *rest = after;
+            Some(output.to_string())
+        });
+        outputs.zip(ends).collect()
+    }
+
     #[test]
-    fn bash_reads_a_command_back_byte_for_byte_in_any_locale() {
+    fn the_loop_reads_each_command_byte_for_byte_in_any_locale() {
+        let commands = [
+            "x='caf\u{e9} \u{20ac}'; printf '%s|' \"$x\" \"${#x}\"",
+            "printf '%s|' \"$x\" 'a b' '\\x41' \"$LC_ALL\"",
+            "printf '\u{6f22}\u{5b57}\\t|'; false",
+        ];
+        for locale in ["C.UTF-8", "C"] {
+            let ran = run_loop(locale, &commands);
+            let outputs: Vec<_> = ran.iter().map(|(o, _)| o.as_str()).collect();
+            let length = if locale == "C" { 9 } else { 6 };
+            assert_eq!(
+                outputs,
+                [
+                    format!("caf\u{e9} \u{20ac}|{length}|"),
+                    format!("caf\u{e9} \u{20ac}|a b|\\x41|{locale}|"),
+                    "\u{6f22}\u{5b57}\t|".to_string(),
+                ],
+                "in {locale}"
+            );
+            let ends: Vec<_> = ran.iter().map(|(_, e)| (e.n, e.status)).collect();
+            assert_eq!(ends, [(1, 0), (2, 0), (3, 1)], "in {locale}");
+        }
+    }
+
+    #[test]
+    fn a_line_header_reads_as_the_loop_before_read_it() {
         let command = "echo 'a b'\n\\x41 \u{e9}\u{20ac}\t\\c  ";
-        let mut sent = command_line(7, "ab12", command);
+        let mut sent = command_line(Header::Line, 7, "ab12", command);
         sent.extend_from_slice(b"8 cd34 2\nls");
+        // The reads of the loop before the fixed header.
+        let read = r#"IFS=' ' read -r n nonce len; LC_ALL=C IFS= read -r -N $len cmd; printf '%s|%s|%s' "$n" "$cmd" "$(head -c 8)""#;
         let out = std::process::Command::new("bash")
-            .args(["-c", "IFS=' ' read -r n nonce len; LC_ALL=C IFS= read -r -N $len cmd; printf '%s|%s|%s' \"$n\" \"$cmd\" \"$(head -c 8)\""])
+            .args(["-c", read])
             .env("LC_ALL", "C.UTF-8")
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

@@ -17,6 +17,11 @@ const MAX_JOURNAL_BYTES: u64 = 4 << 20;
 pub struct ShellFile {
     pub session_id: String,
     pub name: Option<String>,
+    /// Whether its loop reads the fixed-width header (`boot::Header`):
+    /// absent from the file of a shell whose loop reads a line, as the
+    /// loop of a daemon before it did, so that an upgrade keeps it going.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fixed_header: bool,
 }
 
 /// A journal line.

@@ -106,6 +106,8 @@ struct Shell {
     id: String,
     dir: PathBuf,
     name: Option<String>,
+    /// How its loop reads a command's header.
+    header: boot::Header,
     session: Arc<Session>,
     /// One command at a time: a run holds it from its send to its end.
     turn: Arc<tokio::sync::Mutex<()>>,
@@ -243,6 +245,7 @@ impl Shells {
         let file = journal::ShellFile {
             session_id: session.id.clone(),
             name: ask.name.map(|n| n.to_string()),
+            fixed_header: true,
         };
         let written = {
             let (dir, file) = (dir.clone(), file.clone());
@@ -284,6 +287,10 @@ impl Shells {
             journal: Mutex::new(journal),
             id: session.id.clone(),
             name: file.name,
+            header: match file.fixed_header {
+                true => boot::Header::Fixed,
+                false => boot::Header::Line,
+            },
             session,
             dir,
             turn: Arc::new(tokio::sync::Mutex::new(())),
@@ -338,7 +345,7 @@ impl Shells {
         command: &str,
         turn: OwnedMutexGuard<()>,
     ) -> Result<u64, Error> {
-        let nonce = crate::random::hex(8).map_err(internal)?;
+        let nonce = crate::random::hex(boot::NONCE_CHARS / 2).map_err(internal)?;
         let started = journal::Started {
             n: 0,
             nonce: nonce.clone(),
@@ -369,7 +376,7 @@ impl Shells {
             }
             n
         };
-        let line = boot::command_line(n, &nonce, command);
+        let line = boot::command_line(shell.header, n, &nonce, command);
         let sent = {
             use tokio::io::AsyncWriteExt;
             let mut ctl = shell.ctl.lock().await;
