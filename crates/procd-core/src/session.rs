@@ -8,7 +8,6 @@
 //! moves the state to `Exited` once, after the final drain.
 
 use crate::identity::ProcessIdentity;
-use crate::observation::watch::{WatchMatcher, WatchOutcome};
 use crate::output::redact::Redactor;
 use crate::output::store::OutputStore;
 use crate::tree::kill::TreeSpec;
@@ -20,7 +19,9 @@ use tokio::sync::{mpsc, watch};
 mod seen;
 mod spec;
 mod stdin;
+mod watch_asks;
 pub use stdin::{stdin_writer, StdinOp, StdinSink};
+pub use watch_asks::Watch;
 mod supervise;
 
 use seen::Seen;
@@ -51,65 +52,6 @@ impl SessionState {
             SessionState::Running => None,
             SessionState::Exited(e) => Some(e),
         }
-    }
-}
-
-/// Watch patterns of a session: the matcher (None while there are no
-/// patterns), where its events go, and how to make it again when
-/// `update` changes the patterns.
-pub struct Watch {
-    pub matcher: Option<WatchMatcher>,
-    pub deliver: Box<dyn FnMut(WatchOutcome) + Send>,
-    /// The session's view, whose `asks` the matcher was made from.
-    view: watch::Receiver<SessionView>,
-    /// The `asks_version` the matcher was made from.
-    asks_version: u64,
-    pub min_interval: Duration,
-    pub max_deliveries: u32,
-}
-
-impl Watch {
-    /// The watch of `session`'s patterns as they are now.
-    pub fn new(
-        session: &Session,
-        deliver: Box<dyn FnMut(WatchOutcome) + Send>,
-        min_interval: Duration,
-        max_deliveries: u32,
-    ) -> Watch {
-        let mut watch = Watch {
-            matcher: None,
-            deliver,
-            view: session.subscribe(),
-            asks_version: 0,
-            min_interval,
-            max_deliveries,
-        };
-        watch.renew();
-        watch
-    }
-
-    /// Resolves when the session's asks change (never once it is gone).
-    async fn changed(watch: &mut Option<Watch>) {
-        let Some(w) = watch else {
-            return std::future::pending().await;
-        };
-        let version = w.asks_version;
-        if w.view
-            .wait_for(|v| v.asks_version != version)
-            .await
-            .is_err()
-        {
-            std::future::pending::<()>().await
-        }
-    }
-
-    /// Matches the patterns asked for now (their counts start again).
-    fn renew(&mut self) {
-        let view = self.view.borrow_and_update();
-        let patterns = view.asks.watch_patterns.clone();
-        self.asks_version = view.asks_version;
-        drop(view);
-        self.matcher = WatchMatcher::new(&patterns, self.min_interval, self.max_deliveries);
     }
 }
 
