@@ -129,8 +129,15 @@ def test_hermes_tools_run_their_processes_under_procd_with_hermes_shapes(home: s
     listed = {p["session_id"]: p for p in procd.list()["processes"]}
     assert sid in listed and listed[sid]["meta"]["client"] == "hermes"
     runner = json.loads(tt.terminal_tool("exec sleep 300", background=True))
-    with open(f"/proc/{runner['pid']}/environ", "rb") as f:
-        assert f"PROCD_SESSION_ID={runner['session_id']}".encode() in f.read().split(b"\0")
+    # Its bash may still be in its exec of sleep, during which the kernel
+    # shows an empty environment: read until the exec is over.
+    environ, deadline = b"", time.monotonic() + 20
+    while not environ:
+        assert time.monotonic() < deadline, "its environment stayed empty"
+        with open(f"/proc/{runner['pid']}/environ", "rb") as f:
+            environ = f.read()
+        time.sleep(0 if environ else 0.01)
+    assert f"PROCD_SESSION_ID={runner['session_id']}".encode() in environ.split(b"\0")
     chain = ancestors(runner["pid"])
     assert "procd" in chain[1:], chain
     assert str(os.getpid()) not in [str(p) for p in chain]
