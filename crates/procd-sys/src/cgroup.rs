@@ -649,8 +649,7 @@ impl SessionCgroup {
             let changed = async {
                 match &mut watch {
                     Some(watch) => watch.changed().await.is_ok(),
-                    // No inotify (out of watches, or its instance broke):
-                    // look again in a while.
+                    // No inotify (out of watches): look again in a while.
                     None => {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         true

@@ -16,7 +16,7 @@
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use std::collections::HashMap;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::watch;
@@ -28,6 +28,8 @@ pub struct FileWatch {
     instance: Arc<Instance>,
     wd: i32,
     changes: watch::Receiver<u64>,
+    /// The file, to watch it again on a new instance if this one breaks.
+    file: PathBuf,
 }
 
 impl FileWatch {
@@ -63,17 +65,20 @@ impl FileWatch {
             instance: instance.clone(),
             wd,
             changes,
+            file: file.to_path_buf(),
         }))
     }
 
     /// Until the file changes. A file that is gone never changes again.
-    /// An error: the instance can no longer be read (`Instance::give_up`),
-    /// so this watch will never say so; the caller looks its own way.
+    /// When its instance can no longer be read (`Instance::give_up`), the
+    /// file is watched again on a new one, and this ends as for a change
+    /// (what changed meanwhile is not known: the caller looks again); an
+    /// error only if that new watch cannot be made.
     pub async fn changed(&mut self) -> io::Result<()> {
-        self.changes
-            .changed()
-            .await
-            .map_err(|_| io::Error::other("the shared inotify instance broke"))
+        if self.changes.changed().await.is_err() {
+            *self = FileWatch::new(&self.file)?;
+        }
+        Ok(())
     }
 }
 
@@ -181,8 +186,8 @@ impl Instance {
 
     /// After an error reading the instance (none is expected: the buffer
     /// holds any event of a file watch): the next watch makes a new
-    /// instance, and every watch of this one fails at once (its sender
-    /// dropped), so its waiter falls back to looking its own way.
+    /// instance, and every watch of this one is woken at once (its sender
+    /// dropped) and moves to a new one (`FileWatch::changed`).
     fn give_up(&self, e: rustix::io::Errno) {
         tracing::error!(error = %e, "cannot read the shared inotify instance; its watches fail");
         let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
@@ -209,38 +214,43 @@ mod tests {
             .count()
     }
 
-    /// An instance that cannot be read fails its watches, a waiter's at
-    /// once, and a new watch gets a working instance.
+    /// An instance that cannot be read wakes its watches' waiters at once,
+    /// and each goes on on a working instance, as does a new watch.
     #[tokio::test]
-    async fn a_broken_instance_fails_its_watches_and_is_replaced() {
+    async fn a_broken_instance_moves_its_watches_to_a_new_one() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("f");
         std::fs::write(&file, "").expect("write");
         let mut old = FileWatch::new(&file).expect("watch");
         let broken = old.instance.clone();
-        let mut waiting = std::pin::pin!(old.changed());
-        // Polled once: the waiter is asleep on the instance when it breaks.
-        tokio::select! {
-            biased;
-            woke = &mut waiting => panic!("no change yet, but woke: {woke:?}"),
-            () = std::future::ready(()) => {}
-        }
-        broken.give_up(rustix::io::Errno::IO);
         let wait = Duration::from_secs(10);
-        let failed = tokio::time::timeout(wait, waiting)
-            .await
-            .expect("the waiter is woken when the instance breaks");
-        assert!(failed.is_err(), "and told the watch failed");
+        {
+            let mut waiting = std::pin::pin!(old.changed());
+            // Polled once: the waiter is asleep on the instance when it breaks.
+            tokio::select! {
+                biased;
+                woke = &mut waiting => panic!("no change yet, but woke: {woke:?}"),
+                () = std::future::ready(()) => {}
+            }
+            broken.give_up(rustix::io::Errno::IO);
+            tokio::time::timeout(wait, waiting)
+                .await
+                .expect("the waiter is woken when the instance breaks")
+                .expect("and watches again");
+        }
+        assert!(!Arc::ptr_eq(&old.instance, &broken), "on a new instance");
         let mut new = FileWatch::new(&file).expect("watch");
         assert!(
             !Arc::ptr_eq(&new.instance, &broken),
             "a new watch gets a new instance"
         );
         std::fs::write(&file, "x").expect("write");
-        tokio::time::timeout(wait, new.changed())
-            .await
-            .expect("which wakes on a change")
-            .expect("and works");
+        for watch in [&mut old, &mut new] {
+            tokio::time::timeout(wait, watch.changed())
+                .await
+                .expect("which wakes on a change")
+                .expect("and works");
+        }
     }
 
     /// Many watches share one instance; each wakes on its own file's
