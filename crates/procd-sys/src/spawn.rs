@@ -175,10 +175,13 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
     // whole of this call (`launch` borrows it).
     let ruleset = ruleset.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
     let placed = slots.place(sources.chain(ruleset))?;
+    // In the order placed: stdio, what it inherits, then the ruleset.
+    let (placed_stdio, rest) = placed.fds.split_at(3);
+    let (placed_inherit, placed_ruleset) = rest.split_at(launch.inherit.len());
     let mut stdio = [0; 3];
-    stdio.copy_from_slice(&placed.fds[..3]);
+    stdio.copy_from_slice(placed_stdio);
     let mut inherit = [-1; MAX_INHERITED];
-    inherit[..launch.inherit.len()].copy_from_slice(&placed.fds[3..3 + launch.inherit.len()]);
+    inherit[..placed_inherit.len()].copy_from_slice(placed_inherit);
     let mut cgroups: Vec<RawFd> = Vec::new();
     if let Some(join) = launch.cgroups {
         cgroups.push(join.procs.as_raw_fd());
@@ -198,7 +201,7 @@ pub fn spawn(launch: &Launch<'_>) -> io::Result<i32> {
         cgroups_len: cgroups.len(),
         cgroups_from: 0,
         nofile: launch.nofile,
-        ruleset: ruleset.map_or(-1, |_| placed.fds[3 + launch.inherit.len()]),
+        ruleset: placed_ruleset.first().copied().unwrap_or(-1),
         filter_len: launch.sandbox.and_then(|s| s.filter()).map_or(0, |f| f.0),
         filter: launch
             .sandbox
