@@ -124,6 +124,11 @@ impl PidFd {
 
     /// Waits until the process exits, or `limit` passes. True if it exited.
     pub async fn wait_exit(&self, limit: Duration) -> bool {
+        // A process already gone costs one poll, not an epoll registration
+        // and its removal (a kill confirms each of its tree's processes).
+        if self.has_exited() {
+            return true;
+        }
         // SAFETY: the BorrowedFd borrows `self.fd`, so the descriptor stays
         // open and names the same pidfd for the whole life of the AsyncFd,
         // which is dropped (deregistered) at the end of this match.

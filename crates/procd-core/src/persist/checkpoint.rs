@@ -376,8 +376,11 @@ pub struct Checkpoint {
     /// not counted) and after a failed append (which may have left part
     /// of a line): the next write rewrites it.
     writing_ended: Mutex<Option<Journal>>,
-    /// Held for a `procs.json` write.
-    writing_running: Mutex<()>,
+    /// Held for a `procs.json` write; what this daemon last wrote there,
+    /// None before its first write and after a failed one. A write of the
+    /// same bytes is skipped: a kill answers once its exit is on disk,
+    /// and the write its exit scheduled has usually put it there already.
+    writing_running: Mutex<Option<Vec<u8>>>,
 }
 
 /// What `ended.jsonl` has.
@@ -412,7 +415,7 @@ impl Checkpoint {
             ended_file: crate::atomic::SwapFile::new(&Self::ended_path(&path))?,
             path,
             writing_ended: Mutex::new(None),
-            writing_running: Mutex::new(()),
+            writing_running: Mutex::new(None),
         })
     }
 
@@ -514,12 +517,23 @@ impl Checkpoint {
     /// `ended.jsonl` does not hold yet: what a spawn must have on disk
     /// before it answers, without waiting for `ended.jsonl`.
     pub async fn write_running(&self, sessions: &impl Recorded) -> std::io::Result<()> {
-        let _writing = self.writing_running.lock().await;
+        let mut on_disk = self.writing_running.lock().await;
         let running = sessions.unsettled()?;
         let file = self.running_file.clone();
-        tokio::task::spawn_blocking(move || file.write_bytes(&json_array(&running)))
-            .await
-            .map_err(std::io::Error::other)?
+        let before = on_disk.take();
+        let (written, now) = tokio::task::spawn_blocking(move || {
+            let bytes = json_array(&running);
+            if before.as_ref() == Some(&bytes) {
+                return (Ok(()), before);
+            }
+            let written = file.write_bytes(&bytes);
+            let now = written.is_ok().then_some(bytes);
+            (written, now)
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+        *on_disk = now;
+        written
     }
 
     /// The ended sessions the journal (and a file from before it) holds,

@@ -337,3 +337,26 @@ async fn procs_json_is_the_records_as_one_array() {
     checkpoint.write_running(&none).await.unwrap();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "[]\n");
 }
+
+/// A `procs.json` write of what the file already holds is skipped (each
+/// write swaps in the file's spare, so its inode tells), and a change is
+/// written (a kill waits for the exit to be on disk, which the write its
+/// exit scheduled has usually done).
+#[tokio::test]
+async fn procs_json_is_not_written_again_unchanged() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("procs.json");
+    let checkpoint = Checkpoint::new(path.clone()).unwrap();
+    let inode = || std::fs::metadata(&path).unwrap().ino();
+    let sessions = Sessions::default();
+    sessions.add(entry("proc_000000000001", None));
+    checkpoint.write_running(&sessions).await.unwrap();
+    let first = inode();
+    checkpoint.write_running(&sessions).await.unwrap();
+    assert_eq!(inode(), first, "the same bytes were written again");
+    sessions.add(entry("proc_000000000002", None));
+    checkpoint.write_running(&sessions).await.unwrap();
+    assert_ne!(inode(), first, "a change was not written");
+    assert_eq!(Checkpoint::read(&path).0, sessions.unsettled_entries());
+}
