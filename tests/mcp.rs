@@ -147,6 +147,32 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
     assert!(bad["text"].as_str().unwrap().starts_with("since:"), "{bad}");
     assert!(seen["start_schema"]["properties"]["command"]["description"].is_string());
     assert!(seen["start_schema"]["properties"]["ready"].is_object());
+    // A parameter is described once (procd_proto::describe!): what the
+    // model reads of it begins with the protocol's words, and `procd
+    // spawn --help` says the same.
+    let help = Command::new(BIN)
+        .args(["spawn", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (param, said) in [
+        ("sandbox", procd_proto::describe!(sandbox)),
+        ("port", procd_proto::describe!(port)),
+        ("timeout_s", procd_proto::describe!(timeout_s)),
+    ] {
+        let schema = seen["start_schema"]["properties"][param]["description"].as_str();
+        assert!(
+            schema.is_some_and(|d| d.starts_with(said)),
+            "{param}: {schema:?}"
+        );
+        assert!(
+            help.contains(said),
+            "{param} is not in spawn --help: {help}"
+        );
+    }
     let teach = seen["start_description"].as_str().unwrap();
     assert!(
         teach.contains("ready") && teach.contains("WAITING FOR INPUT"),

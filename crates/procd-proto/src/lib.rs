@@ -9,6 +9,7 @@
 
 mod api;
 pub mod config;
+mod describe;
 pub mod error;
 pub mod names;
 pub mod params;

@@ -45,31 +45,23 @@ fn ready_condition(
 /// `procd spawn`'s flags, checked into `SpawnParams` by `params`.
 #[derive(clap::Args, Debug)]
 pub struct SpawnArgs {
-    /// Run it on a pseudo-terminal.
-    #[arg(long)]
+    #[arg(long, help = procd_proto::describe!(pty))]
     pty: bool,
-    /// Working directory, relative to the current one (default: the
-    /// current directory).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = concat!(procd_proto::describe!(cwd), " Relative to the current one; default: the current directory."))]
     cwd: Option<String>,
-    /// Extra environment variable, repeatable.
-    #[arg(long = "env", value_name = "K=V")]
+    #[arg(long = "env", value_name = "K=V", help = concat!(procd_proto::describe!(env), " One K=V each, repeatable."))]
     env: Vec<String>,
     /// Task id to group sessions by.
     #[arg(long = "task", value_name = "T")]
     task: Option<String>,
-    /// A name for it, unique among the running sessions of its project: a
-    /// second spawn of the same name and command starts nothing.
-    #[arg(long, value_name = "NAME", value_parser = procd_proto::SessionName::parse)]
+    #[arg(long, value_name = "NAME", value_parser = procd_proto::SessionName::parse, help = procd_proto::describe!(name))]
     name: Option<procd_proto::SessionName>,
     /// The project its name belongs to.
     #[arg(long, value_name = "P", requires = "name", value_parser = procd_proto::ProjectName::parse)]
     project: Option<procd_proto::ProjectName>,
-    /// Replace a running session of this name that runs another command.
-    #[arg(long, requires = "name")]
+    #[arg(long, requires = "name", help = procd_proto::describe!(replace))]
     replace: bool,
-    /// Start it again when it ends: on-failure, always or no.
-    #[arg(long, value_name = "POLICY", value_parser = procd_proto::RestartPolicy::parse)]
+    #[arg(long, value_name = "POLICY", value_parser = procd_proto::RestartPolicy::parse, help = concat!(procd_proto::describe!(restart), " Or \"no\"."))]
     restart: Option<procd_proto::RestartPolicy>,
     /// Restarts in a row before it ends as crash_loop (default 5).
     #[arg(long, value_name = "N", requires = "restart")]
@@ -78,28 +70,19 @@ pub struct SpawnArgs {
     /// 30 s (default 1).
     #[arg(long, value_parser = parse_param::<BackoffS>, value_name = "S", requires = "restart")]
     backoff: Option<BackoffS>,
-    /// Queue a completion notification when it exits.
-    #[arg(long)]
+    #[arg(long, help = procd_proto::describe!(notify_on_complete))]
     notify: bool,
-    /// Notify when an output line contains PAT, repeatable.
-    #[arg(long = "watch", value_name = "PAT")]
+    #[arg(long = "watch", value_name = "PAT", help = concat!(procd_proto::describe!(watch_patterns), " Repeatable."))]
     watch: Vec<String>,
-    /// Kill the session's tree after this many seconds.
-    #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S")]
+    #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S", help = procd_proto::describe!(timeout_s))]
     timeout: Option<TimeoutS>,
-    /// Ready once an output line matches this regex (then return).
-    #[arg(long, value_name = "REGEX")]
+    #[arg(long, value_name = "REGEX", help = procd_proto::describe!(ready_output))]
     ready_output: Option<String>,
-    /// Ready once the tree listens on this TCP port, "any", or "auto"
-    /// (the one --port gave it).
-    #[arg(long, value_name = "PORT")]
+    #[arg(long, value_name = "PORT", help = procd_proto::describe!(ready_port))]
     ready_port: Option<String>,
-    /// Ready once this loopback URL answers 200-399.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", help = procd_proto::describe!(ready_http))]
     ready_http: Option<String>,
-    /// How long to wait for readiness (default 60 s; the session keeps
-    /// running either way).
-    #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S")]
+    #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S", help = procd_proto::describe!(ready_timeout_s))]
     ready_timeout: Option<TimeoutS>,
     /// Memory limit of the session's tree: bytes, or with K, M, G (1024s).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -110,10 +93,7 @@ pub struct SpawnArgs {
     /// Most processes (and threads) the session's tree may have.
     #[arg(long, value_name = "N")]
     pids: Option<u64>,
-    /// Run it in a sandbox the kernel enforces on its whole tree:
-    /// workspace-write (write under its cwd and its TMPDIR only, no
-    /// network), read-only, or full (none).
-    #[arg(long, value_name = "PROFILE", value_parser = procd_proto::SandboxProfile::parse)]
+    #[arg(long, value_name = "PROFILE", value_parser = procd_proto::SandboxProfile::parse, help = procd_proto::describe!(sandbox))]
     sandbox: Option<procd_proto::SandboxProfile>,
     /// Also writable in the sandbox (repeatable; relative to its cwd).
     /// Without --sandbox, the profile is workspace-write.
@@ -123,14 +103,9 @@ pub struct SpawnArgs {
     /// may reach, e.g. connect=5432,bind=3000.
     #[arg(long, value_name = "NET", value_parser = parse_network)]
     network: Option<procd_proto::NetworkSpec>,
-    /// A JUnit XML report the command writes (relative to its cwd): its
-    /// counts and failures become the session's test results.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help = procd_proto::describe!(junit))]
     junit: Option<String>,
-    /// The TCP port it is to serve on: a number, or "auto" for a free one
-    /// no other session holds. Given as PORT, and for {port} in the
-    /// command.
-    #[arg(long, value_name = "PORT", value_parser = parse_port_ask)]
+    #[arg(long, value_name = "PORT", value_parser = parse_port_ask, help = procd_proto::describe!(port))]
     port: Option<procd_proto::PortAsk>,
     /// Restart it when a file under this directory changes (repeatable;
     /// relative to its cwd). .git, node_modules, target… and the
@@ -141,14 +116,9 @@ pub struct SpawnArgs {
     /// run:COMMAND (a rebuild first; a restart if it exits 0).
     #[arg(long, value_name = "ACTION", requires = "watch_files")]
     on_change: Option<String>,
-    /// Run it in this queue: at most its slots (config `[queue.NAME]`)
-    /// of the queue's sessions run at once; the rest wait, in order.
-    #[arg(long, value_name = "NAME", value_parser = procd_proto::QueueName::parse)]
+    #[arg(long, value_name = "NAME", value_parser = procd_proto::QueueName::parse, help = concat!(procd_proto::describe!(queue), " Its slots: config [queue.NAME]."))]
     queue: Option<procd_proto::QueueName>,
-    /// Draw compile jobs from procd's jobserver: it waits for a token to
-    /// start, and its make, cargo and rustc share the tokens with every
-    /// agent's builds (config jobserver_tokens; docs/jobserver.md).
-    #[arg(long, conflicts_with = "queue")]
+    #[arg(long, conflicts_with = "queue", help = concat!(procd_proto::describe!(jobs), " Tokens: config jobserver_tokens (docs/jobserver.md)."))]
     jobs: bool,
     /// The command: one argument is used as given; several are joined with spaces.
     #[arg(last = true, required = true, value_name = "CMD")]

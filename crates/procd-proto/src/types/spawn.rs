@@ -14,11 +14,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnParams {
+    #[doc = crate::describe!(command)]
     pub command: String,
+    #[doc = concat!(crate::describe!(cwd), " Default: the user's home; a relative path is taken from it.")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    #[doc = crate::describe!(env)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<std::collections::BTreeMap<String, String>>,
+    #[doc = crate::describe!(pty)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pty: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -32,40 +36,46 @@ pub struct SpawnParams {
     /// A lease token: the session ends with that lease (unless `persist`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    #[doc = crate::describe!(persist)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persist: Option<bool>,
+    #[doc = crate::describe!(notify_on_complete)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify_on_complete: Option<bool>,
+    #[doc = crate::describe!(watch_patterns)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch_patterns: Option<Vec<String>>,
+    #[doc = crate::describe!(timeout_s)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<crate::TimeoutS>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<StdinMode>,
-    /// Wait this long for the exit, quiet, a prompt or readiness.
+    #[doc = crate::describe!(yield_ms)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub yield_ms: Option<crate::YieldMs>,
+    #[doc = crate::describe!(max_output_chars)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_chars: Option<crate::MaxOutputChars>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<crate::MaxOutputTokens>,
+    #[doc = crate::describe!(ready)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<ReadySpec>,
     /// Resource limits on the session's tree (docs/containment.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
-    /// Unique among the running sessions of `project` (docs/stacks.md).
+    #[doc = concat!(crate::describe!(name), " (docs/stacks.md)")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<crate::SessionName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<crate::ProjectName>,
-    /// Kill a running session of this name with another command first.
+    #[doc = crate::describe!(replace)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replace: Option<bool>,
-    /// Start the command again when it ends (docs/stacks.md).
+    #[doc = concat!(crate::describe!(restart), " Or an object with the policy and its limits (docs/stacks.md).")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartSpec>,
-    /// What the command may touch (docs/SECURITY.md): a profile or rules.
+    #[doc = concat!(crate::describe!(sandbox), " Or rules (docs/SECURITY.md).")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxSpec>,
     /// The caller's own data about the session (a JSON object of at most
@@ -73,13 +83,10 @@ pub struct SpawnParams {
     /// kept across daemons; `update` replaces it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<serde_json::Value>,
-    /// A JUnit XML report the command writes (relative to `cwd`): read at
-    /// its end for the session's `tests` (docs/agents.md, "Test runs").
+    #[doc = crate::describe!(junit)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub junit: Option<String>,
-    /// The TCP port it is to serve on: a number, or `"auto"` for a free
-    /// one procd picks that no other session of the daemon holds. Passed
-    /// as `PORT`, and put for `{port}` in the command (docs/stacks.md).
+    #[doc = crate::describe!(port)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<PortAsk>,
     /// More ports, by the variable each is given as (`ADMIN_PORT`), each
@@ -90,14 +97,10 @@ pub struct SpawnParams {
     /// "Restart on change".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<WatchSpec>,
-    /// The queue it takes a slot of: with every slot taken it is accepted
-    /// as `queued` and starts, in order, when one frees (docs/queues.md).
+    #[doc = concat!(crate::describe!(queue), " (docs/queues.md)")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<crate::QueueName>,
-    /// Draw compile jobs from procd's jobserver (docs/jobserver.md): the
-    /// session takes a token to start (queued in the `jobserver` queue
-    /// until one is free), and its make, cargo and rustc take more from
-    /// the same tokens, shared by every agent's builds.
+    #[doc = concat!(crate::describe!(jobs), " (docs/jobserver.md)")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<bool>,
 }
@@ -465,16 +468,16 @@ impl Limits {
     expecting = "ready: an object with output, port, http and timeout_s"
 )]
 pub struct ReadySpec {
-    /// A regex matched against whole output lines (ANSI stripped).
+    #[doc = crate::describe!(ready_output)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
-    /// A TCP port the session's tree listens on, or any port.
+    #[doc = crate::describe!(ready_port)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<ReadyPort>,
-    /// A loopback URL that answers with a status of 200 to 399.
+    #[doc = crate::describe!(ready_http)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<String>,
-    /// How long to wait before reporting `ready_timeout` (default 60).
+    #[doc = crate::describe!(ready_timeout_s)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<f64>,
 }

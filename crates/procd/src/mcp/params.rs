@@ -6,79 +6,63 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+/// What every tool that returns output says of its budget.
+macro_rules! budget {
+    () => {
+        concat!(procd_proto::describe!(max_output_chars), " Default 20000.")
+    };
+}
+
+/// What every tool that takes a session says of its id: the tools take a
+/// prefix or a name too (`procd_client::resolve_session`).
+macro_rules! session {
+    () => {
+        concat!(
+            procd_proto::describe!(session_id),
+            " Or a unique prefix of 4+ hex characters, or the name it was started with."
+        )
+    };
+}
+
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct StartParams {
-    #[schemars(
-        description = "Shell command line to run, e.g. \"npm run dev\" or \"pytest -x tests/\". Runs in bash."
-    )]
+    #[schemars(description = procd_proto::describe!(command))]
     pub command: String,
-    #[schemars(
-        description = "Working directory; a relative path is taken from the directory procd mcp runs in (normally the project). Default: that directory."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(cwd), " A relative path is taken from the directory procd mcp runs in (normally the project). Default: that directory."))]
     pub cwd: Option<String>,
-    #[schemars(
-        description = "Run on a pseudo-terminal, for interactive programs (REPLs, prompts, TUIs). Default false."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(pty), " Default false."))]
     pub pty: Option<bool>,
-    #[schemars(description = "Extra environment variables.")]
+    #[schemars(description = procd_proto::describe!(env))]
     pub env: Option<BTreeMap<String, String>>,
-    #[schemars(
-        description = "Milliseconds to wait for the process to finish or go quiet before answering, with its output so far. Default 10000; 0 returns at once."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(yield_ms), " Default 10000; 0 returns at once."))]
     pub yield_ms: Option<f64>,
-    #[schemars(
-        description = "Keep the process running after this agent disconnects. Default false: it is ended with the agent."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(persist), " Default false: it is ended with the agent."))]
     pub persist: Option<bool>,
-    #[schemars(
-        description = "Queue a notification when it exits (see the notifications tool). Default false."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(notify_on_complete), " See the notifications tool. Default false."))]
     pub notify: Option<bool>,
-    #[schemars(
-        description = "Substrings to watch for in output lines (e.g. \"ready on port\"); matches become notifications."
-    )]
+    #[schemars(description = procd_proto::describe!(watch_patterns))]
     pub watch: Option<Vec<String>>,
-    #[schemars(description = "Kill it after this many seconds.")]
+    #[schemars(description = procd_proto::describe!(timeout_s))]
     pub timeout_s: Option<f64>,
-    #[schemars(
-        description = "Most characters of output to return (head and tail are kept). Default 20000."
-    )]
+    #[schemars(description = budget!())]
     pub max_output_chars: Option<u64>,
-    #[schemars(
-        description = "For servers: when it is ready. start then waits (up to yield_ms) until it is, instead of returning when output pauses. E.g. {\"port\": 3000} or {\"output\": \"ready in\"} or {\"http\": \"http://localhost:3000/\"}."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(ready), " E.g. {\"port\": 3000} or {\"output\": \"ready in\"} or {\"http\": \"http://localhost:3000/\"}."))]
     pub ready: Option<ReadyParams>,
-    #[schemars(
-        description = "A name for it (lowercase letters, digits, - _ .), e.g. \"web\": while it runs, a start with the same name and command returns it instead of starting a second one; with another command the start is refused unless replace is true."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(name), " E.g. \"web\"."))]
     pub name: Option<String>,
-    #[schemars(
-        description = "With name: kill the running one of that name first if it runs another command."
-    )]
+    #[schemars(description = procd_proto::describe!(replace))]
     pub replace: Option<bool>,
-    #[schemars(
-        description = "Start it again when it ends: \"on-failure\" (a non-zero exit or a crash) or \"always\". Same id and log; after 5 quick restarts in a row it ends as crash_loop."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(restart), " Same id and log; after 5 quick restarts in a row it ends as crash_loop."))]
     pub restart: Option<String>,
-    #[schemars(
-        description = "Run it in a sandbox the kernel enforces on its whole tree: \"workspace-write\" (write only under its cwd and its own TMPDIR, no network), \"read-only\" (write nothing but TMPDIR, no network) or \"full\" (no sandbox). A write elsewhere fails with EACCES."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(sandbox), " A write elsewhere fails with EACCES."))]
     pub sandbox: Option<String>,
-    #[schemars(
-        description = "A JUnit XML report the command writes (relative to its cwd): its counts and failures become the session's `tests`. Output of cargo test, nextest, pytest, jest, vitest, node --test and go test is read without it."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(junit), " Output of cargo test, nextest, pytest, jest, vitest, node --test and go test is read without it."))]
     pub junit: Option<String>,
-    #[schemars(
-        description = "The TCP port a server is to use: a number, or \"auto\" for a free one no other process of procd's holds (for parallel worktrees). Given as PORT and put for {port} in the command; with ready {\"port\": \"auto\"} it is ready once it listens there."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(port), " With ready {\"port\": \"auto\"} it is ready once it listens there."))]
     pub port: Option<Value>,
-    #[schemars(
-        description = "A queue to run it in (e.g. \"build\"): at most the queue's slots of its sessions run at once across all agents; a spawn finding them taken answers status \"queued\" with its position and starts, in order, when one frees. For builds and test runs that would overload the machine together."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(queue), " For builds and test runs that would overload the machine together."))]
     pub queue: Option<String>,
-    #[schemars(
-        description = "true for a build or test run (make, cargo, npm): it takes a token of procd's machine-wide jobserver to start, waiting as \"queued\" while all are taken, and its make, cargo and rustc draw their parallel jobs from the same tokens, so every agent's builds together never overload the machine."
-    )]
+    #[schemars(description = procd_proto::describe!(jobs))]
     pub jobs: Option<bool>,
 }
 
@@ -119,15 +103,13 @@ pub fn service_names(
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ReadyParams {
-    #[schemars(description = "Regex an output line must match.")]
+    #[schemars(description = procd_proto::describe!(ready_output))]
     pub output: Option<String>,
-    #[schemars(
-        description = "TCP port it must listen on, \"any\", or \"auto\" (the port it was given)."
-    )]
+    #[schemars(description = procd_proto::describe!(ready_port))]
     pub port: Option<Value>,
-    #[schemars(description = "Loopback URL that must answer with status 200-399.")]
+    #[schemars(description = procd_proto::describe!(ready_http))]
     pub http: Option<String>,
-    #[schemars(description = "Seconds before it counts as not ready. Default 60.")]
+    #[schemars(description = procd_proto::describe!(ready_timeout_s))]
     pub timeout_s: Option<f64>,
 }
 
@@ -157,25 +139,19 @@ impl ReadyParams {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ReadParams {
-    #[schemars(
-        description = "Session id from start (or a unique prefix of 4+ hex characters, or the name it was started with)."
-    )]
+    #[schemars(description = session!())]
     pub session_id: String,
-    #[schemars(
-        description = "Byte cursor to read from: 0 for the start, or the cursor a previous answer gave. Default 0."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(cursor), " Default 0."))]
     pub cursor: Option<u64>,
-    #[schemars(
-        description = "If nothing new is there yet, wait up to this many milliseconds for output or exit. Default 0."
-    )]
+    #[schemars(description = concat!(procd_proto::describe!(wait_ms), " Default 0."))]
     pub wait_ms: Option<f64>,
-    #[schemars(description = "Most characters of output to return. Default 20000.")]
+    #[schemars(description = budget!())]
     pub max_output_chars: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct WriteParams {
-    #[schemars(description = "Session id.")]
+    #[schemars(description = session!())]
     pub session_id: String,
     #[schemars(description = "Text to type into the process's input.")]
     pub text: Option<String>,
@@ -189,7 +165,7 @@ pub struct WriteParams {
         description = "Milliseconds to wait for the answer before returning the output produced after the write. Default 2000."
     )]
     pub yield_ms: Option<f64>,
-    #[schemars(description = "Most characters of output to return. Default 20000.")]
+    #[schemars(description = budget!())]
     pub max_output_chars: Option<u64>,
 }
 
@@ -219,7 +195,7 @@ pub struct WaitParams {
         description = "Seconds to wait. Default 50 (under clients' tool time limits; progress is sent while waiting), at most 600."
     )]
     pub timeout_s: Option<f64>,
-    #[schemars(description = "Most characters of output to return. Default 20000.")]
+    #[schemars(description = budget!())]
     pub max_output_chars: Option<u64>,
 }
 
@@ -258,19 +234,17 @@ impl WaitParams {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct KillParams {
-    #[schemars(description = "Session id.")]
+    #[schemars(description = session!())]
     pub session_id: String,
-    #[schemars(
-        description = "Signal to send first, e.g. \"TERM\" (default) or \"INT\"; survivors get SIGKILL after the grace period."
-    )]
+    #[schemars(description = procd_proto::describe!(signal))]
     pub signal: Option<String>,
-    #[schemars(description = "Seconds to wait before SIGKILL. Default 2.")]
+    #[schemars(description = concat!(procd_proto::describe!(grace_s), " Default 2."))]
     pub grace_s: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct SignalParams {
-    #[schemars(description = "Session id.")]
+    #[schemars(description = session!())]
     pub session_id: String,
     #[schemars(description = "Signal to deliver once, e.g. \"INT\" (Ctrl-C), \"TERM\", \"HUP\".")]
     pub signal: String,
@@ -339,6 +313,6 @@ pub struct ShellParams {
         description = "How long to wait for the command before answering that it still runs. Default 50000."
     )]
     pub yield_ms: Option<f64>,
-    #[schemars(description = "Most chars of output returned (head and tail kept). Default 20000.")]
+    #[schemars(description = budget!())]
     pub max_output_chars: Option<u64>,
 }
