@@ -4,7 +4,10 @@ over 800 lines and functions over 80 lines in crates/*/src (tests and the
 bench excluded), as `scripts/house-counts.py [--list]` prints them; and
 the synchronisation primitives in a session's shared part (the fields of
 `Session`, and of the `Restarts` its runs share, whose type is a lock, a
-channel's sender, an atomic, a once-cell or a `Notify`).
+channel's sender, an atomic, a once-cell or a `Notify`); and the places a
+session's code (session.rs, session/) calls into the registry: a closure
+it was handed (a field or parameter of an `Fn` type) or a name of the
+registry's (it reports to the registry instead, `session::Report`).
 
 A function's length is from its `fn` line to its closing brace, found by
 matching braces outside strings, chars and comments: a reader's count, not
@@ -85,6 +88,19 @@ def primitives(path: pathlib.Path, struct: str) -> list[str]:
     return [name for name, ty in fields if PRIMITIVE.search(ty)]
 
 
+CALLBACK = re.compile(r"\b(dyn\s+Fn(Mut|Once)?|impl\s+Fn(Mut|Once)?)\s*\(\s*(Arc<Session>|WatchOutcome)|\bRegistry\b")
+
+
+def callbacks(paths: list[pathlib.Path]) -> list[str]:
+    """`file:line` of each call path from a session's code into the registry."""
+    found = []
+    for path in paths:
+        code = code_only(path.read_text())
+        for m in CALLBACK.finditer(code):
+            found.append(f"{path.relative_to(ROOT)}:{code.count(chr(10), 0, m.start()) + 1}")
+    return found
+
+
 def main() -> None:
     sources = [
         p for p in sorted(ROOT.glob("crates/*/src/**/*.rs"))
@@ -108,6 +124,9 @@ def main() -> None:
     for struct, path in shared:
         names = primitives(path, struct)
         print(f"synchronisation primitives in {struct}: {len(names)} ({', '.join(names)})")
+    session_code = [core / "session.rs", *sorted((core / "session").glob("*.rs"))]
+    calls = callbacks(session_code)
+    print(f"calls from a session's code into the registry: {len(calls)} {' '.join(calls)}".rstrip())
     if "--list" in sys.argv:
         for p, n in long_files:
             print(f"  {p.relative_to(ROOT)}: {n} lines")

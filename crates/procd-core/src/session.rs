@@ -27,7 +27,7 @@ mod supervise;
 use seen::Seen;
 
 pub use spec::{Launch, NextRun, Restarts, SessionSpec};
-pub use supervise::{supervise, supervise_detached, Supervision};
+pub use supervise::{supervise, supervise_detached, Report, Reports, Supervision};
 
 /// How a session ended.
 #[derive(Debug, Clone)]

@@ -9,7 +9,6 @@ use super::{yields::yield_duration, Registry, INSTANCE_VAR};
 use crate::child::rewrite::rewrite_compound_background;
 use crate::error::Error;
 use crate::observation::readiness::Readiness;
-use crate::observation::watch::WatchOutcome;
 use crate::output::noise::NoiseFilter;
 use crate::output::source::OutputSource;
 use crate::output::store::OutputStore;
@@ -22,7 +21,7 @@ use procd_proto::{
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -506,23 +505,50 @@ impl Registry {
         (session, reader, exit_rx)
     }
 
-    /// What a session's timeout does: terminate its tree, as "timeout".
-    fn on_timeout(&self) -> impl FnOnce(Arc<Session>) + Send + 'static {
-        let me = self.me.clone();
-        let grace = Duration::from_secs_f64(self.config.kill_grace_s);
-        move |s: Arc<Session>| {
-            if let Some(reg) = me.upgrade() {
+    /// Acts on what a session's supervisor reports: a timeout ends its
+    /// tree as "timeout" (in a task of its own: the supervisor reads on
+    /// meanwhile); a watch outcome becomes its event.
+    fn take_report(self: &Arc<Self>, session: &Arc<Session>, report: session::Report) {
+        match report {
+            session::Report::TimedOut => {
+                let (reg, s) = (self.clone(), session.clone());
+                let grace = Duration::from_secs_f64(self.config.kill_grace_s);
                 tokio::spawn(async move {
-                    reg.terminate(
-                        &s,
-                        libc::SIGTERM,
-                        grace,
-                        CompletionReason::Timeout,
-                        "timeout",
-                    )
-                    .await;
+                    let (reason, source) = (CompletionReason::Timeout, "timeout");
+                    reg.terminate(&s, libc::SIGTERM, grace, reason, source)
+                        .await;
                 });
             }
+            session::Report::Watch(outcome) => self.deliver_watch(session, outcome),
+        }
+    }
+
+    /// Runs a session's supervisor to its end, taking its reports as they
+    /// come (every one before the end is recorded), then records the end.
+    async fn run_supervisor(
+        me: Weak<Registry>,
+        session: Arc<Session>,
+        supervising: impl std::future::Future<Output = Option<Arc<session::ExitRecord>>>,
+        mut reported: mpsc::UnboundedReceiver<session::Report>,
+    ) {
+        let take = |report| {
+            if let Some(reg) = me.upgrade() {
+                reg.take_report(&session, report);
+            }
+        };
+        tokio::pin!(supervising);
+        let record = loop {
+            tokio::select! {
+                biased;
+                Some(report) = reported.recv() => take(report),
+                record = &mut supervising => break record,
+            }
+        };
+        while let Ok(report) = reported.try_recv() {
+            take(report);
+        }
+        if let Some(record) = record {
+            Registry::record_end(&me, &session, record);
         }
     }
 
@@ -541,22 +567,13 @@ impl Registry {
         let me = self.me.clone();
         let noise = NoiseFilter::new(&self.shell[0]);
         let final_drain = Duration::from_millis(self.config.final_drain_ms);
-        let on_timeout = self.on_timeout();
-        let watch = {
-            let me = me.clone();
-            let watched = Arc::downgrade(&session);
-            let deliver: Box<dyn FnMut(WatchOutcome) + Send> = Box::new(move |outcome| {
-                if let (Some(reg), Some(s)) = (me.upgrade(), watched.upgrade()) {
-                    reg.deliver_watch(&s, outcome);
-                }
-            });
-            Some(session::Watch::new(
-                &session,
-                deliver,
-                Duration::from_secs_f64(self.config.watch_min_interval_s),
-                self.config.watch_max_deliveries,
-            ))
-        };
+        let (reports, reported) = mpsc::unbounded_channel();
+        let watch = Some(session::Watch::new(
+            &session,
+            reports.clone(),
+            Duration::from_secs_f64(self.config.watch_min_interval_s),
+            self.config.watch_max_deliveries,
+        ));
         let tests = match run {
             RunStart::Fresh => {
                 // A restart's run starts with none of the last run's counts.
@@ -575,15 +592,13 @@ impl Registry {
             let how = session::Supervision {
                 noise,
                 final_drain,
-                on_timeout,
+                reports,
                 watch,
                 handing_over,
                 tests,
             };
-            let record = session::supervise(supervised.clone(), reader, exit_rx, how).await;
-            if let Some(record) = record {
-                Registry::record_end(&me, &supervised, record);
-            }
+            let supervising = session::supervise(supervised.clone(), reader, exit_rx, how);
+            Registry::run_supervisor(me, supervised, supervising, reported).await;
         };
         tokio::spawn(tracing::Instrument::instrument(supervisor, span));
     }

@@ -14,7 +14,26 @@ use crate::tree::reaper::ChildExit;
 use procd_proto::CompletionReason;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// What a supervisor tells the registry while its run goes on (how the run
+/// ended is what `supervise` returns). The session never calls into the
+/// registry: the registry takes these in the task that runs the
+/// supervisor (`Registry::supervise_in_background`), in the order sent,
+/// and all of them before the end.
+#[derive(Debug)]
+pub enum Report {
+    /// The session's timeout passed: its tree is to be ended as "timeout".
+    TimedOut,
+    /// What the watch patterns yielded: a match, or a linger's end.
+    Watch(WatchOutcome),
+}
+
+/// Where a supervisor's reports go. Unbounded, but never long: one
+/// `TimedOut` a run, and watch outcomes as the matcher lets them out
+/// (`watch_min_interval_s`, `watch_max_deliveries`), each taken by the
+/// supervisor's own task as soon as it next waits.
+pub type Reports = mpsc::UnboundedSender<Report>;
 
 /// Waits for a recovered session's process to exit (through its pidfd,
 /// which also guards against pid reuse). Its exit status is not knowable:
@@ -55,12 +74,12 @@ pub async fn supervise(
     session: Arc<Session>,
     mut output: OutputSource,
     mut exit_rx: oneshot::Receiver<ChildExit>,
-    how: Supervision<impl FnOnce(Arc<Session>) + Send + 'static>,
+    how: Supervision,
 ) -> Option<Arc<ExitRecord>> {
     let Supervision {
         noise,
         final_drain,
-        on_timeout,
+        reports,
         watch,
         mut handing_over,
         tests,
@@ -70,7 +89,7 @@ pub async fn supervise(
     let mut eof = false;
     let timer = sleep_until(timeout_at(&session));
     tokio::pin!(timer);
-    let mut on_timeout = Some(on_timeout);
+    let mut timed_out = false;
     // Set while this session has used up its share of a multi-flood
     // (`output/fairness.rs`): its pipe is not read until then.
     let mut held_until: Option<Instant> = None;
@@ -115,10 +134,9 @@ pub async fn supervise(
             }
             () = sleep_until(tidy), if tidy.is_some() => store.tidy().await,
             () = sleep_until(held_until), if held_until.is_some() => held_until = None,
-            _ = &mut timer, if on_timeout.is_some() => {
-                if let Some(f) = on_timeout.take() {
-                    f(session.clone());
-                }
+            _ = &mut timer, if !timed_out => {
+                timed_out = true;
+                let _ = reports.send(Report::TimedOut);
             }
         }
     };
@@ -242,12 +260,13 @@ fn exit_record(session: &Session, exit: Option<ChildExit>) -> Arc<ExitRecord> {
 }
 
 /// How a supervisor treats its session's output and life.
-pub struct Supervision<T> {
+pub struct Supervision {
     pub noise: NoiseFilter,
     /// How long output must be quiet after the exit to end the drain.
     pub final_drain: Duration,
-    /// Called once if the session's timeout passes.
-    pub on_timeout: T,
+    /// Where the timeout's passing is reported (the watch has a sender
+    /// of its own).
+    pub reports: Reports,
     pub watch: Option<Watch>,
     /// Turns true when the daemon hands its sessions over.
     pub handing_over: watch::Receiver<bool>,
@@ -328,19 +347,19 @@ fn fit_read_buffers(buf: &mut Vec<u8>, filtered: &mut Vec<u8>, n: usize) {
 }
 
 /// Runs one step of the session's watch matcher (feed, expire, finish),
-/// if it has one, and delivers what the step yields.
+/// if it has one, and reports what the step yields.
 fn watch_step(
     watch: &mut Option<Watch>,
     step: impl FnOnce(&mut WatchMatcher, Instant) -> Vec<WatchOutcome>,
 ) {
     if let Some(Watch {
         matcher: Some(matcher),
-        deliver,
+        reports,
         ..
     }) = watch
     {
         for outcome in step(matcher, Instant::now()) {
-            deliver(outcome);
+            let _ = reports.send(Report::Watch(outcome));
         }
     }
 }

@@ -1,17 +1,18 @@
 //! A supervisor's watch patterns (`watch_patterns`): matched in its
 //! output, and made again when `update` changes them.
 
+use super::supervise::Reports;
 use super::{Session, SessionView};
-use crate::observation::watch::{WatchMatcher, WatchOutcome};
+use crate::observation::watch::WatchMatcher;
 use std::time::Duration;
 use tokio::sync::watch;
 
 /// Watch patterns of a session: the matcher (None while there are no
-/// patterns), where its events go, and how to make it again when
+/// patterns), where its outcomes are reported, and how to make it again when
 /// `update` changes the patterns.
 pub struct Watch {
     pub matcher: Option<WatchMatcher>,
-    pub deliver: Box<dyn FnMut(WatchOutcome) + Send>,
+    pub reports: Reports,
     /// The session's view, whose `asks` the matcher was made from.
     view: watch::Receiver<SessionView>,
     /// The `asks_version` the matcher was made from.
@@ -24,13 +25,13 @@ impl Watch {
     /// The watch of `session`'s patterns as they are now.
     pub fn new(
         session: &Session,
-        deliver: Box<dyn FnMut(WatchOutcome) + Send>,
+        reports: Reports,
         min_interval: Duration,
         max_deliveries: u32,
     ) -> Watch {
         let mut watch = Watch {
             matcher: None,
-            deliver,
+            reports,
             view: session.subscribe(),
             asks_version: 0,
             min_interval,
