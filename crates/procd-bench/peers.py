@@ -38,8 +38,12 @@ CODEX = os.path.join(PEERS, "codex/node_modules/.bin/codex")
 # four times the other figures' rounds).
 CODEX_ROUNDS = 4 * ROUNDS
 FIGURES = []
-# Kills of a 20-process tree per manager (each up to 3 s when it fails).
-KILL_ROUNDS = 3
+# Kills of a 20-process tree per manager (each up to 3 s when it fails),
+# and lines read from the log per manager: figures a few milliseconds
+# apart, which three rounds let flip from run to run (three in the
+# quick mode's run, which asserts none of them).
+KILL_ROUNDS = 7 if ROUNDS >= 15 else 3
+LOG_ROUNDS = max(3, ROUNDS // 2)
 # Every home made here, removed at the end.
 HOMES = []
 
@@ -364,9 +368,9 @@ async def mcp_figures():
                 took, survivors = wait_gone(marker, held, t0)
                 gone[a.kind].append(took)
                 left[a.kind] = max(left[a.kind], survivors)
-        figure("survivors of a 20-process tree 3 s after kill (MCP, most of 3)", "processes", left["procd"],
+        figure(f"survivors of a 20-process tree 3 s after kill (MCP, most of {KILL_ROUNDS})", "processes", left["procd"],
                left["dc"], DC, "lower", "procd `kill`; Desktop Commander `force_terminate`; survivors counted by a unique marker, then ended")
-        figure("kill of a 20-process tree until none is left (MCP, median of 3)", "ms", median_ms(gone["procd"]),
+        figure(f"kill of a 20-process tree until none is left (MCP, median of {KILL_ROUNDS})", "ms", median_ms(gone["procd"]),
                median_ms(gone["dc"]), DC, "lower", "from the kill call until every process of the tree is dead (told by pidfds taken before it); 3000 = not all gone in 3 s")
 
         # Prompt detection, and no false alarm on `...` progress output.
@@ -762,14 +766,14 @@ def cli_figures(peer_class):
                 took, survivors = wait_gone(marker, held, t0)
                 gone[m.name].append(took)
                 left[m.name] = max(left[m.name], survivors)
-        figure("kill of a 20-process tree until none is left (CLI, median of 3)", "ms", median_ms(gone["procd"]),
+        figure(f"kill of a 20-process tree until none is left (CLI, median of {KILL_ROUNDS})", "ms", median_ms(gone["procd"]),
                median_ms(gone[name]), name, "lower", "from the kill command until every process of the tree is dead (told by pidfds taken before it), the CLI call included; 3000 = not all gone in 3 s")
-        figure("survivors of a 20-process tree 3 s after kill (CLI, most of 3)", "processes", left["procd"], left[name], name,
+        figure(f"survivors of a 20-process tree 3 s after kill (CLI, most of {KILL_ROUNDS})", "processes", left["procd"], left[name], name,
                "lower", {"pueue": "`procd kill` against `pueue kill`", "pm2": "`procd kill` against `pm2 delete`",
                           "supervisor": "`procd kill` against `supervisorctl stop` (supervisor's defaults: stopasgroup=false)"}[name])
         # Output to a reader that polls the manager's log command.
         lat = {procd.name: [], name: []}
-        for r in range(max(3, ROUNDS // 4)):
+        for r in range(LOG_ROUNDS):
             for m in (pair if r % 2 == 0 else pair[::-1]):
                 marker = new_marker()
                 handle = m.start(f"sleep 0.3; echo mark $(date +%s.%N); sleep {marker}")
@@ -791,7 +795,7 @@ def cli_figures(peer_class):
         # Output to a reader that follows the log: the CLI's follow mode,
         # started before the line is printed.
         lat = {procd.name: [], name: []}
-        for r in range(max(3, ROUNDS // 4)):
+        for r in range(LOG_ROUNDS):
             for m in (pair if r % 2 == 0 else pair[::-1]):
                 marker = new_marker()
                 # 1.5 s: every follower is up and reading before the line.
