@@ -240,7 +240,14 @@ fn an_interrupt_ends_the_command_even_a_loop_and_the_shell_lives_on() {
             json!({"shell_id": sh, "command": command, "yield_ms": 200}),
         );
         assert_eq!(r["status"], "running", "{r}");
+        let asked = std::time::Instant::now();
         let r = d.ok("shell_interrupt", json!({"shell_id": sh}));
+        // The interrupt found the shell's record that it took the command
+        // up (200 ms ago): it did not wait out the 10 s it gives a shell
+        // that has not (a bound far above a loaded machine's, far below
+        // that wait).
+        let took = asked.elapsed();
+        assert!(took < std::time::Duration::from_secs(5), "{command}: {took:?}");
         // Ended by SIGINT: before its grace ran out and SIGKILL came.
         assert_eq!(
             (

@@ -8,8 +8,10 @@
 //! can `return` from the command), with fds 3–5 closed for the command,
 //! then appends `E <n> <nonce>
 //! <status> <cwd>` NUL-terminated to fd 4 (the file of ends, for the next
-//! daemon) and writes the same record to fd 5 (the FIFO the daemon reads),
-//! where `S <n> <nonce>` said before that the command has begun. The command's output is never parsed: nothing it
+//! daemon) and writes the same record to fd 5 (the FIFO the daemon reads).
+//! Before the command it appends `S <n> <nonce>` (begun) to fd 4 only: the
+//! daemon looks for it there when it stops the command, and is not woken
+//! for it otherwise. The command's output is never parsed: nothing it
 //! prints can end it, fake its status or reach the next command.
 //!
 //! Interrupts: SIGINT to the shell's process group (as a terminal's
@@ -49,7 +51,7 @@ while IFS= builtin read -r -N 61 -u 3 __procd_h; do
   __procd_T=$- __procd_intr= __procd_e_hit=
   [[ -n $__procd_e ]] && set -e
   __procd_busy=1
-  builtin printf 'S %s %s\0' "$__procd_n" "$__procd_nonce" >&5
+  builtin printf 'S %s %s\0' "$__procd_n" "$__procd_nonce" >&4
   builtin . /dev/fd/6 3<&- 4>&- 5>&-
   __procd_rc=$? __procd_busy= __procd_x=
   [[ $- == *x* ]] && { __procd_x=x; set +x; } 2>/dev/null
@@ -115,8 +117,9 @@ pub fn command_line(header: Header, n: u64, nonce: &str, command: &str) -> Vec<u
     line
 }
 
-/// What the shell says of a command: it has begun (on the FIFO only,
-/// once an interrupt would reach it), or it has ended.
+/// What the shell says of a command: it has begun (in the file; on the
+/// FIFO from a shell a daemon before this one started), once an interrupt
+/// would reach it, or it has ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Begun { n: u64, nonce: String },
@@ -284,10 +287,10 @@ mod tests {
         }
         // The last end is written after its mark: wait for it.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let ends = loop {
-            let (ends, _) = parse_ends(&std::fs::read(shell.join(ENDS)).unwrap());
-            if ends.len() == commands.len() || std::time::Instant::now() > deadline {
-                break ends;
+        let records = loop {
+            let (records, _) = parse_ends(&std::fs::read(shell.join(ENDS)).unwrap());
+            if records.len() == 2 * commands.len() || std::time::Instant::now() > deadline {
+                break records;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         };
@@ -297,10 +300,19 @@ mod tests {
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
         child.wait().unwrap();
         let text = String::from_utf8(out).unwrap();
-        let ends = ends.into_iter().map(|r| match r {
-            Record::Ended(end) => end,
-            begun => panic!("a begin record in the file: {begun:?}"),
-        });
+        // Each command's begin record, then its end, in the file.
+        let mut ends = Vec::new();
+        for (i, pair) in records.chunks(2).enumerate() {
+            let (n, nonce) = (i as u64 + 1, format!("{:016x}", i + 1));
+            match pair {
+                [Record::Begun { n: b, nonce: bn }, Record::Ended(end)]
+                    if *b == n && *bn == nonce && end.n == n && end.nonce == nonce =>
+                {
+                    ends.push(end.clone())
+                }
+                other => panic!("command {n}: {other:?}"),
+            }
+        }
         let outputs = (1..=commands.len()).scan(text.as_str(), |rest, n| {
             let (output, after) = rest.split_once(&format!("<{n}>"))?;
             *rest = after;

@@ -69,15 +69,7 @@ impl Shells {
         for record in records {
             let record = match record {
                 boot::Record::Begun { n, nonce } => {
-                    if let Some(c) = shell
-                        .state()
-                        .commands
-                        .iter_mut()
-                        .find(|c| c.n == n && c.nonce == nonce)
-                    {
-                        c.begun = true;
-                    }
-                    shell.begun.send_modify(|v| *v += 1);
+                    mark_begun(shell, n, &nonce);
                     continue;
                 }
                 boot::Record::Ended(end) => end,
@@ -175,10 +167,10 @@ impl Shells {
     pub(super) async fn stop(&self, shell: &Arc<Shell>, n: u64, why: Stop) {
         // A SIGINT before the shell has taken the command up would find it
         // idle and be lost: wait until it says it has begun (or ended).
-        let (mut begun, mut changed) = (shell.begun.subscribe(), shell.changed.subscribe());
+        let mut changed = shell.changed.subscribe();
         let taken = async {
             tokio::select! {
-                _ = begun.wait_for(|_| shell.command_begun(n)) => {}
+                () = wait_begun(shell, n) => {}
                 _ = changed.wait_for(|_| shell.command_ended(n)) => {}
             }
         };
@@ -238,6 +230,70 @@ impl Shells {
 }
 
 /// The last `max` bytes of `path` (a regular file, not followed).
+/// Marks command `n` begun, if it is the one running with `nonce`.
+fn mark_begun(shell: &Shell, n: u64, nonce: &str) {
+    if let Some(c) = shell
+        .state()
+        .commands
+        .iter_mut()
+        .find(|c| c.n == n && c.nonce == nonce)
+    {
+        c.begun = true;
+    }
+    shell.begun.send_modify(|v| *v += 1);
+}
+
+/// How much of the file of ends a stop reads for its begin record: the
+/// record is the file's last (nothing else is appended while the command
+/// runs), after at most one end whose cwd is a path.
+const BEGUN_TAIL: u64 = 8 << 10;
+
+/// Until command `n` has begun. The shell appends its begin record to its
+/// file of ends, which is looked at here only, woken by inotify: on the
+/// FIFO it would wake the daemon for every command, and only a stop asks.
+/// A shell a daemon before this one started says it on the FIFO, which
+/// `begun` follows.
+async fn wait_begun(shell: &Shell, n: u64) {
+    let path = shell.dir.join(boot::ENDS);
+    // Made before the first look, so that a record appended after it wakes.
+    let mut appended = procd_sys::file_watch::FileWatch::new(&path).ok();
+    let mut begun = shell.begun.subscribe();
+    while !shell.command_begun(n) {
+        let read = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || read_tail(&path, BEGUN_TAIL)).await
+        };
+        if let Ok(Ok(bytes)) = read {
+            for record in boot::parse_ends(&bytes).0 {
+                if let boot::Record::Begun { n: m, nonce } = record {
+                    if m == n {
+                        mark_begun(shell, m, &nonce);
+                    }
+                }
+            }
+        }
+        if shell.command_begun(n) {
+            return;
+        }
+        let file_changed = async {
+            // Without a watch (or once it fails) only the FIFO's record
+            // can come; the stop's own bound ends the wait.
+            let Some(w) = appended.as_mut() else {
+                return std::future::pending().await;
+            };
+            if w.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = file_changed => {}
+            changed = begun.changed() => if changed.is_err() {
+                return;
+            },
+        }
+    }
+}
+
 fn read_tail(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek};
     let mut f = std::fs::OpenOptions::new()
