@@ -247,7 +247,10 @@ fn an_interrupt_ends_the_command_even_a_loop_and_the_shell_lives_on() {
         // that has not (a bound far above a loaded machine's, far below
         // that wait).
         let took = asked.elapsed();
-        assert!(took < std::time::Duration::from_secs(5), "{command}: {took:?}");
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{command}: {took:?}"
+        );
         // Ended by SIGINT: before its grace ran out and SIGKILL came.
         assert_eq!(
             (
