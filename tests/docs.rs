@@ -753,3 +753,45 @@ fn the_cluster_manifests_validate_against_the_kubernetes_schemas() {
     }
     assert!(checked >= 1, "docs/cluster.md has a manifest");
 }
+
+/// docs/ARCHITECTURE.md's "Counted" figures hold: `scripts/house-counts.py`
+/// finds no file over 800 lines and no function over 80 in crates/*/src,
+/// at most 3 synchronisation primitives in a session's shared part (and in
+/// the `Restarts` its runs share), and no call from a session's code into
+/// the registry (issue 49). A change that breaks one fails here, not at
+/// the next count.
+#[test]
+fn the_house_counts_hold() {
+    let out = Command::new("python3")
+        .arg(Path::new(ROOT).join("scripts/house-counts.py"))
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let count = |label: &str| -> usize {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} in: {text}"));
+        let rest = line[label.len()..].trim_start_matches(':').trim();
+        rest.split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    assert_eq!(count("files over 800 lines"), 0, "{text}");
+    assert_eq!(count("functions over 80 lines"), 0, "{text}");
+    assert!(
+        count("synchronisation primitives in Session") <= 3,
+        "{text}"
+    );
+    assert!(
+        count("synchronisation primitives in Restarts") <= 3,
+        "{text}"
+    );
+    assert_eq!(
+        count("calls from a session's code into the registry"),
+        0,
+        "{text}"
+    );
+}
