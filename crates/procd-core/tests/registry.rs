@@ -9,6 +9,34 @@ use procd_core::{Registry, RegistryOptions};
 use procd_proto::SpawnParams;
 use std::time::Duration;
 
+/// A temp directory for a registry, removed to the last file: a checkpoint
+/// write the registry's last exit scheduled may still run while the
+/// directory is removed, and a file it makes meanwhile would keep the
+/// directory (and leave it in the system's temp dir). Removal is tried
+/// again until nothing is left, for at most 10 s.
+struct Home(std::path::PathBuf);
+
+impl Home {
+    fn new() -> Home {
+        Home(tempfile::tempdir().unwrap().keep())
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.0.exists() && std::time::Instant::now() < deadline {
+            if std::fs::remove_dir_all(&self.0).is_err() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
 fn marked_pids(marker: &str) -> Vec<i32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -31,7 +59,7 @@ fn marked_pids(marker: &str) -> Vec<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_setup_failure_after_spawn_kills_the_child_first() {
     // R18
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Home::new();
     let tag = format!("r18-{}", std::process::id());
     let registry = plain_registry(dir.path());
     registry.inject(procd_core::InjectedFailures {
@@ -74,7 +102,7 @@ async fn a_session_is_dated_from_its_fork_not_from_its_setup() {
     // table entry, and the command runs meanwhile. The session's age (and
     // so its ready_after_ms) counts from the fork: what the command did at
     // once must not seem to come before its start.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Home::new();
     let registry = plain_registry(dir.path());
     let slow = Duration::from_secs(1);
     registry.inject(procd_core::InjectedFailures {
@@ -121,7 +149,7 @@ async fn a_sandboxed_child_is_known_as_one_before_its_session_is_listed() {
     // Its command runs from the fork, and may connect to procd while the
     // daemon, loaded, has not put its session in the table yet. A
     // connection looked at then must still be told it is the sandbox's.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Home::new();
     let registry = plain_registry(dir.path());
     registry.inject(procd_core::InjectedFailures {
         slow_setup: Duration::from_secs(5),
@@ -273,7 +301,7 @@ fn calls(path: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_pty_spawn_stops_its_scope_and_falls_back_to_pipes() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Home::new();
     let (registry, log) = scoped_registry(dir.path(), true, true);
     let ran = dir.path().join("ran");
     let r = registry
@@ -312,7 +340,7 @@ async fn a_failed_pty_spawn_stops_its_scope_and_falls_back_to_pipes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn if_the_scope_cannot_be_stopped_the_spawn_fails_and_nothing_runs_twice() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Home::new();
     let (registry, log) = scoped_registry(dir.path(), false, true);
     let ran = dir.path().join("ran");
     let err = registry
@@ -332,7 +360,7 @@ async fn if_the_scope_cannot_be_stopped_the_spawn_fails_and_nothing_runs_twice()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_stops_dead_sessions_scopes_and_retries_failed_stops() {
     for systemctl_ok in [true, false] {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = Home::new();
         let entry = serde_json::json!([{
             "session_id": "proc_dead00000000", "command": "x", "pid": 999_999, "start_time": 1,
             "identity": "999999:1", "pgid": 999_999, "cwd": "/", "started_at": "2026-01-01T00:00:00.000Z",
@@ -365,7 +393,7 @@ async fn recovery_stops_dead_sessions_scopes_and_retries_failed_stops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_recovered_exited_session_still_stops_its_scope() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Home::new();
     let (stand, (), exited) = procd_core::tree::reaper::Reaper::global()
         .spawn(
             std::process::Command::new("sleep")
