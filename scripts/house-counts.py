@@ -7,7 +7,9 @@ the synchronisation primitives in a session's shared part (the fields of
 channel's sender, an atomic, a once-cell or a `Notify`); and the places a
 session's code (session.rs, session/) calls into the registry: a closure
 it was handed (a field or parameter of an `Fn` type) or a name of the
-registry's (it reports to the registry instead, `session::Report`).
+registry's (it reports to the registry instead, `session::Report`); and
+the places a session is made (`Session::new`) or put in the table
+(`table().insert`): its ways in.
 
 A function's length is from its `fn` line to its closing brace, found by
 matching braces outside strings, chars and comments: a reader's count, not
@@ -127,6 +129,16 @@ def main() -> None:
     session_code = [core / "session.rs", *sorted((core / "session").glob("*.rs"))]
     calls = callbacks(session_code)
     print(f"calls from a session's code into the registry: {len(calls)} {' '.join(calls)}".rstrip())
+    for label, pattern in [
+        ("places a session is made", r"\bSession::new\("),
+        ("places a session is put in the table", r"\btable\(\)\s*\.insert\("),
+    ]:
+        found = []
+        for p in sources:
+            code = code_only(p.read_text())
+            for m in re.finditer(pattern, code):
+                found.append(f"{p.relative_to(ROOT)}:{code.count(chr(10), 0, m.start()) + 1}")
+        print(f"{label}: {len(found)} {' '.join(found)}".rstrip())
     if "--list" in sys.argv:
         for p, n in long_files:
             print(f"  {p.relative_to(ROOT)}: {n} lines")

@@ -794,4 +794,6 @@ fn the_house_counts_hold() {
         0,
         "{text}"
     );
+    assert_eq!(count("places a session is made"), 1, "{text}");
+    assert_eq!(count("places a session is put in the table"), 1, "{text}");
 }

@@ -362,6 +362,15 @@ impl Registry {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The one way a session comes in, spawned, handed over or recovered:
+    /// made of all it starts with, and put in the table (in place of the
+    /// run before it, for a restart's next run).
+    fn admit(&self, opening: crate::session::Opening) -> Arc<Session> {
+        let session = Arc::new(Session::new(opening, &self.redactor));
+        self.table().insert(session.id.clone(), session.clone());
+        session
+    }
+
     fn all_sessions(&self) -> Vec<Arc<Session>> {
         let mut all: Vec<Arc<Session>> = self.table().values().cloned().collect();
         // By id among equals, so that the order is the same on every call

@@ -202,23 +202,56 @@ impl Started {
     }
 }
 
+/// Everything a session starts with, whichever way it came (`origin`):
+/// the one way in (`Session::new`, called by `Registry::admit` only), so
+/// nothing of a session is set after it is made.
+pub struct Opening {
+    pub id: String,
+    pub spec: SessionSpec,
+    pub identity: ProcessIdentity,
+    pub output: Arc<OutputStore>,
+    /// Its stdin writer's sender (None with `stdin: "null"`, or when
+    /// nothing of its stdin could be taken over).
+    pub stdin: Option<mpsc::Sender<StdinOp>>,
+    pub started: Started,
+    pub origin: Origin,
+    pub note: Option<String>,
+    pub systemd_unit: Option<String>,
+    pub cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
+    pub input: Option<crate::observation::observe::InputId>,
+    /// A duplicate of where its output is read from, to tell unread
+    /// output from quiet (`Core::output_probe`).
+    pub output_probe: Option<std::os::fd::OwnedFd>,
+    /// The `max_running` slot it holds while it runs.
+    pub slot: Option<crate::admission::slot::RunningSlot>,
+    pub restarts: Option<Arc<Restarts>>,
+    /// Where it starts against its ready condition.
+    pub readiness: crate::observation::readiness::Readiness,
+}
+
 impl Session {
-    /// The one constructor: a session spawned here, handed over by the
-    /// keeper, or recovered from the checkpoint (`Origin`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        id: String,
-        spec: SessionSpec,
-        identity: ProcessIdentity,
-        output: Arc<OutputStore>,
-        stdin: Option<mpsc::Sender<StdinOp>>,
-        started: Started,
-        origin: Origin,
-        redactor: &Redactor,
-    ) -> Session {
+    /// Makes a session of what it starts with (`Registry::admit`).
+    pub(crate) fn new(opening: Opening, redactor: &Redactor) -> Session {
+        let Opening {
+            id,
+            spec,
+            identity,
+            output,
+            stdin,
+            started,
+            origin,
+            note,
+            systemd_unit,
+            cgroup,
+            input,
+            output_probe,
+            slot,
+            restarts,
+            readiness,
+        } = opening;
         let view = SessionView {
             state: SessionState::Running,
-            readiness: crate::observation::readiness::Readiness::Unconditioned,
+            readiness,
             asks: Asks {
                 watch_patterns: spec.watch_patterns.clone().into(),
                 meta: spec.meta.clone(),
@@ -235,15 +268,11 @@ impl Session {
             termination: None,
             stdin_closed: stdin.is_none() && origin != Origin::Spawned,
             stdin,
-            slot: None,
+            slot,
             seen: Seen::default(),
-            output_probe: None,
+            output_probe,
             oom_reported: 0,
         };
-        let note = (origin == Origin::Recovered).then(|| {
-            "recovered after a procd restart: output up to the restart is in the log; live output and stdin are unavailable"
-                .to_string()
-        });
         Session {
             id,
             identity,
@@ -252,12 +281,12 @@ impl Session {
             started_instant: started.instant,
             output,
             note,
-            systemd_unit: None,
-            cgroup: None,
+            systemd_unit,
+            cgroup,
             env_dump: crate::output::redact::is_env_dump(&spec.command),
             shown_command: redactor.command(&spec.command).into_owned(),
-            input: None,
-            restarts: None,
+            input,
+            restarts,
             view: watch::channel(view).0,
             core: Mutex::new(core),
             spec,
@@ -266,11 +295,6 @@ impl Session {
 
     fn core(&self) -> std::sync::MutexGuard<'_, Core> {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The core of a session not yet shared.
-    fn core_mut(&mut self) -> &mut Core {
-        self.core.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
     /// When it started, as RFC 3339 (`started_at` on the wire).
@@ -516,12 +540,6 @@ impl Session {
             && !core.output_unread()
     }
 
-    /// Keeps `fd` (a duplicate of where its output is read from) to tell
-    /// unread output from quiet.
-    pub fn set_output_probe(&mut self, fd: std::os::fd::OwnedFd) {
-        self.core_mut().output_probe = Some(fd);
-    }
-
     /// Returns once every byte written to the output before the call is
     /// in the store (`OutputStore::drained`); at once, with no round trip
     /// to the supervisor, when its last look found the pipe empty and the
@@ -570,11 +588,6 @@ impl Session {
 
     pub fn set_readiness(&self, now: crate::observation::readiness::Readiness) {
         self.change_view(|view| view.readiness = now);
-    }
-
-    /// Gives the session its running slot (before it is shared).
-    pub fn hold_slot(&mut self, slot: crate::admission::slot::RunningSlot) {
-        self.core_mut().slot = Some(slot);
     }
 
     /// Takes the running slot (a restart hands it to the next run).

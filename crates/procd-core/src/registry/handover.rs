@@ -10,7 +10,7 @@ use crate::observation::readiness::Readiness;
 use crate::output::source::OutputSource;
 use crate::output::store::OutputStore;
 use crate::persist::checkpoint::CheckpointEntry;
-use crate::session::{self, Origin, Session, Started, StdinSink};
+use crate::session::{self, Opening, Origin, SessionSpec, Started, StdinSink};
 use procd_keeper::HandedSession;
 use procd_proto::StdinMode;
 use std::os::fd::OwnedFd;
@@ -159,29 +159,29 @@ impl Registry {
             }
         };
         let stdin_tx = sink.map(stdin_writer);
-        let mut session = Session::new(
-            e.session_id.clone(),
+        let (readiness, watch_ready) = resume_readiness(&spec, e.ready_after_ms);
+        let input = match spec.stdin {
+            StdinMode::Pipe => crate::observation::observe::InputId::of_fd(&self.procfs, e.pid, 0),
+            StdinMode::Null => None,
+        };
+        let slot = self.recovered_slot(&spec);
+        let session = self.admit(Opening {
+            id: e.session_id.clone(),
             spec,
-            e.root(),
-            Arc::new(output),
-            stdin_tx,
-            Started::at(e.started_at()),
-            Origin::HandedOver,
-            &self.redactor,
-        );
-        session.systemd_unit = e.systemd_unit.clone();
-        session.cgroup = e.cgroup().map(Arc::new);
-        session.restarts = self.recovered_restarts(e, launch);
-        if session.spec.stdin == StdinMode::Pipe {
-            session.input = crate::observation::observe::InputId::of_fd(&self.procfs, e.pid, 0);
-        }
-        if let Some(fd) = probe {
-            session.set_output_probe(fd);
-        }
-        session.hold_slot(self.recovered_slot(&session.spec));
-        let watch_ready = resume_readiness(&session, e.ready_after_ms);
-        let session = Arc::new(session);
-        self.table().insert(session.id.clone(), session.clone());
+            identity: e.root(),
+            output: Arc::new(output),
+            stdin: stdin_tx,
+            started: Started::at(e.started_at()),
+            origin: Origin::HandedOver,
+            note: None,
+            systemd_unit: e.systemd_unit.clone(),
+            cgroup: e.cgroup().map(Arc::new),
+            input,
+            output_probe: probe,
+            slot: Some(slot),
+            restarts: self.recovered_restarts(e, launch),
+            readiness,
+        });
         if let Some(check) = watch_ready {
             tokio::spawn(self.watch_readiness(session.clone(), check));
         }
@@ -229,21 +229,15 @@ fn stdin_writer(sink: StdinSink) -> mpsc::Sender<session::StdinOp> {
 }
 
 /// A taken-back session's ready condition: met before stays met; else it
-/// is watched on (the check to watch with is returned).
+/// is watched on: where it starts, and the check to watch with.
 fn resume_readiness(
-    session: &Session,
+    spec: &SessionSpec,
     ready_after_ms: Option<u64>,
-) -> Option<crate::observation::readiness::ReadyCheck> {
-    match (ready_after_ms, session.spec.ready.clone()) {
-        (Some(after_ms), _) => {
-            session.set_readiness(Readiness::Ready { after_ms });
-            None
-        }
-        (None, Some(check)) => {
-            session.set_readiness(Readiness::Pending { timed_out: false });
-            Some(check)
-        }
-        (None, None) => None,
+) -> (Readiness, Option<crate::observation::readiness::ReadyCheck>) {
+    match (ready_after_ms, spec.ready.clone()) {
+        (Some(after_ms), _) => (Readiness::Ready { after_ms }, None),
+        (None, Some(check)) => (Readiness::Pending { timed_out: false }, Some(check)),
+        (None, None) => (Readiness::Unconditioned, None),
     }
 }
 

@@ -6,7 +6,7 @@ use crate::identity::ProcessIdentity;
 use crate::observation::readiness::Readiness;
 use crate::output::store::OutputStore;
 use crate::persist::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Recorded, Serialized};
-use crate::session::{self, ExitRecord, Origin, Session, SessionSpec, Started};
+use crate::session::{self, ExitRecord, Opening, Origin, Session, SessionSpec, Started};
 use crate::tree::kill;
 use crate::tree::scope::Scopes;
 use procd_proto::{CompletionReason, ProjectName, QueueName, SessionName, StdinMode};
@@ -431,21 +431,13 @@ impl Registry {
         .ok()?;
         // Ended: no output comes (a restart's opens it again).
         output.close_log();
-        let mut session = Session::new(
-            e.session_id.clone(),
-            recovered_spec(e),
-            e.root(),
-            Arc::new(output),
-            None,
-            Started::at(e.started_at()),
-            Origin::Recovered,
-            &self.redactor,
-        );
-        session.note = note;
-        session.restarts = restarts;
+        let session = self.admit(Opening {
+            note,
+            restarts,
+            slot: None,
+            ..recovered_opening(e, e.root(), output)
+        });
         session.set_adopted(Vec::new());
-        let session = Arc::new(session);
-        self.table().insert(session.id.clone(), session.clone());
         Some(session)
     }
 
@@ -480,22 +472,13 @@ impl Registry {
         .await
         .ok()?
         .ok()?;
-        let mut session = Session::new(
-            e.session_id.clone(),
-            recovered_spec(e),
-            identity,
-            Arc::new(output),
-            None,
-            Started::at(e.started_at()),
-            Origin::Recovered,
-            &self.redactor,
-        );
-        session.systemd_unit = e.systemd_unit.clone();
-        session.cgroup = e.cgroup().map(Arc::new);
-        session.restarts = self.recovered_restarts(e, None);
-        session.hold_slot(self.recovered_slot(&session.spec));
-        let session = Arc::new(session);
-        self.table().insert(session.id.clone(), session.clone());
+        let mut opening = recovered_opening(e, identity, output);
+        opening.note = Some(RECOVERED_NOTE.to_string());
+        opening.systemd_unit = e.systemd_unit.clone();
+        opening.cgroup = e.cgroup().map(Arc::new);
+        opening.restarts = self.recovered_restarts(e, None);
+        opening.slot = Some(self.recovered_slot(&opening.spec));
+        let session = self.admit(opening);
         crate::observation::stale::watch(&session, &self.stale_watches);
         self.follow_changes(&session);
         let me = self.me.clone();
@@ -524,6 +507,36 @@ fn restart_record(r: &crate::session::Restarts) -> crate::persist::checkpoint::R
                 streak: n.count.streak,
                 at: crate::clock::rfc3339(n.at),
             }),
+    }
+}
+
+/// What a session re-adopted from the checkpoint says of itself.
+const RECOVERED_NOTE: &str = "recovered after a procd restart: output up to the restart is in the log; live output and stdin are unavailable";
+
+/// A session a previous daemon started, as far as its checkpoint entry
+/// and its log tell: no stdin, no probe, no slot, no restarts, no note;
+/// the caller adds what it knows beyond.
+fn recovered_opening(
+    e: &CheckpointEntry,
+    identity: ProcessIdentity,
+    output: OutputStore,
+) -> Opening {
+    Opening {
+        id: e.session_id.clone(),
+        spec: recovered_spec(e),
+        identity,
+        output: Arc::new(output),
+        stdin: None,
+        started: Started::at(e.started_at()),
+        origin: Origin::Recovered,
+        note: None,
+        systemd_unit: None,
+        cgroup: None,
+        input: None,
+        output_probe: None,
+        slot: None,
+        restarts: None,
+        readiness: Readiness::Unconditioned,
     }
 }
 

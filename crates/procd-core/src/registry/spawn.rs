@@ -476,29 +476,26 @@ impl Registry {
             }
         };
         let ready = spec.ready.clone();
-        let mut session = Session::new(
-            id.clone(),
+        let session = self.admit(session::Opening {
+            id,
             spec,
             identity,
             output,
-            stdin_tx,
+            stdin: stdin_tx,
             started,
-            Origin::Spawned,
-            &self.redactor,
-        );
-        session.systemd_unit = unit;
-        session.cgroup = cgroup;
-        session.input = input;
-        if let Some(fd) = output_probe {
-            session.set_output_probe(fd);
-        }
-        if ready.is_some() {
-            session.set_readiness(Readiness::Pending { timed_out: false });
-        }
-        session.hold_slot(slot);
-        session.restarts = restarts;
-        let session = Arc::new(session);
-        self.table().insert(id, session.clone());
+            origin: Origin::Spawned,
+            note: None,
+            systemd_unit: unit,
+            cgroup,
+            input,
+            output_probe,
+            slot: Some(slot),
+            restarts,
+            readiness: match ready {
+                Some(_) => Readiness::Pending { timed_out: false },
+                None => Readiness::Unconditioned,
+            },
+        });
         if let Some(check) = ready {
             tokio::spawn(self.watch_readiness(session.clone(), check));
         }
