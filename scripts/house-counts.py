@@ -9,7 +9,8 @@ session's code (session.rs, session/) calls into the registry: a closure
 it was handed (a field or parameter of an `Fn` type) or a name of the
 registry's (it reports to the registry instead, `session::Report`); and
 the places a session is made (`Session::new`) or put in the table
-(`table().insert`): its ways in.
+(`table().insert`): its ways in; and the places its end is recorded
+(`mark_exited`: a restart's replaced run goes through `mark_replaced`).
 
 A function's length is from its `fn` line to its closing brace, found by
 matching braces outside strings, chars and comments: a reader's count, not
@@ -132,6 +133,7 @@ def main() -> None:
     for label, pattern in [
         ("places a session is made", r"\bSession::new\("),
         ("places a session is put in the table", r"\btable\(\)\s*\.insert\("),
+        ("places a session's end is recorded", r"\.mark_exited\("),
     ]:
         found = []
         for p in sources:

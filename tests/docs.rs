@@ -796,4 +796,5 @@ fn the_house_counts_hold() {
     );
     assert_eq!(count("places a session is made"), 1, "{text}");
     assert_eq!(count("places a session is put in the table"), 1, "{text}");
+    assert_eq!(count("places a session's end is recorded"), 1, "{text}");
 }

@@ -227,6 +227,9 @@ pub struct Opening {
     pub restarts: Option<Arc<Restarts>>,
     /// Where it starts against its ready condition.
     pub readiness: crate::observation::readiness::Readiness,
+    /// How it ended, for one listed already ended (a previous daemon
+    /// recorded its exit): it is made exited, never running.
+    pub ended: Option<Arc<ExitRecord>>,
 }
 
 impl Session {
@@ -248,9 +251,10 @@ impl Session {
             slot,
             restarts,
             readiness,
+            ended,
         } = opening;
         let view = SessionView {
-            state: SessionState::Running,
+            state: ended.map_or(SessionState::Running, SessionState::Exited),
             readiness,
             asks: Asks {
                 watch_patterns: spec.watch_patterns.clone().into(),
@@ -711,7 +715,7 @@ impl Session {
         self.end_run(record, Some(next));
     }
 
-    /// Running -> Exited, once.
+    /// Running -> Exited, once (`Registry::record_end` alone calls it).
     pub(crate) fn mark_exited(&self, record: Arc<ExitRecord>) {
         self.end_run(record, None);
     }

@@ -215,10 +215,4 @@ impl Registry {
     pub(super) fn record_replaced(run: &Session, next: Arc<Session>, record: Arc<ExitRecord>) {
         run.mark_replaced(next, record);
     }
-
-    /// Records the end of a session a previous daemon saw end, as it was
-    /// recorded then: no events (they were sent then), no bookkeeping.
-    pub(super) fn record_listed_end(session: &Session, record: ExitRecord) {
-        session.mark_exited(Arc::new(record));
-    }
 }

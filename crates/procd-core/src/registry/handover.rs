@@ -181,6 +181,7 @@ impl Registry {
             slot: Some(slot),
             restarts: self.recovered_restarts(e, launch),
             readiness,
+            ended: None,
         });
         if let Some(check) = watch_ready {
             tokio::spawn(self.watch_readiness(session.clone(), check));

@@ -358,10 +358,8 @@ impl Registry {
         let Some(exit) = &e.exit else {
             return;
         };
-        let Some(session) = self.listed_exited(e, None, None).await else {
-            return;
-        };
-        Registry::record_listed_end(&session, exit.record());
+        let ended = Some(Arc::new(exit.record()));
+        self.listed_exited(e, None, None, ended).await;
     }
 
     /// A session that waited out a restart backoff when the daemon and its
@@ -376,7 +374,10 @@ impl Registry {
         let Some(next) = restarts.next_run() else {
             return false;
         };
-        let Some(session) = self.listed_exited(e, None, Some(restarts.clone())).await else {
+        let Some(session) = self
+            .listed_exited(e, None, Some(restarts.clone()), None)
+            .await
+        else {
             return false;
         };
         self.resume_backoff(session, &restarts, next);
@@ -388,7 +389,7 @@ impl Registry {
     /// is readable. A completion is queued if it was asked for.
     pub(super) async fn list_lost(&self, e: &CheckpointEntry) {
         let note = "its process ended while no procd was running: the exit code is unknown; output up to then is in the log";
-        let Some(session) = self.listed_exited(e, Some(note.into()), None).await else {
+        let Some(session) = self.listed_exited(e, Some(note.into()), None, None).await else {
             return;
         };
         let now = std::time::SystemTime::now();
@@ -403,14 +404,16 @@ impl Registry {
         Registry::record_end(&self.me, &session, record);
     }
 
-    /// A session of a previous daemon, listed (not yet marked exited) with
-    /// its log, `note` and `restarts`; None when the entry is not a procd
-    /// session or is listed already.
+    /// A session of a previous daemon whose process is gone, listed with
+    /// its log, `note` and `restarts`: exited as `ended` says, or running
+    /// until its caller records its end; None when the entry is not a
+    /// procd session or is listed already.
     async fn listed_exited(
         &self,
         e: &CheckpointEntry,
         note: Option<String>,
         restarts: Option<Arc<crate::session::Restarts>>,
+        ended: Option<Arc<ExitRecord>>,
     ) -> Option<Arc<Session>> {
         if !e.has_session_id() || self.table().contains_key(&e.session_id) {
             return None;
@@ -434,7 +437,7 @@ impl Registry {
         let session = self.admit(Opening {
             note,
             restarts,
-            slot: None,
+            ended,
             ..recovered_opening(e, e.root(), output)
         });
         session.set_adopted(Vec::new());
@@ -537,6 +540,7 @@ fn recovered_opening(
         slot: None,
         restarts: None,
         readiness: Readiness::Unconditioned,
+        ended: None,
     }
 }
 

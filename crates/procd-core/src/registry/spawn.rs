@@ -495,6 +495,7 @@ impl Registry {
                 Some(_) => Readiness::Pending { timed_out: false },
                 None => Readiness::Unconditioned,
             },
+            ended: None,
         });
         if let Some(check) = ready {
             tokio::spawn(self.watch_readiness(session.clone(), check));
