@@ -635,3 +635,99 @@ fn keep_leaves_what_codex_started_running_after_it_goes() {
     assert_eq!(polled["status"], "running", "{polled}");
     d.ok("kill", json!({"session_id": kept}));
 }
+
+/// Every line that is not a message gets an error naming its fault, as
+/// from Codex's own server (which answers each of these with -32600), and
+/// the server goes on: a request after them is answered. An answer from
+/// Codex (procd asks it nothing) gets none.
+#[test]
+fn lines_that_are_no_message_are_answered_and_lose_nothing() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start();
+    let mut server = Command::new(BIN)
+        .arg("--home")
+        .arg(d.home.path())
+        .arg("exec-server")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("procd exec-server");
+    let mut stdin = server.stdin.take().expect("stdin");
+    let stdout = server.stdout.take().expect("stdout");
+    let lines = [
+        "not json",
+        "[1,2]",
+        "[]",
+        "\"a string\"",
+        "null",
+        "{\"jsonrpc\":\"2.0\"}",
+        "{\"id\":7}",
+        "{\"id\":8,\"result\":{}}",
+        "{\"id\":9,\"method\":\"initialize\",\"params\":{\"clientName\":\"t\"}}",
+    ];
+    for line in lines {
+        writeln!(stdin, "{line}").expect("write");
+    }
+    let mut answers = Vec::new();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).expect("an answer is JSON"));
+        }
+    });
+    // Answers come in any order (each request is handled in a task of
+    // its own); the initialize answer is the last one sent.
+    while answers.len() < 8 {
+        let msg = rx.recv_timeout(PATIENCE).expect("an answer");
+        answers.push(msg);
+    }
+    drop(stdin);
+    let status = server.wait().expect("the server ends with its stdin");
+    assert!(status.success(), "{status}");
+    // Whatever else it wrote is in by now (its stdout is closed).
+    answers.extend(rx.iter());
+    assert_eq!(answers.len(), 8, "{answers:#?}");
+    let errors: Vec<(Value, i64, String)> = answers
+        .iter()
+        .filter(|a| a["error"].is_object())
+        .map(|a| {
+            (
+                a["id"].clone(),
+                a["error"]["code"].as_i64().expect("a code"),
+                a["error"]["message"]
+                    .as_str()
+                    .expect("a message")
+                    .to_string(),
+            )
+        })
+        .collect();
+    let with = |id: Value, code: i64, words: &str| {
+        errors
+            .iter()
+            .filter(|(i, c, m)| *i == id && *c == code && m.contains(words))
+            .count()
+    };
+    assert_eq!(with(Value::Null, -32700, "parse error"), 1, "{answers:#?}");
+    assert_eq!(
+        with(Value::Null, -32600, "one JSON object"),
+        4,
+        "{answers:#?}"
+    );
+    assert_eq!(
+        with(Value::Null, -32600, "neither a method nor an id"),
+        1,
+        "{answers:#?}"
+    );
+    assert_eq!(with(json!(7), -32600, "no method"), 1, "{answers:#?}");
+    assert_eq!(
+        errors.len(),
+        7,
+        "nothing for the answer of id 8: {answers:#?}"
+    );
+    let init = answers
+        .iter()
+        .find(|a| a["id"] == 9)
+        .expect("initialize is answered after them");
+    assert!(init["result"]["sessionId"].is_string(), "{init}");
+}

@@ -378,14 +378,29 @@ const MAX_WAIT_MS: u64 = 300_000;
 
 impl Server {
     async fn handle(self: Arc<Self>, msg: Value) {
+        // Every line that is no message is answered, as Codex's own server
+        // does (it names the line's fault; procd's id is JSON-RPC's null).
+        let invalid = |why: &str| {
+            self.out.answer(
+                Value::Null,
+                Err(RpcError::new(-32600, format!("invalid request: {why}"))),
+            );
+        };
+        if !msg.is_object() {
+            return invalid("a message is one JSON object (no batches)");
+        }
         let Some(method) = msg
             .get("method")
             .and_then(Value::as_str)
             .map(str::to_string)
         else {
-            if let Some(id) = msg.get("id") {
-                self.out
-                    .answer(id.clone(), Err(RpcError::new(-32600, "no method")));
+            match msg.get("id") {
+                // An answer: procd asks Codex nothing, so it answers nothing.
+                Some(_) if msg.get("result").is_some() || msg.get("error").is_some() => {}
+                Some(id) => self
+                    .out
+                    .answer(id.clone(), Err(RpcError::new(-32600, "no method"))),
+                None => invalid("neither a method nor an id"),
             }
             return;
         };
