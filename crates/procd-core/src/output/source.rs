@@ -75,7 +75,7 @@ impl OutputSource {
     }
 
     /// A duplicate of what the output is read from, to tell unread output
-    /// (`Session::set_output_probe`).
+    /// (`Opening::output_probe`).
     pub fn probe(&self) -> Option<OwnedFd> {
         match self {
             OutputSource::Pipe(fd) | OutputSource::Pty { master: fd, .. } => {

@@ -428,7 +428,7 @@ impl Registry {
 
     /// The session of a child just started: its stdin writer, what it
     /// reads input from, the probe for unread output, its ready condition
-    /// (watched from now on), its running slot; listed in the table.
+    /// (watched from now on), its running slot, admitted (`admit`).
     /// Returns it with what its supervisor is to read and wait for.
     pub(super) fn open_session(
         &self,
