@@ -275,8 +275,9 @@ pub(crate) fn ending(e: &ExitRecord) -> String {
 
 /// Event text: what an agent reads about a session.
 impl Registry {
-    /// Queues a watch event; when the delivery cap is reached, watching
-    /// stops and the session is switched to notify on completion instead.
+    /// Queues a watch event (a match, or watching stopped at the delivery
+    /// cap: the session notifies on completion instead, which the one
+    /// who took the report has switched on).
     pub(super) fn deliver_watch(&self, s: &Session, outcome: WatchOutcome) {
         let event = match outcome {
             WatchOutcome::Match {
@@ -320,7 +321,6 @@ impl Registry {
                 }
             }
             WatchOutcome::Disabled { deliveries } => {
-                s.enable_notify_on_complete();
                 let text = format!(
                     "Background process {}: watch patterns matched {deliveries} times, so watching stopped; you will be notified when it completes.",
                     s.id

@@ -517,7 +517,13 @@ impl Registry {
                         .await;
                 });
             }
-            session::Report::Watch(outcome) => self.deliver_watch(session, outcome),
+            session::Report::Watch(outcome) => {
+                // Watching stopped at its cap: its completion is told instead.
+                if let crate::observation::watch::WatchOutcome::Disabled { .. } = outcome {
+                    session.enable_notify_on_complete();
+                }
+                self.deliver_watch(session, outcome);
+            }
         }
     }
 
