@@ -96,17 +96,8 @@ fn processes_end_with_the_codex_that_started_them() {
     use std::io::{BufRead, BufReader, Write};
     let d = Daemon::start();
     let work = short_tempdir();
-    let mut server = Command::new(BIN)
-        .arg("--home")
-        .arg(d.home.path())
-        .arg("exec-server")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("procd exec-server");
-    let mut stdin = server.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(server.stdout.take().expect("stdout"));
+    let (mut server, mut stdin, stdout) = exec_server(&d, &[]);
+    let mut stdout = BufReader::new(stdout);
     let cwd = format!("file://{}", work.path().display());
     for msg in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
@@ -438,18 +429,8 @@ fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .expect("tempdir");
     std::fs::write(elsewhere.path().join("kept.txt"), "kept").expect("a file outside");
-    let mut server = Command::new(BIN)
-        .arg("--home")
-        .arg(d.home.path())
-        .arg("exec-server")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("procd exec-server");
-    let mut stdin = server.stdin.take().expect("stdin");
+    let (mut server, mut stdin, stdout) = exec_server(&d, &[]);
     let (tx, rx) = std::sync::mpsc::channel::<Value>();
-    let stdout = server.stdout.take().expect("stdout");
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
@@ -555,14 +536,16 @@ fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
     );
 }
 
-/// `procd exec-server` (with `args`) that has started `sleep 300` as
-/// Codex process `pid`: the server, its stdin, and the procd session.
-fn exec_server_running_a_sleep(
+/// `procd exec-server` (with `args`) on `d`'s home, its stdin and stdout
+/// piped to the test.
+fn exec_server(
     d: &Daemon,
     args: &[&str],
-    pid: &str,
-) -> (std::process::Child, std::process::ChildStdin, String) {
-    use std::io::{BufRead, BufReader, Write};
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::process::ChildStdout,
+) {
     let mut server = Command::new(BIN)
         .arg("--home")
         .arg(d.home.path())
@@ -573,8 +556,20 @@ fn exec_server_running_a_sleep(
         .stderr(Stdio::inherit())
         .spawn()
         .expect("procd exec-server");
-    let mut stdin = server.stdin.take().expect("stdin");
+    let stdin = server.stdin.take().expect("stdin");
     let stdout = server.stdout.take().expect("stdout");
+    (server, stdin, stdout)
+}
+
+/// `procd exec-server` (with `args`) that has started `sleep 300` as
+/// Codex process `pid`: the server, its stdin, and the procd session.
+fn exec_server_running_a_sleep(
+    d: &Daemon,
+    args: &[&str],
+    pid: &str,
+) -> (std::process::Child, std::process::ChildStdin, String) {
+    use std::io::{BufRead, BufReader, Write};
+    let (server, mut stdin, stdout) = exec_server(d, args);
     for msg in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
         json!({"id": 2, "method": "process/start", "params": {
@@ -644,17 +639,7 @@ fn keep_leaves_what_codex_started_running_after_it_goes() {
 fn lines_that_are_no_message_are_answered_and_lose_nothing() {
     use std::io::{BufRead, BufReader, Write};
     let d = Daemon::start();
-    let mut server = Command::new(BIN)
-        .arg("--home")
-        .arg(d.home.path())
-        .arg("exec-server")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("procd exec-server");
-    let mut stdin = server.stdin.take().expect("stdin");
-    let stdout = server.stdout.take().expect("stdout");
+    let (mut server, mut stdin, stdout) = exec_server(&d, &[]);
     let lines = [
         "not json",
         "[1,2]",
