@@ -260,7 +260,14 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("-")
         };
-        for name in [AUTHORIZATION, "proxy-authorization", "x-api-key", "apikey"] {
+        let names = [AUTHORIZATION, "proxy-authorization", "x-api-key", "apikey"];
+        let more = [
+            "x-goog-api-key",
+            "x-auth-token",
+            "x-access-token",
+            "api-key",
+        ];
+        for name in names.into_iter().chain(more).chain(["x-api-token"]) {
             for shown in [name.to_string(), name.to_uppercase(), title(name)] {
                 let line = format!("> {shown}: abcdefghijklmnopqrstuvwxyz\n");
                 let want = format!("> {shown}: abcdef...wxyz\n");
@@ -324,6 +331,14 @@ mod tests {
             "xai-abcdefghijklmnopqrstuvwxyz",
             "gsk_abcdefghijklmnopqrstuvwxyz",
             "sk_live_abcdefghijklmnop1234",
+            "rk_test_abcdefghijklmnop1234",
+            "pk_live_abcdefghijklmnop1234",
+            "ASIAIOSFODNN7EXAMPLE",
+            "xoxp-123456789012-abcdefghijkl",
+            "SG.abcdefghijklmnop.qrstuvwxyz0123456789",
+            "dop_v1_0123456789abcdef0123456789abcdef01234567",
+            "shpat_0123456789abcdef0123456789abcdef",
+            "ya29.abcdefghijklmnopqrstuvwxyz",
             "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
         ];
         for secret in secrets {
