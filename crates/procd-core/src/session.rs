@@ -230,6 +230,10 @@ pub struct Opening {
     /// How it ended, for one listed already ended (a previous daemon
     /// recorded its exit): it is made exited, never running.
     pub ended: Option<Arc<ExitRecord>>,
+    /// The orphans its root left, when known from the start: none, for
+    /// one listed after its process was gone (they were another daemon's
+    /// children).
+    pub adopted: Option<Arc<[ProcessIdentity]>>,
 }
 
 impl Session {
@@ -252,6 +256,7 @@ impl Session {
             restarts,
             readiness,
             ended,
+            adopted,
         } = opening;
         let view = SessionView {
             state: ended.map_or(SessionState::Running, SessionState::Exited),
@@ -262,7 +267,7 @@ impl Session {
             },
             asks_version: 0,
             notify_on_complete: spec.notify_on_complete,
-            adopted: None,
+            adopted,
             successor: None,
             record_version: 0,
         };

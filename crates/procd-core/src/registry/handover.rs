@@ -182,6 +182,7 @@ impl Registry {
             restarts: self.recovered_restarts(e, launch),
             readiness,
             ended: None,
+            adopted: None,
         });
         if let Some(check) = watch_ready {
             tokio::spawn(self.watch_readiness(session.clone(), check));

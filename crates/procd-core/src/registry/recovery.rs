@@ -438,9 +438,9 @@ impl Registry {
             note,
             restarts,
             ended,
+            adopted: Some(Arc::new([])),
             ..recovered_opening(e, e.root(), output)
         });
-        session.set_adopted(Vec::new());
         Some(session)
     }
 
@@ -541,6 +541,7 @@ fn recovered_opening(
         restarts: None,
         readiness: Readiness::Unconditioned,
         ended: None,
+        adopted: None,
     }
 }
 

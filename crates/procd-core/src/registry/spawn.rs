@@ -496,6 +496,7 @@ impl Registry {
                 None => Readiness::Unconditioned,
             },
             ended: None,
+            adopted: None,
         });
         if let Some(check) = ready {
             tokio::spawn(self.watch_readiness(session.clone(), check));
