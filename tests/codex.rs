@@ -631,8 +631,9 @@ fn keep_leaves_what_codex_started_running_after_it_goes() {
     d.ok("kill", json!({"session_id": kept}));
 }
 
-/// Every line that is not a message gets an error naming its fault, as
-/// from Codex's own server (which answers each of these with -32600), and
+/// Every line that is not a message, or whose id is neither a string nor
+/// an integer, gets an error naming its fault, as from Codex's own server
+/// (which answers each of these with -32600), and
 /// the server goes on: a request after them is answered. An answer from
 /// Codex (procd asks it nothing) gets none.
 #[test]
@@ -649,6 +650,9 @@ fn lines_that_are_no_message_are_answered_and_lose_nothing() {
         "{\"jsonrpc\":\"2.0\"}",
         "{\"id\":7}",
         "{\"id\":8,\"result\":{}}",
+        "{\"id\":{\"a\":1},\"method\":\"initialize\",\"params\":{\"clientName\":\"t\"}}",
+        "{\"id\":null,\"method\":\"initialize\",\"params\":{\"clientName\":\"t\"}}",
+        "{\"id\":1.5,\"method\":\"initialize\",\"params\":{\"clientName\":\"t\"}}",
         "{\"id\":9,\"method\":\"initialize\",\"params\":{\"clientName\":\"t\"}}",
     ];
     for line in lines {
@@ -663,7 +667,7 @@ fn lines_that_are_no_message_are_answered_and_lose_nothing() {
     });
     // Answers come in any order (each request is handled in a task of
     // its own); the initialize answer is the last one sent.
-    while answers.len() < 8 {
+    while answers.len() < 11 {
         let msg = rx.recv_timeout(PATIENCE).expect("an answer");
         answers.push(msg);
     }
@@ -672,7 +676,7 @@ fn lines_that_are_no_message_are_answered_and_lose_nothing() {
     assert!(status.success(), "{status}");
     // Whatever else it wrote is in by now (its stdout is closed).
     answers.extend(rx.iter());
-    assert_eq!(answers.len(), 8, "{answers:#?}");
+    assert_eq!(answers.len(), 11, "{answers:#?}");
     let errors: Vec<(Value, i64, String)> = answers
         .iter()
         .filter(|a| a["error"].is_object())
@@ -706,8 +710,13 @@ fn lines_that_are_no_message_are_answered_and_lose_nothing() {
     );
     assert_eq!(with(json!(7), -32600, "no method"), 1, "{answers:#?}");
     assert_eq!(
+        with(Value::Null, -32600, "a string or an integer"),
+        3,
+        "{answers:#?}"
+    );
+    assert_eq!(
         errors.len(),
-        7,
+        10,
         "nothing for the answer of id 8: {answers:#?}"
     );
     let init = answers

@@ -407,6 +407,11 @@ impl Server {
         let Some(id) = msg.get("id").cloned() else {
             return; // a notification (`initialized`): nothing to answer
         };
+        // Codex's request ids are strings or integers (`RequestId`); its
+        // server refuses any other, so procd does not run one.
+        if !(id.is_string() || id.is_i64() || id.is_u64()) {
+            return invalid("an id is a string or an integer");
+        }
         let p = msg.get("params").cloned().unwrap_or(json!({}));
         if method == "process/start" {
             let started = match params(p) {
