@@ -475,13 +475,16 @@ impl Registry {
         .await
         .ok()?
         .ok()?;
-        let mut opening = recovered_opening(e, identity, output);
-        opening.note = Some(RECOVERED_NOTE.to_string());
-        opening.systemd_unit = e.systemd_unit.clone();
-        opening.cgroup = e.cgroup().map(Arc::new);
-        opening.restarts = self.recovered_restarts(e, None);
-        opening.slot = Some(self.recovered_slot(&opening.spec));
-        let session = self.admit(opening);
+        let opening = recovered_opening(e, identity, output);
+        let slot = Some(self.recovered_slot(&opening.spec));
+        let session = self.admit(Opening {
+            note: Some(RECOVERED_NOTE.to_string()),
+            systemd_unit: e.systemd_unit.clone(),
+            cgroup: e.cgroup().map(Arc::new),
+            restarts: self.recovered_restarts(e, None),
+            slot,
+            ..opening
+        });
         crate::observation::stale::watch(&session, &self.stale_watches);
         self.follow_changes(&session);
         let me = self.me.clone();

@@ -229,7 +229,6 @@ impl Shells {
     }
 }
 
-/// The last `max` bytes of `path` (a regular file, not followed).
 /// Marks command `n` begun, if it is the one running with `nonce`.
 fn mark_begun(shell: &Shell, n: u64, nonce: &str) {
     if let Some(c) = shell
@@ -294,6 +293,7 @@ async fn wait_begun(shell: &Shell, n: u64) {
     }
 }
 
+/// The last `max` bytes of `path` (a regular file, not followed).
 fn read_tail(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Read, Seek};
     let mut f = std::fs::OpenOptions::new()
