@@ -329,6 +329,45 @@ fn completions_complete_subcommands_and_the_man_page_renders() {
     );
 }
 
+/// Each subcommand's help opens with the line the overview gives it, for
+/// the top level and `lease`'s: a subcommand's flags are made only when it
+/// runs (`cli/args.rs`), and what is made then must not replace the
+/// description the overview shows (as a doc comment on its flags' struct
+/// would).
+#[test]
+fn each_subcommand_help_opens_with_its_overview_line() {
+    let help = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).output().expect("procd");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        stdout(&out)
+    };
+    let mut checked = 0;
+    for parent in [&[][..], &["lease"][..]] {
+        let overview = help(&[parent, &["--help"]].concat());
+        let listed: Vec<(String, String)> = overview
+            .lines()
+            .skip_while(|l| *l != "Commands:")
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .filter_map(|l| l.trim().split_once(char::is_whitespace))
+            .map(|(name, about)| (name.to_string(), about.trim().to_string()))
+            .filter(|(name, _)| name != "help")
+            .collect();
+        assert!(listed.len() >= 3, "{overview}");
+        for (name, about) in listed {
+            let args = [parent, &[name.as_str(), "--help"]].concat();
+            assert_eq!(
+                help(&args).lines().next(),
+                Some(about.as_str()),
+                "`procd {}` opens otherwise than the overview says",
+                args.join(" ")
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 25, "only {checked} subcommands were looked at");
+}
+
 /// `procd events` as a watcher reads it: filtered by name and kind, one
 /// line each; a bad kind is a usage error naming it; `--pending` for
 /// hooks prints nothing and exits 0 when nothing is queued.

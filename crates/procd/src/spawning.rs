@@ -42,7 +42,9 @@ fn ready_condition(
     }))
 }
 
-/// `procd spawn`'s flags, checked into `SpawnParams` by `params`.
+// `procd spawn`'s flags, checked into `SpawnParams` by `params`. (A
+// plain comment: a doc comment here would become the subcommand's about
+// when clap makes it, over the variant's; see `cli/args.rs`.)
 #[derive(clap::Args, Debug)]
 pub struct SpawnArgs {
     #[arg(long, help = procd_proto::describe!(pty))]
