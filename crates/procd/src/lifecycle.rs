@@ -264,7 +264,7 @@ pub fn lease(paths: &Paths, cmd: LeaseCommand, as_json: bool) -> i32 {
     }
 }
 
-/// Made when run, as the other subcommands are (`cli/args.rs`).
+// Made when run, as the other subcommands are (`cli/args.rs`).
 #[derive(Subcommand, Debug)]
 #[command(defer = true)]
 pub enum LeaseCommand {
