@@ -4,7 +4,8 @@ over 800 lines and functions over 80 lines in crates/*/src (tests and the
 bench excluded), as `scripts/house-counts.py [--list]` prints them; and
 the synchronisation primitives in a session's shared part (the fields of
 `Session`, and of the `Restarts` its runs share, whose type is a lock, a
-channel's sender, an atomic, a once-cell or a `Notify`); and the places a
+channel's sender, an atomic, a once-cell or a `Notify`), and the files
+that change a session's state (through its lock or its view); and the places a
 session's code (session.rs, session/) calls into the registry: a closure
 it was handed (a field or parameter of an `Fn` type) or a name of the
 registry's (it reports to the registry instead, `session::Report`); and
@@ -124,9 +125,19 @@ def main() -> None:
     print(f"functions over {FN_LIMIT} lines: {len(long_fns)}")
     core = ROOT / "crates/procd-core/src"
     shared = [("Session", core / "session.rs"), ("Restarts", core / "session/spec.rs")]
+    every = []
     for struct, path in shared:
         names = primitives(path, struct)
+        every += names
         print(f"synchronisation primitives in {struct}: {len(names)} ({', '.join(names)})")
+    print(f"synchronisation primitives in a session's shared part: {len(every)} ({', '.join(every)})")
+    # A session's changing fields are private to session.rs; a change is
+    # a write through its lock or its view's sender.
+    changers = sorted({
+        str(p.relative_to(ROOT)) for p in sources
+        if re.search(r"\.core\(\)|\bview\s*\.\s*send", code_only(p.read_text()))
+    })
+    print(f"files that change a session's state: {len(changers)} {' '.join(changers)}".rstrip())
     session_code = [core / "session.rs", *sorted((core / "session").glob("*.rs"))]
     calls = callbacks(session_code)
     print(f"calls from a session's code into the registry: {len(calls)} {' '.join(calls)}".rstrip())
@@ -138,6 +149,8 @@ def main() -> None:
         found = []
         for p in sources:
             code = code_only(p.read_text())
+            # Unit tests make sessions of their own.
+            code = code[:code.find("#[cfg(test)]")] if "#[cfg(test)]" in code else code
             for m in re.finditer(pattern, code):
                 found.append(f"{p.relative_to(ROOT)}:{code.count(chr(10), 0, m.start()) + 1}")
         print(f"{label}: {len(found)} {' '.join(found)}".rstrip())

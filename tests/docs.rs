@@ -790,6 +790,11 @@ fn the_house_counts_hold() {
         count("synchronisation primitives in Restarts") <= 3,
         "{text}"
     );
+    assert!(
+        count("synchronisation primitives in a session's shared part") <= 3,
+        "{text}"
+    );
+    assert_eq!(count("files that change a session's state"), 1, "{text}");
     assert_eq!(
         count("calls from a session's code into the registry"),
         0,

@@ -1,9 +1,9 @@
 //! One supervised process: what was asked for, its identity, its output,
 //! and its state. What changes of it is in two places, both private to
 //! this file: the `SessionView` its waiters follow (state, readiness,
-//! asks, adoption, the run that replaced it), one watch channel; and the
-//! `Core` only its own methods touch (termination, stdin, slot, what was
-//! seen of its tree), one lock. The supervisor (`supervise`) owns the
+//! asks, adoption, a termination asked for, the run that replaced it),
+//! one watch channel; and the `Core` only its own methods touch (stdin,
+//! slot, what was seen of its tree), one lock. The supervisor (`supervise`) owns the
 //! child's exit receiver and output pipe; the registry's `record_end`
 //! moves the state to `Exited` once, after the final drain.
 
@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 
+mod opening;
 mod seen;
 mod spec;
 mod stdin;
@@ -26,6 +27,7 @@ mod supervise;
 
 use seen::Seen;
 
+pub use opening::{Opening, Origin, Started};
 pub use spec::{Launch, NextRun, Restarts, SessionSpec};
 pub use supervise::{supervise, supervise_detached, Report, Reports, Supervision};
 
@@ -123,6 +125,15 @@ pub struct SessionView {
     /// The run that replaced this one (set in the same change that marks
     /// this one exited, so whoever waits on it follows on to the next).
     pub successor: Option<Arc<Session>>,
+    /// Why procd is ending it, while it is: the supervisor reports the
+    /// exit as killed or timeout rather than exited, the noise filter
+    /// knows kill reports are coming, and a restart waiting out its
+    /// backoff gives up.
+    pub termination: Option<Termination>,
+    /// Set while a watch's restart signals its tree (`signal_for_change`):
+    /// the tree names the cgroup the next run gets, so the next run starts
+    /// only once this is clear (`change_signalled`).
+    change_signal: bool,
     /// Moved on by every change to what the checkpoint record holds
     /// beyond the fixed spec: a write remakes the record only when this
     /// moved, without visiting those (`record_version`).
@@ -133,10 +144,6 @@ pub struct SessionView {
 struct Core {
     /// Set as soon as the root has been reaped (its pid is free again).
     reaped: bool,
-    /// Why procd is ending it, while it is (the supervisor reports the
-    /// exit as killed or timeout rather than exited, and the noise filter
-    /// knows kill reports are coming).
-    termination: Option<Termination>,
     /// The stdin writer; None once a pipe is closed (or stdin is null).
     stdin: Option<mpsc::Sender<StdinOp>>,
     /// Set by close_stdin (a PTY keeps its writer for resizes).
@@ -174,68 +181,6 @@ pub struct Asks {
 /// counts as waiting for input (docs/agents.md).
 pub const INPUT_QUIET: Duration = Duration::from_millis(250);
 
-/// When a session's root started, on both clocks. A spawn reads it just
-/// before the fork, so that nothing the process does (a line, a port, its
-/// exit) is dated before its start, whatever the setup after the fork
-/// costs on a loaded machine.
-#[derive(Debug, Clone, Copy)]
-pub struct Started {
-    pub wall: SystemTime,
-    pub instant: Instant,
-}
-
-impl Started {
-    pub fn now() -> Started {
-        Started {
-            wall: SystemTime::now(),
-            instant: Instant::now(),
-        }
-    }
-
-    /// A start a previous daemon recorded: the monotonic instant is
-    /// derived from the wall clock.
-    pub fn at(wall: SystemTime) -> Started {
-        Started {
-            wall,
-            instant: crate::clock::instant_at(wall),
-        }
-    }
-}
-
-/// Everything a session starts with, whichever way it came (`origin`):
-/// the one way in (`Session::new`, called by `Registry::admit` only), so
-/// nothing of a session is set after it is made.
-pub struct Opening {
-    pub id: String,
-    pub spec: SessionSpec,
-    pub identity: ProcessIdentity,
-    pub output: Arc<OutputStore>,
-    /// Its stdin writer's sender (None with `stdin: "null"`, or when
-    /// nothing of its stdin could be taken over).
-    pub stdin: Option<mpsc::Sender<StdinOp>>,
-    pub started: Started,
-    pub origin: Origin,
-    pub note: Option<String>,
-    pub systemd_unit: Option<String>,
-    pub cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
-    pub input: Option<crate::observation::observe::InputId>,
-    /// A duplicate of where its output is read from, to tell unread
-    /// output from quiet (`Core::output_probe`).
-    pub output_probe: Option<std::os::fd::OwnedFd>,
-    /// The `max_running` slot it holds while it runs.
-    pub slot: Option<crate::admission::slot::RunningSlot>,
-    pub restarts: Option<Arc<Restarts>>,
-    /// Where it starts against its ready condition.
-    pub readiness: crate::observation::readiness::Readiness,
-    /// How it ended, for one listed already ended (a previous daemon
-    /// recorded its exit): it is made exited, never running.
-    pub ended: Option<Arc<ExitRecord>>,
-    /// The orphans its root left, when known from the start: none, for
-    /// one listed after its process was gone (they were another daemon's
-    /// children).
-    pub adopted: Option<Arc<[ProcessIdentity]>>,
-}
-
 impl Session {
     /// Makes a session of what it starts with (`Registry::admit`).
     pub(crate) fn new(opening: Opening, redactor: &Redactor) -> Session {
@@ -269,12 +214,13 @@ impl Session {
             notify_on_complete: spec.notify_on_complete,
             adopted,
             successor: None,
+            termination: None,
+            change_signal: false,
             record_version: 0,
         };
         let core = Core {
             // Not our child (handed over or recovered): no pid to pin.
             reaped: origin != Origin::Spawned,
-            termination: None,
             stdin_closed: stdin.is_none() && origin != Origin::Spawned,
             stdin,
             slot,
@@ -624,30 +570,71 @@ impl Session {
     }
 
     /// Records why the session is being ended; the first request wins.
-    /// A restart waiting out its backoff gives up.
+    /// A restart waiting out its backoff gives up (`termination_requested`).
     pub fn request_termination(&self, reason: CompletionReason, source: &str) {
-        self.core().termination.get_or_insert_with(|| Termination {
-            reason,
-            source: source.to_string(),
+        self.view.send_if_modified(|view| match view.termination {
+            Some(_) => false,
+            None => {
+                view.termination = Some(Termination {
+                    reason,
+                    source: source.to_string(),
+                });
+                true
+            }
         });
-        if let Some(restarts) = &self.restarts {
-            restarts.stop.notify_one();
-        }
     }
 
     /// Forgets a termination request that did not end the session.
     pub fn clear_termination(&self) {
-        self.core().termination = None;
+        self.view
+            .send_if_modified(|view| view.termination.take().is_some());
     }
 
     /// Why procd is ending it, if it is (used for reporting).
     pub fn termination(&self) -> Option<Termination> {
-        self.core().termination.clone()
+        self.view.borrow().termination.clone()
     }
 
     /// Whether a termination is requested (read per output chunk).
     fn terminating(&self) -> bool {
-        self.core().termination.is_some()
+        self.view.borrow().termination.is_some()
+    }
+
+    /// Returns once a termination is requested (at once if one is).
+    pub async fn termination_requested(&self) {
+        let mut rx = self.view.subscribe();
+        // (The sender lives as long as `self`: no error to see.)
+        let _ = rx.wait_for(|v| v.termination.is_some()).await;
+    }
+
+    /// Marks its tree as being signalled for a change (a watch's restart)
+    /// until the guard is dropped, once no other such signal is under
+    /// way; None when it has ended, or `restarting` says its next run is
+    /// already due (its tree may then be the next run's).
+    pub async fn signal_for_change(
+        &self,
+        restarting: impl Fn() -> bool,
+    ) -> Option<ChangeSignal<'_>> {
+        let mut rx = self.view.subscribe();
+        loop {
+            drop(rx.wait_for(|v| !v.change_signal).await);
+            if !self.is_running() || restarting() {
+                return None;
+            }
+            let marked = self
+                .view
+                .send_if_modified(|view| !std::mem::replace(&mut view.change_signal, true));
+            if marked {
+                return Some(ChangeSignal(self));
+            }
+        }
+    }
+
+    /// Returns once no signal for a change is under way (the next run may
+    /// then take the cgroup).
+    pub async fn change_signalled(&self) {
+        let mut rx = self.view.subscribe();
+        let _ = rx.wait_for(|v| !v.change_signal).await;
     }
 
     /// OOM kills in its cgroup already reported as `oom` events.
@@ -753,15 +740,14 @@ impl Session {
     }
 }
 
-/// Where a session comes from: it is the constructor's only difference.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// Spawned by this daemon: our child, its pid pinned until reaped.
-    Spawned,
-    /// Started by a previous daemon and handed over live by the keeper:
-    /// output, stdin and exit come through, but it is not our child.
-    HandedOver,
-    /// Re-adopted from the checkpoint: no output pipe and no stdin, its
-    /// output only as far as its log reached.
-    Recovered,
+/// A signal for a change under way (`Session::signal_for_change`); the
+/// mark goes when this is dropped, however the signalling ends.
+pub struct ChangeSignal<'a>(&'a Session);
+
+impl Drop for ChangeSignal<'_> {
+    fn drop(&mut self) {
+        self.0
+            .view
+            .send_if_modified(|view| std::mem::replace(&mut view.change_signal, false));
+    }
 }

@@ -230,12 +230,11 @@ async fn restart(registry: &Arc<Registry>, run: &Arc<Session>, files: Vec<String
         return;
     };
     let signalled = {
-        let _ending = restarts.ending.lock().await;
         // Ended meanwhile (its next run due, or started): its tree may
         // be the next run's.
-        if !run.is_running() || restarts.is_restarting() {
+        let Some(_signal) = run.signal_for_change(|| restarts.is_restarting()).await else {
             return;
-        }
+        };
         restarts.ended_by_change(files);
         crate::tree::kill::signal_tree(&run.tree(), &registry.procfs, libc::SIGTERM).await
     };

@@ -180,7 +180,7 @@ impl Registry {
         if !delay.is_zero() {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = restarts.stop.notified() => {}
+                _ = run.termination_requested() => {}
                 _ = handing_over.wait_for(|h| *h) => return,
             }
         }
@@ -216,10 +216,10 @@ impl Registry {
     /// Makes way for `run`'s next run: the last one's signalling done
     /// (a watch's restart), and its cgroup removed, or kept as it is where
     /// it may hold the next run.
-    async fn clear_for_next_run(&self, run: &Session, restarts: &Restarts) -> Result<(), Error> {
+    async fn clear_for_next_run(&self, run: &Session) -> Result<(), Error> {
         // Whoever ends the last run (a watch's restart) is done first: it
         // must not take the next run for the last one's leftovers.
-        drop(restarts.ending.lock().await);
+        run.change_signalled().await;
         // A new cgroup of the same name (with the same limits): the kernel
         // (6.18 here) kills every child cloned into a cgroup that was once
         // `cgroup.kill`ed (docs/decisions.md). One that never was, and is
@@ -259,7 +259,7 @@ impl Registry {
         spec.meta = asks.meta;
         spec.notify_on_complete = run.notify_on_complete();
         let id = run.id.clone();
-        self.clear_for_next_run(run, restarts).await?;
+        self.clear_for_next_run(run).await?;
         if spec.is_jobs() {
             self.renew_jobs(&id).await;
         }
@@ -420,5 +420,118 @@ fn how_it_ended(e: &ExitRecord) -> String {
         (_, _, Some(sig)) => format!("it was killed by {}", kill::signal_name(sig)),
         (_, Some(code), None) => format!("it exited with code {code}"),
         (_, None, None) => "it ended".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::identity::ProcessIdentity;
+    use crate::observation::readiness::Readiness;
+    use crate::output::redact::Redactor;
+    use crate::output::store::OutputStore;
+    use crate::persist::checkpoint::CheckpointEntry;
+    use crate::session::{Opening, Origin, Session, Started};
+    use futures::FutureExt;
+    use procd_proto::CompletionReason;
+    use std::sync::Arc;
+
+    /// A running session of no process (its pid is never signalled here).
+    fn running(dir: &std::path::Path) -> Arc<Session> {
+        let entry: CheckpointEntry = serde_json::from_value(serde_json::json!({
+            "session_id": "s1", "command": "sleep 100", "pid": i32::MAX,
+            "start_time": 0, "pgid": i32::MAX, "cwd": "/",
+            "started_at": "2026-12-07T00:00:00Z", "log_path": "log",
+        }))
+        .expect("entry");
+        let output = OutputStore::create(&dir.join("log"), 1 << 20, 4096).expect("log");
+        let opening = Opening {
+            id: entry.session_id.clone(),
+            spec: super::super::recovery::recovered_spec(&entry),
+            identity: ProcessIdentity {
+                pid: i32::MAX,
+                start_time: 0,
+            },
+            output: Arc::new(output),
+            stdin: None,
+            started: Started::now(),
+            origin: Origin::Recovered,
+            note: None,
+            systemd_unit: None,
+            cgroup: None,
+            input: None,
+            output_probe: None,
+            slot: None,
+            restarts: None,
+            readiness: Readiness::Unconditioned,
+            ended: None,
+            adopted: None,
+        };
+        Arc::new(Session::new(opening, &Redactor { enabled: true }))
+    }
+
+    /// The next run (`change_signalled`) and a second signal wait until a
+    /// change's signal is over; none starts once the next run is due.
+    #[tokio::test]
+    async fn a_next_run_waits_until_a_change_signal_is_over() {
+        let dir = tempfile::tempdir().expect("dir");
+        let run = running(dir.path());
+        let signal = run.signal_for_change(|| false).await.expect("running");
+        let mut next = Box::pin(run.change_signalled());
+        let mut second = Box::pin(run.signal_for_change(|| false));
+        assert!(
+            (&mut next).now_or_never().is_none(),
+            "the next run went first"
+        );
+        assert!(
+            (&mut second).now_or_never().is_none(),
+            "two signals at once"
+        );
+        drop(signal);
+        let deadline = std::time::Duration::from_secs(10);
+        tokio::time::timeout(deadline, next)
+            .await
+            .expect("the next run waits on");
+        let second = tokio::time::timeout(deadline, second)
+            .await
+            .expect("the second waits on");
+        assert!(
+            second.is_some(),
+            "the second signal did not follow the first"
+        );
+        drop(second);
+        assert!(
+            run.signal_for_change(|| true).await.is_none(),
+            "signalled a due run"
+        );
+    }
+
+    /// A backoff sees a termination asked before it waits, and one asked
+    /// while it waits; a cleared one no longer counts.
+    #[tokio::test]
+    async fn a_termination_ends_a_backoff_whenever_it_was_asked() {
+        let dir = tempfile::tempdir().expect("dir");
+        let run = running(dir.path());
+        let mut waiting = Box::pin(run.termination_requested());
+        assert!((&mut waiting).now_or_never().is_none(), "ended unasked");
+        run.request_termination(CompletionReason::Killed, "kill");
+        let deadline = std::time::Duration::from_secs(10);
+        tokio::time::timeout(deadline, waiting)
+            .await
+            .expect("not woken");
+        assert!(
+            run.termination_requested().now_or_never().is_some(),
+            "asked before"
+        );
+        run.request_termination(CompletionReason::Timeout, "timeout");
+        let first = run.termination().expect("asked");
+        assert_eq!(
+            (first.reason, first.source.as_str()),
+            (CompletionReason::Killed, "kill")
+        );
+        run.clear_termination();
+        assert!(
+            run.termination_requested().now_or_never().is_none(),
+            "cleared yet counted"
+        );
     }
 }

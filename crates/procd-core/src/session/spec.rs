@@ -134,14 +134,10 @@ pub struct Restarts {
     /// The launch as a sealed memfd, for the keeper to hold with each run
     /// (made only when there is a keeper).
     pub launch_memfd: Option<std::os::fd::OwnedFd>,
-    /// Where its runs stand, behind one lock.
+    /// Where its runs stand, behind one lock. (A termination during the
+    /// backoff, and a change's signal the next run waits out, are in the
+    /// run's `SessionView`.)
     runs: Mutex<Runs>,
-    /// Woken by a termination request: a restart waiting out its backoff
-    /// gives up (`notify_one` keeps the wake-up if none waits yet).
-    pub stop: tokio::sync::Notify,
-    /// Held while a run's tree is signalled for a change: the tree names
-    /// the cgroup the next run gets, so the next run starts only after.
-    pub ending: tokio::sync::Mutex<()>,
 }
 
 impl Restarts {
@@ -162,8 +158,6 @@ impl Restarts {
                 next: None,
                 changed: Vec::new(),
             }),
-            stop: tokio::sync::Notify::new(),
-            ending: tokio::sync::Mutex::new(()),
         }
     }
 
