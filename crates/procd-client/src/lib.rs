@@ -5,6 +5,16 @@
 //! into scope). `connect_or_start` additionally starts a daemon when none
 //! answers, and waits until its socket accepts. `connect_host` reaches a
 //! daemon elsewhere (`--host`, docs/remote.md).
+//!
+//! Also: `Lease`; riding through a daemon's restart (`reconnect`,
+//! `Reconnecting`, `is_disconnect`: the CLI's followers, waits, events and
+//! attach, and the MCP server), refused when it reaches another
+//! `status.instance`; `resolve_session` (an id, a prefix or a name to a
+//! session id, for the CLI and the MCP tools alike); `remote.rs`, a daemon
+//! elsewhere (`Host`, through ssh, `docker exec`, `kubectl exec` or a
+//! `--connect` command; its first `status` checks the protocol; errors are
+//! explained from the transport's exit and stderr; a sandbox that is gone is
+//! told apart, `is_gone`).
 
 use jsonrpsee::core::client::{
     Client, ClientBuilder, ReceivedMessage, TransportReceiverT, TransportSenderT,

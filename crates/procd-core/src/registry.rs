@@ -4,12 +4,32 @@
 //! The session table is a std mutex held only for lookups and inserts,
 //! never across an await or a syscall that can block.
 //!
-//! This file holds the table, lookups, listing and retention; the other
-//! operations are `impl Registry` blocks by concern: `spawn` (validation,
-//! the start, the supervisor), `exit` (a session's end), `yields`,
-//! `reading` (poll/read/log/wait), `stdin`, `termination` (every kill),
-//! `recovery` (checkpoint), `handover` (the keeper), `restarts`, `ready`, and
-//! `present` (building results and event text).
+//! This file holds the table, lookups, listing and retention, and
+//! `admit`, the one way a session comes in; the other operations are
+//! `impl Registry` blocks by concern:
+//! - `checks` (a spawn validated once into a `SessionSpec`; each param's
+//!   bounds), `launch` (`start_child`: the cgroup or scope, the start on
+//!   pipes or a PTY, the launch line), `spawn` (the spawn, `open_session`,
+//!   the supervisor's start and its reports);
+//! - `exit` (a session's end: `record_end`, the only caller of
+//!   `Session::mark_exited`, with its events and bookkeeping;
+//!   `record_replaced`, a run its restart replaced; the OOM watch; the
+//!   orphans a root leaves), `restarts` (the backoff and the next run),
+//!   `onchange` (a run's files followed; restart or signal on a change);
+//! - `reading` (poll, read, log, wait), `yields` (spawn- and
+//!   write-and-yield), `wait_any` (one wait over many sessions and
+//!   conditions), `search` (a regex over logs, matched off the event
+//!   loop), `stdin`, `termination` (every kill), `update` (notify, watch
+//!   patterns, meta), `listing` (`list` a page at a time), `names` (a
+//!   named spawn reused, refused or replaced), `ports` (who listens;
+//!   `port` and `ports` given or picked), `queue` (queued spawns), `jobs`
+//!   (the jobserver's sessions), `shells` (what the shell layer asks);
+//! - `recovery` (procs.json and ended.jsonl), `table` (the sessions by id,
+//!   with what the checkpoint has yet to write and the order retention
+//!   drops finished ones in), `handover` (what the keeper holds,
+//!   `hand_over`, `adopt_handed`), `present` (results, and the text of
+//!   every event an agent reads), `ready` (the readiness task, one
+//!   session's probe, the readiness and input events).
 
 use crate::child::env::EnvPolicy;
 use crate::error::Error;

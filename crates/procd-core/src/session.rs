@@ -6,6 +6,13 @@
 //! slot, what was seen of its tree), one lock. The supervisor (`supervise`) owns the
 //! child's exit receiver and output pipe; the registry's `record_end`
 //! moves the state to `Exited` once, after the final drain.
+//!
+//! Beside it: `session/opening.rs` (what a session starts with, the one
+//! way in), `spec.rs` (what was asked for; the launch; a restart's shared
+//! `Restarts`), `supervise.rs` (the supervisor task, which reports to the
+//! registry and never calls it), `seen.rs` (what is known of its tree and
+//! input), `stdin.rs` (the stdin writer), `watch_asks.rs` (the
+//! supervisor's watch patterns, made again when `update` changes them).
 
 use crate::identity::ProcessIdentity;
 use crate::output::redact::Redactor;
