@@ -368,6 +368,40 @@ fn each_subcommand_help_opens_with_its_overview_line() {
     assert!(checked > 25, "only {checked} subcommands were looked at");
 }
 
+/// A spawn flag says what its parameter means in the protocol's own words
+/// (`procd_proto::describe!`), the same text the protocol type's doc and
+/// the MCP schema carry: one source per parameter (issue 49).
+#[test]
+fn spawn_flags_say_what_the_protocol_says_of_their_params() {
+    let out = Command::new(BIN)
+        .args(["spawn", "--help"])
+        .output()
+        .expect("procd");
+    assert!(out.status.success(), "{out:?}");
+    let help = stdout(&out)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (flag, said) in [
+        ("--task", procd_proto::describe!(task_id)),
+        ("--project", procd_proto::describe!(project)),
+        ("--max-restarts", procd_proto::describe!(max_restarts)),
+        ("--backoff", procd_proto::describe!(backoff_s)),
+        ("--memory", procd_proto::describe!(memory_bytes)),
+        ("--cpus", procd_proto::describe!(cpu_cores)),
+        ("--pids", procd_proto::describe!(pids)),
+        ("--watch-files", procd_proto::describe!(watch_paths)),
+        ("--on-change", procd_proto::describe!(watch_action)),
+        ("--timeout", procd_proto::describe!(timeout_s)),
+    ] {
+        let line = help
+            .split(" --")
+            .find(|l| format!("--{l}").starts_with(&format!("{flag} ")))
+            .unwrap_or_else(|| panic!("no {flag} in: {help}"));
+        assert!(line.contains(said), "{flag} says {line:?}, not {said:?}");
+    }
+}
+
 /// `procd events` as a watcher reads it: filtered by name and kind, one
 /// line each; a bad kind is a usage error naming it; `--pending` for
 /// hooks prints nothing and exits 0 when nothing is queued.

@@ -80,6 +80,33 @@ macro_rules! describe {
     (jobs) => {
         "For a build or test run (make, cargo, npm): it takes a token of procd's machine-wide jobserver to start, waiting as \"queued\" while all are taken, and its make, cargo and rustc draw their parallel jobs from the same tokens, so every agent's builds together never overload the machine."
     };
+    (task_id) => {
+        "A task id to group sessions by (list filters on it)."
+    };
+    (project) => {
+        "The project its name belongs to (names are unique within one)."
+    };
+    (max_restarts) => {
+        "Restarts allowed in a row before the session ends as crash_loop (default 5); a run that lasts long enough (reset_after_s, default 60) starts a new row."
+    };
+    (backoff_s) => {
+        "The first delay before a restart, in seconds (default 1), doubled for each restart in a row, up to 30 s."
+    };
+    (memory_bytes) => {
+        "Memory limit of the session's tree."
+    };
+    (cpu_cores) => {
+        "CPU limit of the session's tree, in cores (e.g. 1.5)."
+    };
+    (pids) => {
+        "Most processes (and threads) the session's tree may have."
+    };
+    (watch_paths) => {
+        "Directories to watch for changes, relative to its cwd (default: the cwd), or globs below it (src/**/*.ts: src watched, matches counted); .git, node_modules, target… and the cwd's .gitignore are left out."
+    };
+    (watch_action) => {
+        "What a change does: \"restart\" (the default), \"signal:NAME\" (e.g. \"signal:HUP\") or \"run:COMMAND\" (COMMAND first, as a session; a restart if it exits 0)."
+    };
     (session_id) => {
         "The session's id."
     };

@@ -53,24 +53,19 @@ pub struct SpawnArgs {
     cwd: Option<String>,
     #[arg(long = "env", value_name = "K=V", help = concat!(procd_proto::describe!(env), " One K=V each, repeatable."))]
     env: Vec<String>,
-    /// Task id to group sessions by.
-    #[arg(long = "task", value_name = "T")]
+    #[arg(long = "task", value_name = "T", help = procd_proto::describe!(task_id))]
     task: Option<String>,
     #[arg(long, value_name = "NAME", value_parser = procd_proto::SessionName::parse, help = procd_proto::describe!(name))]
     name: Option<procd_proto::SessionName>,
-    /// The project its name belongs to.
-    #[arg(long, value_name = "P", requires = "name", value_parser = procd_proto::ProjectName::parse)]
+    #[arg(long, value_name = "P", requires = "name", value_parser = procd_proto::ProjectName::parse, help = procd_proto::describe!(project))]
     project: Option<procd_proto::ProjectName>,
     #[arg(long, requires = "name", help = procd_proto::describe!(replace))]
     replace: bool,
     #[arg(long, value_name = "POLICY", value_parser = procd_proto::RestartPolicy::parse, help = concat!(procd_proto::describe!(restart), " Or \"no\"."))]
     restart: Option<procd_proto::RestartPolicy>,
-    /// Restarts in a row before it ends as crash_loop (default 5).
-    #[arg(long, value_name = "N", requires = "restart")]
+    #[arg(long, value_name = "N", requires = "restart", help = procd_proto::describe!(max_restarts))]
     max_restarts: Option<u32>,
-    /// First delay before a restart, doubled per restart in a row up to
-    /// 30 s (default 1).
-    #[arg(long, value_parser = parse_param::<BackoffS>, value_name = "S", requires = "restart")]
+    #[arg(long, value_parser = parse_param::<BackoffS>, value_name = "S", requires = "restart", help = procd_proto::describe!(backoff_s))]
     backoff: Option<BackoffS>,
     #[arg(long, help = procd_proto::describe!(notify_on_complete))]
     notify: bool,
@@ -86,14 +81,11 @@ pub struct SpawnArgs {
     ready_http: Option<String>,
     #[arg(long, value_parser = parse_param::<TimeoutS>, value_name = "S", help = procd_proto::describe!(ready_timeout_s))]
     ready_timeout: Option<TimeoutS>,
-    /// Memory limit of the session's tree: bytes, or with K, M, G (1024s).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help = concat!(procd_proto::describe!(memory_bytes), " Bytes, or with K, M, G (1024s)."))]
     memory: Option<u64>,
-    /// CPU limit of the session's tree, in cores (e.g. 1.5).
-    #[arg(long, value_parser = parse_param::<CpuCores>, value_name = "CORES")]
+    #[arg(long, value_parser = parse_param::<CpuCores>, value_name = "CORES", help = procd_proto::describe!(cpu_cores))]
     cpus: Option<CpuCores>,
-    /// Most processes (and threads) the session's tree may have.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = procd_proto::describe!(pids))]
     pids: Option<u64>,
     #[arg(long, value_name = "PROFILE", value_parser = procd_proto::SandboxProfile::parse, help = procd_proto::describe!(sandbox))]
     sandbox: Option<procd_proto::SandboxProfile>,
@@ -109,14 +101,9 @@ pub struct SpawnArgs {
     junit: Option<String>,
     #[arg(long, value_name = "PORT", value_parser = parse_port_ask, help = procd_proto::describe!(port))]
     port: Option<procd_proto::PortAsk>,
-    /// Restart it when a file under this directory changes (repeatable;
-    /// relative to its cwd). .git, node_modules, target… and the
-    /// .gitignore's patterns are left out.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help = concat!(procd_proto::describe!(watch_paths), " Repeatable."))]
     watch_files: Vec<String>,
-    /// What a change does: restart (the default), signal:NAME, or
-    /// run:COMMAND (a rebuild first; a restart if it exits 0).
-    #[arg(long, value_name = "ACTION", requires = "watch_files")]
+    #[arg(long, value_name = "ACTION", requires = "watch_files", help = procd_proto::describe!(watch_action))]
     on_change: Option<String>,
     #[arg(long, value_name = "NAME", value_parser = procd_proto::QueueName::parse, help = concat!(procd_proto::describe!(queue), " Its slots: config [queue.NAME]."))]
     queue: Option<procd_proto::QueueName>,

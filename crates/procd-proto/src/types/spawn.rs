@@ -29,6 +29,7 @@ pub struct SpawnParams {
     pub rows: Option<crate::Rows>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cols: Option<crate::Cols>,
+    #[doc = crate::describe!(task_id)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +68,7 @@ pub struct SpawnParams {
     #[doc = concat!(crate::describe!(name), " (docs/stacks.md)")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<crate::SessionName>,
+    #[doc = crate::describe!(project)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<crate::ProjectName>,
     #[doc = crate::describe!(replace)]
@@ -109,17 +111,14 @@ pub struct SpawnParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WatchSpec {
-    /// Directories to watch, relative to the cwd (default: the cwd), or
-    /// globs below it (`src/**/*.ts`: `src` watched, matches counted).
+    #[doc = crate::describe!(watch_paths)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paths: Option<Vec<String>>,
     /// `.gitignore`-style patterns left out, besides `.git`,
     /// `node_modules`, `target`… and the cwd's `.gitignore`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignore: Option<Vec<String>>,
-    /// `"restart"` (the default), `"signal:NAME"` (e.g. `"signal:HUP"`)
-    /// or `"run:COMMAND"` (COMMAND first, as a session; a restart if it
-    /// exits 0).
+    #[doc = crate::describe!(watch_action)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     /// Quiet after a change before acting, in ms (default 100; 10 to
@@ -363,12 +362,10 @@ pub struct SandboxInfo {
 )]
 pub struct RestartSpec {
     pub policy: RestartPolicy,
-    /// Restarts allowed in a row before the session ends as `crash_loop`
-    /// (default 5); a run that lasts `reset_after_s` starts a new row.
+    #[doc = crate::describe!(max_restarts)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<crate::MaxRestarts>,
-    /// The first delay before a restart (default 1), doubled for each
-    /// restart in a row, up to 30 s.
+    #[doc = crate::describe!(backoff_s)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_s: Option<crate::BackoffS>,
     /// How long a run must last to start a new row (default 60).
@@ -441,10 +438,13 @@ pub struct RestartInfo {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
+    #[doc = concat!(crate::describe!(memory_bytes), " In bytes.")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<crate::MemoryBytes>,
+    #[doc = crate::describe!(cpu_cores)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_cores: Option<crate::CpuCores>,
+    #[doc = crate::describe!(pids)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids: Option<crate::Pids>,
 }
