@@ -4,20 +4,21 @@
 //! calls into `procd_core::Registry`. Shutdown is one `watch` signal that
 //! the listener, every connection and the monitor observe.
 //!
-//! What is where: `daemon.rs` (claiming the instance, signals: TERM and
-//! INT stop, HUP is ignored; the monitor: retention, faults retried, trees
-//! observed, ended leases, the on-demand auto-stop; shutdown with a
-//! deadline), `listener.rs` (uid check, the connection cap with eviction of
-//! the idlest, the socket the keeper hands over), `peer.rs` (a sandboxed
-//! session's processes are not served), `ends.rs` (a connection's two ends:
-//! the socket, or the pipes a `dial-stdio` handed over on it),
-//! `connection.rs` (the per-connection loop, subscription forwarding,
-//! backpressure), `lines.rs` (framing with `memchr`), `request.rs` (one line:
-//! a batch as one bounded answer, notifications, names resolved, unknown
-//! params refused by name, panics answered -32603), `fast.rs` and `json.rs`
-//! (poll's and read's common shapes answered without jsonrpsee), `rpc.rs`
-//! (the `ProcdApiServer` impl and the hand-registered `spawn`), `shared.rs`
-//! (the `Daemon` state), `lane.rs` (the lease lane).
+//! What is where: `daemon.rs` (claiming the instance; the listening
+//! socket, made or taken from the keeper; signals: TERM and INT stop, HUP
+//! is ignored; the monitor: retention, faults retried, trees observed,
+//! ended leases, the on-demand auto-stop; shutdown with a deadline),
+//! `listener.rs` (uid check, the connection cap with eviction of the
+//! idlest), `peer.rs` (a sandboxed session's processes are not served),
+//! `ends.rs` (a connection's two ends: the socket, or the pipes a
+//! `dial-stdio` handed over on it), `connection.rs` (the per-connection
+//! loop, subscription forwarding, backpressure), `lines.rs` (framing with
+//! `memchr`), `request.rs` (one line: a batch as one bounded answer,
+//! notifications, names resolved, unknown params refused by name, panics
+//! answered -32603), `fast.rs` and `json.rs` (poll's and read's common
+//! shapes answered without jsonrpsee), `rpc.rs` (the `ProcdApiServer`
+//! impl and the hand-registered `spawn`), `shared.rs` (the `Daemon`
+//! state), `lane.rs` (the lease lane).
 
 mod connection;
 mod daemon;
