@@ -522,7 +522,7 @@ const RECOVERED_NOTE: &str = "recovered after a procd restart: output up to the 
 /// A session a previous daemon started, as far as its checkpoint entry
 /// and its log tell: no stdin, no probe, no slot, no restarts, no note;
 /// the caller adds what it knows beyond.
-fn recovered_opening(
+pub(super) fn recovered_opening(
     e: &CheckpointEntry,
     identity: ProcessIdentity,
     output: OutputStore,

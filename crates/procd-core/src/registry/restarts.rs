@@ -426,11 +426,10 @@ fn how_it_ended(e: &ExitRecord) -> String {
 #[cfg(test)]
 mod tests {
     use crate::identity::ProcessIdentity;
-    use crate::observation::readiness::Readiness;
     use crate::output::redact::Redactor;
     use crate::output::store::OutputStore;
     use crate::persist::checkpoint::CheckpointEntry;
-    use crate::session::{Opening, Origin, Session, Started};
+    use crate::session::Session;
     use futures::FutureExt;
     use procd_proto::CompletionReason;
     use std::sync::Arc;
@@ -444,28 +443,11 @@ mod tests {
         }))
         .expect("entry");
         let output = OutputStore::create(&dir.join("log"), 1 << 20, 4096).expect("log");
-        let opening = Opening {
-            id: entry.session_id.clone(),
-            spec: super::super::recovery::recovered_spec(&entry),
-            identity: ProcessIdentity {
-                pid: i32::MAX,
-                start_time: 0,
-            },
-            output: Arc::new(output),
-            stdin: None,
-            started: Started::now(),
-            origin: Origin::Recovered,
-            note: None,
-            systemd_unit: None,
-            cgroup: None,
-            input: None,
-            output_probe: None,
-            slot: None,
-            restarts: None,
-            readiness: Readiness::Unconditioned,
-            ended: None,
-            adopted: None,
+        let identity = ProcessIdentity {
+            pid: i32::MAX,
+            start_time: 0,
         };
+        let opening = super::super::recovery::recovered_opening(&entry, identity, output);
         Arc::new(Session::new(opening, &Redactor { enabled: true }))
     }
 
