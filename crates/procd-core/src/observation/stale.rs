@@ -78,7 +78,7 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
     let weak = Arc::downgrade(session);
     let mut state = session.subscribe();
     let id = session.id.clone();
-    let span = tracing::info_span!("session", id = %id);
+    let span = tracing::info_span!("session", session_id = %id);
     let watching = async move {
         // A short command (a test run, a build step) ends before this
         // and costs no walk; the walk finds what changed meanwhile.

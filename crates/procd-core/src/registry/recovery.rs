@@ -488,7 +488,7 @@ impl Registry {
         crate::observation::stale::watch(&session, &self.stale_watches);
         self.follow_changes(&session);
         let me = self.me.clone();
-        let span = tracing::info_span!("session", id = %session.id, pid = session.pid());
+        let span = tracing::info_span!("session", session_id = %session.id, pid = session.pid());
         let supervisor = async move {
             let record = session::supervise_detached(session.clone(), pidfd).await;
             Registry::record_end(&me, &session, record);

@@ -588,7 +588,7 @@ impl Registry {
             RunStart::TakenOver => None,
         };
         // Every log line of the supervisor names its session and root.
-        let span = tracing::info_span!("session", id = %session.id, pid = session.pid());
+        let span = tracing::info_span!("session", session_id = %session.id, pid = session.pid());
         let supervised = session;
         let handing_over = self.handing_over.subscribe();
         let counted = self.count_supervisor();
