@@ -6,7 +6,7 @@
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -149,7 +149,34 @@ impl SwapFile {
         self.write(bytes)
     }
 
+    /// Writes `bytes` as they are, and keeps the file open: what is at
+    /// `path` now, for writes in place until the next whole one.
+    pub fn write_bytes_kept(&self, bytes: &[u8]) -> io::Result<File> {
+        match self.write_opened(bytes)? {
+            Some(file) => Ok(file),
+            None => {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+                    .open(&self.path)?;
+                match file.metadata()?.file_type().is_file() {
+                    true => Ok(file),
+                    false => Err(io::Error::other(format!(
+                        "{} is not a regular file",
+                        self.path.display()
+                    ))),
+                }
+            }
+        }
+    }
+
     fn write(&self, bytes: &[u8]) -> io::Result<()> {
+        self.write_opened(bytes).map(|_| ())
+    }
+
+    /// Writes `bytes`; the file written when it was the spare swapped in
+    /// (None when it was written the plain way).
+    fn write_opened(&self, bytes: &[u8]) -> io::Result<Option<File>> {
         use std::os::unix::fs::FileExt;
         let opened = OpenOptions::new()
             .write(true)
@@ -164,13 +191,12 @@ impl SwapFile {
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&self.spare)?,
-            _ => return write_file(&self.path, bytes, false),
+            _ => return write_file(&self.path, bytes, false).map(|_| None),
         };
         file.write_all_at(bytes, 0)?;
         file.set_len(bytes.len() as u64)?;
-        drop(file);
         // Swapped, the old content stays as the next write's spare.
-        swap_in(&self.spare, &self.path).map(|_| ())
+        swap_in(&self.spare, &self.path).map(|_| Some(file))
     }
 }
 
