@@ -1183,3 +1183,49 @@ fn a_follower_rides_through_a_restart_and_is_told_of_another_procd() {
     );
     d.ok("kill", json!({"session_id": id}));
 }
+
+/// `procs.json` among many sessions: a spawn, an exit and a kill each
+/// write their own session's record in place (the file keeps its inode;
+/// a whole write swaps in another), and after a whole crash (keeper and
+/// daemon SIGKILLed) the next daemon has every session from that file
+/// alone: the running ones running, the ended ones with their exits.
+#[test]
+fn procs_json_written_in_place_among_many_sessions_outlives_a_crash() {
+    let mut d = Daemon::start();
+    let sleepers: Vec<String> = (0..24).map(|_| d.spawn("exec sleep 300")).collect();
+    let path = d.state_dir().join("procs.json");
+    let path = path.to_str().expect("a UTF-8 path");
+    let before = inode(path);
+    let extra = d.spawn("exec sleep 300");
+    let ended = d.spawn("exit 7");
+    assert_eq!(d.wait_exit(&ended)["exit_code"], 7);
+    let killed = &sleepers[5..8];
+    for id in killed {
+        let k = d.ok("kill", json!({"session_id": id}));
+        assert_eq!(k["status"], "killed", "{k}");
+    }
+    assert_eq!(inode(path), before, "procs.json was written whole");
+    d.crash();
+    d.restart();
+    let running: std::collections::BTreeSet<String> = d.ok("list", json!({"status": "running"}))
+        ["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|p| p["session_id"].as_str().unwrap_or("").to_string())
+        .collect();
+    let expected: std::collections::BTreeSet<String> = sleepers
+        .iter()
+        .filter(|id| !killed.contains(id))
+        .chain([&extra])
+        .cloned()
+        .collect();
+    assert_eq!(running, expected);
+    for id in killed {
+        let p = d.ok("poll", json!({"session_id": id}));
+        let exit = json!([p["status"], p["completion_reason"]]);
+        assert_eq!(exit, json!(["exited", "killed"]), "{id}: {p}");
+    }
+    assert_eq!(d.ok("poll", json!({"session_id": ended}))["exit_code"], 7);
+    d.ok("kill_all", json!({}));
+}

@@ -5,7 +5,8 @@
 //! lists them as they were (docs/survival.md: an id an agent holds keeps its exit
 //! code across a restart). Commands are stored redacted. Never fsynced
 //! (see `atomic::write_json_unsynced`), written off the event loop, one
-//! write of each file at a time: `procs.json` replaced atomically, the
+//! write of each file at a time: `procs.json` in slots, a session's record
+//! written in its own (`slots.rs`) or the file replaced atomically, the
 //! journal appended to (a line a crash cuts short is skipped when read)
 //! and now and then replaced atomically by what it holds. The two files have
 //! writers of their own, so that a spawn's `procs.json` never waits behind
@@ -263,6 +264,10 @@ impl EndedExit {
 /// One record of `procs.json`: a `CheckpointEntry` as JSON.
 pub type Serialized = Arc<str>;
 
+mod slots;
+pub use slots::Record;
+use slots::Slots;
+
 /// Each session's `procs.json` record, serialized, kept while what can
 /// change of it (`M`) has not: `procs.json` is written whole on every
 /// spawn and exit, so a write then copies bytes and serializes only the
@@ -282,7 +287,7 @@ struct Cached<S, M> {
     /// Holds the address, so that no other session is made at it.
     _owner: Weak<S>,
     moving: M,
-    record: Serialized,
+    record: Record,
     pass: u64,
 }
 
@@ -308,7 +313,7 @@ impl<S, M: PartialEq> RecordCache<S, M> {
         owner: &Arc<S>,
         moving: M,
         make: impl FnOnce() -> CheckpointEntry,
-    ) -> std::io::Result<Serialized> {
+    ) -> std::io::Result<Record> {
         let pass = self.pass;
         let address = Arc::as_ptr(owner) as usize;
         if let Some(c) = self.by_owner.get_mut(&address) {
@@ -317,9 +322,7 @@ impl<S, M: PartialEq> RecordCache<S, M> {
                 return Ok(c.record.clone());
             }
         }
-        let record: Serialized = serde_json::to_string(&make())
-            .map_err(std::io::Error::other)?
-            .into();
+        let record = Record::of(&make())?;
         self.by_owner.insert(
             address,
             Cached {
@@ -349,7 +352,7 @@ impl<S, M: PartialEq> RecordCache<S, M> {
 pub trait Recorded {
     /// The records `procs.json` carries: every running session, and each
     /// ended one `ended.jsonl` does not hold yet.
-    fn unsettled(&self) -> std::io::Result<Vec<Serialized>>;
+    fn unsettled(&self) -> std::io::Result<Vec<Record>>;
     /// Of those, the ended ones alone: what an exit appends (no record of
     /// a running session is made for it).
     fn unsettled_ended(&self) -> Vec<CheckpointEntry>;
@@ -377,10 +380,12 @@ pub struct Checkpoint {
     /// of a line): the next write rewrites it.
     writing_ended: Mutex<Option<Journal>>,
     /// Held for a `procs.json` write; what this daemon last wrote there,
-    /// None before its first write and after a failed one. A write of the
-    /// same bytes is skipped: a kill answers once its exit is on disk,
-    /// and the write its exit scheduled has usually put it there already.
-    writing_running: Mutex<Option<Vec<u8>>>,
+    /// slot by slot, and the file it is: None before its first write and
+    /// after a failed one (the next is whole). Only the slots that
+    /// changed are written, and none when nothing did: a kill answers once
+    /// its exit is on disk, and the write its exit scheduled has usually
+    /// put it there already.
+    writing_running: Mutex<Option<(Slots, std::fs::File)>>,
 }
 
 /// What `ended.jsonl` has.
@@ -519,16 +524,27 @@ impl Checkpoint {
     pub async fn write_running(&self, sessions: &impl Recorded) -> std::io::Result<()> {
         let mut on_disk = self.writing_running.lock().await;
         let running = sessions.unsettled()?;
-        let file = self.running_file.clone();
+        let swap = self.running_file.clone();
         let before = on_disk.take();
         let (written, now) = tokio::task::spawn_blocking(move || {
-            let bytes = json_array(&running);
-            if before.as_ref() == Some(&bytes) {
-                return (Ok(()), before);
+            if let Some((mut slots, file)) = before {
+                if let Some(writes) = slots.plan(&running) {
+                    if writes.is_empty() {
+                        return (Ok(()), Some((slots, file)));
+                    }
+                    match write_slots(&file, &slots, &writes) {
+                        Ok(true) => return (Ok(()), Some((slots, file))),
+                        // Not procs.json any more: written whole below.
+                        Ok(false) => {}
+                        Err(e) => return (Err(e), None),
+                    }
+                }
             }
-            let written = file.write_bytes(&bytes);
-            let now = written.is_ok().then_some(bytes);
-            (written, now)
+            let (bytes, slots) = Slots::whole(&running);
+            match swap.write_bytes_kept(&bytes) {
+                Ok(file) => (Ok(()), Some((slots, file))),
+                Err(e) => (Err(e), None),
+            }
         })
         .await
         .map_err(std::io::Error::other)?;
@@ -604,18 +620,24 @@ impl Checkpoint {
 }
 
 /// `records` as a JSON array on a line, as `write_json` makes one.
-fn json_array(records: &[Serialized]) -> Vec<u8> {
-    let len = records.iter().map(|r| r.len() + 1).sum::<usize>() + 2;
-    let mut bytes = Vec::with_capacity(len);
-    bytes.push(b'[');
-    for (i, r) in records.iter().enumerate() {
-        if i > 0 {
-            bytes.push(b',');
-        }
-        bytes.extend_from_slice(r.as_bytes());
+/// Writes `writes` into `file` in place, in order; false, writing
+/// nothing, when `file` is not what `slots` say it is: no longer linked
+/// (something replaced or removed `procs.json`) or of another length
+/// (something wrote it). It is then written whole.
+fn write_slots(
+    file: &std::fs::File,
+    slots: &Slots,
+    writes: &[slots::SlotWrite],
+) -> std::io::Result<bool> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let meta = file.metadata()?;
+    if meta.nlink() == 0 || meta.len() != slots.file_len() {
+        return Ok(false);
     }
-    bytes.extend_from_slice(b"]\n");
-    bytes
+    for (offset, bytes) in writes {
+        file.write_all_at(bytes, *offset)?;
+    }
+    Ok(true)
 }
 
 /// The (id, `exited_at`) of each ended entry.

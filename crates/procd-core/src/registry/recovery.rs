@@ -5,7 +5,7 @@ use crate::clock::rfc3339;
 use crate::identity::ProcessIdentity;
 use crate::observation::readiness::Readiness;
 use crate::output::store::OutputStore;
-use crate::persist::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Recorded, Serialized};
+use crate::persist::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Record, Recorded};
 use crate::session::{self, ExitRecord, Opening, Origin, Session, SessionSpec, Started};
 use crate::tree::kill;
 use crate::tree::scope::Scopes;
@@ -628,32 +628,33 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
 
 /// The checkpoint's view of the table: what changed, never every session.
 impl Recorded for Registry {
-    fn unsettled(&self) -> std::io::Result<Vec<Serialized>> {
-        let sessions = self.unsettled_sessions(false);
-        let mut records = Vec::with_capacity(sessions.len());
+    fn unsettled(&self) -> std::io::Result<Vec<Record>> {
+        let mut records = Vec::new();
         {
+            // Visited under the table's lock, not copied out of it: a
+            // write per spawn and per exit visits every running session,
+            // and at thousands of them a count taken and dropped on each
+            // was a tenth of the daemon's time.
+            let table = self.table();
             let mut cache = self.records.lock().unwrap_or_else(|e| e.into_inner());
             cache.begin();
-            for s in &sessions {
+            for s in table.unsettled() {
                 let moving = Moving::of(s);
                 records.push(cache.record(s, moving, || self.checkpoint_entry(s))?);
             }
-            cache.trim(sessions.len());
+            cache.trim(records.len());
         }
         let retained = self.retained.lock().unwrap_or_else(|e| e.into_inner());
         for e in retained.iter() {
-            records.push(
-                serde_json::to_string(e)
-                    .map_err(std::io::Error::other)?
-                    .into(),
-            );
+            records.push(Record::of(e)?);
         }
         Ok(records)
     }
 
     fn unsettled_ended(&self) -> Vec<CheckpointEntry> {
-        self.unsettled_sessions(true)
-            .iter()
+        self.table()
+            .unsettled()
+            .filter(|s| s.state().exit().is_some())
             .map(|s| self.checkpoint_entry(s))
             .collect()
     }
@@ -677,20 +678,6 @@ impl Recorded for Registry {
 
     fn settle(&self, held: &[(String, String)]) {
         self.table().settle(held);
-    }
-}
-
-impl Registry {
-    /// The unsettled sessions (`ended_only`: those that have ended), in
-    /// the order they started, as `list` gives them. (With the running
-    /// ones, `procs.json` carries the dead sessions of an earlier daemon
-    /// whose scope is still to stop: `retained`, never ended here.)
-    fn unsettled_sessions(&self, ended_only: bool) -> Vec<Arc<Session>> {
-        self.table()
-            .unsettled()
-            .filter(|s| !ended_only || s.state().exit().is_some())
-            .cloned()
-            .collect()
     }
 }
 

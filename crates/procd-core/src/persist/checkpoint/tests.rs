@@ -118,12 +118,9 @@ impl Sessions {
 }
 
 impl Recorded for Sessions {
-    fn unsettled(&self) -> std::io::Result<Vec<Serialized>> {
+    fn unsettled(&self) -> std::io::Result<Vec<Record>> {
         let entries = self.unsettled_entries();
-        Ok(entries
-            .iter()
-            .map(|e| serde_json::to_string(e).unwrap().into())
-            .collect())
+        Ok(entries.iter().map(|e| Record::of(e).unwrap()).collect())
     }
     fn unsettled_ended(&self) -> Vec<CheckpointEntry> {
         let mut ended = self.unsettled_entries();
@@ -274,6 +271,7 @@ fn a_record_is_made_again_only_when_its_session_changed() {
                 entry("proc_000000000001", Some(made.get()))
             })
             .unwrap()
+            .json
     };
     let first = Arc::new(1u8);
     cache.begin();
@@ -338,12 +336,13 @@ async fn procs_json_is_the_records_as_one_array() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "[]\n");
 }
 
-/// A `procs.json` write of what the file already holds is skipped (each
-/// write swaps in the file's spare, so its inode tells), and a change is
-/// written (a kill waits for the exit to be on disk, which the write its
-/// exit scheduled has usually done).
+/// A `procs.json` write of what the file already holds is skipped, and
+/// a change is written (a kill waits for the exit to be on disk, which
+/// the write its exit scheduled has usually done): in the slot of the
+/// session that changed, the file staying where it is (its inode), and
+/// whole when the file was replaced behind the daemon's back.
 #[tokio::test]
-async fn procs_json_is_not_written_again_unchanged() {
+async fn procs_json_is_written_where_it_changed_and_not_again_unchanged() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("procs.json");
@@ -353,10 +352,32 @@ async fn procs_json_is_not_written_again_unchanged() {
     sessions.add(entry("proc_000000000001", None));
     checkpoint.write_running(&sessions).await.unwrap();
     let first = inode();
+    // Changed behind the daemon's back, in place and to the same size:
+    // a write of the same records leaves it as it is.
+    let bytes = std::fs::read(&path).unwrap();
+    let mut plant = vec![b' '; bytes.len() - 3];
+    plant.extend_from_slice(b"[]\n");
+    std::fs::write(&path, plant).unwrap();
     checkpoint.write_running(&sessions).await.unwrap();
-    assert_eq!(inode(), first, "the same bytes were written again");
+    assert_eq!(inode(), first);
+    assert_eq!(
+        Checkpoint::read(&path).0,
+        [],
+        "the same records were written again"
+    );
+    // Truncated: written whole.
+    std::fs::write(&path, b"[]\n").unwrap();
+    sessions.add(entry("proc_000000000004", None));
+    checkpoint.write_running(&sessions).await.unwrap();
+    assert_eq!(Checkpoint::read(&path).0, sessions.unsettled_entries());
+    // Removed: written whole.
+    std::fs::remove_file(&path).unwrap();
     sessions.add(entry("proc_000000000002", None));
     checkpoint.write_running(&sessions).await.unwrap();
-    assert_ne!(inode(), first, "a change was not written");
+    assert_eq!(Checkpoint::read(&path).0, sessions.unsettled_entries());
+    let whole = inode();
+    sessions.add(entry("proc_000000000003", None));
+    checkpoint.write_running(&sessions).await.unwrap();
+    assert_eq!(inode(), whole, "a session added was not written in place");
     assert_eq!(Checkpoint::read(&path).0, sessions.unsettled_entries());
 }
