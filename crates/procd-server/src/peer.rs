@@ -3,6 +3,16 @@
 //! user's, so the listener's check lets it in; through procd it could
 //! otherwise start an unsandboxed command, or type into another
 //! session's shell.
+//!
+//! While any sandboxed session is tracked or being spawned
+//! (`sandbox::Launches`: a child runs before its session is in the table,
+//! and a connection waits for the sandboxed spawns begun before it), each
+//! connection's peer (its pidfd from `SO_PEERPIDFD`, so a reused pid cannot
+//! pass for it) is looked up off the event loop
+//! (`Registry::sandboxed_session_of`) the way a kill finds a session's
+//! processes (`TreeSpec::holds`), or in the session's systemd scope; its
+//! every request is -32005 and runs nothing. With no sandboxed session, an
+//! accept costs one look at the table.
 
 use procd_core::registry::Registry;
 use procd_sys::pidfd::PidFd;

@@ -13,6 +13,15 @@
 //! an exit's (larger) `ended.jsonl`; an ended session stays in `procs.json`
 //! (with its exit) until `ended.jsonl` holds it, so it is always in one of
 //! them, and where it is in both the exact exit wins.
+//!
+//! What the registry keeps of it: `spawn` answers once `procs.json` holds
+//! the session (a failed write kills the child); an exit schedules a write
+//! of `ended.jsonl`, then `procs.json`, after the state has flipped; a kill
+//! (`kill`, `kill_all`, `kill_started_since`) answers once the checkpoint
+//! holds the exits it caused; recovery rewrites both files before the
+//! first request. A recovered session is detached: not the daemon's child,
+//! so its exit is seen through a pidfd, its status is unknowable (`lost`),
+//! and it has no stdin.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -2,6 +2,14 @@
 //! sessions come and go, handing every session to the next daemon
 //! (`hand_over`), and taking back the ones a previous daemon started
 //! (`adopt_handed`). docs/survival.md has the design.
+//!
+//! The keeper holds a duplicate of each session's output read end and stdin
+//! write end (or PTY master and relay) from right after the start until its
+//! exit is recorded (`hold_in_keeper`, `release_from_keeper`; closing a
+//! pipe's stdin closes the keeper's copy first). Where the kernel gives a
+//! pidfd's holder the exit (Linux 6.15+) it holds the root's pidfd too: a
+//! root the daemon reaped and died before recording has its exit read from
+//! it (`reaped_by_the_daemon`).
 
 use super::recovery::recovered_spec;
 use super::{launch, Registry};

@@ -1,4 +1,10 @@
 //! Building the wire results and events from sessions (redacted).
+//!
+//! Every text a result or event carries goes through the `Redactor` here
+//! (and in `reading.rs`, `exit.rs`, `ready.rs`, and the prompt of
+//! `input_wanted`): a session's shown command is redacted once and kept,
+//! its preview once per output end (`OutputStore::tail_text`); `procs.json`
+//! stores redacted commands; the log files keep raw bytes.
 
 use super::{Registry, LIST_PREVIEW_CHARS, PREVIEW_CHARS, WAIT_OUTPUT_CHARS};
 use crate::clock::rfc3339;

@@ -4,6 +4,13 @@
 //! backoff; then the next run starts in the same cgroup and log and takes
 //! the table entry, and only then is the run before it marked exited (its
 //! waiters follow on to the new one). A kill during the backoff ends it.
+//!
+//! A backoff is state of its own (`Restarts::next_run`), in procs.json
+//! before the wait begins: the next daemon starts the owed run from that
+//! record, or, with the keeper dead too and the launch gone with it, ends
+//! the session as that run ended. A run the keeper holds but the checkpoint
+//! does not name yet (the daemon died in between) is taken back as that
+//! owed run (`CheckpointEntry::as_next_run`), not ended.
 
 use super::Registry;
 use crate::error::Error;

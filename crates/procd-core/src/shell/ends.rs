@@ -3,6 +3,18 @@
 //! came while no daemon ran), drains the output before it takes a
 //! command's last cursor, and ends what the shell ran when the shell
 //! itself ends. Stops (an interrupt, a timeout) escalate from here.
+//!
+//! A command's end comes only from the shell's own channels, which the
+//! command does not have (the loop closes fds 3 to 5 for it): the record
+//! `E N NONCE STATUS CWD` on the fd 5 FIFO, or, for ends while no daemon
+//! ran, in the fd 4 file; and only for the command running with that number
+//! and nonce (`shell/boot.rs`). That a command has begun (`S N NONCE`, what
+//! an interrupt waits for) is only in the fd 4 file, read by a stop when it
+//! asks, woken by inotify (`wait_begun`), so that no command wakes the
+//! daemon for it. Its output range closes only once every byte before the
+//! end is decided in the log (`Session::output_drained`). A run holds the
+//! shell's turn from its send to its end; the shell's task
+//! (`Shells::follow`) is the only one that ends commands.
 
 use super::journal::{self, Entry};
 use super::{

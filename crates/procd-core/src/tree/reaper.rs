@@ -12,6 +12,12 @@
 //! and only then reaps and routes. So while a spawner holds the lock, its
 //! child cannot be reaped: its /proc entry (start time) is still readable
 //! even if it has already exited.
+//!
+//! Roots a dead daemon left are the keeper's children: only the keeper
+//! reaps them, and their statuses come back over the link
+//! (`Link::exit_of`), so one owner of wait(2) holds per process. Under
+//! systemd the keeper's death gives them to the user manager; the next
+//! keeper reads their statuses from their pidfds, never by wait(2).
 
 use nix::errno::Errno;
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag};

@@ -1,5 +1,12 @@
 //! Reading output back: a window of bytes from a cursor, or a page of
 //! lines, from memory when it is there and from the file otherwise.
+//!
+//! A window never ends inside a UTF-8 character or inside a line that may
+//! still grow: a trailing partial line is returned after 50 ms of quiet
+//! (`PARTIAL_LINE_QUIET`) or at the exit. Every piece is redacted together
+//! with the 8 KiB before it (`Redactor::excerpt`), so a piece that starts
+//! inside a private key block is masked too. `log` seeks from per-MiB line
+//! marks and reads one page of at most `max_response_bytes`.
 
 use super::{copy_out, read_at, read_full_at, LineView, Lines, LogReader, OutputStore, Window};
 use super::{KEY_CONTEXT_BYTES, PARTIAL_LINE_QUIET};
