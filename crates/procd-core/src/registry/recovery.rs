@@ -629,16 +629,15 @@ pub(super) fn recovered_spec(e: &CheckpointEntry) -> SessionSpec {
 /// The checkpoint's view of the table: what changed, never every session.
 impl Recorded for Registry {
     fn unsettled(&self) -> std::io::Result<Vec<Record>> {
-        let mut records = Vec::new();
+        // Copied out of the table first: the pass over them (a view read
+        // and a cache lookup each, about 0.3 ms at 3800 sessions) would
+        // otherwise hold the table's lock, which every poll takes.
+        let sessions: Vec<Arc<Session>> = self.table().unsettled().cloned().collect();
+        let mut records = Vec::with_capacity(sessions.len());
         {
-            // Visited under the table's lock, not copied out of it: a
-            // write per spawn and per exit visits every running session,
-            // and at thousands of them a count taken and dropped on each
-            // was a tenth of the daemon's time.
-            let table = self.table();
             let mut cache = self.records.lock().unwrap_or_else(|e| e.into_inner());
             cache.begin();
-            for s in table.unsettled() {
+            for s in &sessions {
                 let moving = Moving::of(s);
                 records.push(cache.record(s, moving, || self.checkpoint_entry(s))?);
             }
