@@ -219,7 +219,7 @@ const FULL: Sizes = Sizes {
     latency_lines: 200,
     idle: Duration::from_secs(10),
     many: 500,
-    scale: 10_000,
+    scale: scale::SCALE_ASKED,
     kills: 20,
     counted: instructions::Counted {
         polls: (100, 1100),

@@ -179,7 +179,9 @@ fn footprint_row(d: &Daemon, n: usize) -> Row {
     )
 }
 
-/// The sessions the issue asks the footprint of (issue 56, item 4).
+/// The live sessions issue 56 asks the scale rows for (item 4): what a
+/// full run spawns where the machine allows, and what the footprint is
+/// projected to where it does not.
 pub(crate) const SCALE_ASKED: usize = 10_000;
 
 /// The footprint `SCALE_ASKED` sessions would have, from this run: the
@@ -190,7 +192,8 @@ pub(crate) const SCALE_ASKED: usize = 10_000;
 fn projected_footprint_row(crowded: &Daemon, fresh: &Daemon, n: usize) -> Row {
     let of = |d: &Daemon| pss_mib(d.pid()) + pss_mib(d.keeper_pid());
     let (base, all) = (of(fresh), of(crowded));
-    let each = (all - base).max(0.0) / n.saturating_sub(1).max(1) as f64;
+    let beyond = n.saturating_sub(1).max(1);
+    let each = (all - base).max(0.0) / beyond as f64;
     let projected = base + each * (SCALE_ASKED - 1) as f64;
     Row::at_most(
         format!("daemon + keeper PSS projected to {SCALE_ASKED} live sessions"),
@@ -198,7 +201,7 @@ fn projected_footprint_row(crowded: &Daemon, fresh: &Daemon, n: usize) -> Row {
         "MiB",
         256.0,
         format!(
-            "a daemon holding one session: {base:.1} MiB, and {:.1} KiB for each of the {n} sessions beyond it",
+            "a daemon holding one session: {base:.1} MiB, and {:.1} KiB for each of the {beyond} sessions beyond it",
             each * 1024.0
         ),
     )

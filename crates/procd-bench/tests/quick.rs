@@ -67,7 +67,7 @@ fn quick_mode_reports_every_metric() {
     }
     // Nor does a footprint (issue 56: 256 MiB at 10 000 sessions, which
     // this machine cannot hold): the figure projected from the quick
-    // run's 100, with the same 20 % margin. It read 228 to 248 MiB here.
+    // run's 100, with the same 20 % margin. It read 190 to 248 MiB here.
     let projected = "daemon + keeper PSS projected to 10000 live sessions";
     let row = rows
         .iter()

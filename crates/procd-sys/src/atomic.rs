@@ -154,19 +154,7 @@ impl SwapFile {
     pub fn write_bytes_kept(&self, bytes: &[u8]) -> io::Result<File> {
         match self.write_opened(bytes)? {
             Some(file) => Ok(file),
-            None => {
-                let file = OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-                    .open(&self.path)?;
-                match file.metadata()?.file_type().is_file() {
-                    true => Ok(file),
-                    false => Err(io::Error::other(format!(
-                        "{} is not a regular file",
-                        self.path.display()
-                    ))),
-                }
-            }
+            None => open_regular(&self.path),
         }
     }
 
@@ -178,13 +166,8 @@ impl SwapFile {
     /// (None when it was written the plain way).
     fn write_opened(&self, bytes: &[u8]) -> io::Result<Option<File>> {
         use std::os::unix::fs::FileExt;
-        let opened = OpenOptions::new()
-            .write(true)
-            // No symlink is followed, and a FIFO does not block the open.
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(&self.spare);
-        let file = match opened {
-            Ok(f) if f.metadata()?.file_type().is_file() => f,
+        let file = match open_regular(&self.spare) {
+            Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => OpenOptions::new()
                 .create_new(true)
                 .write(true)
@@ -197,6 +180,22 @@ impl SwapFile {
         file.set_len(bytes.len() as u64)?;
         // Swapped, the old content stays as the next write's spare.
         swap_in(&self.spare, &self.path).map(|_| Some(file))
+    }
+}
+
+/// `path` opened for writing, if it is a regular file: no symlink is
+/// followed, and a FIFO does not block the open.
+fn open_regular(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?;
+    match file.metadata()?.file_type().is_file() {
+        true => Ok(file),
+        false => Err(io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        ))),
     }
 }
 

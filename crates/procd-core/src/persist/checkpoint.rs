@@ -278,9 +278,9 @@ pub use slots::Record;
 use slots::Slots;
 
 /// Each session's `procs.json` record, serialized, kept while what can
-/// change of it (`M`) has not: `procs.json` is written whole on every
-/// spawn and exit, so a write then copies bytes and serializes only the
-/// records that changed. A record is its session's alone: it is found by
+/// change of it (`M`) has not: every spawn and exit asks for every
+/// running session's record, and only those that changed are serialized
+/// again. A record is its session's alone: it is found by
 /// the session's address, which the `Weak` it holds keeps from being
 /// reused (a restart's next run, under the same id, is another session).
 pub struct RecordCache<S, M> {

@@ -651,11 +651,14 @@ impl Recorded for Registry {
     }
 
     fn unsettled_ended(&self) -> Vec<CheckpointEntry> {
-        self.table()
+        // Their records are made outside the table's lock, as above.
+        let ended: Vec<Arc<Session>> = self
+            .table()
             .unsettled()
             .filter(|s| s.state().exit().is_some())
-            .map(|s| self.checkpoint_entry(s))
-            .collect()
+            .cloned()
+            .collect();
+        ended.iter().map(|s| self.checkpoint_entry(s)).collect()
     }
 
     fn ended(&self) -> Vec<CheckpointEntry> {

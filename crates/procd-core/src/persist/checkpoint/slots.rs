@@ -90,10 +90,10 @@ impl Slots {
             .collect();
         let used: usize = spans.iter().sum();
         slots.capacity = (2 * used).max(MIN_CAPACITY);
-        let mut bytes = line(b"[", SLOT);
+        let mut bytes = padded(b"[", SLOT);
         let mut slot = 0;
         for (r, span) in records.iter().zip(spans) {
-            bytes.extend(slot_bytes(slot > 0, &r.json, span * SLOT));
+            bytes.extend(record_slot(slot > 0, &r.json, span * SLOT));
             slots.starts.insert(slot);
             slots.held.insert(
                 r.id.clone(),
@@ -107,15 +107,12 @@ impl Slots {
             slot += span;
         }
         for free in slot..slots.capacity {
-            bytes.extend(line(b"", SLOT));
+            bytes.extend(padded(b"", SLOT));
             slots.free.insert(free);
         }
         bytes.extend_from_slice(b"]\n");
-        // Two records under one id: the file has both; the next write is
-        // whole again, as `plan` refuses it.
-        if slots.held.len() != records.len() {
-            slots.held.clear();
-        }
+        // Two records under one id: the file has both, `held` one of
+        // them, and `diff` refuses slots that count apart.
         (bytes, slots)
     }
 
@@ -158,7 +155,7 @@ impl Slots {
     /// What differs between the file and `records`; None for an id twice.
     fn diff<'r>(&mut self, records: &'r [Record]) -> Option<Diff<'r>> {
         if self.held.len() != self.starts.len() {
-            return None; // a file written with one id twice
+            return None; // a file written with one id twice (`whole`)
         }
         self.pass += 1;
         let pass = self.pass;
@@ -204,7 +201,7 @@ impl Slots {
         }
         self.starts.remove(&h.slot);
         self.free.insert(h.slot);
-        Some((offset(h.slot), line(b"", SLOT)))
+        Some((offset(h.slot), padded(b"", SLOT)))
     }
 
     /// Writes `r` over its session's record, in its slot.
@@ -217,7 +214,7 @@ impl Slots {
         h.json = r.json.clone();
         Some((
             offset(h.slot),
-            slot_bytes(first != Some(h.slot), &r.json, SLOT),
+            record_slot(first != Some(h.slot), &r.json, SLOT),
         ))
     }
 
@@ -242,7 +239,7 @@ impl Slots {
             pass: self.pass,
         };
         self.held.insert(r.id.clone(), held);
-        Some((offset(slot), slot_bytes(first.is_some(), &r.json, SLOT)))
+        Some((offset(slot), record_slot(first.is_some(), &r.json, SLOT)))
     }
 }
 
@@ -259,8 +256,9 @@ fn offset(slot: usize) -> u64 {
     ((slot + 1) * SLOT) as u64
 }
 
-/// `text` padded with spaces to a line of `len` bytes.
-fn line(text: &[u8], len: usize) -> Vec<u8> {
+/// `text` padded with spaces to a line of `len` bytes (a blank slot:
+/// no text).
+fn padded(text: &[u8], len: usize) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(len);
     bytes.extend_from_slice(text);
     bytes.resize(len - 1, b' ');
@@ -268,17 +266,11 @@ fn line(text: &[u8], len: usize) -> Vec<u8> {
     bytes
 }
 
-/// A record's slot (or slots): its `,` unless it is the first, the
-/// record, and spaces to `len`.
-fn slot_bytes(comma: bool, json: &str, len: usize) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(len);
-    if comma {
-        bytes.push(b',');
-    }
-    bytes.extend_from_slice(json.as_bytes());
-    bytes.resize(len - 1, b' ');
-    bytes.push(b'\n');
-    bytes
+/// A record's slot (or slots): its `,` unless it is the first, then the
+/// record, padded to `len`.
+fn record_slot(comma: bool, json: &str, len: usize) -> Vec<u8> {
+    let text = [&b","[..usize::from(comma)], json.as_bytes()].concat();
+    padded(&text, len)
 }
 
 #[cfg(test)]
