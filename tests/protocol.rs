@@ -614,6 +614,48 @@ fn idle_connections_do_not_keep_a_new_client_out() {
     assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
 }
 
+#[test]
+fn a_served_connection_left_open_ends_with_the_stop_not_by_abort() {
+    // A connection answered once and left open waits in its read loop:
+    // the stop reaches it there, so it ends on its own and the listener
+    // has nothing to abort at its deadline.
+    let mut d = Daemon::start();
+    let mut open = d.connect();
+    assert!(open.call("status", json!({}))["result"]["pid"].is_number());
+    assert_eq!(d.stop(), Some(0), "SIGTERM ends the daemon");
+    assert_eq!(open.recv_raw(), None, "the connection ends with the daemon");
+    let log = std::fs::read_to_string(d.home.path().join("daemon.err")).expect("daemon.err");
+    assert!(
+        !log.contains("connections still busy at shutdown were aborted"),
+        "the open connection missed the stop and was aborted:\n{log}"
+    );
+}
+
+#[test]
+fn a_served_connection_left_idle_is_closed_to_make_room() {
+    // A connection that was answered and then fell idle waits in its read
+    // loop, not for its first byte; past the cap it is still the one
+    // closed, being the longest idle.
+    let d = Daemon::start();
+    let mut served = d.connect();
+    let status = served.call("status", json!({}));
+    assert!(status["result"]["pid"].is_number(), "{status}");
+    let mut idle: Vec<std::os::unix::net::UnixStream> = Vec::new();
+    for _ in 0..600 {
+        idle.push(std::os::unix::net::UnixStream::connect(d.socket()).expect("connect"));
+    }
+    let mut fresh = d.connect();
+    let status = fresh.call("status", json!({}));
+    assert!(status["result"]["pid"].is_number(), "{status}");
+    // End of stream is the close (a connection left open times out the
+    // read, which fails the test).
+    assert_eq!(
+        served.recv_raw(),
+        None,
+        "the served, idle connection was not closed"
+    );
+}
+
 /// A repeatable pick below `n` (xorshift64 from `seed`), so that a
 /// generated request that fails is the same on the next run.
 fn picker(mut seed: u64) -> impl FnMut(usize) -> usize {
