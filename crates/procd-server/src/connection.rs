@@ -198,7 +198,10 @@ impl Connection {
         let mut shutdown = self.shutdown.clone();
         let stop_signal = self.shutdown.clone();
         let closed = handle.close.cancelled();
-        let stopped = crate::stopped(&mut shutdown);
+        // Unconstrained: a watch wait that found the task's budget spent
+        // would return without polling its `Notified`, which `Gated` would
+        // then not poll again (a token's wait has no budget).
+        let stopped = tokio::task::unconstrained(crate::stopped(&mut shutdown));
         tokio::pin!(closed, stopped);
         let mut first = true;
         let end = loop {
