@@ -91,7 +91,7 @@ impl OutputSource {
     /// WouldBlock: a drain was asked (`OutputStore::drained`) and the
     /// source is empty; the caller settles what it holds and says so.
     /// An empty `buf` is made `MIN_READ_BUF` long at the first read, so a
-    /// pipe that never has output never costs a buffer.
+    /// pipe or PTY that never has output never costs a buffer.
     pub async fn next(&mut self, store: &OutputStore, buf: &mut Vec<u8>) -> io::Result<usize> {
         match self {
             OutputSource::Pipe(pipe) => loop {
@@ -117,22 +117,30 @@ impl OutputSource {
                 }
             },
             OutputSource::Pty { master, relay } => loop {
-                let buf = sized(buf);
                 // What the relay holds comes first: a previous daemon's,
-                // or what the last step moved there.
-                match take(store, &relay.read, buf) {
-                    Ok(0) => {} // cannot be: the write end is ours
-                    Ok(n) => return Ok(n),
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                        ) => {}
-                    Err(e) => return Err(e),
+                // or what the last step moved there. Until the PTY has
+                // printed, the relay is asked how much it holds rather
+                // than read, so that one that never prints (a sleeper, a
+                // server waiting for its first request) never costs a
+                // buffer either.
+                if !buf.is_empty()
+                    || rustix::io::ioctl_fionread(&relay.read).map_or(true, |n| n > 0)
+                {
+                    match take(store, &relay.read, sized(buf)) {
+                        Ok(0) => {} // cannot be: the write end is ours
+                        Ok(n) => return Ok(n),
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                            ) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 let flags = rustix::pipe::SpliceFlags::NONBLOCK;
+                let len = buf.len().max(MIN_READ_BUF);
                 let to_relay = |fd: &OwnedFd| {
-                    rustix::pipe::splice(fd, None, &relay.write, None, buf.len(), flags)
+                    rustix::pipe::splice(fd, None, &relay.write, None, len, flags)
                         .map_err(io::Error::from)
                 };
                 let moved = tokio::select! {
@@ -210,4 +218,32 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     let flags = fcntl_getfl(fd)?;
     fcntl_setfl(fd, flags | OFlags::NONBLOCK)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PTY that has printed nothing holds no read buffer (a thousand
+    /// quiet PTY sessions would hold 16 MiB); its first output makes one
+    /// and is read.
+    #[tokio::test]
+    async fn a_pty_holds_no_buffer_until_it_prints() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OutputStore::create(&dir.path().join("s.log"), 1 << 20, 4096).unwrap();
+        let (pty, pts) = pty_process::open().unwrap();
+        let master = pty.as_fd().try_clone_to_owned().unwrap();
+        let mut source = OutputSource::pty(master, Relay::new().unwrap()).unwrap();
+        let mut buf = Vec::new();
+        // Nothing was printed, so `next` waits; the timeout only ends
+        // the wait.
+        let quiet = std::time::Duration::from_millis(100);
+        let waited = tokio::time::timeout(quiet, source.next(&store, &mut buf)).await;
+        assert!(waited.is_err(), "a quiet PTY gave {waited:?}");
+        assert_eq!(buf.capacity(), 0, "a buffer before any output");
+        rustix::io::write(&pts, b"hello\n").unwrap();
+        let read = source.next(&store, &mut buf).await.unwrap();
+        assert!(read > 0, "the output was not read");
+        assert!(buf.len() >= MIN_READ_BUF, "read without a buffer");
+    }
 }
