@@ -94,85 +94,102 @@ impl OutputSource {
     /// pipe or PTY that never has output never costs a buffer.
     pub async fn next(&mut self, store: &OutputStore, buf: &mut Vec<u8>) -> io::Result<usize> {
         match self {
-            OutputSource::Pipe(pipe) => loop {
-                tokio::select! {
-                    ready = pipe.readable() => {
-                        let mut ready = ready?;
-                        store.look_begins();
-                        match ready.try_io(|fd| take(store, fd.get_ref(), sized(buf))) {
-                            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                            Ok(got) => return got,
-                            // Empty, and the caller settled all it took
-                            // before it came back here.
-                            Err(_would_block) => store.look_found_nothing(),
-                        }
-                    }
-                    () = store.drain_asked() => {
-                        store.look_begins();
-                        match take(store, pipe.get_ref(), sized(buf)) {
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => store.drain_on(),
-                            step => return drain_step(store, step),
-                        }
-                    }
+            OutputSource::Pipe(pipe) => next_from_pipe(pipe, store, buf).await,
+            OutputSource::Pty { master, relay } => next_from_pty(master, relay, store, buf).await,
+        }
+    }
+}
+
+/// `OutputSource::next` for a pipe session.
+async fn next_from_pipe(
+    pipe: &AsyncFd<OwnedFd>,
+    store: &OutputStore,
+    buf: &mut Vec<u8>,
+) -> io::Result<usize> {
+    loop {
+        tokio::select! {
+            ready = pipe.readable() => {
+                let mut ready = ready?;
+                store.look_begins();
+                match ready.try_io(|fd| take(store, fd.get_ref(), sized(buf))) {
+                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(got) => return got,
+                    // Empty, and the caller settled all it took
+                    // before it came back here.
+                    Err(_would_block) => store.look_found_nothing(),
                 }
+            }
+            () = store.drain_asked() => {
+                store.look_begins();
+                match take(store, pipe.get_ref(), sized(buf)) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => store.drain_on(),
+                    step => return drain_step(store, step),
+                }
+            }
+        }
+    }
+}
+
+/// `OutputSource::next` for a PTY session: its master's bytes cross the
+/// relay pipe first.
+async fn next_from_pty(
+    master: &AsyncFd<OwnedFd>,
+    relay: &Relay,
+    store: &OutputStore,
+    buf: &mut Vec<u8>,
+) -> io::Result<usize> {
+    loop {
+        // What the relay holds comes first: a previous daemon's,
+        // or what the last step moved there. Until the PTY has
+        // printed, the relay is asked how much it holds rather
+        // than read, so that one that never prints (a sleeper, a
+        // server waiting for its first request) never costs a
+        // buffer either.
+        if !buf.is_empty() || rustix::io::ioctl_fionread(&relay.read).map_or(true, |n| n > 0) {
+            match take(store, &relay.read, sized(buf)) {
+                Ok(0) => {} // cannot be: the write end is ours
+                Ok(n) => return Ok(n),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let flags = rustix::pipe::SpliceFlags::NONBLOCK;
+        let len = buf.len().max(MIN_READ_BUF);
+        let to_relay = |fd: &OwnedFd| {
+            rustix::pipe::splice(fd, None, &relay.write, None, len, flags).map_err(io::Error::from)
+        };
+        let moved = tokio::select! {
+            ready = master.readable() => match ready?.try_io(|fd| to_relay(fd.get_ref())) {
+                Ok(moved) => moved,
+                Err(_would_block) => continue,
             },
-            OutputSource::Pty { master, relay } => loop {
-                // What the relay holds comes first: a previous daemon's,
-                // or what the last step moved there. Until the PTY has
-                // printed, the relay is asked how much it holds rather
-                // than read, so that one that never prints (a sleeper, a
-                // server waiting for its first request) never costs a
-                // buffer either.
-                if !buf.is_empty()
-                    || rustix::io::ioctl_fionread(&relay.read).map_or(true, |n| n > 0)
-                {
-                    match take(store, &relay.read, sized(buf)) {
-                        Ok(0) => {} // cannot be: the write end is ours
-                        Ok(n) => return Ok(n),
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                            ) => {}
-                        Err(e) => return Err(e),
-                    }
+            // A read of an empty master first waits for the
+            // kernel's pending flip work, so WouldBlock here means
+            // nothing written before is still on its way.
+            () = store.drain_asked() => match to_relay(master.get_ref()) {
+                Ok(0) => return Ok(0),
+                Ok(_) => {
+                    store.drain_on();
+                    continue;
                 }
-                let flags = rustix::pipe::SpliceFlags::NONBLOCK;
-                let len = buf.len().max(MIN_READ_BUF);
-                let to_relay = |fd: &OwnedFd| {
-                    rustix::pipe::splice(fd, None, &relay.write, None, len, flags)
-                        .map_err(io::Error::from)
-                };
-                let moved = tokio::select! {
-                    ready = master.readable() => match ready?.try_io(|fd| to_relay(fd.get_ref())) {
-                        Ok(moved) => moved,
-                        Err(_would_block) => continue,
-                    },
-                    // A read of an empty master first waits for the
-                    // kernel's pending flip work, so WouldBlock here means
-                    // nothing written before is still on its way.
-                    () = store.drain_asked() => match to_relay(master.get_ref()) {
-                        Ok(0) => return Ok(0),
-                        Ok(_) => {
-                            store.drain_on();
-                            continue;
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                            store.drain_on();
-                            continue;
-                        }
-                        other => return drain_step(store, other),
-                    },
-                };
-                match moved {
-                    Ok(0) => return Ok(0),
-                    Ok(_) => {}
-                    // No slave left: the end of output.
-                    Err(e) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    store.drain_on();
+                    continue;
                 }
+                other => return drain_step(store, other),
             },
+        };
+        match moved {
+            Ok(0) => return Ok(0),
+            Ok(_) => {}
+            // No slave left: the end of output.
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }
