@@ -1067,8 +1067,11 @@ fn exits_a_kill_answered_with_outlive_a_crash_right_after() {
 
 /// The first answer to `status` on `socket`, from a client that connects
 /// as soon as anything accepts there: it retries only while nothing is
-/// bound or listening yet, never after a connection was accepted.
-fn first_answer(socket: &std::path::Path) -> Result<serde_json::Value, String> {
+/// bound or listening yet, never after a connection was accepted. It
+/// fails at once when it reached the listener of `crashed` (the pid that
+/// called `listen`, as SO_PEERCRED gives it), saying who still holds one
+/// at the path; any failure says whose listener it reached.
+fn first_answer(socket: &std::path::Path, crashed: u32) -> Result<serde_json::Value, String> {
     use std::io::{BufRead, Write};
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let stream = loop {
@@ -1085,18 +1088,71 @@ fn first_answer(socket: &std::path::Path) -> Result<serde_json::Value, String> {
             Err(e) => return Err(format!("connect: {e}")),
         }
     };
+    let reached = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+        .map(|c| c.pid())
+        .ok();
+    if reached == Some(crashed as i32) {
+        return Err(format!(
+            "reached the crashed daemon's listener; listeners at the path, with their holders: {:?}",
+            listeners_at(socket)
+        ));
+    }
+    let failed = |what: &str, e: std::io::Error| {
+        format!(
+            "{what}: {e} (the listener reached was made by pid {reached:?}; \
+             listeners at the path now, with their holders: {:?})",
+            listeners_at(socket)
+        )
+    };
     let timeout = Some(std::time::Duration::from_secs(30));
     stream
         .set_read_timeout(timeout)
         .map_err(|e| e.to_string())?;
     (&stream)
         .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"status\"}\n")
-        .map_err(|e| format!("write: {e}"))?;
+        .map_err(|e| failed("write", e))?;
     let mut line = String::new();
     std::io::BufReader::new(&stream)
         .read_line(&mut line)
-        .map_err(|e| format!("read: {e}"))?;
+        .map_err(|e| failed("read", e))?;
     serde_json::from_str(&line).map_err(|e| format!("answer {line:?}: {e}"))
+}
+
+/// The listening sockets bound at `path` (socket inodes, from
+/// /proc/net/unix), each with the processes that hold it.
+fn listeners_at(path: &std::path::Path) -> Vec<(u64, Vec<String>)> {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let path = path.to_string_lossy();
+    // Num RefCount Protocol Flags Type St Inode Path; 00010000: listening.
+    let inodes: Vec<u64> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() == 8 && f[7] == path && f[3] == "00010000")
+        .filter_map(|f| f[6].parse().ok())
+        .collect();
+    inodes
+        .into_iter()
+        .map(|inode| (inode, holders_of(&format!("socket:[{inode}]"))))
+        .collect()
+}
+
+/// Processes with a descriptor whose link reads `target`: each pid with
+/// its /proc stat line (name, state, parent). Every thread's table is
+/// looked at: a killed process's leader shows none while its other
+/// threads still hold it.
+fn holders_of(target: &str) -> Vec<String> {
+    let entries = |dir: String| std::fs::read_dir(dir).into_iter().flatten().flatten();
+    let holds = |pid: i32| {
+        entries(format!("/proc/{pid}/task")).any(|thread| {
+            entries(format!("{}/fd", thread.path().display()))
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target))
+        })
+    };
+    entries("/proc".into())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| holds(*pid))
+        .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or(pid.to_string()))
+        .collect()
 }
 
 /// A whole crash (keeper and daemon SIGKILLed, one session's processes
@@ -1111,13 +1167,17 @@ fn recovery_never_drops_the_first_client() {
         let kept = d.spawn("exec sleep 300");
         let killed = d.spawn("sleep 300 & exec sleep 301");
         let group = pid_of(&d, &killed);
+        let old = d.pid();
         d.crash();
         let _ = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(group),
             nix::sys::signal::Signal::SIGKILL,
         );
         d.restart_at_once();
-        let answer = first_answer(&socket).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let answer = first_answer(&socket, old).unwrap_or_else(|e| {
+            let new = d.pid();
+            panic!("round {round}: {e}; the crashed daemon was pid {old}, the new one is {new}")
+        });
         assert!(
             answer["result"]["pid"].as_u64().is_some(),
             "round {round}: {answer}"
