@@ -1189,6 +1189,44 @@ fn recovery_never_drops_the_first_client() {
     }
 }
 
+/// No child of the daemon holds the listening socket, not even between
+/// its clone and its exec: the daemon keeps the socket above the
+/// descriptors a child copies (its spawn slots, which hold /dev/null
+/// between spawns). A copy there outlives a daemon SIGKILLed in that
+/// moment, and a client that connects to it is reset when the child's
+/// exec closes it (docs/survival.md, "A client during a crash").
+#[test]
+fn the_listening_socket_sits_above_what_a_child_copies() {
+    let d = Daemon::start();
+    let listeners = listeners_at(&d.socket());
+    let [(inode, _)] = listeners.as_slice() else {
+        panic!("one listener at the socket: {listeners:?}")
+    };
+    let fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+        .expect("the daemon's fds")
+        .flatten()
+        .filter_map(|e| {
+            let link = std::fs::read_link(e.path()).ok()?;
+            Some((
+                e.file_name().to_str()?.parse().ok()?,
+                link.display().to_string(),
+            ))
+        })
+        .collect();
+    let at = |link: &str| -> Vec<i32> {
+        fds.iter()
+            .filter(|(_, l)| l == link)
+            .map(|(fd, _)| *fd)
+            .collect()
+    };
+    let listener = at(&format!("socket:[{inode}]"));
+    let slots = at("/dev/null").into_iter().max();
+    assert!(
+        matches!((listener.as_slice(), slots), ([fd], Some(top)) if *fd > top),
+        "the listener at {listener:?}, the highest /dev/null at {slots:?}: {fds:?}"
+    );
+}
+
 /// A follower rides through its daemon's restart (the keeper's next
 /// daemon: the same instance), and is told, rather than moved over in
 /// silence, when it reconnects to another procd: keeper and daemon

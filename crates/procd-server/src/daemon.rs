@@ -374,13 +374,16 @@ async fn serve_claimed(
     keeper: Option<Arc<procd_keeper::Link>>,
     handed: Vec<procd_keeper::HandedSession>,
 ) -> Result<i32, StartupError> {
-    let std_listener = listening.listener;
     // Each session holds a few descriptors: allow as many as the hard limit
     // does (children get the original soft limit back).
     procd_core::child::limits::raise_nofile();
     // The spawn slots sit lowest while the table is small: a child copies
-    // the table below them only (procd_sys::spawn).
+    // the table below them only (procd_sys::spawn), so the listening
+    // socket goes above them, where no child holds it past our death.
     procd_sys::spawn::reserve_slots().doing(|| "cannot reserve spawn descriptors".into())?;
+    let std_listener = procd_sys::spawn::above_slots(listening.listener.into())
+        .map(std::os::unix::net::UnixListener::from)
+        .doing(|| "cannot move the listening socket".into())?;
     // Orphaned descendants of sessions are reparented to us and reaped.
     nix::sys::prctl::set_child_subreaper(true)
         .doing(|| "cannot become a child subreaper".into())?;

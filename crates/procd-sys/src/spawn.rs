@@ -30,7 +30,9 @@
 //!    have every file of every session closed again at exec, one by one:
 //!    at 2000 sessions (9000 descriptors) that was a fifth of the
 //!    daemon's CPU per spawn and 2 ms before the program ran. (Where
-//!    clone3 is refused, as under valgrind, a plain clone copies it.);
+//!    clone3 is refused, as under valgrind, a plain clone copies it.)
+//!    What no child may hold even until its exec, the daemon's listening
+//!    socket, sits above the slots (`above_slots`);
 //! 5. `chdir`, the descriptor limit the daemon started with;
 //! 6. for a sandboxed session (`sandbox.rs`), `no_new_privs`, its Landlock
 //!    ruleset and its seccomp filter, made by the parent;
@@ -51,8 +53,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 mod slots;
-pub use slots::reserve_slots;
 use slots::Slots;
+pub use slots::{above_slots, reserve_slots};
 
 /// What to start, prepared entirely before the clone.
 pub struct Launch<'a> {

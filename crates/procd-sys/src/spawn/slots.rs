@@ -29,6 +29,19 @@ pub fn reserve_slots() -> io::Result<()> {
     Slots::reserved(&mut Slots::lock()).map(drop)
 }
 
+/// `fd` moved above the slots (the slots reserved first if need be): a
+/// child copies nothing from there, not even for the moment between its
+/// clone and its exec, which closes its copies. A daemon moves its
+/// listening socket there: a copy in a child outlives a daemon killed
+/// meanwhile, and a client that connects to it is reset when the child's
+/// exec closes it.
+pub fn above_slots(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
+    let mut held = Slots::lock();
+    let end = Slots::reserved(&mut held)?.end;
+    // `fd` is closed as it drops, once the copy is made.
+    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, end)?)
+}
+
 impl Slots {
     pub(super) fn lock() -> std::sync::MutexGuard<'static, Option<Slots>> {
         SLOTS_HELD
