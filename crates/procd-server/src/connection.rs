@@ -208,15 +208,17 @@ impl Connection {
             self.handle
                 .work
                 .store(self.tasks.len(), std::sync::atomic::Ordering::Relaxed);
-            let stop_due = || stop_signal.has_changed().unwrap_or(true);
-            let close_due = || handle.close.is_cancelled();
+            // The first turn polls both ends, which puts this task's waker
+            // in their lists; later turns only once a flag moved.
             let first_turn = std::mem::take(&mut first);
+            let stop_due = || first_turn || stop_signal.has_changed().unwrap_or(true);
+            let close_due = || first_turn || handle.close.is_cancelled();
             tokio::select! {
                 // An end first; then answers and finished tasks, so that a
                 // client that keeps sending cannot hold them back.
                 biased;
-                _ = Gated::new(stopped.as_mut(), first_turn, stop_due) => break End::Stopped,
-                _ = Gated::new(closed.as_mut(), first_turn, close_due) => break End::Broken,
+                _ = Gated { future: stopped.as_mut(), due: stop_due } => break End::Stopped,
+                _ = Gated { future: closed.as_mut(), due: close_due } => break End::Broken,
                 // Only a task sends here (each has the one clone of
                 // `out_tx` it was given): with none and nothing queued,
                 // this branch is not even polled, one registration less
@@ -410,22 +412,14 @@ impl Connection {
 /// A connection's request lines.
 type Lines = FramedRead<Reader, LineCodec>;
 
-/// A future polled for real on its first poll and after that only once
-/// `due()` says it may be ready. The ends a connection waits on are
-/// `Notified`s: the first poll leaves this task's waker in their waiter
-/// list, where it stays, so skipping later polls loses no wakeup and
-/// spares taking that list's lock on every turn of the read loop (two
-/// ends, twice per request).
+/// A future polled only when `due()` says it may be ready. The ends a
+/// connection waits on are `Notified`s: a first poll leaves this task's
+/// waker in their waiter list, where it stays, so skipping later polls
+/// loses no wakeup and spares taking that list's lock on every turn of
+/// the read loop (two ends, twice per request).
 struct Gated<'a, F, D> {
     future: std::pin::Pin<&'a mut F>,
-    first: bool,
     due: D,
-}
-
-impl<'a, F, D> Gated<'a, F, D> {
-    fn new(future: std::pin::Pin<&'a mut F>, first: bool, due: D) -> Self {
-        Gated { future, first, due }
-    }
 }
 
 impl<F: std::future::Future, D: Fn() -> bool + Unpin> std::future::Future for Gated<'_, F, D> {
@@ -436,7 +430,7 @@ impl<F: std::future::Future, D: Fn() -> bool + Unpin> std::future::Future for Ga
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
         let this = &mut *self;
-        if std::mem::take(&mut this.first) || (this.due)() {
+        if (this.due)() {
             return this.future.as_mut().poll(cx);
         }
         std::task::Poll::Pending
