@@ -833,11 +833,26 @@ pub fn released(pid: i32) -> bool {
 }
 
 /// Every pid in /proc.
-fn all_pids() -> impl Iterator<Item = i32> {
+pub fn all_pids() -> impl Iterator<Item = i32> {
     std::fs::read_dir("/proc")
         .expect("/proc")
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+}
+
+/// The descriptors listed in `dir` (`/proc/<pid>/fd`, or a thread's
+/// `/proc/<pid>/task/<tid>/fd`), each with what it links to; none when
+/// `dir` cannot be read (the process is gone).
+pub fn fd_links(dir: &str) -> Vec<(i32, String)> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            Some((fd, std::fs::read_link(e.path()).ok()?.display().to_string()))
+        })
+        .collect()
 }
 
 /// Live pids whose environment carries `PROCD_SESSION_ID=<id>`.
