@@ -725,3 +725,181 @@ fn lines_that_are_no_message_are_answered_and_lose_nothing() {
         .expect("initialize is answered after them");
     assert!(init["result"]["sessionId"].is_string(), "{init}");
 }
+
+/// A Codex that stops reading its stdout holds up a process's output, not
+/// the server's memory: `process/output` waits in procd's log, and once
+/// Codex reads again every byte comes, in order. Without the bound, the
+/// server took the subscription's output as fast as procd gave it and
+/// queued it for stdout (about 70 MB a second of a `yes`, release build).
+#[test]
+fn a_codex_that_stops_reading_holds_up_output_not_memory() {
+    use base64::Engine as _;
+    use std::io::{BufRead, BufReader, Write};
+    const LINE: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz\n";
+    // Printed in pieces of whole lines over a few seconds, so that a
+    // server that takes all it is given has the time to take it; 48 MiB
+    // in all, under the 64 MiB log, so nothing is dropped before Codex
+    // reads it.
+    const PIECE: usize = 14_170 * LINE.len();
+    const PIECES: usize = 96;
+    let d = Daemon::start();
+    let (server, mut stdin, stdout) = exec_server(&d, &[]);
+    // Ended if the test fails before it does.
+    let mut server = Stand(server);
+    let status = |field: &str| -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))
+            .expect("the server's status");
+        text.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            .expect("a figure in kB")
+    };
+    let command = format!(
+        "i=0; while [ $i -lt {PIECES} ]; do yes {} | head -c {PIECE}; sleep 0.1; i=$((i+1)); done",
+        std::str::from_utf8(&LINE[..LINE.len() - 1]).expect("ascii")
+    );
+    for msg in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"id": 2, "method": "process/start", "params": {
+            "processId": "y", "argv": ["/bin/sh", "-c", command],
+            "cwd": "file:///", "env": {}, "tty": false}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
+    // Nothing read yet: the process prints all of it meanwhile.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let session = loop {
+        let listed = d.ok("list", json!({}));
+        let found = listed["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .find(|p| p["meta"]["codex_process_id"] == "y")
+            .and_then(|p| p["session_id"].as_str())
+            .map(str::to_string);
+        if let Some(id) = found {
+            break id;
+        }
+        assert!(std::time::Instant::now() < deadline, "no session for y");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let started_kib = status("VmRSS:");
+    d.wait_exit(&session);
+    let held_kib = status("VmRSS:");
+    // Now everything, in order, then the end.
+    let pattern = LINE.repeat((64 << 10) / LINE.len() + 2);
+    let mut got = 0usize;
+    let mut closed = false;
+    for line in BufReader::new(stdout).lines() {
+        let msg: Value = serde_json::from_str(&line.expect("a line")).expect("JSON");
+        match msg["method"].as_str() {
+            Some("process/output") => {
+                let chunk = base64::engine::general_purpose::STANDARD
+                    .decode(msg["params"]["chunk"].as_str().expect("a chunk"))
+                    .expect("base64");
+                let from = got % LINE.len();
+                assert!(
+                    chunk.len() <= pattern.len() - from
+                        && chunk == pattern[from..from + chunk.len()],
+                    "the {} bytes from {got} are not what was printed",
+                    chunk.len()
+                );
+                got += chunk.len();
+            }
+            Some("process/closed") => {
+                closed = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(closed, "no process/closed");
+    assert_eq!(got, PIECE * PIECES, "every byte, once");
+    let peak_kib = status("VmHWM:");
+    drop(stdin);
+    assert!(server.0.wait().expect("ends").success());
+    // A few MiB of queued lines and the chunks kept for `process/read`;
+    // not the 64 MB (base64 of 48 MiB) the process printed.
+    assert!(
+        peak_kib < started_kib + (32 << 10),
+        "the server used {started_kib} KiB at the start, {held_kib} KiB once the process had \
+         printed all while Codex did not read, and {peak_kib} KiB at its peak"
+    );
+}
+
+/// At most 256 requests are handled at once: a Codex that sends more
+/// (here reads that wait for output that does not come) has the next
+/// one read once one of them is answered, rather than a task per line
+/// it sends.
+#[test]
+fn requests_past_the_in_flight_bound_wait_for_an_answer() {
+    use std::io::{BufRead, BufReader, Write};
+    const BOUND: usize = 256;
+    let d = Daemon::start();
+    let (server, mut stdin, stdout) = exec_server(&d, &[]);
+    let mut server = Stand(server);
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+        }
+    });
+    let answer_to = |id: &Value| loop {
+        let msg = rx.recv_timeout(PATIENCE).expect("an answer");
+        if msg["id"] == *id {
+            return msg;
+        }
+    };
+    for msg in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"id": 2, "method": "process/start", "params": {
+            "processId": "s", "argv": ["/bin/sleep", "300"],
+            "cwd": "file:///", "env": {}, "tty": false}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
+    assert_eq!(answer_to(&json!(2))["result"]["processId"], "s");
+    for i in 0..BOUND {
+        let read = json!({"id": format!("read {i}"), "method": "process/read",
+            "params": {"processId": "s", "afterSeq": 0, "waitMs": 300_000}});
+        writeln!(stdin, "{read}").expect("write");
+    }
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": "last", "method": "environment/info", "params": {}})
+    )
+    .expect("write");
+    // The reads end with the process; only then is `last` read.
+    let listed = d.ok("list", json!({}));
+    let session = listed["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["meta"]["codex_process_id"] == "s")
+        .and_then(|p| p["session_id"].as_str())
+        .expect("its session")
+        .to_string();
+    d.ok("kill", json!({"session_id": session}));
+    let mut reads_before_last = 0;
+    loop {
+        let msg = rx.recv_timeout(PATIENCE).expect("an answer");
+        match msg["id"].as_str() {
+            Some("last") => {
+                assert!(msg["result"].is_object(), "{msg}");
+                break;
+            }
+            Some(id) if id.starts_with("read ") => {
+                assert_eq!(msg["result"]["exited"], true, "{msg}");
+                reads_before_last += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        reads_before_last >= 1,
+        "`last` was answered while {BOUND} reads were still waiting"
+    );
+    drop(stdin);
+    assert!(server.0.wait().expect("ends").success());
+}

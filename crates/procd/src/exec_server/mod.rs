@@ -68,21 +68,38 @@ impl RpcError {
     }
 }
 
-/// Where answers and notifications go: one writer, lines in send order.
+/// How many lines may wait for stdout. A Codex that stops reading holds
+/// up the pumps (a process's output then waits in procd's log) and the
+/// answers (and so the reading of its requests), never this server's
+/// memory: at most this many lines, each an answer or a chunk of at
+/// most procd's 64 KiB read window.
+const OUTBOX_LINES: usize = 64;
+
+/// The most requests handled at once; the next line is read when one is
+/// answered (a Codex that sends without reading answers is held up, not
+/// given a task per line).
+const MAX_IN_FLIGHT: usize = 256;
+
+/// Where answers and notifications go: one writer, lines in send order,
+/// at most `OUTBOX_LINES` waiting.
 #[derive(Clone)]
-pub struct Outbox(mpsc::UnboundedSender<Value>);
+pub struct Outbox(mpsc::Sender<Value>);
 
 impl Outbox {
-    fn notify(&self, method: &str, params: Value) {
-        let _ = self.0.send(json!({"method": method, "params": params}));
+    async fn answer(&self, id: Value, result: Result<Value, RpcError>) {
+        let _ = self
+            .0
+            .send(match result {
+                Ok(result) => json!({"id": id, "result": result}),
+                Err(e) => json!({"id": id, "error": e.json()}),
+            })
+            .await;
     }
+}
 
-    fn answer(&self, id: Value, result: Result<Value, RpcError>) {
-        let _ = self.0.send(match result {
-            Ok(result) => json!({"id": id, "result": result}),
-            Err(e) => json!({"id": id, "error": e.json()}),
-        });
-    }
+/// A notification, to send through a place taken in the outbox.
+fn notification(method: &str, params: Value) -> Value {
+    json!({"method": method, "params": params})
 }
 
 struct Server {
@@ -113,7 +130,7 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
         .map_err(|e| e.to_string())?;
     let conn =
         procd_client::Reconnecting::new(procd_client::Endpoint::Socket(paths.socket()), client);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let (tx, mut rx) = mpsc::channel::<Value>(OUTBOX_LINES);
     let server = Arc::new(Server {
         conn: Arc::new(conn),
         owner: lease.token().to_string(),
@@ -136,8 +153,13 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
     });
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let mut line = Vec::new();
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     loop {
         line.clear();
+        // Never closed: Err cannot come.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
         match (&mut stdin)
             .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut line)
@@ -149,7 +171,8 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
         if line.len() > MAX_LINE {
             server
                 .out
-                .answer(Value::Null, Err(RpcError::new(-32700, "line too long")));
+                .answer(Value::Null, Err(RpcError::new(-32700, "line too long")))
+                .await;
             // Skip the rest of the line.
             let mut rest = Vec::new();
             let _ = stdin.read_until(b'\n', &mut rest).await;
@@ -161,15 +184,21 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
         let msg: Value = match serde_json::from_slice(&line) {
             Ok(v) => v,
             Err(e) => {
-                server.out.answer(
-                    Value::Null,
-                    Err(RpcError::new(-32700, format!("parse error: {e}"))),
-                );
+                server
+                    .out
+                    .answer(
+                        Value::Null,
+                        Err(RpcError::new(-32700, format!("parse error: {e}"))),
+                    )
+                    .await;
                 continue;
             }
         };
         let server = server.clone();
-        tokio::spawn(async move { server.handle(msg).await });
+        tokio::spawn(async move {
+            server.handle(msg).await;
+            drop(permit);
+        });
     }
     // Codex is gone: so is the lease, and with it the processes it
     // started (the daemon ends them); what they push meanwhile is
@@ -381,13 +410,11 @@ impl Server {
         // Every line that is no message is answered, as Codex's own server
         // does (it names the line's fault; procd's id is JSON-RPC's null).
         let invalid = |why: &str| {
-            self.out.answer(
-                Value::Null,
-                Err(RpcError::new(-32600, format!("invalid request: {why}"))),
-            );
+            let error = RpcError::new(-32600, format!("invalid request: {why}"));
+            self.out.answer(Value::Null, Err(error))
         };
         if !msg.is_object() {
-            return invalid("a message is one JSON object (no batches)");
+            return invalid("a message is one JSON object (no batches)").await;
         }
         let Some(method) = msg
             .get("method")
@@ -397,10 +424,11 @@ impl Server {
             match msg.get("id") {
                 // An answer: procd asks Codex nothing, so it answers nothing.
                 Some(_) if msg.get("result").is_some() || msg.get("error").is_some() => {}
-                Some(id) => self
-                    .out
-                    .answer(id.clone(), Err(RpcError::new(-32600, "no method"))),
-                None => invalid("neither a method nor an id"),
+                Some(id) => {
+                    let error = RpcError::new(-32600, "no method");
+                    self.out.answer(id.clone(), Err(error)).await
+                }
+                None => invalid("neither a method nor an id").await,
             }
             return;
         };
@@ -410,7 +438,7 @@ impl Server {
         // Codex's request ids are strings or integers (`RequestId`); its
         // server refuses any other, so procd does not run one.
         if !(id.is_string() || id.is_i64() || id.is_u64()) {
-            return invalid("an id is a string or an integer");
+            return invalid("an id is a string or an integer").await;
         }
         let p = msg.get("params").cloned().unwrap_or(json!({}));
         if method == "process/start" {
@@ -430,15 +458,15 @@ impl Server {
                         "none"
                     };
                     let answer = json!({"processId": proc.id, "sandboxType": kind});
-                    self.out.answer(id, Ok(answer));
+                    self.out.answer(id, Ok(answer)).await;
                     tokio::spawn(proc.pump(self.conn.clone(), self.out.clone()));
                 }
-                Err(e) => self.out.answer(id, Err(e)),
+                Err(e) => self.out.answer(id, Err(e)).await,
             }
             return;
         }
         let answer = self.call(&method, p).await;
-        self.out.answer(id, answer);
+        self.out.answer(id, answer).await;
     }
 
     async fn call(self: &Arc<Self>, method: &str, p: Value) -> Result<Value, RpcError> {

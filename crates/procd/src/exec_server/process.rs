@@ -3,12 +3,13 @@
 //! `process/exited` and `process/closed`), and the chunks kept for
 //! `process/read`.
 
-use super::{Outbox, RpcError};
+use super::{notification, Outbox, RpcError};
 use base64::Engine as _;
 use procd_proto::{Cursor, OutputItem, ProcdApiClient};
 use serde_json::{json, Value};
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::{error::TrySendError, Permit};
 use tokio::sync::watch;
 
 /// The output a process keeps for `process/read` (the log keeps it all).
@@ -96,6 +97,12 @@ impl Process {
 
     /// Streams the session's output and exit to Codex, numbering each, until
     /// it is closed; rides through a daemon restart from the cursor reached.
+    ///
+    /// Output is taken from the subscription only while the outbox has
+    /// room. When it has none (Codex is not reading), the subscription is
+    /// dropped rather than left to fill the client's buffer of
+    /// notifications; once there is room, it is taken again from the
+    /// cursor reached, so nothing is lost and nothing piles up here.
     pub async fn pump(self: Arc<Self>, conn: Arc<procd_client::Reconnecting>, out: Outbox) {
         let mut cursor = 0u64;
         loop {
@@ -109,24 +116,36 @@ impl Process {
                 .await;
             let Ok(mut items) = subscribed else {
                 // No daemon comes back: the process is lost to us.
-                self.exited(&out, -1);
-                return;
+                return self.exited(&out, -1).await;
             };
             while let Some(item) = items.next().await {
                 match item {
                     Ok(OutputItem::Output {
                         data, next_cursor, ..
                     }) => {
-                        cursor = next_cursor;
                         if !data.is_empty() {
-                            self.output(&out, data.into_bytes());
+                            let place = match out.0.try_reserve() {
+                                Ok(place) => place,
+                                Err(TrySendError::Full(())) => {
+                                    drop(items);
+                                    let Ok(place) = out.0.reserve().await else {
+                                        return; // Codex is gone
+                                    };
+                                    self.output(place, data.into_bytes());
+                                    cursor = next_cursor;
+                                    break;
+                                }
+                                Err(TrySendError::Closed(())) => return,
+                            };
+                            self.output(place, data.into_bytes());
                         }
+                        cursor = next_cursor;
                     }
                     Ok(OutputItem::Exit {
                         exit_code, signal, ..
                     }) => {
-                        self.exited(&out, exit_status(exit_code, signal.as_deref()));
-                        return;
+                        let code = exit_status(exit_code, signal.as_deref());
+                        return self.exited(&out, code).await;
                     }
                     Err(_) => continue,
                 }
@@ -134,7 +153,8 @@ impl Process {
         }
     }
 
-    fn output(&self, out: &Outbox, bytes: Vec<u8>) {
+    /// Numbers `bytes` and sends them through `place`.
+    fn output(&self, place: Permit<'_, Value>, bytes: Vec<u8>) {
         let chunk = base64::engine::general_purpose::STANDARD.encode(&bytes);
         self.state.send_modify(|o| {
             o.seq += 1;
@@ -147,28 +167,36 @@ impl Process {
                 }
             }
             // Sent while the seq is taken: notifications leave in seq order.
-            out.notify(
+            place.send(notification(
                 "process/output",
                 json!({"processId": self.id, "seq": o.seq, "stream": self.stream(), "chunk": chunk}),
-            );
+            ));
         });
     }
 
-    fn exited(&self, out: &Outbox, code: i32) {
+    /// The end, recorded for `process/read` and told to Codex (when it
+    /// still reads).
+    async fn exited(&self, out: &Outbox, code: i32) {
+        let mut places = out.0.reserve_many(2).await.ok();
+        let mut send = |message: Value| {
+            if let Some(place) = places.as_mut().and_then(Iterator::next) {
+                place.send(message);
+            }
+        };
         self.state.send_modify(|o| {
             o.seq += 1;
             o.exit_code = Some(code);
             let denied = self.sandbox_denied(o);
-            out.notify(
+            send(notification(
                 "process/exited",
                 json!({"processId": self.id, "seq": o.seq, "exitCode": code, "sandboxDenied": denied}),
-            );
+            ));
             o.seq += 1;
             o.closed = true;
-            out.notify(
+            send(notification(
                 "process/closed",
                 json!({"processId": self.id, "seq": o.seq}),
-            );
+            ));
         });
     }
 
