@@ -146,11 +146,7 @@ fn a_subscriber_that_goes_away_frees_its_subscription() {
     // A quiet session: nothing would ever fail a lingering stream's write,
     // so only the daemon noticing the departure can end it.
     let id = d.spawn("sleep 300");
-    let fds = || {
-        std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
-            .unwrap()
-            .count()
-    };
+    let fds = || d.fds().len();
     let before = fds();
     for _ in 0..5 {
         let mut c = d.connect();

@@ -310,10 +310,9 @@ fn kill_all_waits_without_a_thread_per_session() {
 fn a_kill_of_many_sessions_takes_no_inotify_instance_per_session() {
     let d = Daemon::with_config("kill_grace_s = 60");
     let inotify_instances = || {
-        std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
-            .unwrap()
-            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-            .filter(|l| l.to_string_lossy().contains("inotify"))
+        d.fds()
+            .iter()
+            .filter(|(_, link)| link.contains("inotify"))
             .count()
     };
     let said = |id: &str, what: &str| {

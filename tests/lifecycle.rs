@@ -665,18 +665,10 @@ fn the_monitor_stops_an_orphaned_on_demand_daemon() {
 
 /// Whether `holder` has a pidfd open on `target` (fdinfo's "Pid:" line).
 fn holds_pidfd_of(holder: i32, target: i32) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{holder}/fd")) else {
-        return false;
-    };
-    fds.flatten().any(|fd| {
-        let is_pidfd = std::fs::read_link(fd.path())
-            .is_ok_and(|l| l.to_string_lossy() == "anon_inode:[pidfd]");
-        is_pidfd
-            && std::fs::read_to_string(format!(
-                "/proc/{holder}/fdinfo/{}",
-                fd.file_name().to_string_lossy()
-            ))
-            .is_ok_and(|info| {
+    let fds = fd_links(&format!("/proc/{holder}/fd"));
+    fds.iter().any(|(fd, link)| {
+        link == "anon_inode:[pidfd]"
+            && std::fs::read_to_string(format!("/proc/{holder}/fdinfo/{fd}")).is_ok_and(|info| {
                 info.lines()
                     .any(|l| l.split_whitespace().eq(["Pid:", &target.to_string()]))
             })

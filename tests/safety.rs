@@ -637,9 +637,7 @@ fn hostile_line(rng: &mut fastrand::Rng) -> Vec<u8> {
 fn thousands_of_hostile_requests_leave_the_daemon_serving_and_clean() {
     use std::io::{BufRead, BufReader, Write};
     let d = Daemon::with_config("max_request_bytes = 65536");
-    let fds_before = std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
-        .unwrap()
-        .count();
+    let fds_before = d.fds().len();
     let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
     let mut sent = 0;
     // Bounded: at most 100 connections of at most 100 lines.
@@ -699,12 +697,7 @@ fn thousands_of_hostile_requests_leave_the_daemon_serving_and_clean() {
     for p in running.as_array().unwrap() {
         d.ok("kill", json!({"session_id": p["session_id"]}));
     }
-    wait_until("connections are closed", || {
-        std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
-            .unwrap()
-            .count()
-            <= fds_before + 2
-    });
+    wait_until("connections are closed", || d.fds().len() <= fds_before + 2);
 }
 
 // ----- systemd scopes (R30) ------------------------------------------------------

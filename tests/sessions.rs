@@ -941,10 +941,9 @@ fn a_thousand_concurrent_calls_on_one_session_fit_one_order_of_events() {
 
 /// The daemon's descriptors open on one of these sessions' logs.
 fn open_logs(d: &Daemon, ids: &[String]) -> Vec<String> {
-    std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
-        .expect("the daemon's fds")
-        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-        .map(|target| target.display().to_string())
+    d.fds()
+        .into_iter()
+        .map(|(_, target)| target)
         .filter(|target| ids.iter().any(|id| target.contains(&format!("{id}.log"))))
         .collect()
 }

@@ -1207,7 +1207,7 @@ fn the_listening_socket_sits_above_what_a_child_copies() {
         holders.iter().any(|h| h.starts_with(&daemon)),
         "the daemon among the listener's holders: {holders:?}"
     );
-    let fds = fd_links(&format!("/proc/{}/fd", d.pid()));
+    let fds = d.fds();
     let at = |link: &str| -> Vec<i32> {
         fds.iter()
             .filter(|(_, l)| l == link)

@@ -318,6 +318,14 @@ impl Daemon {
         daemon_below(self.keeper_pid()).unwrap_or(0) as u32
     }
 
+    /// The daemon's descriptors and what each is open on (it must be
+    /// running: none from a daemon that is gone would pass for few).
+    pub fn fds(&self) -> Vec<(i32, String)> {
+        let dir = format!("/proc/{}/fd", self.pid());
+        assert!(Path::new(&dir).is_dir(), "the daemon is gone");
+        fd_links(&dir)
+    }
+
     /// The keeper: the `procd daemon` process this helper started.
     pub fn keeper_pid(&self) -> i32 {
         self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
