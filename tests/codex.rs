@@ -903,3 +903,50 @@ fn requests_past_the_in_flight_bound_wait_for_an_answer() {
     drop(stdin);
     assert!(server.0.wait().expect("ends").success());
 }
+
+/// `fs/readFile` answers a file of at most 64 MiB (the line that may carry
+/// one to `fs/writeFile`); a larger one, or a device that never ends, is
+/// an error that says to read it in blocks, not a server that reads until
+/// it is killed (as Codex's own does with `/dev/zero`).
+#[test]
+fn a_whole_file_read_is_bounded() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start();
+    let work = tempfile::tempdir().expect("temp dir");
+    let big = work.path().join("big.bin");
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len((64 << 20) + 1))
+        .expect("a sparse file");
+    let (server, mut stdin, stdout) = exec_server(&d, &[]);
+    let mut server = Stand(server);
+    let mut answers = BufReader::new(stdout).lines();
+    let mut ask = |id: u64, method: &str, params: Value| -> Value {
+        writeln!(
+            stdin,
+            "{}",
+            json!({"id": id, "method": method, "params": params})
+        )
+        .expect("write");
+        loop {
+            let line = answers.next().expect("an answer").expect("a line");
+            let msg: Value = serde_json::from_str(&line).expect("JSON");
+            if msg["id"] == id {
+                return msg;
+            }
+        }
+    };
+    ask(1, "initialize", json!({"clientName": "t"}));
+    for (id, path) in [(2, big.display().to_string()), (3, "/dev/zero".into())] {
+        let answer = ask(id, "fs/readFile", json!({"path": format!("file://{path}")}));
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            answer["error"]["code"] == -32603
+                && message.contains("more than 64 MiB")
+                && message.contains("fs/readBlock"),
+            "{}",
+            &answer.to_string()[..answer.to_string().len().min(300)]
+        );
+    }
+    drop(stdin);
+    assert!(server.0.wait().expect("ends").success());
+}

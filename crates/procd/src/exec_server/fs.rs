@@ -101,7 +101,7 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
     let confine = confinement(&p.sandbox)?;
     let path = path_of(&p.path)?;
     blocking(confine, move || match method.as_str() {
-        "fs/readFile" => std::fs::read(&path)
+        "fs/readFile" => read_whole(&path)
             .map(|d| json!({"dataBase64": base64::engine::general_purpose::STANDARD.encode(d)})),
         "fs/writeFile" => {
             let data = base64::engine::general_purpose::STANDARD
@@ -133,6 +133,29 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
         -32603 if e.message.contains("does not implement") => RpcError::new(-32601, e.message),
         _ => e,
     })
+}
+
+/// The largest file `fs/readFile` answers with: as large as the line that
+/// may carry one to `fs/writeFile`. Codex's own server reads any file
+/// whole (about four times its size in memory at the peak), and a
+/// device that never ends, `/dev/zero`, until it is killed.
+const MAX_READ_FILE: u64 = 64 << 20;
+
+/// A file's bytes, if there are at most `MAX_READ_FILE` of them.
+fn read_whole(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut data = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_READ_FILE + 1)
+        .read_to_end(&mut data)?;
+    if data.len() as u64 > MAX_READ_FILE {
+        return Err(std::io::Error::other(format!(
+            "{} holds more than {} MiB: read it in blocks (fs/open, fs/readBlock)",
+            path.display(),
+            MAX_READ_FILE >> 20
+        )));
+    }
+    Ok(data)
 }
 
 /// Runs `f` off the event loop: on the blocking pool, or, confined, on a
