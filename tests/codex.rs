@@ -950,3 +950,64 @@ fn a_whole_file_read_is_bounded() {
     drop(stdin);
     assert!(server.0.wait().expect("ends").success());
 }
+
+/// A closed process keeps its last 1 MiB for `process/read`, as Codex's
+/// own server does (a running one, 8 MiB): every byte was pushed, and a
+/// long session's ended commands are not held whole for its life.
+#[test]
+fn a_closed_process_keeps_its_last_mebibyte() {
+    use base64::Engine as _;
+    use std::io::{BufRead, BufReader, Write};
+    const PRINTED: usize = 4 << 20;
+    let d = Daemon::start();
+    let (server, mut stdin, stdout) = exec_server(&d, &[]);
+    let mut server = Stand(server);
+    let mut lines = BufReader::new(stdout).lines();
+    let mut next = || -> Value {
+        let line = lines.next().expect("a line").expect("a line");
+        serde_json::from_str(&line).expect("JSON")
+    };
+    let command = format!("head -c {PRINTED} /dev/zero | tr '\\0' a; printf END");
+    for msg in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"id": 2, "method": "process/start", "params": {
+            "processId": "p", "argv": ["/bin/sh", "-c", command],
+            "cwd": "file:///", "env": {}, "tty": false}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
+    while next()["method"] != "process/closed" {}
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": 3, "method": "process/read", "params": {"processId": "p", "afterSeq": 0}})
+    )
+    .expect("write");
+    let read = loop {
+        let msg = next();
+        if msg["id"] == 3 {
+            break msg["result"].clone();
+        }
+    };
+    let mut kept = Vec::new();
+    for chunk in read["chunks"].as_array().expect("chunks") {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(chunk["chunk"].as_str().expect("a chunk"))
+            .expect("base64");
+        kept.extend(bytes);
+    }
+    assert_eq!(read["closed"], true, "{read}");
+    assert!(
+        kept.len() <= 1 << 20 && kept.len() > (1 << 20) - (64 << 10),
+        "{} bytes kept in {} chunks",
+        kept.len(),
+        read["chunks"].as_array().map_or(0, Vec::len)
+    );
+    assert!(kept.ends_with(b"aaaEND"), "the last bytes are kept");
+    assert!(
+        read["chunks"][0]["seq"].as_u64() > Some(1),
+        "the first chunks are gone"
+    );
+    drop(stdin);
+    assert!(server.0.wait().expect("ends").success());
+}

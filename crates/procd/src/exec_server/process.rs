@@ -12,8 +12,13 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{error::TrySendError, Permit};
 use tokio::sync::watch;
 
-/// The output a process keeps for `process/read` (the log keeps it all).
+/// The output a running process keeps for `process/read` (the log keeps
+/// it all).
 const KEPT_BYTES: usize = 8 << 20;
+/// What a closed one keeps: as much as Codex's own server keeps. Codex
+/// has had every byte pushed; a long session's hundreds of ended
+/// commands would otherwise hold 8 MiB each for the server's life.
+const CLOSED_KEPT_BYTES: usize = 1 << 20;
 /// The `writeId`s remembered to drop a repeated write.
 const KEPT_WRITE_IDS: usize = 4096;
 
@@ -46,6 +51,18 @@ pub struct Output {
     seq: u64,
     exit_code: Option<i32>,
     closed: bool,
+}
+
+impl Output {
+    /// Drops the oldest chunks until at most `bytes` are kept.
+    fn keep_at_most(&mut self, bytes: usize) {
+        while self.kept > bytes {
+            match self.chunks.pop_front() {
+                Some((_, c)) => self.kept -= c.len(),
+                None => break,
+            }
+        }
+    }
 }
 
 impl Process {
@@ -160,12 +177,7 @@ impl Process {
             o.seq += 1;
             o.kept += bytes.len();
             o.chunks.push_back((o.seq, Arc::new(bytes)));
-            while o.kept > KEPT_BYTES {
-                match o.chunks.pop_front() {
-                    Some((_, c)) => o.kept -= c.len(),
-                    None => break,
-                }
-            }
+            o.keep_at_most(KEPT_BYTES);
             // Sent while the seq is taken: notifications leave in seq order.
             place.send(notification(
                 "process/output",
@@ -193,6 +205,7 @@ impl Process {
             ));
             o.seq += 1;
             o.closed = true;
+            o.keep_at_most(CLOSED_KEPT_BYTES);
             send(notification(
                 "process/closed",
                 json!({"processId": self.id, "seq": o.seq}),
