@@ -1011,3 +1011,37 @@ fn a_closed_process_keeps_its_last_mebibyte() {
     drop(stdin);
     assert!(server.0.wait().expect("ends").success());
 }
+
+/// `fs/copy` of a file onto itself leaves its bytes: Codex's own server
+/// truncates it to nothing (std's copy opens the destination for writing
+/// first), and answers `{}` as procd does.
+#[test]
+fn a_file_copied_onto_itself_keeps_its_bytes() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start();
+    let work = tempfile::tempdir().expect("temp dir");
+    let file = work.path().join("a.txt");
+    std::fs::write(&file, "hello").expect("write");
+    let uri = format!("file://{}", file.display());
+    let (server, mut stdin, stdout) = exec_server(&d, &[]);
+    let mut server = Stand(server);
+    let mut answers = BufReader::new(stdout).lines();
+    for msg in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"id": 2, "method": "fs/copy", "params": {
+            "sourcePath": uri, "destinationPath": uri, "recursive": false}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
+    let copied = loop {
+        let line = answers.next().expect("an answer").expect("a line");
+        let msg: Value = serde_json::from_str(&line).expect("JSON");
+        if msg["id"] == 2 {
+            break msg;
+        }
+    };
+    assert_eq!(copied["result"], json!({}), "{copied}");
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "hello");
+    drop(stdin);
+    assert!(server.0.wait().expect("ends").success());
+}

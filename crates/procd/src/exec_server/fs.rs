@@ -86,10 +86,10 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
         let p: CopyParams = params(p)?;
         let confine = confinement(&p.sandbox)?;
         let (from, to) = (path_of(&p.source_path)?, path_of(&p.destination_path)?);
-        return blocking(confine, move || {
-            copy(&from, &to, p.recursive).map(|()| json!({}))
-        })
-        .await;
+        // The copy's own refusals carry their codes through the pool.
+        return blocking(confine, move || Ok(copy(&from, &to, p.recursive)))
+            .await
+            .and_then(|copied| copied.map(|()| json!({})));
     }
     if method == "fs/walk" {
         let p: WalkParams = params(p)?;
@@ -300,24 +300,101 @@ fn remove(path: &Path, recursive: bool, force: bool) -> std::io::Result<()> {
     }
 }
 
-fn copy(from: &Path, to: &Path, recursive: bool) -> std::io::Result<()> {
-    let m = std::fs::symlink_metadata(from)?;
-    if !m.is_dir() {
-        return std::fs::copy(from, to).map(drop);
+/// `fs/copy`, as Codex's server copies: a directory with `recursive`,
+/// whole; a symlink as a symlink; inside a directory, what is neither a
+/// file, a directory nor a symlink (a FIFO, a socket, a device) is left
+/// out, and as the source it is refused. A directory into itself or one of
+/// its descendants is refused before anything is made (it would copy until
+/// the path grew too long). A file onto itself is left as it is: Codex's
+/// server truncates it to nothing.
+fn copy(from: &Path, to: &Path, recursive: bool) -> Result<(), RpcError> {
+    let invalid = |what: &str| RpcError::new(-32600, format!("fs/copy {what}"));
+    let kind = std::fs::symlink_metadata(from)
+        .map_err(io_error)?
+        .file_type();
+    if kind.is_dir() {
+        if !recursive {
+            return Err(invalid(
+                "requires recursive: true when sourcePath is a directory",
+            ));
+        }
+        let source = std::fs::canonicalize(from).map_err(io_error)?;
+        if resolved(to).map_err(io_error)?.starts_with(&source) {
+            return Err(invalid(
+                "cannot copy a directory to itself or one of its descendants",
+            ));
+        }
+        return copy_dir(from, to, 0);
     }
-    if !recursive {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "fs/copy requires recursive: true when sourcePath is a directory",
+    if !(kind.is_file() || kind.is_symlink()) {
+        return Err(invalid(
+            "only supports regular files, directories, and symlinks",
         ));
     }
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let target: PathBuf = to.join(e.file_name());
-        copy(&e.path(), &target, true)?;
+    copy_entry(from, to, kind).map_err(io_error)
+}
+
+/// How deep `fs/copy` goes: a bind mount of a directory inside itself
+/// has no end.
+const MAX_COPY_DEPTH: usize = 256;
+
+fn copy_dir(from: &Path, to: &Path, depth: usize) -> Result<(), RpcError> {
+    if depth > MAX_COPY_DEPTH {
+        return Err(RpcError::new(
+            -32600,
+            format!("fs/copy goes at most {MAX_COPY_DEPTH} directories deep"),
+        ));
+    }
+    std::fs::create_dir_all(to).map_err(io_error)?;
+    for e in std::fs::read_dir(from).map_err(io_error)? {
+        let e = e.map_err(io_error)?;
+        let kind = e.file_type().map_err(io_error)?;
+        let target = to.join(e.file_name());
+        if kind.is_dir() {
+            copy_dir(&e.path(), &target, depth + 1)?;
+        } else if kind.is_file() || kind.is_symlink() {
+            copy_entry(&e.path(), &target, kind).map_err(io_error)?;
+        }
     }
     Ok(())
+}
+
+/// A file's bytes, or a symlink as itself.
+fn copy_entry(from: &Path, to: &Path, kind: std::fs::FileType) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if kind.is_symlink() {
+        return std::os::unix::fs::symlink(std::fs::read_link(from)?, to);
+    }
+    let same =
+        |a: &std::fs::Metadata, b: &std::fs::Metadata| (a.dev(), a.ino()) == (b.dev(), b.ino());
+    if let (Ok(a), Ok(b)) = (std::fs::metadata(from), std::fs::metadata(to)) {
+        if same(&a, &b) {
+            return Ok(());
+        }
+    }
+    std::fs::copy(from, to).map(drop)
+}
+
+/// `path` with symlinks resolved as far as it exists, the rest as given.
+fn resolved(path: &Path) -> std::io::Result<PathBuf> {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        match std::fs::canonicalize(at) {
+            Ok(mut real) => {
+                real.extend(rest.iter().rev());
+                return Ok(real);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (Some(parent), Some(name)) = (at.parent(), at.file_name()) else {
+                    return Err(e);
+                };
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The most bytes one `fs/readBlock` returns, as Codex's server allows.
