@@ -905,9 +905,9 @@ fn requests_past_the_in_flight_bound_wait_for_an_answer() {
 }
 
 /// `fs/readFile` answers a file of at most 64 MiB (the line that may carry
-/// one to `fs/writeFile`); a larger one, or a device that never ends, is
-/// an error that says to read it in blocks, not a server that reads until
-/// it is killed (as Codex's own does with `/dev/zero`).
+/// one to `fs/writeFile`); a larger one is an error that says to read it
+/// in blocks, and a device (`/dev/zero`, which never ends) is not a file,
+/// as Codex's own server says, not read until the server is killed.
 #[test]
 fn a_whole_file_read_is_bounded() {
     use std::io::{BufRead, BufReader, Write};
@@ -936,13 +936,18 @@ fn a_whole_file_read_is_bounded() {
         }
     };
     ask(1, "initialize", json!({"clientName": "t"}));
-    for (id, path) in [(2, big.display().to_string()), (3, "/dev/zero".into())] {
+    let refusals = [
+        (
+            big.display().to_string(),
+            "more than 64 MiB: read it in blocks (fs/open, fs/readBlock)",
+        ),
+        ("/dev/zero".into(), "path `/dev/zero` is not a file"),
+    ];
+    for (id, (path, why)) in (2..).zip(refusals) {
         let answer = ask(id, "fs/readFile", json!({"path": format!("file://{path}")}));
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(
-            answer["error"]["code"] == -32603
-                && message.contains("more than 64 MiB")
-                && message.contains("fs/readBlock"),
+            answer["error"]["code"] == -32600 && message.contains(why),
             "{}",
             &answer.to_string()[..answer.to_string().len().min(300)]
         );

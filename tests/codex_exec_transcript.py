@@ -245,6 +245,10 @@ def main():
     step("fs/copy a directory onto itself", copy(w + "/d", w + "/d"))
     step("fs/copy a directory without recursive", copy(w + "/d", w + "/d2", False))
     step("fs/copy a FIFO", copy(w + "/d/fifo", w + "/fifo2", False))
+    # Refused at once: an open of a FIFO waits for a writer.
+    step("fs/readFile a FIFO", s.call("fs/readFile", {"path": w + "/d/fifo"}))
+    step("fs/open a FIFO", s.call("fs/open", {"handleId": "h4", "path": w + "/d/fifo"}))
+    step("fs/readFile a directory", s.call("fs/readFile", {"path": w + "/d"}))
     step("fs/copy a symlink", copy(w + "/d/flink", w + "/flink2", False))
     step("fs/getMetadata of the copied symlink",
          {k: v for k, v in s.call("fs/getMetadata", {"path": w + "/flink2"})["result"].items()

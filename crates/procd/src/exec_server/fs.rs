@@ -100,9 +100,13 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
     let p: PathParams = params(p)?;
     let confine = confinement(&p.sandbox)?;
     let path = path_of(&p.path)?;
+    if method == "fs/readFile" {
+        return blocking(confine, move || Ok(read_whole(&path)))
+            .await
+            .and_then(|read| read)
+            .map(|d| json!({"dataBase64": base64::engine::general_purpose::STANDARD.encode(d)}));
+    }
     blocking(confine, move || match method.as_str() {
-        "fs/readFile" => read_whole(&path)
-            .map(|d| json!({"dataBase64": base64::engine::general_purpose::STANDARD.encode(d)})),
         "fs/writeFile" => {
             let data = base64::engine::general_purpose::STANDARD
                 .decode(p.data_base64.unwrap_or_default())
@@ -142,20 +146,45 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
 const MAX_READ_FILE: u64 = 64 << 20;
 
 /// A file's bytes, if there are at most `MAX_READ_FILE` of them.
-fn read_whole(path: &Path) -> std::io::Result<Vec<u8>> {
+fn read_whole(path: &Path) -> Result<Vec<u8>, RpcError> {
     use std::io::Read;
     let mut data = Vec::new();
-    std::fs::File::open(path)?
+    open_file(path)?
         .take(MAX_READ_FILE + 1)
-        .read_to_end(&mut data)?;
+        .read_to_end(&mut data)
+        .map_err(io_error)?;
     if data.len() as u64 > MAX_READ_FILE {
-        return Err(std::io::Error::other(format!(
-            "{} holds more than {} MiB: read it in blocks (fs/open, fs/readBlock)",
-            path.display(),
-            MAX_READ_FILE >> 20
-        )));
+        return Err(RpcError::new(
+            -32600,
+            format!(
+                "{} holds more than {} MiB: read it in blocks (fs/open, fs/readBlock)",
+                path.display(),
+                MAX_READ_FILE >> 20
+            ),
+        ));
     }
     Ok(data)
+}
+
+/// `path` opened for reading if it is a regular file; anything else is
+/// Codex's -32600 "is not a file". Opened without blocking, so that a
+/// FIFO (whose open waits for a writer, maybe for ever) is refused at
+/// once, whatever the path became between a look and the open.
+fn open_file(path: &Path) -> Result<std::fs::File, RpcError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .map_err(io_error)?;
+    match file.metadata().map_err(io_error)?.is_file() {
+        // Reads of a regular file never wait, non-blocking or not.
+        true => Ok(file),
+        false => Err(RpcError::new(
+            -32600,
+            format!("path `{}` is not a file", path.display()),
+        )),
+    }
 }
 
 /// Runs `f` off the event loop: on the blocking pool, or, confined, on a
@@ -466,17 +495,7 @@ impl Handles {
         if self.table().contains_key(&p.handle_id) {
             return Err(taken(&p.handle_id));
         }
-        let shown = path.display().to_string();
-        // Not a file: Codex's -32600, not an I/O error.
-        let file = blocking(confine, move || {
-            let file = std::fs::File::open(&path)?;
-            Ok(match file.metadata()?.is_file() {
-                true => Ok(file),
-                false => Err(format!("path `{shown}` is not a file")),
-            })
-        })
-        .await?
-        .map_err(|e| RpcError::new(-32600, e))?;
+        let file = blocking(confine, move || Ok(open_file(&path))).await??;
         let mut table = self.table();
         if table.contains_key(&p.handle_id) {
             return Err(taken(&p.handle_id));
