@@ -261,6 +261,18 @@ def main():
     step("fs/getMetadata missing", s.call("fs/getMetadata", {"path": w + "/d"}))
     step("fs/remove missing, forced", s.call("fs/remove", {"path": w + "/d", "force": True}))
     step("fs/readFile a relative URI", s.call("fs/readFile", {"path": "a.txt"}))
+    # How a path URI is read (the `url` crate's parse in Codex's server).
+    w_bare = w[len("file://"):]
+    for uri in ("http://x/y", "HTTP://x/y", "data:,x", "c:/x", "1abc:/x", "",
+                w + "/a.txt?q=1", w + "/a.txt?", w + "/a.txt#frag", w + "/a.txt#",
+                w + "/a.txt?q#x", "file://host/x", "file://localhost" + w_bare + "/a.txt",
+                "file://LOCALHOST" + w_bare + "/a.txt", "file:" + w_bare + "/a.txt",
+                "file:" + w_bare.lstrip("/") + "/a.txt", w + "/%61.txt", w + "/a%2etxt",
+                w + "/%zz", w + "/%4", w + "/a%20b"):
+        answer = s.call("fs/getMetadata", {"path": uri})
+        shown = uri.replace(w_bare, "<W>").replace(w_bare.lstrip("/"), "<W>")
+        step("fs/getMetadata of " + repr(shown),
+             answer.get("error") or sorted(answer["result"]))
 
     s.proc.stdin.close()
     step("server exits", s.proc.wait(timeout=DEADLINE_S))

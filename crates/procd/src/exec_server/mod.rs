@@ -238,38 +238,77 @@ fn params<T: for<'de> Deserialize<'de>>(p: Value) -> Result<T, RpcError> {
     serde_json::from_value(p).map_err(|e| RpcError::invalid(e.to_string()))
 }
 
-/// A `file://` URI's path.
+/// A `file://` URI's path, read as Codex's server reads one (the `url`
+/// crate's parse, then its Linux file path): any scheme but `file`, a
+/// query, a fragment or a host other than `localhost` is refused with
+/// Codex's words; `file:/p` is `file:///p`; a `%` escape that is not
+/// two hex digits stays as written.
 fn path_of(uri: &str) -> Result<std::path::PathBuf, RpcError> {
-    let bad = |why: &str| RpcError::invalid(format!("invalid URI: {why}"));
-    let Some((scheme, rest)) = uri.split_once(':') else {
-        return Err(bad("relative URL without a base"));
+    let scheme_end = uri.find(':').filter(|&at| {
+        let scheme = &uri[..at];
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    });
+    let Some(at) = scheme_end else {
+        return Err(RpcError::invalid(
+            "invalid URI: relative URL without a base",
+        ));
     };
+    let (scheme, rest) = (&uri[..at], &uri[at + 1..]);
     if !scheme.eq_ignore_ascii_case("file") {
-        return Err(bad("not a file URI"));
+        let scheme = scheme.to_ascii_lowercase();
+        return Err(RpcError::invalid(format!(
+            "unsupported path URI scheme `{scheme}`"
+        )));
     }
-    let rest = rest
-        .strip_prefix("//")
-        .ok_or_else(|| bad("not a file URI"))?;
-    let path = match rest.find('/') {
-        Some(0) => rest,
-        Some(i) if &rest[..i] == "localhost" => &rest[i..],
-        _ => return Err(bad("not a local path")),
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, _)) => (rest, true),
+        None => (rest, false),
     };
-    let mut bytes = Vec::with_capacity(path.len());
-    let mut it = path.bytes();
-    while let Some(b) = it.next() {
-        if b == b'%' {
-            let hex = [it.next(), it.next()];
-            let [Some(h), Some(l)] = hex else {
-                return Err(bad("bad percent escape"));
-            };
-            let v = std::str::from_utf8(&[h, l])
-                .ok()
-                .and_then(|s| u8::from_str_radix(s, 16).ok())
-                .ok_or_else(|| bad("bad percent escape"))?;
-            bytes.push(v);
-        } else {
-            bytes.push(b);
+    if rest.contains('?') {
+        return Err(RpcError::invalid(
+            "query parameters are not allowed in path URIs",
+        ));
+    }
+    if fragment {
+        return Err(RpcError::invalid("fragments are not allowed in path URIs"));
+    }
+    let path = match rest.strip_prefix("//") {
+        None => rest,
+        Some(after) => {
+            let (host, path) = after.split_at(after.find('/').unwrap_or(after.len()));
+            if !(host.is_empty() || host.eq_ignore_ascii_case("localhost")) {
+                return Err(RpcError::new(
+                    -32600,
+                    format!("'{uri}' is invalid on 'linux'"),
+                ));
+            }
+            path
+        }
+    };
+    let mut bytes = Vec::with_capacity(path.len() + 1);
+    if !path.starts_with('/') {
+        bytes.push(b'/');
+    }
+    let raw = path.as_bytes();
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            raw[i],
+            raw.get(i + 1).copied().and_then(hex),
+            raw.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                bytes.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                bytes.push(b);
+                i += 1;
+            }
         }
     }
     use std::os::unix::ffi::OsStringExt;
