@@ -1050,3 +1050,41 @@ fn a_file_copied_onto_itself_keeps_its_bytes() {
     drop(stdin);
     assert!(server.0.wait().expect("ends").success());
 }
+
+/// `fs/writeFile` to a FIFO that nothing reads is an error at once: its
+/// open would wait for a reader. Codex's own server waits there, and
+/// answers nothing after it.
+#[test]
+fn a_write_to_a_fifo_nothing_reads_is_refused() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = Daemon::start();
+    let work = tempfile::tempdir().expect("temp dir");
+    let fifo = work.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let (server, mut stdin, stdout) = exec_server(&d, &[]);
+    let mut server = Stand(server);
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+        }
+    });
+    for msg in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"id": 2, "method": "fs/writeFile", "params": {
+            "path": format!("file://{}", fifo.display()), "dataBase64": "eA=="}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
+    let answer = loop {
+        let msg = rx.recv_timeout(PATIENCE).expect("an answer to the write");
+        if msg["id"] == 2 {
+            break msg;
+        }
+    };
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("a FIFO that nothing reads"), "{answer}");
+    drop(stdin);
+    assert!(server.0.wait().expect("ends").success());
+}

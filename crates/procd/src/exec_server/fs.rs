@@ -111,7 +111,7 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
             let data = base64::engine::general_purpose::STANDARD
                 .decode(p.data_base64.unwrap_or_default())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-            std::fs::write(&path, data).map(|()| json!({}))
+            write_whole(&path, &data).map(|()| json!({}))
         }
         "fs/createDirectory" => if p.recursive.unwrap_or(false) {
             std::fs::create_dir_all(&path)
@@ -184,6 +184,31 @@ fn open_file(path: &Path) -> Result<std::fs::File, RpcError> {
             -32600,
             format!("path `{}` is not a file", path.display()),
         )),
+    }
+}
+
+/// `data` as the whole of the file at `path`, made if missing, as
+/// `std::fs::write`, but opened without blocking: the open of a FIFO
+/// that nothing reads waits for a reader, maybe for ever (Codex's own
+/// server waits, and answers nothing more); here it is an error.
+fn write_whole(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path);
+    match opened {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) => {
+            Err(std::io::Error::other(format!(
+                "path `{}` is a FIFO that nothing reads",
+                path.display()
+            )))
+        }
+        // Writes to a regular file never wait, non-blocking or not.
+        opened => opened?.write_all(data),
     }
 }
 
