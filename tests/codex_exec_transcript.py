@@ -19,11 +19,17 @@ import time
 DEADLINE_S = 30
 
 
+# Every server started, ended when the transcript ends, also when a step
+# fails (a server that hangs would otherwise outlive the test).
+SERVERS = []
+
+
 class Server:
     def __init__(self, argv, workdir):
         self.proc = subprocess.Popen(
             argv, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=open(os.path.join(workdir, ".server.err"), "wb"))
+        SERVERS.append(self.proc)
         self.buf = b""
         self.pending = []
         self.next_id = 0
@@ -280,4 +286,10 @@ def main():
     print()
 
 
-main()
+try:
+    main()
+finally:
+    for proc in SERVERS:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
