@@ -101,6 +101,7 @@ fn processes_end_with_the_codex_that_started_them() {
     let cwd = format!("file://{}", work.path().display());
     for msg in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
         json!({"id": 2, "method": "process/start", "params": {
             "processId": "bg", "argv": ["/bin/sh", "-c", "sleep 300 & sleep 300; wait"],
             "cwd": cwd, "env": {}, "tty": false}}),
@@ -436,7 +437,13 @@ fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
             let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
         }
     });
-    let mut next = 0;
+    for msg in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
+    let mut next = 1;
     let mut call = |method: &str, params: Value| -> Value {
         next += 1;
         writeln!(
@@ -452,7 +459,6 @@ fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
             }
         }
     };
-    call("initialize", json!({"clientName": "t"}));
     let sandbox = workspace_write(work.path());
     let at = |dir: &Path, name: &str| format!("file://{}", dir.join(name).display());
     let hello = json!("aGVsbG8="); // "hello"
@@ -572,6 +578,7 @@ fn exec_server_running_a_sleep(
     let (server, mut stdin, stdout) = exec_server(d, args);
     for msg in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
         json!({"id": 2, "method": "process/start", "params": {
             "processId": pid, "argv": ["/bin/sleep", "300"],
             "cwd": "file:///", "env": {}, "tty": false}}),
@@ -760,6 +767,7 @@ fn a_codex_that_stops_reading_holds_up_output_not_memory() {
     );
     for msg in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
         json!({"id": 2, "method": "process/start", "params": {
             "processId": "y", "argv": ["/bin/sh", "-c", command],
             "cwd": "file:///", "env": {}, "tty": false}}),
@@ -852,6 +860,7 @@ fn requests_past_the_in_flight_bound_wait_for_an_answer() {
     };
     for msg in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
         json!({"id": 2, "method": "process/start", "params": {
             "processId": "s", "argv": ["/bin/sleep", "300"],
             "cwd": "file:///", "env": {}, "tty": false}}),
@@ -919,6 +928,12 @@ fn a_whole_file_read_is_bounded() {
         .expect("a sparse file");
     let (server, mut stdin, stdout) = exec_server(&d, &[]);
     let mut server = Stand(server);
+    for msg in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
+    ] {
+        writeln!(stdin, "{msg}").expect("write");
+    }
     let mut answers = BufReader::new(stdout).lines();
     let mut ask = |id: u64, method: &str, params: Value| -> Value {
         writeln!(
@@ -935,7 +950,6 @@ fn a_whole_file_read_is_bounded() {
             }
         }
     };
-    ask(1, "initialize", json!({"clientName": "t"}));
     let refusals = [
         (
             big.display().to_string(),
@@ -975,6 +989,7 @@ fn a_closed_process_keeps_its_last_mebibyte() {
     let command = format!("head -c {PRINTED} /dev/zero | tr '\\0' a; printf END");
     for msg in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
         json!({"id": 2, "method": "process/start", "params": {
             "processId": "p", "argv": ["/bin/sh", "-c", command],
             "cwd": "file:///", "env": {}, "tty": false}}),
@@ -1033,6 +1048,7 @@ fn a_file_copied_onto_itself_keeps_its_bytes() {
     let mut answers = BufReader::new(stdout).lines();
     for msg in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
         json!({"id": 2, "method": "fs/copy", "params": {
             "sourcePath": uri, "destinationPath": uri, "recursive": false}}),
     ] {
@@ -1072,6 +1088,7 @@ fn a_write_to_a_fifo_nothing_reads_is_refused() {
     });
     for msg in [
         json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
         json!({"id": 2, "method": "fs/writeFile", "params": {
             "path": format!("file://{}", fifo.display()), "dataBase64": "eA=="}}),
     ] {

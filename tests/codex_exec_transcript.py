@@ -137,6 +137,28 @@ def main():
     step("initialize without a client name", r.call("initialize", {}))
     r.proc.stdin.close()
     r.proc.wait(timeout=DEADLINE_S)
+    # The handshake: only `initialize` before it; one that fails does not
+    # count; the rest waits for `initialized`.
+    h = Server(argv, workdir)
+    for what, method, params in [
+        ("fs", "fs/getMetadata", {"path": w}),
+        ("process", "process/read", {"processId": "x", "afterSeq": 0}),
+        ("environment/info", "environment/info", {}),
+        ("a failed initialize", "initialize", {}),
+        ("fs after it", "fs/getMetadata", {"path": w}),
+        ("initialize", "initialize", {"clientName": "procd-transcript"}),
+        ("fs before initialized", "fs/getMetadata", {"path": w}),
+        ("process before initialized", "process/read", {"processId": "x", "afterSeq": 0}),
+        ("initialize again", "initialize", {"clientName": "procd-transcript"}),
+    ]:
+        answer = h.call(method, params)
+        step("handshake: " + what, answer.get("error") or "answered")
+    h.send({"method": "initialized"})
+    h.send({"method": "initialized"})
+    step("handshake: process after initialized, twice",
+         h.call("process/read", {"processId": "x", "afterSeq": 0}))
+    h.proc.stdin.close()
+    h.proc.wait(timeout=DEADLINE_S)
     init = s.call("initialize", {"clientName": "procd-transcript"})
     info = init["result"]["environmentInfo"]
     step("initialize", {

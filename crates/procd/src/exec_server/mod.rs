@@ -21,6 +21,7 @@ use process::Process;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -117,6 +118,19 @@ struct Server {
     /// Files Codex holds open by handle (`fs/open`).
     files: fs::Handles,
     out: Outbox,
+    /// Where the connection's handshake is (`Handshake`'s steps): Codex's
+    /// server serves nothing but `initialize` before it, and procd's does
+    /// the same, with its words.
+    handshake: std::sync::atomic::AtomicU8,
+}
+
+/// The handshake's steps: `initialize` answered, then `initialized` sent.
+struct Handshake;
+
+impl Handshake {
+    const NONE: u8 = 0;
+    const ANSWERED: u8 = 1;
+    const DONE: u8 = 2;
 }
 
 /// Runs the server on stdin/stdout until Codex closes stdin.
@@ -139,6 +153,7 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
         processes: Mutex::new(HashMap::new()),
         files: fs::Handles::default(),
         out: Outbox(tx),
+        handshake: std::sync::atomic::AtomicU8::new(Handshake::NONE),
     });
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
@@ -195,6 +210,14 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
             }
         };
         let server = server.clone();
+        // The handshake in the order it was sent: a request read after
+        // `initialize` or `initialized` sees what they did.
+        let handshake = msg.get("id").is_none()
+            || msg.get("method").and_then(Value::as_str) == Some("initialize");
+        if handshake {
+            server.handle(msg).await;
+            continue;
+        }
         tokio::spawn(async move {
             server.handle(msg).await;
             drop(permit);
@@ -472,12 +495,26 @@ impl Server {
             return;
         };
         let Some(id) = msg.get("id").cloned() else {
-            return; // a notification (`initialized`): nothing to answer
+            // A notification: nothing to answer. `initialized` ends the
+            // handshake; before `initialize`, Codex's server ends the
+            // connection, procd's lets it pass.
+            if method == "initialized" {
+                let _ = self.handshake.compare_exchange(
+                    Handshake::ANSWERED,
+                    Handshake::DONE,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+            }
+            return;
         };
         // Codex's request ids are strings or integers (`RequestId`); its
         // server refuses any other, so procd does not run one.
         if !(id.is_string() || id.is_i64() || id.is_u64()) {
             return invalid("an id is a string or an integer").await;
+        }
+        if let Some(why) = self.before_handshake(&method) {
+            return self.out.answer(id, Err(RpcError::new(-32600, why))).await;
         }
         let p = msg.get("params").cloned().unwrap_or(json!({}));
         if method == "process/start" {
@@ -508,6 +545,26 @@ impl Server {
         self.out.answer(id, answer).await;
     }
 
+    /// Why `method` is not served yet, in Codex's server's words: its
+    /// filesystem, exec and environment methods wait for the handshake.
+    fn before_handshake(&self, method: &str) -> Option<String> {
+        let what = match method {
+            "environment/info" => "environment info",
+            m if m.starts_with("fs/") => "filesystem",
+            m if m.starts_with("process/") => "exec",
+            _ => return None,
+        };
+        match self.handshake.load(Ordering::SeqCst) {
+            Handshake::NONE => Some(format!(
+                "client must call initialize before using {what} methods"
+            )),
+            Handshake::ANSWERED => Some(format!(
+                "client must send initialized before using {what} methods"
+            )),
+            _ => None,
+        }
+    }
+
     async fn call(self: &Arc<Self>, method: &str, p: Value) -> Result<Value, RpcError> {
         match method {
             "initialize" => {
@@ -517,6 +574,15 @@ impl Server {
                     // Codex's own stdio server: nothing to resume.
                     return Err(RpcError::new(-32600, format!("unknown session id {id}")));
                 }
+                // Only one that succeeds counts (handled in the read
+                // loop, so no other request is under way).
+                if self.handshake.load(Ordering::SeqCst) != Handshake::NONE {
+                    return Err(RpcError::new(
+                        -32600,
+                        "initialize may only be sent once per connection",
+                    ));
+                }
+                self.handshake.store(Handshake::ANSWERED, Ordering::SeqCst);
                 Ok(json!({
                     "sessionId": self.session_id,
                     "environmentInfo": environment_info(),
