@@ -179,6 +179,10 @@ def main():
     })
     r = s.call("process/read", {"processId": "p1", "afterSeq": ev["_last_seq"], "waitMs": 50})
     step("read past the end", {"chunks": r["result"]["chunks"], "closed": r["result"]["closed"]})
+    r = s.call("process/read", {"processId": "p1", "afterSeq": ev["_last_seq"] + 50})
+    step("read far past the end", {**r["result"],
+                                   "nextSeq_follows_the_last": r["result"]["nextSeq"] == ev["_last_seq"] + 1,
+                                   "nextSeq": None})
 
     step("start stdin", start("p2", ["/bin/sh", "-c", "read a; read b; echo \"$a $b\""],
                               pipeStdin=True))
@@ -205,6 +209,10 @@ def main():
     step("start no argv", start("p7", []))
     step("start a missing program", start("p8", ["/nonexistent/program"]))
     step("start in a missing cwd", start("p9", ["true"], cwd=w + "/missing"))
+    open(os.path.join(workdir, "not-a-dir"), "w").close()
+    step("start in a cwd that is a file", start("p10", ["true"], cwd=w + "/not-a-dir"))
+    step("signal an unknown process", s.call("process/signal", {"processId": "nope", "signal": "interrupt"}))
+    step("terminate an unknown process", s.call("process/terminate", {"processId": "nope"}))
     # More output than either server keeps (Codex's 1 MiB, procd's 8 MiB):
     # a read from the start gets the oldest chunk still kept.
     start("flood", ["/bin/sh", "-c", "head -c 9500000 /dev/zero | tr '\\0' x"])

@@ -596,10 +596,14 @@ impl Server {
                 Ok(proc.read(p.after_seq.unwrap_or(0), p.max_bytes, wait).await)
             }
             "process/write" => self.write(params(p)?).await,
+            // An unknown process is signalled and terminated as one that
+            // ended, as Codex's server answers.
             "process/signal" => {
                 let p: SignalParams = params(p)?;
-                let proc = self.process(&p.process_id)?;
                 let CodexSignal::Interrupt = p.signal;
+                let Ok(proc) = self.process(&p.process_id) else {
+                    return Ok(json!({}));
+                };
                 if proc.running() {
                     let client = self.conn.last().await;
                     let _ = client
@@ -610,7 +614,9 @@ impl Server {
             }
             "process/terminate" => {
                 let p: ProcessRef = params(p)?;
-                let proc = self.process(&p.process_id)?;
+                let Ok(proc) = self.process(&p.process_id) else {
+                    return Ok(json!({"running": false}));
+                };
                 let running = proc.running();
                 if running {
                     // The whole tree, at once, as Codex's own server kills.
@@ -758,16 +764,22 @@ async fn found(
     env: &BTreeMap<String, String>,
     cwd: &std::path::Path,
 ) -> Result<(), RpcError> {
+    // Codex's words: its spawn's error and kind.
+    const NOT_FOUND: (&str, &str) = ("No such file or directory (os error 2)", "spawnNotFound");
+    const NOT_A_DIRECTORY: (&str, &str) = ("Not a directory (os error 20)", "spawnFailed");
     let (argv0, env, cwd) = (argv0.to_string(), env.clone(), cwd.to_path_buf());
-    let found = tokio::task::spawn_blocking(move || cwd.is_dir() && resolvable(&argv0, &env, &cwd))
-        .await
-        .unwrap_or(false);
-    if !found {
-        let mut e = RpcError::internal("No such file or directory (os error 2)");
-        e.data = Some(json!({"kind": "spawnNotFound"}));
-        return Err(e);
-    }
-    Ok(())
+    let found = tokio::task::spawn_blocking(move || match std::fs::metadata(&cwd) {
+        Ok(m) if !m.is_dir() => Err(NOT_A_DIRECTORY),
+        Ok(_) if resolvable(&argv0, &env, &cwd) => Ok(()),
+        _ => Err(NOT_FOUND),
+    })
+    .await
+    .unwrap_or(Err(NOT_FOUND));
+    found.map_err(|(message, kind)| {
+        let mut e = RpcError::internal(message);
+        e.data = Some(json!({"kind": kind}));
+        e
+    })
 }
 
 /// Whether `argv0` names a program: a path that exists, or a name found

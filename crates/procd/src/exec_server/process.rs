@@ -262,9 +262,12 @@ impl Process {
                 "chunk": base64::engine::general_purpose::STANDARD.encode(&**bytes),
             }));
         }
+        // With every chunk read, the next seq is the one after the last
+        // given (output, exit or close), also for an `afterSeq` past it,
+        // as Codex's server answers.
         let all_read = next_seq > o.chunks.back().map_or(0, |(s, _)| *s);
         if all_read {
-            next_seq = next_seq.max(o.seq + 1);
+            next_seq = o.seq + 1;
         }
         json!({
             "chunks": chunks,
