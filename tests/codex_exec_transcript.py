@@ -116,6 +116,7 @@ def main():
     workdir = os.path.realpath(sys.argv[1])
     argv = sys.argv[sys.argv.index("--") + 1:]
     w = "file://" + workdir
+    w_bare = workdir
     s = Server(argv, workdir)
     out = []
 
@@ -293,12 +294,26 @@ def main():
     # empty, procd's leaves it as it was (tests/codex.rs checks that).
     step("fs/copy a file onto itself", copy(w + "/d/B", w + "/d/B", False))
     step("fs/canonicalize", s.call("fs/canonicalize", {"path": w + "/d/../a.txt"}))
+    # Dot segments go by name, as the URL parser removes them: through a
+    # symlink, past a missing directory, past a file.
+    for path in ("/d/link/..", "/gone/../a.txt", "/a.txt/..", "/d/./e/", "/%2e%2e" + w_bare + "/a.txt"):
+        step("fs/canonicalize " + path.replace(w_bare, "<W>"),
+             s.call("fs/canonicalize", {"path": w + path}))
+    step("fs/writeFile without data", s.call("fs/writeFile", {"path": f}))
+    step("fs/readFile after it", s.call("fs/readFile", {"path": f}))
+    for data in ("!!", "eA"):
+        step("fs/writeFile of bad base64 " + data,
+             s.call("fs/writeFile", {"path": w + "/bad", "dataBase64": data}))
+    step("fs/createDirectory without recursive",
+         s.call("fs/createDirectory", {"path": w + "/made/a/b"}))
+    step("fs/remove without recursive or force", s.call("fs/remove", {"path": w + "/made"}))
+    step("fs/remove of a missing path, without force", s.call("fs/remove", {"path": w + "/made"}))
+    step("fs/getMetadata of what was removed", s.call("fs/getMetadata", {"path": w + "/made"}))
     step("fs/remove", s.call("fs/remove", {"path": w + "/d", "recursive": True}))
     step("fs/getMetadata missing", s.call("fs/getMetadata", {"path": w + "/d"}))
     step("fs/remove missing, forced", s.call("fs/remove", {"path": w + "/d", "force": True}))
     step("fs/readFile a relative URI", s.call("fs/readFile", {"path": "a.txt"}))
     # How a path URI is read (the `url` crate's parse in Codex's server).
-    w_bare = w[len("file://"):]
     for uri in ("http://x/y", "HTTP://x/y", "data:,x", "c:/x", "1abc:/x", "",
                 w + "/a.txt?q=1", w + "/a.txt?", w + "/a.txt#frag", w + "/a.txt#",
                 w + "/a.txt?q#x", "file://host/x", "file://localhost" + w_bare + "/a.txt",

@@ -100,6 +100,21 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
     let p: PathParams = params(p)?;
     let confine = confinement(&p.sandbox)?;
     let path = path_of(&p.path)?;
+    // Its data checked before anything is opened (an open truncates).
+    let data = match (method.as_str(), &p.data_base64) {
+        ("fs/writeFile", None) => {
+            return Err(RpcError::invalid("missing field `dataBase64`"));
+        }
+        ("fs/writeFile", Some(text)) => base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| {
+                RpcError::new(
+                    -32600,
+                    format!("fs/writeFile requires valid base64 dataBase64: {e}"),
+                )
+            })?,
+        _ => Vec::new(),
+    };
     if method == "fs/readFile" {
         return blocking(confine, move || Ok(read_whole(&path)))
             .await
@@ -107,13 +122,10 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
             .map(|d| json!({"dataBase64": base64::engine::general_purpose::STANDARD.encode(d)}));
     }
     blocking(confine, move || match method.as_str() {
-        "fs/writeFile" => {
-            let data = base64::engine::general_purpose::STANDARD
-                .decode(p.data_base64.unwrap_or_default())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-            write_whole(&path, &data).map(|()| json!({}))
-        }
-        "fs/createDirectory" => if p.recursive.unwrap_or(false) {
+        "fs/writeFile" => write_whole(&path, &data).map(|()| json!({})),
+        // Without `recursive`, as Codex's server does: parents made, a
+        // tree removed, a missing path no error.
+        "fs/createDirectory" => if p.recursive.unwrap_or(true) {
             std::fs::create_dir_all(&path)
         } else {
             std::fs::create_dir(&path)
@@ -122,12 +134,9 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
         "fs/getMetadata" => metadata(&path),
         "fs/canonicalize" => std::fs::canonicalize(&path).map(|c| json!({"path": uri_of(&c)})),
         "fs/readDirectory" => read_directory(&path),
-        "fs/remove" => remove(
-            &path,
-            p.recursive.unwrap_or(false),
-            p.force.unwrap_or(false),
-        )
-        .map(|()| json!({})),
+        "fs/remove" => {
+            remove(&path, p.recursive.unwrap_or(true), p.force.unwrap_or(true)).map(|()| json!({}))
+        }
         other => Err(std::io::Error::other(format!(
             "procd exec-server does not implement `{other}`"
         ))),

@@ -311,19 +311,48 @@ fn path_of(uri: &str) -> Result<std::path::PathBuf, RpcError> {
             path
         }
     };
+    // Dot segments go as the URL parser removes them, by name, before
+    // any look at the disk: `/a/link/..` is `/a`, whatever `link` is.
+    let mut segments: Vec<&str> = Vec::new();
+    let mut trailing = false;
+    for segment in path.strip_prefix('/').unwrap_or(path).split('/') {
+        let dots = segment.replace("%2e", ".").replace("%2E", ".");
+        trailing = matches!(dots.as_str(), "." | "..");
+        match dots.as_str() {
+            "." => {}
+            ".." => {
+                segments.pop();
+            }
+            _ => segments.push(segment),
+        }
+    }
     let mut bytes = Vec::with_capacity(path.len() + 1);
-    if !path.starts_with('/') {
+    for segment in &segments {
+        bytes.push(b'/');
+        percent_decode_into(&mut bytes, segment);
+    }
+    if bytes.is_empty() || trailing {
         bytes.push(b'/');
     }
-    let raw = path.as_bytes();
+    use std::os::unix::ffi::OsStringExt;
+    Ok(std::path::PathBuf::from(std::ffi::OsString::from_vec(
+        bytes,
+    )))
+}
+
+/// Appends `segment` with its `%` escapes decoded; a `%` not followed by
+/// two hex digits stays as written.
+fn percent_decode_into(bytes: &mut Vec<u8>, segment: &str) {
+    let raw = segment.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
     let mut i = 0;
     while i < raw.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (
+        let escape = (
             raw[i],
             raw.get(i + 1).copied().and_then(hex),
             raw.get(i + 2).copied().and_then(hex),
-        ) {
+        );
+        match escape {
             (b'%', Some(h), Some(l)) => {
                 bytes.push((h * 16 + l) as u8);
                 i += 3;
@@ -334,10 +363,6 @@ fn path_of(uri: &str) -> Result<std::path::PathBuf, RpcError> {
             }
         }
     }
-    use std::os::unix::ffi::OsStringExt;
-    Ok(std::path::PathBuf::from(std::ffi::OsString::from_vec(
-        bytes,
-    )))
 }
 
 /// A path as a `file://` URI.
