@@ -1105,3 +1105,46 @@ fn a_write_to_a_fifo_nothing_reads_is_refused() {
     drop(stdin);
     assert!(server.0.wait().expect("ends").success());
 }
+
+/// A line longer than 64 MiB is answered "line too long" and read past
+/// without being kept: the server's memory stays near the one line it
+/// may hold, however long the line goes on, and it serves the next.
+#[test]
+fn a_line_too_long_is_read_past_not_kept() {
+    use std::io::{BufRead, BufReader, Write};
+    const LONG: usize = 512 << 20;
+    let d = Daemon::start();
+    let (server, mut stdin, stdout) = exec_server(&d, &[]);
+    let mut server = Stand(server);
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+        }
+    });
+    let block = vec![b'x'; 1 << 20];
+    for _ in 0..LONG / block.len() {
+        stdin.write_all(&block).expect("write");
+    }
+    writeln!(stdin).expect("write");
+    let msg = json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}});
+    writeln!(stdin, "{msg}").expect("write");
+    let refused = rx
+        .recv_timeout(PATIENCE)
+        .expect("an answer to the long line");
+    assert_eq!(refused["error"]["code"], -32700, "{refused}");
+    let init = rx.recv_timeout(PATIENCE).expect("an answer to initialize");
+    assert!(init["result"]["sessionId"].is_string(), "{init}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))
+        .expect("the server's status");
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .expect("its peak");
+    drop(stdin);
+    assert!(server.0.wait().expect("ends").success());
+    // The one line it holds (64 MiB, in a buffer that may have doubled)
+    // and the server itself; not the 512 MiB that came.
+    assert!(peak_kib < 256 << 10, "{peak_kib} KiB at the peak");
+}

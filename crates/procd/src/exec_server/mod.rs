@@ -7,12 +7,15 @@
 //!   `"jsonrpc"`), `initialize` and `environment/info`, dispatch;
 //! - `process.rs`: `process/*` and the numbered output they push;
 //! - `env.rs`: Codex's environment policy and the command line;
-//! - `fs.rs`: `fs/*`.
+//! - `fs.rs`: `fs/*`;
+//! - `sandbox.rs`: Codex's sandbox intent as procd's rules;
+//! - `uri.rs`: path URIs, read as Codex's server reads them.
 
 mod env;
 mod fs;
 mod process;
 mod sandbox;
+mod uri;
 
 use procd_client::{Launcher, Lease};
 use procd_gateway::Paths;
@@ -25,6 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
+use uri::{path_of, uri_of};
 
 /// The Codex release whose wire this speaks (docs/codex.md).
 pub const CODEX_VERSION: &str = "0.171.0";
@@ -144,7 +148,7 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
         .map_err(|e| e.to_string())?;
     let conn =
         procd_client::Reconnecting::new(procd_client::Endpoint::Socket(paths.socket()), client);
-    let (tx, mut rx) = mpsc::channel::<Value>(OUTBOX_LINES);
+    let (tx, rx) = mpsc::channel::<Value>(OUTBOX_LINES);
     let server = Arc::new(Server {
         conn: Arc::new(conn),
         owner: lease.token().to_string(),
@@ -155,17 +159,34 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
         out: Outbox(tx),
         handshake: std::sync::atomic::AtomicU8::new(Handshake::NONE),
     });
-    let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
-        while let Some(msg) = rx.recv().await {
-            let mut line = msg.to_string();
-            line.push('\n');
-            if stdout.write_all(line.as_bytes()).await.is_err() {
-                return;
-            }
-            let _ = stdout.flush().await;
+    let writer = tokio::spawn(write_lines(rx));
+    read_requests(&server).await;
+    // Codex is gone: so is the lease, and with it the processes it
+    // started (the daemon ends them); what they push meanwhile is
+    // written while stdout takes it, for a moment at most.
+    drop(server);
+    let _ = lease.release(false).await;
+    let _ = tokio::time::timeout(WRITER_LINGER, writer).await;
+    Ok(())
+}
+
+/// Writes each message as a line to stdout until every sender is gone
+/// or stdout is.
+async fn write_lines(mut rx: mpsc::Receiver<Value>) {
+    let mut stdout = tokio::io::stdout();
+    while let Some(msg) = rx.recv().await {
+        let mut line = msg.to_string();
+        line.push('\n');
+        if stdout.write_all(line.as_bytes()).await.is_err() {
+            return;
         }
-    });
+        let _ = stdout.flush().await;
+    }
+}
+
+/// Reads requests from stdin until it ends, each handled in a task of its
+/// own (at most `MAX_IN_FLIGHT` at once), the handshake's in order.
+async fn read_requests(server: &Arc<Server>) {
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let mut line = Vec::new();
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
@@ -173,24 +194,20 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
         line.clear();
         // Never closed: Err cannot come.
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
-            break;
+            return;
         };
         match (&mut stdin)
             .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut line)
             .await
         {
-            Ok(0) | Err(_) => break,
+            Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
         if line.len() > MAX_LINE {
-            server
-                .out
-                .answer(Value::Null, Err(RpcError::new(-32700, "line too long")))
-                .await;
-            // Skip the rest of the line.
-            let mut rest = Vec::new();
-            let _ = stdin.read_until(b'\n', &mut rest).await;
+            let error = RpcError::new(-32700, "line too long");
+            server.out.answer(Value::Null, Err(error)).await;
+            skip_line(&mut stdin).await;
             continue;
         }
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -199,13 +216,8 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
         let msg: Value = match serde_json::from_slice(&line) {
             Ok(v) => v,
             Err(e) => {
-                server
-                    .out
-                    .answer(
-                        Value::Null,
-                        Err(RpcError::new(-32700, format!("parse error: {e}"))),
-                    )
-                    .await;
+                let error = RpcError::new(-32700, format!("parse error: {e}"));
+                server.out.answer(Value::Null, Err(error)).await;
                 continue;
             }
         };
@@ -223,13 +235,25 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
             drop(permit);
         });
     }
-    // Codex is gone: so is the lease, and with it the processes it
-    // started (the daemon ends them); what they push meanwhile is
-    // written while stdout takes it, for a moment at most.
-    drop(server);
-    let _ = lease.release(false).await;
-    let _ = tokio::time::timeout(WRITER_LINGER, writer).await;
-    Ok(())
+}
+
+/// Reads past the rest of a line, keeping none of it (it may have no end).
+async fn skip_line(stdin: &mut (impl tokio::io::AsyncBufRead + Unpin)) {
+    loop {
+        let Ok(buf) = stdin.fill_buf().await else {
+            return;
+        };
+        if buf.is_empty() {
+            return;
+        }
+        match buf.iter().position(|b| *b == b'\n') {
+            Some(at) => return stdin.consume(at + 1),
+            None => {
+                let n = buf.len();
+                stdin.consume(n);
+            }
+        }
+    }
 }
 
 use tokio::io::AsyncReadExt as _;
@@ -259,124 +283,6 @@ fn getrandom_bytes(b: &mut [u8]) -> std::io::Result<()> {
 /// Parses a method's params, naming what is wrong.
 fn params<T: for<'de> Deserialize<'de>>(p: Value) -> Result<T, RpcError> {
     serde_json::from_value(p).map_err(|e| RpcError::invalid(e.to_string()))
-}
-
-/// A `file://` URI's path, read as Codex's server reads one (the `url`
-/// crate's parse, then its Linux file path): any scheme but `file`, a
-/// query, a fragment or a host other than `localhost` is refused with
-/// Codex's words; `file:/p` is `file:///p`; a `%` escape that is not
-/// two hex digits stays as written.
-fn path_of(uri: &str) -> Result<std::path::PathBuf, RpcError> {
-    let scheme_end = uri.find(':').filter(|&at| {
-        let scheme = &uri[..at];
-        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-    });
-    let Some(at) = scheme_end else {
-        return Err(RpcError::invalid(
-            "invalid URI: relative URL without a base",
-        ));
-    };
-    let (scheme, rest) = (&uri[..at], &uri[at + 1..]);
-    if !scheme.eq_ignore_ascii_case("file") {
-        let scheme = scheme.to_ascii_lowercase();
-        return Err(RpcError::invalid(format!(
-            "unsupported path URI scheme `{scheme}`"
-        )));
-    }
-    let (rest, fragment) = match rest.split_once('#') {
-        Some((rest, _)) => (rest, true),
-        None => (rest, false),
-    };
-    if rest.contains('?') {
-        return Err(RpcError::invalid(
-            "query parameters are not allowed in path URIs",
-        ));
-    }
-    if fragment {
-        return Err(RpcError::invalid("fragments are not allowed in path URIs"));
-    }
-    let path = match rest.strip_prefix("//") {
-        None => rest,
-        Some(after) => {
-            let (host, path) = after.split_at(after.find('/').unwrap_or(after.len()));
-            if !(host.is_empty() || host.eq_ignore_ascii_case("localhost")) {
-                return Err(RpcError::new(
-                    -32600,
-                    format!("'{uri}' is invalid on 'linux'"),
-                ));
-            }
-            path
-        }
-    };
-    // Dot segments go as the URL parser removes them, by name, before
-    // any look at the disk: `/a/link/..` is `/a`, whatever `link` is.
-    let mut segments: Vec<&str> = Vec::new();
-    let mut trailing = false;
-    for segment in path.strip_prefix('/').unwrap_or(path).split('/') {
-        let dots = segment.replace("%2e", ".").replace("%2E", ".");
-        trailing = matches!(dots.as_str(), "." | "..");
-        match dots.as_str() {
-            "." => {}
-            ".." => {
-                segments.pop();
-            }
-            _ => segments.push(segment),
-        }
-    }
-    let mut bytes = Vec::with_capacity(path.len() + 1);
-    for segment in &segments {
-        bytes.push(b'/');
-        percent_decode_into(&mut bytes, segment);
-    }
-    if bytes.is_empty() || trailing {
-        bytes.push(b'/');
-    }
-    use std::os::unix::ffi::OsStringExt;
-    Ok(std::path::PathBuf::from(std::ffi::OsString::from_vec(
-        bytes,
-    )))
-}
-
-/// Appends `segment` with its `%` escapes decoded; a `%` not followed by
-/// two hex digits stays as written.
-fn percent_decode_into(bytes: &mut Vec<u8>, segment: &str) {
-    let raw = segment.as_bytes();
-    let hex = |b: u8| (b as char).to_digit(16);
-    let mut i = 0;
-    while i < raw.len() {
-        let escape = (
-            raw[i],
-            raw.get(i + 1).copied().and_then(hex),
-            raw.get(i + 2).copied().and_then(hex),
-        );
-        match escape {
-            (b'%', Some(h), Some(l)) => {
-                bytes.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                bytes.push(b);
-                i += 1;
-            }
-        }
-    }
-}
-
-/// A path as a `file://` URI.
-fn uri_of(path: &std::path::Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let mut s = String::from("file://");
-    for &b in path.as_os_str().as_bytes() {
-        if b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@".contains(&b) {
-            s.push(b as char);
-        } else {
-            s.push_str(&format!("%{b:02X}"));
-        }
-    }
-    s
 }
 
 /// `environment/info` (also in `initialize`'s answer): only the
