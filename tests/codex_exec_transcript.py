@@ -25,9 +25,9 @@ SERVERS = []
 
 
 class Server:
-    def __init__(self, argv, workdir):
+    def __init__(self, argv, workdir, env=None):
         self.proc = subprocess.Popen(
-            argv, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            argv, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
             stderr=open(os.path.join(workdir, ".server.err"), "wb"))
         SERVERS.append(self.proc)
         self.buf = b""
@@ -327,6 +327,35 @@ def main():
 
     s.proc.stdin.close()
     step("server exits", s.proc.wait(timeout=DEADLINE_S))
+
+    # envPolicy, from an environment set here: which of these names a
+    # process gets (processes "env-N"; tests/codex.rs counts them apart).
+    known = {"HOME": "/root", "LANG": "C.UTF-8", "LC_ALL": "C", "LC_CTYPE": "C",
+             "LC_TIME": "C", "LOGNAME": "u", "SHELL": "/bin/sh", "TEMP": "/tmp", "TMP": "/tmp",
+             "TMPDIR": "/tmp", "USER": "u", "USERNAME": "u", "TERM": "dumb", "TZ": "UTC",
+             "PLAIN": "p", "MY_API_KEY": "k", "SECRET_THING": "s", "GITHUB_TOKEN": "t"}
+    e = Server(argv, workdir, env={**os.environ, **known})
+    e.call("initialize", {"clientName": "procd-transcript"})
+    e.send({"method": "initialized"})
+    policies = [{"inherit": "all"}, {"inherit": "core"}, {"inherit": "none"},
+                {"inherit": "all", "ignoreDefaultExcludes": True},
+                {"inherit": "all", "exclude": ["PL*", "LC_*"]},
+                {"inherit": "all", "includeOnly": ["P*", "H*"]},
+                {"inherit": "none", "set": {"A": "1"}},
+                {"inherit": "core", "set": {"PLAIN": "over"}, "exclude": ["LANG"]}]
+    for i, policy in enumerate(policies):
+        full = {"inherit": "all", "ignoreDefaultExcludes": False, "exclude": [], "set": {},
+                "includeOnly": [], **policy}
+        started = e.call("process/start", {"processId": f"env-{i}", "argv": ["/usr/bin/env"],
+                                           "cwd": w, "env": {"FROM_ENV": "x"}, "tty": False,
+                                           "envPolicy": full})
+        got = e.events(f"env-{i}")["output"].splitlines() if "result" in started else started
+        if isinstance(got, list):
+            got = sorted(line for line in got
+                         if line.split("=", 1)[0] in {*known, "FROM_ENV", "A"})
+        step("envPolicy " + json.dumps(policy, sort_keys=True), got)
+    e.proc.stdin.close()
+    e.proc.wait(timeout=DEADLINE_S)
     json.dump(out, sys.stdout, indent=1, sort_keys=True)
     print()
 

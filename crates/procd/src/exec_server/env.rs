@@ -41,9 +41,11 @@ pub enum Inherit {
 /// like credentials.
 const DEFAULT_EXCLUDES: &[&str] = &["*KEY*", "*SECRET*", "*TOKEN*"];
 
-/// The variables `Inherit::Core` keeps.
+/// The variables `Inherit::Core` keeps: Codex 0.171.0's on Linux, as its
+/// server was seen to keep them (the locale's three, not `USERNAME`).
 const CORE: &[&str] = &[
-    "HOME", "LOGNAME", "PATH", "SHELL", "USER", "USERNAME", "TMPDIR", "TEMP", "TMP",
+    "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME", "PATH", "SHELL", "TEMP", "TMP", "TMPDIR",
+    "USER",
 ];
 
 /// The environment a process gets: `env` alone without a policy.
