@@ -266,6 +266,10 @@ def main():
     walk = lambda path, **o: s.call("fs/walk", {"path": path, "options": {
         "maxDepth": 5, "maxDirectories": 10, "maxEntries": 20,
         "followDirectorySymlinks": False, **o}})
+    os.symlink(os.path.join(workdir, "nowhere"), os.path.join(workdir, "d/dangling"))
+    listed = s.call("fs/readDirectory", {"path": w + "/d"})
+    listed["result"]["entries"].sort(key=lambda e: e["fileName"])
+    step("fs/readDirectory with links, a dangling one and a FIFO", listed)
     step("fs/walk", walk(w + "/d"))
     step("fs/walk following symlinks", walk(w + "/d", followDirectorySymlinks=True))
     step("fs/walk to depth 1", walk(w + "/d", maxDepth=1))

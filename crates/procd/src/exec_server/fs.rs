@@ -270,15 +270,19 @@ fn metadata(path: &Path) -> std::io::Result<Value> {
     }))
 }
 
+/// `fs/readDirectory`: each entry as what it leads to. One that leads
+/// nowhere (a dangling symlink) is left out, as Codex's server leaves it.
 fn read_directory(path: &Path) -> std::io::Result<Value> {
     let mut entries = Vec::new();
     for e in std::fs::read_dir(path)? {
         let e = e?;
-        let m = std::fs::metadata(e.path()).ok();
+        let Ok(m) = std::fs::metadata(e.path()) else {
+            continue;
+        };
         entries.push(json!({
             "fileName": e.file_name().to_string_lossy(),
-            "isDirectory": m.as_ref().is_some_and(|m| m.is_dir()),
-            "isFile": m.as_ref().is_some_and(|m| m.is_file()),
+            "isDirectory": m.is_dir(),
+            "isFile": m.is_file(),
         }));
     }
     Ok(json!({"entries": entries}))
