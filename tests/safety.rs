@@ -1010,15 +1010,6 @@ print("received", len(got), flush=True)
 
 // ----- bounded requests (docs/SECURITY.md) ------------------------------------------------
 
-fn vm_hwm_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn log_pages_are_capped_and_a_batch_of_them_stays_small() {
     let d = Daemon::start();
@@ -1077,7 +1068,7 @@ fn log_pages_are_capped_and_a_batch_of_them_stays_small() {
 
     // A batch of 32 such pages: the answer is capped as one result, and
     // the daemon's peak memory barely moves.
-    let before = vm_hwm_kib(d.pid());
+    let before = status_kib(d.pid(), "VmHWM:");
     let batch: Vec<Value> = (0..32)
         .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "log", "params": {"session_id": id, "offset": 0, "limit": 100000}}))
         .collect();
@@ -1092,7 +1083,7 @@ fn log_pages_are_capped_and_a_batch_of_them_stays_small() {
         .filter(|a| a["error"]["code"] == -32004)
         .count();
     assert!(refused >= 30, "entries past the cap are refused: {refused}");
-    let grown_mib = (vm_hwm_kib(d.pid()).saturating_sub(before)) / 1024;
+    let grown_mib = (status_kib(d.pid(), "VmHWM:").saturating_sub(before)) / 1024;
     assert!(
         grown_mib < 96,
         "the batch raised the daemon's peak RSS by {grown_mib} MiB"

@@ -257,16 +257,6 @@ fn search_keeps_to_a_budget_in_characters() {
     );
 }
 
-/// A field of `/proc/PID/status`, in kB.
-fn status_kb(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in {status}"))
-}
-
 /// A chunk of 8 MiB with a few ERROR lines; 128 of them make 1 GiB.
 const CHUNK: &str = r#"
 import random, sys
@@ -337,7 +327,7 @@ fn search_over_a_gigabyte_is_grep_exact_bounded_and_survives_a_kill() {
     // first so that VmHWM is the search's peak.
     let pid = d.pid();
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset the peak RSS");
-    let before = status_kb(pid, "VmRSS:");
+    let before = status_kib(pid, "VmRSS:");
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let poller = {
         let (socket, done, id) = (d.socket(), done.clone(), id.clone());
@@ -368,7 +358,7 @@ fn search_over_a_gigabyte_is_grep_exact_bounded_and_survives_a_kill() {
         .unwrap_or_else(|| panic!("search failed: {r}"));
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let (answered, slowest) = poller.join().expect("poller");
-    let peak = status_kb(pid, "VmHWM:");
+    let peak = status_kib(pid, "VmHWM:");
     eprintln!("searched 1 GiB in {took:?}; RSS {before} kB, peak {peak} kB; {answered} polls, the slowest {slowest:?}");
     let got: Vec<(u64, u64, String)> = r["matches"]
         .as_array()

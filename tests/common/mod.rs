@@ -840,6 +840,17 @@ pub fn released(pid: i32) -> bool {
             .all(|thread| thread.file_name().to_str() == Some(leader.as_str()))
 }
 
+/// A figure of `/proc/<pid>/status` in KiB (`field` with its colon, as
+/// "VmHWM:").
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in {status}"))
+}
+
 /// Every pid in /proc.
 pub fn all_pids() -> impl Iterator<Item = i32> {
     std::fs::read_dir("/proc")
