@@ -98,30 +98,16 @@ fn procds_exec_server_answers_as_codexs_own_does() {
 /// the daemon ends every process Codex started, with the whole tree.
 #[test]
 fn processes_end_with_the_codex_that_started_them() {
-    use std::io::{BufRead, BufReader, Write};
     let d = Daemon::start();
     let work = short_tempdir();
-    let (mut server, mut stdin, stdout) = exec_server(&d, &[]);
-    let mut stdout = BufReader::new(stdout);
+    let mut codex = Codex::start(&d, &[]);
     let cwd = format!("file://{}", work.path().display());
-    for msg in [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
-        json!({"method": "initialized", "params": {}}),
-        json!({"id": 2, "method": "process/start", "params": {
-            "processId": "bg", "argv": ["/bin/sh", "-c", "sleep 300 & sleep 300; wait"],
-            "cwd": cwd, "env": {}, "tty": false}}),
-    ] {
-        writeln!(stdin, "{msg}").expect("write");
-    }
-    let mut started = None;
-    for line in (&mut stdout).lines() {
-        let msg: Value = serde_json::from_str(&line.expect("a line")).expect("JSON");
-        if msg["id"] == 2 {
-            started = Some(msg);
-            break;
-        }
-    }
-    let started = started.expect("an answer to process/start");
+    let started = codex.call(
+        json!(1),
+        "process/start",
+        json!({"processId": "bg", "argv": ["/bin/sh", "-c", "sleep 300 & sleep 300; wait"],
+            "cwd": cwd, "env": {}, "tty": false}),
+    );
     assert_eq!(started["result"]["processId"], "bg", "{started}");
     let listed = d.ok("list", json!({}));
     let session = listed["processes"][0]["session_id"]
@@ -131,9 +117,7 @@ fn processes_end_with_the_codex_that_started_them() {
     // The markers survive `env -i`: procd finds the tree by them.
     wait_until("both sleepers run", || session_pids(&session).len() >= 3);
     let root = listed["processes"][0]["pid"].as_i64().expect("pid") as i32;
-    drop(stdin);
-    let status = server.wait().expect("the exec-server ends");
-    assert!(status.success(), "{status:?}");
+    codex.end();
     let exit = d.wait_exit(&session);
     assert_eq!(exit["completion_reason"], "killed", "{exit}");
     wait_until("the tree is gone", || session_pids(&session).is_empty());
@@ -426,7 +410,6 @@ fn workspace_write(root: &Path) -> Value {
 /// kernel refuses them, and nothing is written there.
 #[test]
 fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
-    use std::io::{BufRead, BufReader, Write};
     let d = Daemon::start();
     let work = short_tempdir();
     // Not under /tmp, which workspace-write leaves writable.
@@ -435,34 +418,11 @@ fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .expect("tempdir");
     std::fs::write(elsewhere.path().join("kept.txt"), "kept").expect("a file outside");
-    let (mut server, mut stdin, stdout) = exec_server(&d, &[]);
-    let (tx, rx) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
-        }
-    });
-    for msg in [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
-        json!({"method": "initialized", "params": {}}),
-    ] {
-        writeln!(stdin, "{msg}").expect("write");
-    }
-    let mut next = 1;
+    let mut codex = Codex::start(&d, &[]);
+    let mut next = 0;
     let mut call = |method: &str, params: Value| -> Value {
         next += 1;
-        writeln!(
-            stdin,
-            "{}",
-            json!({"id": next, "method": method, "params": params})
-        )
-        .expect("write");
-        loop {
-            let msg = rx.recv_timeout(PATIENCE).expect("an answer in time");
-            if msg["id"] == next {
-                return msg;
-            }
-        }
+        codex.call(json!(next), method, params)
     };
     let sandbox = workspace_write(work.path());
     let at = |dir: &Path, name: &str| format!("file://{}", dir.join(name).display());
@@ -527,9 +487,7 @@ fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
         json!({"path": at(elsewhere.path(), "free.txt"), "dataBase64": hello}),
     );
     assert_eq!(free["result"], json!({}), "{free}");
-
-    drop(stdin);
-    assert!(server.wait().expect("the exec-server ends").success());
+    codex.end();
     assert_eq!(
         std::fs::read_to_string(work.path().join("in.txt")).expect("in.txt"),
         "hello"
@@ -572,49 +530,111 @@ fn exec_server(
     (server, stdin, stdout)
 }
 
-/// `procd exec-server` (with `args`) that has started `sleep 300` as
-/// Codex process `pid`: the server, its stdin, and the procd session.
-fn exec_server_running_a_sleep(
-    d: &Daemon,
-    args: &[&str],
-    pid: &str,
-) -> (std::process::Child, std::process::ChildStdin, String) {
-    use std::io::{BufRead, BufReader, Write};
-    let (server, mut stdin, stdout) = exec_server(d, args);
-    for msg in [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
-        json!({"method": "initialized", "params": {}}),
-        json!({"id": 2, "method": "process/start", "params": {
-            "processId": pid, "argv": ["/bin/sleep", "300"],
-            "cwd": "file:///", "env": {}, "tty": false}}),
-    ] {
-        writeln!(stdin, "{msg}").expect("write");
+/// `procd exec-server` on `d`'s home, driven as Codex drives it. Its
+/// stdout is read only once a test asks for a message (a thread then
+/// reads it, so each wait has a deadline): until then the server finds
+/// no reader, as behind a Codex that stops reading. Ended when dropped,
+/// if a test fails before `end`.
+struct Codex {
+    server: Stand,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: Option<std::process::ChildStdout>,
+    messages: Option<std::sync::mpsc::Receiver<Value>>,
+}
+
+impl Codex {
+    /// Started with `args` and past the handshake (`initialize`, then
+    /// `initialized`; the server takes them in order, so nothing waits
+    /// for the answer, which `answer_to` skips).
+    fn start(d: &Daemon, args: &[&str]) -> Codex {
+        let (server, stdin, stdout) = exec_server(d, args);
+        let mut codex = Codex {
+            server: Stand(server),
+            stdin: Some(stdin),
+            stdout: Some(stdout),
+            messages: None,
+        };
+        codex.send(json!({"id": 0, "method": "initialize", "params": {"clientName": "t"}}));
+        codex.send(json!({"method": "initialized", "params": {}}));
+        codex
     }
-    let (tx, rx) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
-        }
-    });
-    loop {
-        let msg = rx
-            .recv_timeout(PATIENCE)
-            .expect("an answer to process/start");
-        if msg["id"] == 2 {
-            assert_eq!(msg["result"]["processId"], pid, "{msg}");
-            break;
+
+    fn pid(&self) -> u32 {
+        self.server.pid() as u32
+    }
+
+    fn send(&mut self, msg: Value) {
+        self.send_raw(format!("{msg}\n").as_bytes());
+    }
+
+    /// Bytes as they are, no line of their own.
+    fn send_raw(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).expect("write to the server");
+    }
+
+    /// The next message the server writes, within `PATIENCE`.
+    fn next(&mut self) -> Value {
+        use std::io::{BufRead, BufReader};
+        let stdout = &mut self.stdout;
+        let messages = self.messages.get_or_insert_with(|| {
+            let stdout = stdout.take().expect("stdout");
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+                }
+            });
+            rx
+        });
+        messages.recv_timeout(PATIENCE).expect("a message in time")
+    }
+
+    /// The answer to request `id`, messages before it skipped.
+    fn answer_to(&mut self, id: Value) -> Value {
+        loop {
+            let msg = self.next();
+            if msg["id"] == id {
+                return msg;
+            }
         }
     }
+
+    /// Request `method` as `id`, and its answer.
+    fn call(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.send(json!({"id": id, "method": method, "params": params}));
+        self.answer_to(id)
+    }
+
+    /// Codex process `pid` started running `argv`; its procd session.
+    fn start_process(&mut self, d: &Daemon, pid: &str, argv: &[&str]) -> String {
+        let started = self.call(
+            json!(format!("start {pid}")),
+            "process/start",
+            json!({"processId": pid, "argv": argv, "cwd": "file:///", "env": {}, "tty": false}),
+        );
+        assert_eq!(started["result"]["processId"], pid, "{started}");
+        session_of(d, pid).expect("its session")
+    }
+
+    /// Codex closes stdin; the server must end, and well.
+    fn end(mut self) {
+        drop(self.stdin.take());
+        assert!(self.server.0.wait().expect("ends").success());
+    }
+}
+
+/// The procd session of Codex process `pid`, once listed.
+fn session_of(d: &Daemon, pid: &str) -> Option<String> {
     let listed = d.ok("list", json!({}));
-    let session = listed["processes"]
+    listed["processes"]
         .as_array()
         .expect("processes")
         .iter()
         .find(|p| p["meta"]["codex_process_id"] == pid)
         .and_then(|p| p["session_id"].as_str())
-        .expect("its session")
-        .to_string();
-    (server, stdin, session)
+        .map(str::to_string)
 }
 
 /// `procd exec-server --keep`: what Codex started runs on after Codex
@@ -622,21 +642,21 @@ fn exec_server_running_a_sleep(
 #[test]
 fn keep_leaves_what_codex_started_running_after_it_goes() {
     let d = Daemon::with_config("monitor_interval_s = 0.1");
-    let (mut kept_server, kept_stdin, kept) = exec_server_running_a_sleep(&d, &["--keep"], "k");
-    let (mut ended_server, ended_stdin, ended) = exec_server_running_a_sleep(&d, &[], "e");
-    drop(kept_stdin);
-    assert!(kept_server.wait().expect("ends").success());
+    let mut kept_codex = Codex::start(&d, &["--keep"]);
+    let kept = kept_codex.start_process(&d, "k", &["/bin/sleep", "300"]);
+    let mut ended_codex = Codex::start(&d, &[]);
+    let ended = ended_codex.start_process(&d, "e", &["/bin/sleep", "300"]);
+    kept_codex.end();
     // The kept one's lease is gone first; the other's goes next, and the
     // pass that ends its process has seen both gone.
-    drop(ended_stdin);
-    assert!(ended_server.wait().expect("ends").success());
+    ended_codex.end();
     let exit = d.wait_exit(&ended);
     assert_eq!(exit["termination_source"], "owner_released", "{exit}");
     // A later pass ends a later one; by then the pass that ended the
     // other has finished whatever it ended.
-    let (mut later_server, later_stdin, later) = exec_server_running_a_sleep(&d, &[], "l");
-    drop(later_stdin);
-    assert!(later_server.wait().expect("ends").success());
+    let mut later_codex = Codex::start(&d, &[]);
+    let later = later_codex.start_process(&d, "l", &["/bin/sleep", "300"]);
+    later_codex.end();
     d.wait_exit(&later);
     let polled = d.ok("poll", json!({"session_id": kept}));
     assert_eq!(polled["status"], "running", "{polled}");
@@ -746,7 +766,6 @@ fn lines_that_are_no_message_are_answered_and_lose_nothing() {
 #[test]
 fn a_codex_that_stops_reading_holds_up_output_not_memory() {
     use base64::Engine as _;
-    use std::io::{BufRead, BufReader, Write};
     const LINE: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz\n";
     // Printed in pieces of whole lines over a few seconds, so that a
     // server that takes all it is given has the time to take it; 48 MiB
@@ -755,56 +774,29 @@ fn a_codex_that_stops_reading_holds_up_output_not_memory() {
     const PIECE: usize = 14_170 * LINE.len();
     const PIECES: usize = 96;
     let d = Daemon::start();
-    let (server, mut stdin, stdout) = exec_server(&d, &[]);
-    // Ended if the test fails before it does.
-    let mut server = Stand(server);
-    let status = |field: &str| -> u64 {
-        let text = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))
-            .expect("the server's status");
-        text.lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-            .expect("a figure in kB")
-    };
+    let mut codex = Codex::start(&d, &[]);
     let command = format!(
         "i=0; while [ $i -lt {PIECES} ]; do yes {} | head -c {PIECE}; sleep 0.1; i=$((i+1)); done",
         std::str::from_utf8(&LINE[..LINE.len() - 1]).expect("ascii")
     );
-    for msg in [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
-        json!({"method": "initialized", "params": {}}),
-        json!({"id": 2, "method": "process/start", "params": {
-            "processId": "y", "argv": ["/bin/sh", "-c", command],
-            "cwd": "file:///", "env": {}, "tty": false}}),
-    ] {
-        writeln!(stdin, "{msg}").expect("write");
-    }
+    codex.send(json!({"id": 1, "method": "process/start", "params": {
+        "processId": "y", "argv": ["/bin/sh", "-c", command],
+        "cwd": "file:///", "env": {}, "tty": false}}));
     // Nothing read yet: the process prints all of it meanwhile.
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let session = loop {
-        let listed = d.ok("list", json!({}));
-        let found = listed["processes"]
-            .as_array()
-            .expect("processes")
-            .iter()
-            .find(|p| p["meta"]["codex_process_id"] == "y")
-            .and_then(|p| p["session_id"].as_str())
-            .map(str::to_string);
-        if let Some(id) = found {
-            break id;
-        }
-        assert!(std::time::Instant::now() < deadline, "no session for y");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let started_kib = status("VmRSS:");
+    let mut session = None;
+    wait_until("a session for y", || {
+        session = session_of(&d, "y");
+        session.is_some()
+    });
+    let session = session.expect("found");
+    let started_kib = status_kib(codex.pid(), "VmRSS:");
     d.wait_exit(&session);
-    let held_kib = status("VmRSS:");
+    let held_kib = status_kib(codex.pid(), "VmRSS:");
     // Now everything, in order, then the end.
     let pattern = LINE.repeat((64 << 10) / LINE.len() + 2);
     let mut got = 0usize;
-    let mut closed = false;
-    for line in BufReader::new(stdout).lines() {
-        let msg: Value = serde_json::from_str(&line.expect("a line")).expect("JSON");
+    loop {
+        let msg = codex.next();
         match msg["method"].as_str() {
             Some("process/output") => {
                 let chunk = base64::engine::general_purpose::STANDARD
@@ -819,18 +811,13 @@ fn a_codex_that_stops_reading_holds_up_output_not_memory() {
                 );
                 got += chunk.len();
             }
-            Some("process/closed") => {
-                closed = true;
-                break;
-            }
+            Some("process/closed") => break,
             _ => {}
         }
     }
-    assert!(closed, "no process/closed");
     assert_eq!(got, PIECE * PIECES, "every byte, once");
-    let peak_kib = status("VmHWM:");
-    drop(stdin);
-    assert!(server.0.wait().expect("ends").success());
+    let peak_kib = status_kib(codex.pid(), "VmHWM:");
+    codex.end();
     // A few MiB of queued lines and the chunks kept for `process/read`;
     // not the 64 MB (base64 of 48 MiB) the process printed.
     assert!(
@@ -846,58 +833,20 @@ fn a_codex_that_stops_reading_holds_up_output_not_memory() {
 /// it sends.
 #[test]
 fn requests_past_the_in_flight_bound_wait_for_an_answer() {
-    use std::io::{BufRead, BufReader, Write};
     const BOUND: usize = 256;
     let d = Daemon::start();
-    let (server, mut stdin, stdout) = exec_server(&d, &[]);
-    let mut server = Stand(server);
-    let (tx, rx) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
-        }
-    });
-    let answer_to = |id: &Value| loop {
-        let msg = rx.recv_timeout(PATIENCE).expect("an answer");
-        if msg["id"] == *id {
-            return msg;
-        }
-    };
-    for msg in [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
-        json!({"method": "initialized", "params": {}}),
-        json!({"id": 2, "method": "process/start", "params": {
-            "processId": "s", "argv": ["/bin/sleep", "300"],
-            "cwd": "file:///", "env": {}, "tty": false}}),
-    ] {
-        writeln!(stdin, "{msg}").expect("write");
-    }
-    assert_eq!(answer_to(&json!(2))["result"]["processId"], "s");
+    let mut codex = Codex::start(&d, &[]);
+    let session = codex.start_process(&d, "s", &["/bin/sleep", "300"]);
     for i in 0..BOUND {
-        let read = json!({"id": format!("read {i}"), "method": "process/read",
-            "params": {"processId": "s", "afterSeq": 0, "waitMs": 300_000}});
-        writeln!(stdin, "{read}").expect("write");
+        codex.send(json!({"id": format!("read {i}"), "method": "process/read",
+            "params": {"processId": "s", "afterSeq": 0, "waitMs": 300_000}}));
     }
-    writeln!(
-        stdin,
-        "{}",
-        json!({"id": "last", "method": "environment/info", "params": {}})
-    )
-    .expect("write");
+    codex.send(json!({"id": "last", "method": "environment/info", "params": {}}));
     // The reads end with the process; only then is `last` read.
-    let listed = d.ok("list", json!({}));
-    let session = listed["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["meta"]["codex_process_id"] == "s")
-        .and_then(|p| p["session_id"].as_str())
-        .expect("its session")
-        .to_string();
     d.ok("kill", json!({"session_id": session}));
     let mut reads_before_last = 0;
     loop {
-        let msg = rx.recv_timeout(PATIENCE).expect("an answer");
+        let msg = codex.next();
         match msg["id"].as_str() {
             Some("last") => {
                 assert!(msg["result"].is_object(), "{msg}");
@@ -914,8 +863,7 @@ fn requests_past_the_in_flight_bound_wait_for_an_answer() {
         reads_before_last >= 1,
         "`last` was answered while {BOUND} reads were still waiting"
     );
-    drop(stdin);
-    assert!(server.0.wait().expect("ends").success());
+    codex.end();
 }
 
 /// `fs/readFile` answers a file of at most 64 MiB (the line that may carry
@@ -924,37 +872,13 @@ fn requests_past_the_in_flight_bound_wait_for_an_answer() {
 /// as Codex's own server says, not read until the server is killed.
 #[test]
 fn a_whole_file_read_is_bounded() {
-    use std::io::{BufRead, BufReader, Write};
     let d = Daemon::start();
     let work = tempfile::tempdir().expect("temp dir");
     let big = work.path().join("big.bin");
     std::fs::File::create(&big)
         .and_then(|f| f.set_len((64 << 20) + 1))
         .expect("a sparse file");
-    let (server, mut stdin, stdout) = exec_server(&d, &[]);
-    let mut server = Stand(server);
-    for msg in [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
-        json!({"method": "initialized", "params": {}}),
-    ] {
-        writeln!(stdin, "{msg}").expect("write");
-    }
-    let mut answers = BufReader::new(stdout).lines();
-    let mut ask = |id: u64, method: &str, params: Value| -> Value {
-        writeln!(
-            stdin,
-            "{}",
-            json!({"id": id, "method": method, "params": params})
-        )
-        .expect("write");
-        loop {
-            let line = answers.next().expect("an answer").expect("a line");
-            let msg: Value = serde_json::from_str(&line).expect("JSON");
-            if msg["id"] == id {
-                return msg;
-            }
-        }
-    };
+    let mut codex = Codex::start(&d, &[]);
     let refusals = [
         (
             big.display().to_string(),
@@ -962,8 +886,9 @@ fn a_whole_file_read_is_bounded() {
         ),
         ("/dev/zero".into(), "path `/dev/zero` is not a file"),
     ];
-    for (id, (path, why)) in (2..).zip(refusals) {
-        let answer = ask(id, "fs/readFile", json!({"path": format!("file://{path}")}));
+    for (id, (path, why)) in (1..).zip(refusals) {
+        let params = json!({"path": format!("file://{path}")});
+        let answer = codex.call(json!(id), "fs/readFile", params);
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(
             answer["error"]["code"] == -32600 && message.contains(why),
@@ -971,8 +896,7 @@ fn a_whole_file_read_is_bounded() {
             &answer.to_string()[..answer.to_string().len().min(300)]
         );
     }
-    drop(stdin);
-    assert!(server.0.wait().expect("ends").success());
+    codex.end();
 }
 
 /// A closed process keeps its last 1 MiB for `process/read`, as Codex's
@@ -981,39 +905,18 @@ fn a_whole_file_read_is_bounded() {
 #[test]
 fn a_closed_process_keeps_its_last_mebibyte() {
     use base64::Engine as _;
-    use std::io::{BufRead, BufReader, Write};
     const PRINTED: usize = 4 << 20;
     let d = Daemon::start();
-    let (server, mut stdin, stdout) = exec_server(&d, &[]);
-    let mut server = Stand(server);
-    let mut lines = BufReader::new(stdout).lines();
-    let mut next = || -> Value {
-        let line = lines.next().expect("a line").expect("a line");
-        serde_json::from_str(&line).expect("JSON")
-    };
+    let mut codex = Codex::start(&d, &[]);
     let command = format!("head -c {PRINTED} /dev/zero | tr '\\0' a; printf END");
-    for msg in [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
-        json!({"method": "initialized", "params": {}}),
-        json!({"id": 2, "method": "process/start", "params": {
-            "processId": "p", "argv": ["/bin/sh", "-c", command],
-            "cwd": "file:///", "env": {}, "tty": false}}),
-    ] {
-        writeln!(stdin, "{msg}").expect("write");
-    }
-    while next()["method"] != "process/closed" {}
-    writeln!(
-        stdin,
-        "{}",
-        json!({"id": 3, "method": "process/read", "params": {"processId": "p", "afterSeq": 0}})
-    )
-    .expect("write");
-    let read = loop {
-        let msg = next();
-        if msg["id"] == 3 {
-            break msg["result"].clone();
-        }
-    };
+    codex.start_process(&d, "p", &["/bin/sh", "-c", &command]);
+    while codex.next()["method"] != "process/closed" {}
+    let read = codex.call(
+        json!(1),
+        "process/read",
+        json!({"processId": "p", "afterSeq": 0}),
+    )["result"]
+        .clone();
     let mut kept = Vec::new();
     for chunk in read["chunks"].as_array().expect("chunks") {
         let bytes = base64::engine::general_purpose::STANDARD
@@ -1033,8 +936,7 @@ fn a_closed_process_keeps_its_last_mebibyte() {
         read["chunks"][0]["seq"].as_u64() > Some(1),
         "the first chunks are gone"
     );
-    drop(stdin);
-    assert!(server.0.wait().expect("ends").success());
+    codex.end();
 }
 
 /// `fs/copy` of a file onto itself leaves its bytes: Codex's own server
@@ -1042,34 +944,20 @@ fn a_closed_process_keeps_its_last_mebibyte() {
 /// first), and answers `{}` as procd does.
 #[test]
 fn a_file_copied_onto_itself_keeps_its_bytes() {
-    use std::io::{BufRead, BufReader, Write};
     let d = Daemon::start();
     let work = tempfile::tempdir().expect("temp dir");
     let file = work.path().join("a.txt");
     std::fs::write(&file, "hello").expect("write");
     let uri = format!("file://{}", file.display());
-    let (server, mut stdin, stdout) = exec_server(&d, &[]);
-    let mut server = Stand(server);
-    let mut answers = BufReader::new(stdout).lines();
-    for msg in [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
-        json!({"method": "initialized", "params": {}}),
-        json!({"id": 2, "method": "fs/copy", "params": {
-            "sourcePath": uri, "destinationPath": uri, "recursive": false}}),
-    ] {
-        writeln!(stdin, "{msg}").expect("write");
-    }
-    let copied = loop {
-        let line = answers.next().expect("an answer").expect("a line");
-        let msg: Value = serde_json::from_str(&line).expect("JSON");
-        if msg["id"] == 2 {
-            break msg;
-        }
-    };
+    let mut codex = Codex::start(&d, &[]);
+    let copied = codex.call(
+        json!(1),
+        "fs/copy",
+        json!({"sourcePath": uri, "destinationPath": uri, "recursive": false}),
+    );
     assert_eq!(copied["result"], json!({}), "{copied}");
     assert_eq!(std::fs::read_to_string(&file).expect("read"), "hello");
-    drop(stdin);
-    assert!(server.0.wait().expect("ends").success());
+    codex.end();
 }
 
 /// `fs/writeFile` to a FIFO that nothing reads is an error at once: its
@@ -1077,38 +965,20 @@ fn a_file_copied_onto_itself_keeps_its_bytes() {
 /// answers nothing after it.
 #[test]
 fn a_write_to_a_fifo_nothing_reads_is_refused() {
-    use std::io::{BufRead, BufReader, Write};
     let d = Daemon::start();
     let work = tempfile::tempdir().expect("temp dir");
     let fifo = work.path().join("fifo");
     let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
     assert!(made.success());
-    let (server, mut stdin, stdout) = exec_server(&d, &[]);
-    let mut server = Stand(server);
-    let (tx, rx) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
-        }
-    });
-    for msg in [
-        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
-        json!({"method": "initialized", "params": {}}),
-        json!({"id": 2, "method": "fs/writeFile", "params": {
-            "path": format!("file://{}", fifo.display()), "dataBase64": "eA=="}}),
-    ] {
-        writeln!(stdin, "{msg}").expect("write");
-    }
-    let answer = loop {
-        let msg = rx.recv_timeout(PATIENCE).expect("an answer to the write");
-        if msg["id"] == 2 {
-            break msg;
-        }
-    };
+    let mut codex = Codex::start(&d, &[]);
+    let answer = codex.call(
+        json!(1),
+        "fs/writeFile",
+        json!({"path": format!("file://{}", fifo.display()), "dataBase64": "eA=="}),
+    );
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("a FIFO that nothing reads"), "{answer}");
-    drop(stdin);
-    assert!(server.0.wait().expect("ends").success());
+    codex.end();
 }
 
 /// A line longer than 64 MiB is answered "line too long" and read past
@@ -1116,39 +986,20 @@ fn a_write_to_a_fifo_nothing_reads_is_refused() {
 /// may hold, however long the line goes on, and it serves the next.
 #[test]
 fn a_line_too_long_is_read_past_not_kept() {
-    use std::io::{BufRead, BufReader, Write};
     const LONG: usize = 512 << 20;
     let d = Daemon::start();
-    let (server, mut stdin, stdout) = exec_server(&d, &[]);
-    let mut server = Stand(server);
-    let (tx, rx) = std::sync::mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
-        }
-    });
+    let mut codex = Codex::start(&d, &[]);
     let block = vec![b'x'; 1 << 20];
     for _ in 0..LONG / block.len() {
-        stdin.write_all(&block).expect("write");
+        codex.send_raw(&block);
     }
-    writeln!(stdin).expect("write");
-    let msg = json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}});
-    writeln!(stdin, "{msg}").expect("write");
-    let refused = rx
-        .recv_timeout(PATIENCE)
-        .expect("an answer to the long line");
+    codex.send_raw(b"\n");
+    let refused = codex.answer_to(Value::Null);
     assert_eq!(refused["error"]["code"], -32700, "{refused}");
-    let init = rx.recv_timeout(PATIENCE).expect("an answer to initialize");
-    assert!(init["result"]["sessionId"].is_string(), "{init}");
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid()))
-        .expect("the server's status");
-    let peak_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-        .expect("its peak");
-    drop(stdin);
-    assert!(server.0.wait().expect("ends").success());
+    let info = codex.call(json!(1), "environment/info", json!({}));
+    assert!(info["result"]["shell"].is_object(), "{info}");
+    let peak_kib = status_kib(codex.pid(), "VmHWM:");
+    codex.end();
     // The one line it holds (64 MiB, in a buffer that may have doubled)
     // and the server itself; not the 512 MiB that came.
     assert!(peak_kib < 256 << 10, "{peak_kib} KiB at the peak");
