@@ -60,13 +60,16 @@ struct WalkOptions {
 /// held in memory (then `truncated`).
 const MAX_WALK_ENTRIES: usize = 200_000;
 
-fn io_error(e: std::io::Error) -> RpcError {
-    let code = if e.kind() == std::io::ErrorKind::NotFound {
-        -32004
-    } else {
-        -32603
-    };
-    RpcError::new(code, e.to_string())
+/// An I/O error in Codex's shape: a missing path is -32004.
+impl From<std::io::Error> for RpcError {
+    fn from(e: std::io::Error) -> RpcError {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            -32004
+        } else {
+            -32603
+        };
+        RpcError::new(code, e.to_string())
+    }
 }
 
 /// The confinement of a call made under Codex's sandbox intent, if one
@@ -86,10 +89,9 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
         let p: CopyParams = params(p)?;
         let confine = confinement(&p.sandbox)?;
         let (from, to) = (path_of(&p.source_path)?, path_of(&p.destination_path)?);
-        // The copy's own refusals carry their codes through the pool.
-        return blocking(confine, move || Ok(copy(&from, &to, p.recursive)))
+        return blocking(confine, move || copy(&from, &to, p.recursive))
             .await
-            .and_then(|copied| copied.map(|()| json!({})));
+            .map(|()| json!({}));
     }
     if method == "fs/walk" {
         let p: WalkParams = params(p)?;
@@ -100,52 +102,52 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
     let p: PathParams = params(p)?;
     let confine = confinement(&p.sandbox)?;
     let path = path_of(&p.path)?;
-    // Its data checked before anything is opened (an open truncates).
-    let data = match (method.as_str(), &p.data_base64) {
-        ("fs/writeFile", None) => {
-            return Err(RpcError::invalid("missing field `dataBase64`"));
+    let base64 = &base64::engine::general_purpose::STANDARD;
+    match method.as_str() {
+        "fs/readFile" => {
+            let data = blocking(confine, move || read_whole(&path)).await?;
+            return Ok(json!({"dataBase64": base64.encode(data)}));
         }
-        ("fs/writeFile", Some(text)) => base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(|e| {
-                RpcError::new(
-                    -32600,
-                    format!("fs/writeFile requires valid base64 dataBase64: {e}"),
-                )
-            })?,
-        _ => Vec::new(),
-    };
-    if method == "fs/readFile" {
-        return blocking(confine, move || Ok(read_whole(&path)))
-            .await
-            .and_then(|read| read)
-            .map(|d| json!({"dataBase64": base64::engine::general_purpose::STANDARD.encode(d)}));
+        "fs/writeFile" => {
+            // Checked before anything is opened (an open truncates).
+            let Some(text) = &p.data_base64 else {
+                return Err(RpcError::invalid("missing field `dataBase64`"));
+            };
+            let data = base64.decode(text).map_err(|e| {
+                let why = format!("fs/writeFile requires valid base64 dataBase64: {e}");
+                RpcError::new(-32600, why)
+            })?;
+            return blocking(confine, move || write_whole(&path, &data))
+                .await
+                .map(|()| json!({}));
+        }
+        _ => {}
     }
-    blocking(confine, move || match method.as_str() {
-        "fs/writeFile" => write_whole(&path, &data).map(|()| json!({})),
-        // Without `recursive`, as Codex's server does: parents made, a
-        // tree removed, a missing path no error.
-        "fs/createDirectory" => if p.recursive.unwrap_or(true) {
-            std::fs::create_dir_all(&path)
-        } else {
-            std::fs::create_dir(&path)
-        }
-        .map(|()| json!({})),
-        "fs/getMetadata" => metadata(&path),
-        "fs/canonicalize" => std::fs::canonicalize(&path).map(|c| json!({"path": uri_of(&c)})),
-        "fs/readDirectory" => read_directory(&path),
-        "fs/remove" => {
-            remove(&path, p.recursive.unwrap_or(true), p.force.unwrap_or(true)).map(|()| json!({}))
-        }
-        other => Err(std::io::Error::other(format!(
-            "procd exec-server does not implement `{other}`"
-        ))),
+    blocking(confine, move || -> Result<Value, RpcError> {
+        Ok(match method.as_str() {
+            // Without `recursive`, as Codex's server does: parents made, a
+            // tree removed, a missing path no error.
+            "fs/createDirectory" => {
+                match p.recursive.unwrap_or(true) {
+                    true => std::fs::create_dir_all(&path)?,
+                    false => std::fs::create_dir(&path)?,
+                }
+                json!({})
+            }
+            "fs/getMetadata" => metadata(&path)?,
+            "fs/canonicalize" => json!({"path": uri_of(&std::fs::canonicalize(&path)?)}),
+            "fs/readDirectory" => read_directory(&path)?,
+            "fs/remove" => {
+                remove(&path, p.recursive.unwrap_or(true), p.force.unwrap_or(true))?;
+                json!({})
+            }
+            other => {
+                let why = format!("procd exec-server does not implement `{other}`");
+                return Err(RpcError::new(-32601, why));
+            }
+        })
     })
     .await
-    .map_err(|e| match e.code {
-        -32603 if e.message.contains("does not implement") => RpcError::new(-32601, e.message),
-        _ => e,
-    })
 }
 
 /// The largest file `fs/readFile` answers with: as large as the line that
@@ -160,8 +162,7 @@ fn read_whole(path: &Path) -> Result<Vec<u8>, RpcError> {
     let mut data = Vec::new();
     open_file(path)?
         .take(MAX_READ_FILE + 1)
-        .read_to_end(&mut data)
-        .map_err(io_error)?;
+        .read_to_end(&mut data)?;
     if data.len() as u64 > MAX_READ_FILE {
         return Err(RpcError::new(
             -32600,
@@ -175,6 +176,10 @@ fn read_whole(path: &Path) -> Result<Vec<u8>, RpcError> {
     Ok(data)
 }
 
+/// Files are opened with it: the open of a FIFO waits for the other end,
+/// maybe for ever, where this one returns at once.
+const NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+
 /// `path` opened for reading if it is a regular file; anything else is
 /// Codex's -32600 "is not a file". Opened without blocking, so that a
 /// FIFO (whose open waits for a writer, maybe for ever) is refused at
@@ -183,10 +188,9 @@ fn open_file(path: &Path) -> Result<std::fs::File, RpcError> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)
-        .map_err(io_error)?;
-    match file.metadata().map_err(io_error)?.is_file() {
+        .custom_flags(NONBLOCK)
+        .open(path)?;
+    match file.metadata()?.is_file() {
         // Reads of a regular file never wait, non-blocking or not.
         true => Ok(file),
         false => Err(RpcError::new(
@@ -207,7 +211,7 @@ fn write_whole(path: &Path, data: &[u8]) -> std::io::Result<()> {
         .write(true)
         .create(true)
         .truncate(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .custom_flags(NONBLOCK)
         .open(path);
     match opened {
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NXIO.raw_os_error()) => {
@@ -224,13 +228,13 @@ fn write_whole(path: &Path, data: &[u8]) -> std::io::Result<()> {
 /// Runs `f` off the event loop: on the blocking pool, or, confined, on a
 /// thread of its own that the confinement ends with (a pool thread would
 /// carry it into the next call).
-async fn blocking<T: Send + 'static>(
+async fn blocking<T: Send + 'static, E: Into<RpcError> + Send + 'static>(
     confine: Option<Rules>,
-    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, RpcError> {
     let Some(rules) = confine else {
         return match tokio::task::spawn_blocking(f).await {
-            Ok(r) => r.map_err(io_error),
+            Ok(r) => r.map_err(Into::into),
             Err(e) => Err(RpcError::internal(e.to_string())),
         };
     };
@@ -239,7 +243,7 @@ async fn blocking<T: Send + 'static>(
         .name("fs-confined".into())
         .spawn(move || {
             let r = match procd_sys::sandbox::confine_this_thread(&rules) {
-                Ok(()) => f().map_err(io_error),
+                Ok(()) => f().map_err(Into::into),
                 Err(e) => Err(RpcError::new(-32002, e.to_string())),
             };
             let _ = tx.send(r);
@@ -376,17 +380,15 @@ fn remove(path: &Path, recursive: bool, force: bool) -> std::io::Result<()> {
 /// server truncates it to nothing.
 fn copy(from: &Path, to: &Path, recursive: bool) -> Result<(), RpcError> {
     let invalid = |what: &str| RpcError::new(-32600, format!("fs/copy {what}"));
-    let kind = std::fs::symlink_metadata(from)
-        .map_err(io_error)?
-        .file_type();
+    let kind = std::fs::symlink_metadata(from)?.file_type();
     if kind.is_dir() {
         if !recursive {
             return Err(invalid(
                 "requires recursive: true when sourcePath is a directory",
             ));
         }
-        let source = std::fs::canonicalize(from).map_err(io_error)?;
-        if resolved(to).map_err(io_error)?.starts_with(&source) {
+        let source = std::fs::canonicalize(from)?;
+        if resolved(to)?.starts_with(&source) {
             return Err(invalid(
                 "cannot copy a directory to itself or one of its descendants",
             ));
@@ -398,7 +400,7 @@ fn copy(from: &Path, to: &Path, recursive: bool) -> Result<(), RpcError> {
             "only supports regular files, directories, and symlinks",
         ));
     }
-    copy_entry(from, to, kind).map_err(io_error)
+    Ok(copy_entry(from, to, kind)?)
 }
 
 /// How deep `fs/copy` goes: a bind mount of a directory inside itself
@@ -412,15 +414,15 @@ fn copy_dir(from: &Path, to: &Path, depth: usize) -> Result<(), RpcError> {
             format!("fs/copy goes at most {MAX_COPY_DEPTH} directories deep"),
         ));
     }
-    std::fs::create_dir_all(to).map_err(io_error)?;
-    for e in std::fs::read_dir(from).map_err(io_error)? {
-        let e = e.map_err(io_error)?;
-        let kind = e.file_type().map_err(io_error)?;
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let kind = e.file_type()?;
         let target = to.join(e.file_name());
         if kind.is_dir() {
             copy_dir(&e.path(), &target, depth + 1)?;
         } else if kind.is_file() || kind.is_symlink() {
-            copy_entry(&e.path(), &target, kind).map_err(io_error)?;
+            copy_entry(&e.path(), &target, kind)?;
         }
     }
     Ok(())
@@ -533,7 +535,7 @@ impl Handles {
         if self.table().contains_key(&p.handle_id) {
             return Err(taken(&p.handle_id));
         }
-        let file = blocking(confine, move || Ok(open_file(&path))).await??;
+        let file = blocking(confine, move || open_file(&path)).await?;
         let mut table = self.table();
         if table.contains_key(&p.handle_id) {
             return Err(taken(&p.handle_id));
