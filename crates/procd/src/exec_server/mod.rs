@@ -505,15 +505,19 @@ impl Server {
                     // Codex's own stdio server: nothing to resume.
                     return Err(RpcError::new(-32600, format!("unknown session id {id}")));
                 }
-                // Only one that succeeds counts (handled in the read
-                // loop, so no other request is under way).
-                if self.handshake.load(Ordering::SeqCst) != Handshake::NONE {
+                // Only one that succeeds counts.
+                let first = self.handshake.compare_exchange(
+                    Handshake::NONE,
+                    Handshake::ANSWERED,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+                if first.is_err() {
                     return Err(RpcError::new(
                         -32600,
                         "initialize may only be sent once per connection",
                     ));
                 }
-                self.handshake.store(Handshake::ANSWERED, Ordering::SeqCst);
                 Ok(json!({
                     "sessionId": self.session_id,
                     "environmentInfo": environment_info(),
