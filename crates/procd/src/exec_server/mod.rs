@@ -496,33 +496,35 @@ impl Server {
         }
     }
 
+    /// `initialize`: the session's id and the environment; only the
+    /// first that succeeds counts.
+    fn initialize(&self, p: InitializeParams) -> Result<Value, RpcError> {
+        if let Some(id) = p.resume_session_id {
+            // Over stdio every connection is a new server, as with
+            // Codex's own stdio server: nothing to resume.
+            return Err(RpcError::new(-32600, format!("unknown session id {id}")));
+        }
+        let first = self.handshake.compare_exchange(
+            Handshake::NONE,
+            Handshake::ANSWERED,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        if first.is_err() {
+            return Err(RpcError::new(
+                -32600,
+                "initialize may only be sent once per connection",
+            ));
+        }
+        Ok(json!({
+            "sessionId": self.session_id,
+            "environmentInfo": environment_info(),
+        }))
+    }
+
     async fn call(self: &Arc<Self>, method: &str, p: Value) -> Result<Value, RpcError> {
         match method {
-            "initialize" => {
-                let p: InitializeParams = params(p)?;
-                if let Some(id) = p.resume_session_id {
-                    // Over stdio every connection is a new server, as with
-                    // Codex's own stdio server: nothing to resume.
-                    return Err(RpcError::new(-32600, format!("unknown session id {id}")));
-                }
-                // Only one that succeeds counts.
-                let first = self.handshake.compare_exchange(
-                    Handshake::NONE,
-                    Handshake::ANSWERED,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
-                if first.is_err() {
-                    return Err(RpcError::new(
-                        -32600,
-                        "initialize may only be sent once per connection",
-                    ));
-                }
-                Ok(json!({
-                    "sessionId": self.session_id,
-                    "environmentInfo": environment_info(),
-                }))
-            }
+            "initialize" => self.initialize(params(p)?),
             "environment/info" => Ok(environment_info()),
             "process/read" => {
                 let p: ReadParams = params(p)?;
