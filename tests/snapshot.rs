@@ -1,8 +1,9 @@
 //! docs/operations.md against a real daemon: the shell snapshot. What the login
 //! scripts set up (exports, functions, aliases, PATH, options) reaches
 //! commands without the scripts running per spawn; credentials they export
-//! do not; a change is picked up by the next spawn; a capture that fails
-//! falls back to the login shell and says so.
+//! do not; only a command that may reach its functions and aliases
+//! sources them; a change is picked up by the next spawn; a capture that
+//! fails falls back to the login shell and says so.
 
 use crate::common::*;
 use serde_json::json;
@@ -173,6 +174,60 @@ fn a_snapshot_with_nothing_to_run_is_not_sourced() {
     let argv = cmdline(&r["pid"]);
     assert!(argv.contains("shell-snapshot.sh"), "not sourced: {argv:?}");
     assert_eq!(output(&r), "hello-from-alias\nend\n");
+}
+
+/// Functions and aliases cost a session's shell their parse, so only a
+/// command that may reach one sources them: one that names one, one whose
+/// words the text does not show (`$`), and a shell session, whose later
+/// commands may name any. A command that names none runs without them,
+/// with the scripts' variables all the same.
+#[test]
+fn only_a_command_that_may_reach_a_function_or_alias_sources_them() {
+    let home = home_with_rc(
+        "export PLAIN=plain-value\nalias greet='echo hello-from-alias'\nhi() { echo \"hi $1\"; }",
+    );
+    let d = Daemon::in_home(home, "");
+    let sourced = |command: &str| {
+        let r = d.ok("spawn", json!({"command": format!("{command}; sleep 30")}));
+        let argv = cmdline(&r["pid"]);
+        d.ok("kill", json!({"session_id": r["session_id"]}));
+        argv.contains("shell-snapshot.sh")
+    };
+    assert!(!sourced("echo end"), "a command that names neither");
+    assert!(sourced("hi there"), "a command that calls the function");
+    assert!(sourced("echo x | greet"), "a command that uses the alias");
+    assert!(sourced("echo $PLAIN"), "an expansion may make any word");
+    assert_eq!(
+        output_of(
+            &d,
+            "f",
+            json!({"env": {"BASH_FUNC_f%%": "() { hi exported; }"}})
+        ),
+        "hi exported\n",
+        "an exported function may call any"
+    );
+    // Either way the command sees what it would have seen.
+    assert_eq!(
+        output_of(&d, "echo plain=$PLAIN", json!({})),
+        "plain=plain-value\n"
+    );
+    assert_eq!(
+        output_of(&d, "printenv PLAIN; hi there; greet", json!({})),
+        "plain-value\nhi there\nhello-from-alias\n"
+    );
+    assert_eq!(
+        output_of(&d, "printenv PLAIN; type -t hi greet", json!({})),
+        "plain-value\nfunction\nalias\n",
+        "naming them (here to `type`) defines them"
+    );
+    // A shell session's later commands may name any of them.
+    let sh = d.ok("shell_open", json!({}))["shell_id"].clone();
+    let r = d.ok(
+        "shell_run",
+        json!({"shell_id": sh, "command": "hi shell; greet", "yield_ms": 20000}),
+    );
+    assert_eq!(r["output"], "hi shell\nhello-from-alias\n", "{r}");
+    d.ok("shell_close", json!({"shell_id": sh}));
 }
 
 #[test]

@@ -803,7 +803,7 @@ fn spawn_wait_slow_rc(s: &Sizes) -> Vec<Row> {
         id["output"], "1\n",
         "the snapshot carries the rc's export: {id}"
     );
-    let what = "~/.bashrc runs `sleep 0.1` (procd sources the shell snapshot made once)";
+    let what = "~/.bashrc runs `sleep 0.1` and defines an alias (procd made the shell snapshot once; `true` names no alias, so it is not sourced)";
     vec![
         spawn_wait_row(
             &d,

@@ -10,7 +10,9 @@
 //! sources: the exported variables go into its environment at exec (the
 //! daemon keeps them in memory), and only the shell options that differ
 //! from a plain `bash -c`'s are set. A snapshot with no functions, aliases
-//! or such options is not sourced at all.
+//! or such options is not sourced at all, and one of functions and
+//! aliases only is not sourced for a command that cannot reach them
+//! (`reach.rs`).
 //!
 //! Capturing runs the shell through the reaper (the daemon reaps every
 //! child; `Command::output` would race it), off the event loop, with a
@@ -30,6 +32,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod reach;
 
 /// The snapshot file's name in the state dir: what a session sources.
 pub const FILE_NAME: &str = "shell-snapshot.sh";
@@ -111,16 +115,36 @@ impl Fingerprint {
 }
 
 /// A snapshot as sessions use it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Snapshot {
     /// The variables the scripts exported (filtered), for the session's
     /// environment at exec.
     pub vars: Vec<(String, String)>,
-    /// The file to source first, when there is something to run in it.
+    /// The file to source first, when there is something to run in it
+    /// (`script_for` says for which commands).
     pub script: Option<PathBuf>,
+    /// The names its functions and aliases define, unless every command
+    /// needs it.
+    names: reach::Names,
     /// Whether it sets variables itself (`is_shell_var`), so that the
     /// session's `KEEP_VAR` must name what it keeps.
     pub sets_vars: bool,
+}
+
+impl Snapshot {
+    /// The file `command`'s shell sources first: none when the snapshot
+    /// runs nothing, or only defines functions and aliases the command
+    /// cannot reach (`reach`). A function exported in its environment
+    /// `env` may call them under names the command does not show.
+    pub fn script_for(
+        &self,
+        command: &str,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Option<&Path> {
+        let script = self.script.as_deref()?;
+        let exported_functions = env.keys().any(|k| k.starts_with("BASH_FUNC_"));
+        (exported_functions || self.names.reached_by(command)).then_some(script)
+    }
 }
 
 enum State {
@@ -462,6 +486,7 @@ fn write_snapshot(
     Ok(Snapshot {
         vars: rendered.vars,
         script: rendered.runs.then_some(path),
+        names: rendered.names,
         sets_vars: rendered.sets_vars,
     })
 }
@@ -473,6 +498,8 @@ struct Rendered {
     text: String,
     /// Whether the text does anything (else it is not sourced).
     runs: bool,
+    /// What it defines, for `Snapshot::script_for`.
+    names: reach::Names,
     sets_vars: bool,
 }
 
@@ -488,7 +515,11 @@ fn render(env: &[u8], defs: &str, defaults: &str, policy: &EnvPolicy) -> Rendere
         body.push_str(&shell_vars);
         body.push_str("unset -f __procd_set; unset PROCD_KEEP\n");
     }
-    let (aliases, expand_aliases) = push_defs(&mut body, defs, defaults);
+    let mut names = reach::Names::new();
+    if sets_vars {
+        names.every();
+    }
+    let (aliases, expand_aliases) = push_defs(&mut body, defs, defaults, &mut names);
     if aliases && expand_aliases {
         // Aliases are expanded in the command (sourced on its own line first).
         body.push_str("shopt -s expand_aliases\n");
@@ -507,6 +538,7 @@ fn render(env: &[u8], defs: &str, defaults: &str, policy: &EnvPolicy) -> Rendere
         vars,
         text,
         runs,
+        names,
         sets_vars,
     }
 }
@@ -546,9 +578,15 @@ fn split_env(env: &[u8], policy: &EnvPolicy) -> (Vec<(String, String)>, String) 
 
 /// Appends `defs` to `body`: functions and aliases as they are, `shopt -p`
 /// lines that differ from a plain `bash -c` (`defaults`) as runs of `shopt
-/// -s`/`-u`. Returns whether there were aliases and whether the login
+/// -s`/`-u`, noting in `names` what they define (an option acts on every
+/// command). Returns whether there were aliases and whether the login
 /// shell expanded them.
-fn push_defs(body: &mut String, defs: &str, defaults: &str) -> (bool, bool) {
+fn push_defs(
+    body: &mut String,
+    defs: &str,
+    defaults: &str,
+    names: &mut reach::Names,
+) -> (bool, bool) {
     let defaults: BTreeSet<&str> = defaults.lines().collect();
     // `shopt -p` lines that differ from a plain `bash -c`, a run of them as
     // one `shopt -s` and one `shopt -u` made quiet: some options cannot be
@@ -557,10 +595,10 @@ fn push_defs(body: &mut String, defs: &str, defaults: &str) -> (bool, bool) {
     // each costs the session's shell five syscalls.
     let mut options: [Vec<&str>; 2] = [Vec::new(), Vec::new()];
     let flush = |out: &mut String, options: &mut [Vec<&str>; 2]| {
-        for (flag, names) in ["-s", "-u"].iter().zip(options.iter_mut()) {
-            if !names.is_empty() {
-                out.push_str(&format!("shopt {flag} {} 2>/dev/null\n", names.join(" ")));
-                names.clear();
+        for (flag, run) in ["-s", "-u"].iter().zip(options.iter_mut()) {
+            if !run.is_empty() {
+                out.push_str(&format!("shopt {flag} {} 2>/dev/null\n", run.join(" ")));
+                run.clear();
             }
         }
     };
@@ -578,9 +616,13 @@ fn push_defs(body: &mut String, defs: &str, defaults: &str) -> (bool, bool) {
             Some((flag, "expand_aliases")) => expand_aliases = flag == "-s",
             Some((_, "login_shell")) => {}
             Some(_) if defaults.contains(line) => {}
-            Some((flag, name)) => options[usize::from(flag == "-u")].push(name),
+            Some((flag, name)) => {
+                names.every();
+                options[usize::from(flag == "-u")].push(name)
+            }
             None => {
                 aliases |= line.starts_with("alias ");
+                names.note(line);
                 flush(body, &mut options);
                 body.push_str(line);
                 body.push('\n');
@@ -677,6 +719,23 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("shopt -s expand_aliases\n"));
+    }
+
+    /// Functions and aliases are sourced for the commands that may reach
+    /// them; an option or a variable the file sets, for every command.
+    #[test]
+    fn what_the_file_sets_decides_which_commands_source_it() {
+        let policy = EnvPolicy::new(&[]);
+        let defaults = "shopt -u extglob\n";
+        let defs = "f () \n{ \n    :\n}\nalias ll='ls -l'\n";
+        let r = render(b"PLAIN=1\0", defs, defaults, &policy);
+        assert!(r.runs);
+        assert!(!r.names.reached_by("true") && r.names.reached_by("f; ll"));
+        let with_option = format!("{defs}shopt -s extglob\n");
+        let r = render(b"PLAIN=1\0", &with_option, defaults, &policy);
+        assert!(r.names.reached_by("true"));
+        let r = render(b"BASH_ENV=/x\0", defs, defaults, &policy);
+        assert!(r.names.reached_by("true"));
     }
 
     #[test]

@@ -162,14 +162,16 @@ impl Registry {
         })
     }
 
-    /// The argv that runs `script`: a non-interactive `bash -c` with the
-    /// shell snapshot's variables in its environment, which sources the
-    /// snapshot first when it has something to run (on its own line, so
-    /// that aliases apply to the command); or, without a snapshot or when
-    /// it cannot be made, the configured shell (`bash -lic`). The caller's
-    /// variables and those procd sets per session win over the scripts'.
+    /// The argv that runs `script`, the launch line of `command`: a
+    /// non-interactive `bash -c` with the shell snapshot's variables in its
+    /// environment, which sources the snapshot first when it has something
+    /// to run that `command` may need (on its own line, so that aliases
+    /// apply to the command); or, without a snapshot or when it cannot be
+    /// made, the configured shell (`bash -lic`). The caller's variables and
+    /// those procd sets per session win over the scripts'.
     pub(super) async fn launch_argv(
         &self,
+        command: &str,
         script: &str,
         env: &mut BTreeMap<String, String>,
         caller_env: &BTreeMap<String, String>,
@@ -188,7 +190,7 @@ impl Registry {
                             env.insert(name.clone(), value.clone());
                         }
                     }
-                    let Some(path) = &snapshot.script else {
+                    let Some(path) = snapshot.script_for(command, env) else {
                         return vec![self.shell[0].clone(), "-c".into(), script.to_string()];
                     };
                     if snapshot.sets_vars {

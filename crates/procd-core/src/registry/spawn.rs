@@ -299,12 +299,15 @@ impl Registry {
             .env_policy
             .build(self.inherited_env.iter().cloned(), caller_env, id);
         env.insert(INSTANCE_VAR.into(), self.instance_marker());
-        let mut script = launch_script(&spec.command_to_run());
+        let command = spec.command_to_run();
+        let mut script = launch_script(&command);
         if spec.is_jobs() {
             self.open_jobs(id, &mut env).await?;
             script = self.jobs_script(script);
         }
-        let argv = self.launch_argv(&script, &mut env, caller_env).await;
+        let argv = self
+            .launch_argv(&command, &script, &mut env, caller_env)
+            .await;
         Ok((env, argv))
     }
 
