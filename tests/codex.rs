@@ -101,7 +101,7 @@ fn processes_end_with_the_codex_that_started_them() {
     let d = Daemon::start();
     let work = short_tempdir();
     let mut codex = Codex::start(&d, &[]);
-    let cwd = format!("file://{}", work.path().display());
+    let cwd = file_uri(work.path());
     let started = codex.call(
         json!(1),
         "process/start",
@@ -393,7 +393,7 @@ fn workspace_write(root: &Path) -> Value {
     let mut git = special("project_roots", "read");
     git["path"]["value"]["subpath"] = json!(".git");
     git["missing_path_behavior"] = json!("skip");
-    let uri = format!("file://{}", root.display());
+    let uri = file_uri(root);
     json!({
         "permissions": {"type": "managed", "file_system": {"type": "restricted", "entries": [
             special("root", "read"), special("project_roots", "write"),
@@ -425,7 +425,7 @@ fn fs_calls_under_a_sandbox_intent_are_confined_by_the_kernel() {
         codex.call(json!(next), method, params)
     };
     let sandbox = workspace_write(work.path());
-    let at = |dir: &Path, name: &str| format!("file://{}", dir.join(name).display());
+    let at = |dir: &Path, name: &str| file_uri(dir.join(name));
     let hello = json!("aGVsbG8="); // "hello"
 
     let inside = call(
@@ -623,6 +623,11 @@ impl Codex {
         drop(self.stdin.take());
         assert!(self.server.0.wait().expect("ends").success());
     }
+}
+
+/// `path` as the `file://` URI Codex sends (plain names: no escaping).
+fn file_uri(path: impl AsRef<Path>) -> String {
+    format!("file://{}", path.as_ref().display())
 }
 
 /// The procd session of Codex process `pid`, once listed.
@@ -866,6 +871,106 @@ fn requests_past_the_in_flight_bound_wait_for_an_answer() {
     codex.end();
 }
 
+/// Requests as large as a file (`fs/readFile` here) are at most 4 at once,
+/// from their reading until their answer is written: a Codex that asks
+/// for a file 32 times and reads nothing makes the server hold 4 files,
+/// not 32, and a request sent after them is read only once 28 of them
+/// are written. Every answer is the whole file.
+#[test]
+fn large_answers_are_held_a_few_at_a_time() {
+    use base64::Engine as _;
+    const ASKED: usize = 32;
+    const AT_ONCE: usize = 4;
+    const SIZE: usize = 4 << 20;
+    let d = Daemon::start();
+    let work = tempfile::tempdir().expect("temp dir");
+    let file = work.path().join("four.bin");
+    let bytes: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&file, &bytes).expect("the file");
+    let uri = file_uri(&file);
+    let mut codex = Codex::start(&d, &[]);
+    // Once it serves, and has read the file once.
+    let first = codex.call(json!("first"), "fs/readFile", json!({"path": uri}));
+    assert!(first["result"]["dataBase64"].is_string(), "{first}");
+    let started_kib = status_kib(codex.pid(), "VmRSS:");
+    for i in 0..ASKED {
+        codex.send(json!({"id": format!("read {i}"), "method": "fs/readFile",
+            "params": {"path": uri}}));
+    }
+    codex.send(json!({"id": "last", "method": "fs/getMetadata", "params": {"path": uri}}));
+    // How many reads were written before `last`'s answer.
+    let mut before_last = None;
+    let mut read = 0;
+    while read < ASKED || before_last.is_none() {
+        let msg = codex.next();
+        match msg["id"].as_str() {
+            Some("last") => {
+                assert!(msg["result"].is_object(), "{msg}");
+                before_last = Some(read);
+            }
+            Some(id) if id.starts_with("read ") => {
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(msg["result"]["dataBase64"].as_str().expect("data"))
+                    .expect("base64");
+                assert!(data == bytes, "{id}: {} bytes, not the file", data.len());
+                read += 1;
+            }
+            _ => {}
+        }
+    }
+    let before_last = before_last.expect("answered");
+    let peak_kib = status_kib(codex.pid(), "VmHWM:");
+    codex.end();
+    assert!(
+        before_last >= ASKED - AT_ONCE,
+        "`last` was read while {} file reads were held",
+        ASKED - before_last
+    );
+    // Each held read is the file, its base64 and its line: about 16 MiB.
+    assert!(
+        peak_kib < started_kib + (128 << 10),
+        "the server used {started_kib} KiB at the start and {peak_kib} KiB at its peak"
+    );
+}
+
+/// `fs/readDirectory` answers at most 200 000 entries (the most a walk
+/// returns); a directory of more is an error that names `fs/walk`, not
+/// an answer of every name held in memory.
+#[test]
+fn a_directory_too_large_to_list_is_refused() {
+    const BOUND: usize = 200_000;
+    let d = Daemon::start();
+    let work = tempfile::tempdir().expect("temp dir");
+    let dir = work.path().join("many");
+    std::fs::create_dir(&dir).expect("dir");
+    let one = work.path().join("one");
+    std::fs::write(&one, b"").expect("a file");
+    // Symlinks to one file: each a name, and a file where it leads.
+    for i in 0..=BOUND {
+        std::os::unix::fs::symlink(&one, dir.join(i.to_string())).expect("a link");
+    }
+    let uri = file_uri(&dir);
+    let mut codex = Codex::start(&d, &[]);
+    let r = codex.call(json!(1), "fs/readDirectory", json!({"path": uri}));
+    let listed = r["result"]["entries"].as_array().map_or(0, Vec::len);
+    assert_eq!(r["error"]["code"], -32600, "answered with {listed} entries");
+    let message = r["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains(&format!("more than {BOUND} entries")) && message.contains("fs/walk"),
+        "{message}"
+    );
+    std::fs::remove_file(dir.join("0")).expect("one name fewer");
+    let r = codex.call(json!(2), "fs/readDirectory", json!({"path": uri}));
+    let entries = r["result"]["entries"].as_array().expect("the entries");
+    assert_eq!(entries.len(), BOUND);
+    assert!(
+        entries.iter().all(|e| e["isFile"] == true),
+        "{}",
+        entries[0]
+    );
+    codex.end();
+}
+
 /// `fs/readFile` answers a file of at most 64 MiB (the line that may carry
 /// one to `fs/writeFile`); a larger one is an error that says to read it
 /// in blocks, and a device (`/dev/zero`, which never ends) is not a file,
@@ -948,7 +1053,7 @@ fn a_file_copied_onto_itself_keeps_its_bytes() {
     let work = tempfile::tempdir().expect("temp dir");
     let file = work.path().join("a.txt");
     std::fs::write(&file, "hello").expect("write");
-    let uri = format!("file://{}", file.display());
+    let uri = file_uri(&file);
     let mut codex = Codex::start(&d, &[]);
     let copied = codex.call(
         json!(1),
@@ -974,7 +1079,7 @@ fn a_write_to_a_fifo_nothing_reads_is_refused() {
     let answer = codex.call(
         json!(1),
         "fs/writeFile",
-        json!({"path": format!("file://{}", fifo.display()), "dataBase64": "eA=="}),
+        json!({"path": file_uri(&fifo), "dataBase64": "eA=="}),
     );
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("a FIFO that nothing reads"), "{answer}");
@@ -999,8 +1104,11 @@ fn a_line_too_long_is_read_past_not_kept() {
     let info = codex.call(json!(1), "environment/info", json!({}));
     assert!(info["result"]["shell"].is_object(), "{info}");
     let peak_kib = status_kib(codex.pid(), "VmHWM:");
+    let after_kib = status_kib(codex.pid(), "VmRSS:");
     codex.end();
     // The one line it holds (64 MiB, in a buffer that may have doubled)
     // and the server itself; not the 512 MiB that came.
     assert!(peak_kib < 256 << 10, "{peak_kib} KiB at the peak");
+    // And that buffer is let go once the next line is read.
+    assert!(after_kib < 48 << 10, "{after_kib} KiB after the next line");
 }

@@ -274,12 +274,25 @@ fn metadata(path: &Path) -> std::io::Result<Value> {
     }))
 }
 
+/// The most entries `fs/readDirectory` answers with: as many as a walk
+/// returns. The answer is held in memory, about 100 bytes an entry.
+const MAX_DIRECTORY_ENTRIES: usize = MAX_WALK_ENTRIES;
+
 /// `fs/readDirectory`: each entry as what it leads to. One that leads
 /// nowhere (a dangling symlink) is left out, as Codex's server leaves it.
-fn read_directory(path: &Path) -> std::io::Result<Value> {
+/// A directory of more than `MAX_DIRECTORY_ENTRIES` is an error that
+/// says to walk it (Codex's server answers every entry).
+fn read_directory(path: &Path) -> Result<Value, RpcError> {
     let mut entries = Vec::new();
     for e in std::fs::read_dir(path)? {
         let e = e?;
+        if entries.len() == MAX_DIRECTORY_ENTRIES {
+            let why = format!(
+                "{} holds more than {MAX_DIRECTORY_ENTRIES} entries: list it with fs/walk and maxEntries",
+                path.display()
+            );
+            return Err(RpcError::new(-32600, why));
+        }
         let Ok(m) = std::fs::metadata(e.path()) else {
             continue;
         };

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use uri::{path_of, uri_of};
 
 /// The Codex release whose wire this speaks (docs/codex.md).
@@ -38,6 +38,9 @@ const WRITER_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The longest line read (a `fs/writeFile` carries a whole file).
 const MAX_LINE: usize = 64 << 20;
+
+/// The most of the line buffer kept between lines.
+const LINE_KEPT: usize = 1 << 20;
 
 /// An error in Codex's shape: `{code, message, data?}`.
 #[derive(Debug)]
@@ -85,26 +88,51 @@ const OUTBOX_LINES: usize = 64;
 /// given a task per line).
 const MAX_IN_FLIGHT: usize = 256;
 
+/// How many requests whose message or answer may be as large as a file
+/// (`LARGE`) exist at once, from the reading of the request until its
+/// answer is written to stdout: each holds up to `fs::MAX_READ_FILE` and
+/// its base64, so `MAX_IN_FLIGHT` of them, or `OUTBOX_LINES` answers
+/// waiting for a Codex that does not read, would be tens of GiB. The
+/// next request line is read once one of them is done.
+const LARGE_AT_ONCE: usize = 4;
+
+/// The methods `LARGE_AT_ONCE` counts: a file's bytes each way, and the
+/// listings (a directory's entries, a walk's up to 200 000).
+const LARGE: &[&str] = &["fs/readFile", "fs/writeFile", "fs/readDirectory", "fs/walk"];
+
+/// A line for stdout, and the place among the `LARGE_AT_ONCE` it holds
+/// until it is written.
+pub type Line = (Value, Option<OwnedSemaphorePermit>);
+
 /// Where answers and notifications go: one writer, lines in send order,
 /// at most `OUTBOX_LINES` waiting.
 #[derive(Clone)]
-pub struct Outbox(mpsc::Sender<Value>);
+pub struct Outbox(mpsc::Sender<Line>);
 
 impl Outbox {
     async fn answer(&self, id: Value, result: Result<Value, RpcError>) {
-        let _ = self
-            .0
-            .send(match result {
-                Ok(result) => json!({"id": id, "result": result}),
-                Err(e) => json!({"id": id, "error": e.json()}),
-            })
-            .await;
+        self.answer_holding(id, result, None).await
+    }
+
+    /// The answer, holding `large` until it is written.
+    async fn answer_holding(
+        &self,
+        id: Value,
+        result: Result<Value, RpcError>,
+        large: Option<OwnedSemaphorePermit>,
+    ) {
+        let answer = match result {
+            Ok(result) => json!({"id": id, "result": result}),
+            Err(e) => json!({"id": id, "error": e.json()}),
+        };
+        let _ = self.0.send((answer, large)).await;
     }
 }
 
-/// A notification, to send through a place taken in the outbox.
-fn notification(method: &str, params: Value) -> Value {
-    json!({"method": method, "params": params})
+/// A notification, as a line to send through a place taken in the
+/// outbox (it holds no place among the `LARGE_AT_ONCE`).
+fn notification(method: &str, params: Value) -> Line {
+    (json!({"method": method, "params": params}), None)
 }
 
 struct Server {
@@ -148,7 +176,7 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
         .map_err(|e| e.to_string())?;
     let conn =
         procd_client::Reconnecting::new(procd_client::Endpoint::Socket(paths.socket()), client);
-    let (tx, rx) = mpsc::channel::<Value>(OUTBOX_LINES);
+    let (tx, rx) = mpsc::channel::<Line>(OUTBOX_LINES);
     let server = Arc::new(Server {
         conn: Arc::new(conn),
         owner: lease.token().to_string(),
@@ -172,9 +200,10 @@ pub async fn run(paths: &Paths, launcher: &Launcher, keep: bool) -> Result<(), S
 
 /// Writes each message as a line to stdout until every sender is gone
 /// or stdout is.
-async fn write_lines(mut rx: mpsc::Receiver<Value>) {
+async fn write_lines(mut rx: mpsc::Receiver<Line>) {
     let mut stdout = tokio::io::stdout();
-    while let Some(msg) = rx.recv().await {
+    // A large answer's place is given back once its line is written.
+    while let Some((msg, _large)) = rx.recv().await {
         let mut line = msg.to_string();
         line.push('\n');
         if stdout.write_all(line.as_bytes()).await.is_err() {
@@ -185,13 +214,20 @@ async fn write_lines(mut rx: mpsc::Receiver<Value>) {
 }
 
 /// Reads requests from stdin until it ends, each handled in a task of its
-/// own (at most `MAX_IN_FLIGHT` at once), the handshake's in order.
+/// own (at most `MAX_IN_FLIGHT` at once, `LARGE_AT_ONCE` of them large),
+/// the handshake's in order.
 async fn read_requests(server: &Arc<Server>) {
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let mut line = Vec::new();
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let large = Arc::new(Semaphore::new(LARGE_AT_ONCE));
     loop {
-        line.clear();
+        // A buffer a large line grew (a file for `fs/writeFile`, up to
+        // twice `MAX_LINE`) is not kept for the small lines after it.
+        match line.capacity() > LINE_KEPT {
+            true => line = Vec::new(),
+            false => line.clear(),
+        }
         // Never closed: Err cannot come.
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
@@ -227,11 +263,17 @@ async fn read_requests(server: &Arc<Server>) {
         let handshake = msg.get("id").is_none()
             || msg.get("method").and_then(Value::as_str) == Some("initialize");
         if handshake {
-            server.handle(msg).await;
+            server.handle(msg, None).await;
             continue;
         }
+        let method = msg.get("method").and_then(Value::as_str);
+        let held = match method.is_some_and(|m| LARGE.contains(&m)) {
+            // Never closed: Err cannot come.
+            true => large.clone().acquire_owned().await.ok(),
+            false => None,
+        };
         tokio::spawn(async move {
-            server.handle(msg).await;
+            server.handle(msg, held).await;
             drop(permit);
         });
     }
@@ -399,7 +441,9 @@ enum CodexSignal {
 const MAX_WAIT_MS: u64 = 300_000;
 
 impl Server {
-    async fn handle(self: Arc<Self>, msg: Value) {
+    /// Answers `msg`; `large` is its place among the `LARGE_AT_ONCE`,
+    /// held until its answer is written.
+    async fn handle(self: Arc<Self>, msg: Value, large: Option<OwnedSemaphorePermit>) {
         // Every line that is no message is answered, as Codex's own server
         // does (it names the line's fault; procd's id is JSON-RPC's null).
         let invalid = |why: &str| {
@@ -473,7 +517,7 @@ impl Server {
             return;
         }
         let answer = self.call(&method, p).await;
-        self.out.answer(id, answer).await;
+        self.out.answer_holding(id, answer, large).await;
     }
 
     /// Why `method` is not served yet, in Codex's server's words: its

@@ -3,7 +3,7 @@
 //! `process/exited` and `process/closed`), and the chunks kept for
 //! `process/read`.
 
-use super::{notification, Outbox, RpcError};
+use super::{notification, Line, Outbox, RpcError};
 use base64::Engine as _;
 use procd_proto::{Cursor, OutputItem, ProcdApiClient};
 use serde_json::{json, Value};
@@ -171,7 +171,7 @@ impl Process {
     }
 
     /// Numbers `bytes` and sends them through `place`.
-    fn output(&self, place: Permit<'_, Value>, bytes: Vec<u8>) {
+    fn output(&self, place: Permit<'_, Line>, bytes: Vec<u8>) {
         let chunk = base64::engine::general_purpose::STANDARD.encode(&bytes);
         self.state.send_modify(|o| {
             o.seq += 1;
@@ -190,9 +190,9 @@ impl Process {
     /// still reads).
     async fn exited(&self, out: &Outbox, code: i32) {
         let mut places = out.0.reserve_many(2).await.ok();
-        let mut send = |message: Value| {
+        let mut send = |line: Line| {
             if let Some(place) = places.as_mut().and_then(Iterator::next) {
-                place.send(message);
+                place.send(line);
             }
         };
         self.state.send_modify(|o| {
