@@ -150,6 +150,26 @@ pub async fn call(method: &str, p: Value) -> Result<Value, RpcError> {
     .await
 }
 
+/// How much a call may carry (`super::LARGE_AT_ONCE`).
+#[derive(Clone, Copy)]
+pub enum Weight {
+    /// Its message and answer are small.
+    Small,
+    /// Its message carries a file's bytes (`fs/writeFile`).
+    LargeMessage,
+    /// Its answer may carry a file's bytes or a listing as large.
+    LargeAnswer,
+}
+
+/// The `Weight` of `method`.
+pub fn weight(method: &str) -> Weight {
+    match method {
+        "fs/writeFile" => Weight::LargeMessage,
+        "fs/readFile" | "fs/readDirectory" | "fs/walk" => Weight::LargeAnswer,
+        _ => Weight::Small,
+    }
+}
+
 /// The largest file `fs/readFile` answers with: as large as the line that
 /// may carry one to `fs/writeFile`. Codex's own server reads any file
 /// whole (about four times its size in memory at the peak), and a

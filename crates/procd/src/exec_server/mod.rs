@@ -89,16 +89,14 @@ const OUTBOX_LINES: usize = 64;
 const MAX_IN_FLIGHT: usize = 256;
 
 /// How many requests whose message or answer may be as large as a file
-/// (`LARGE`) exist at once, from the reading of the request until its
-/// answer is written to stdout: each holds up to `fs::MAX_READ_FILE` and
-/// its base64, so `MAX_IN_FLIGHT` of them, or `OUTBOX_LINES` answers
-/// waiting for a Codex that does not read, would be tens of GiB. The
-/// next request line is read once one of them is done.
+/// (`fs::Weight`) exist at once, from the reading of the request until
+/// its answer is written to stdout: each holds up to `fs::MAX_READ_FILE`
+/// and its base64, so `MAX_IN_FLIGHT` of them, or `OUTBOX_LINES` answers
+/// waiting for a Codex that does not read, would be tens of GiB. A
+/// request whose message is that large holds up the next line until it
+/// has its place; one whose answer is waits for its place in its own
+/// task, so that the lines after it are still read and served.
 const LARGE_AT_ONCE: usize = 4;
-
-/// The methods `LARGE_AT_ONCE` counts: a file's bytes each way, and the
-/// listings (a directory's entries, a walk's up to 200 000).
-const LARGE: &[&str] = &["fs/readFile", "fs/writeFile", "fs/readDirectory", "fs/walk"];
 
 /// A line for stdout, and the place among the `LARGE_AT_ONCE` it holds
 /// until it is written.
@@ -267,12 +265,18 @@ async fn read_requests(server: &Arc<Server>) {
             continue;
         }
         let method = msg.get("method").and_then(Value::as_str);
-        let held = match method.is_some_and(|m| LARGE.contains(&m)) {
-            // Never closed: Err cannot come.
-            true => large.clone().acquire_owned().await.ok(),
-            false => None,
+        let weight = method.map_or(fs::Weight::Small, fs::weight);
+        // (The semaphore is never closed: Err cannot come.)
+        let held = match weight {
+            fs::Weight::LargeMessage => large.clone().acquire_owned().await.ok(),
+            _ => None,
         };
+        let large = large.clone();
         tokio::spawn(async move {
+            let held = match weight {
+                fs::Weight::LargeAnswer => large.acquire_owned().await.ok(),
+                _ => held,
+            };
             server.handle(msg, held).await;
             drop(permit);
         });
