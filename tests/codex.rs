@@ -531,10 +531,10 @@ fn exec_server(
 }
 
 /// `procd exec-server` on `d`'s home, driven as Codex drives it. Its
-/// stdout is read only once a test asks for a message (a thread then
-/// reads it, so each wait has a deadline): until then the server finds
-/// no reader, as behind a Codex that stops reading. Ended when dropped,
-/// if a test fails before `end`.
+/// stdout is read only as a test asks for messages (by a thread, so each
+/// wait has a deadline, that reads one line ahead at most): until then
+/// the server finds no reader, as behind a Codex that stops reading.
+/// Ended when dropped, if a test fails before `end`.
 struct Codex {
     server: Stand,
     stdin: Option<std::process::ChildStdin>,
@@ -580,10 +580,14 @@ impl Codex {
         let stdout = &mut self.stdout;
         let messages = self.messages.get_or_insert_with(|| {
             let stdout = stdout.take().expect("stdout");
-            let (tx, rx) = std::sync::mpsc::channel();
+            // A line is handed over only when the test takes it.
+            let (tx, rx) = std::sync::mpsc::sync_channel(0);
             std::thread::spawn(move || {
                 for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+                    let msg = serde_json::from_str(&line).unwrap_or(Value::Null);
+                    if tx.send(msg).is_err() {
+                        return; // the test is done reading: stdout closes
+                    }
                 }
             });
             rx
@@ -621,6 +625,8 @@ impl Codex {
     /// Codex closes stdin; the server must end, and well.
     fn end(mut self) {
         drop(self.stdin.take());
+        // What the test did not read is not waited on.
+        drop((self.messages.take(), self.stdout.take()));
         assert!(self.server.0.wait().expect("ends").success());
     }
 }
@@ -888,16 +894,9 @@ fn large_answers_are_held_a_few_at_a_time() {
     let bytes: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(&file, &bytes).expect("the file");
     let uri = file_uri(&file);
-    // Nothing is read from the server's stdout until the end.
     let mut codex = Codex::start(&d, &[]);
-    codex.send(json!({"id": "start", "method": "process/start", "params": {
-        "processId": "s", "argv": ["/bin/sleep", "300"], "cwd": "file:///", "env": {}, "tty": false}}));
-    let mut session = None;
-    wait_until("a session for s", || {
-        session = session_of(&d, "s");
-        session.is_some()
-    });
-    let session = session.expect("found");
+    let session = codex.start_process(&d, "s", &["/bin/sleep", "300"]);
+    // From here the test reads nothing until the terminate is carried out.
     let started_kib = status_kib(codex.pid(), "VmRSS:");
     for i in 0..ASKED {
         codex.send(json!({"id": format!("read {i}"), "method": "fs/readFile",
