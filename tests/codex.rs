@@ -1066,6 +1066,66 @@ fn a_file_copied_onto_itself_keeps_its_bytes() {
     codex.end();
 }
 
+/// `fs/remove` never removes the root directory's tree, however the path
+/// names it, as `rm -r` refuses without --no-preserve-root; Codex's own
+/// server would go on until an error stopped it. The calls carry Codex's
+/// read-only intent, so that a build without the check is stopped by the
+/// kernel at its first unlink, and the answer tells the two apart.
+#[test]
+fn the_root_directory_is_never_removed() {
+    let d = Daemon::start();
+    let work = tempfile::tempdir().expect("temp dir");
+    let link = work.path().join("root");
+    std::os::unix::fs::symlink("/", &link).expect("a link to /");
+    std::fs::create_dir_all(work.path().join("tree/sub")).expect("a tree");
+    let read_only = {
+        let mut intent = workspace_write(work.path());
+        intent["permissions"]["file_system"]["entries"] =
+            json!([{"path": {"type": "special", "value": {"kind": "root"}}, "access": "read"}]);
+        intent
+    };
+    let mut codex = Codex::start(&d, &[]);
+    // First, the intent is the kernel's: an ordinary tree is refused by
+    // it (so the refusals below are the check's, and a build without the
+    // check removes nothing).
+    let tree = file_uri(work.path().join("tree"));
+    let confined = codex.call(
+        json!("tree"),
+        "fs/remove",
+        json!({"path": tree, "sandbox": read_only}),
+    );
+    let message = confined["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Permission denied"), "{confined}");
+    let link_uri = format!("{}/", file_uri(&link));
+    let names_of_root = [
+        "file:///".to_string(),
+        format!("{}/..", file_uri(work.path().parent().expect("a parent"))),
+        link_uri,
+    ];
+    let mut next = 0;
+    for uri in names_of_root {
+        next += 1;
+        let answer = codex.call(
+            json!(next),
+            "fs/remove",
+            json!({"path": uri, "sandbox": read_only}),
+        );
+        assert_eq!(answer["error"]["code"], -32600, "{uri}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("it is `/`"), "{uri}: {answer}");
+    }
+    // Without an intent a tree is removed, and a link to `/` is a link:
+    // it goes, and what it named stays.
+    let removed = codex.call(json!("free"), "fs/remove", json!({"path": tree}));
+    assert_eq!(removed["result"], json!({}), "{removed}");
+    assert!(!work.path().join("tree").exists());
+    let unlinked = codex.call(json!("link"), "fs/remove", json!({"path": file_uri(&link)}));
+    assert_eq!(unlinked["result"], json!({}), "{unlinked}");
+    assert!(std::fs::symlink_metadata(&link).is_err(), "the link stayed");
+    assert!(Path::new("/usr/bin").is_dir());
+    codex.end();
+}
+
 /// `fs/writeFile` to a FIFO that nothing reads is an error at once: its
 /// open would wait for a reader. Codex's own server waits there, and
 /// answers nothing after it.

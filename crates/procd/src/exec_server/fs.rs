@@ -391,16 +391,42 @@ fn walk(root: &Path, o: &WalkOptions) -> std::io::Result<Value> {
     Ok(json!({"entries": entries, "errors": errors, "truncated": truncated}))
 }
 
-fn remove(path: &Path, recursive: bool, force: bool) -> std::io::Result<()> {
+/// `fs/remove`. A tree is never removed when it is the root directory,
+/// however `path` names it (`/`, `/tmp/..`, a link to it with a trailing
+/// slash, a bind mount of it): `rm -r` refuses it so without
+/// `--no-preserve-root`, where Codex's own server would go on until an
+/// error stopped it.
+fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), RpcError> {
     let removed = match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() && recursive => std::fs::remove_dir_all(path),
+        Ok(m) if m.is_dir() && recursive => {
+            if is_root_dir(path) {
+                return Err(RpcError::new(
+                    -32600,
+                    format!(
+                        "fs/remove refuses to remove `{}`: it is `/` (as rm refuses without --no-preserve-root)",
+                        path.display()
+                    ),
+                ));
+            }
+            std::fs::remove_dir_all(path)
+        }
         Ok(m) if m.is_dir() => std::fs::remove_dir(path),
         Ok(_) => std::fs::remove_file(path),
         Err(e) => Err(e),
     };
     match removed {
         Err(e) if force && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        other => other,
+        other => Ok(other?),
+    }
+}
+
+/// Whether `path` names the root directory: the same device and inode,
+/// as `rm --preserve-root` tells.
+fn is_root_dir(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), std::fs::metadata("/")) {
+        (Ok(at), Ok(root)) => at.dev() == root.dev() && at.ino() == root.ino(),
+        _ => false,
     }
 }
 
