@@ -76,6 +76,28 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
         "one shell for the agent"
     );
     assert_eq!(seen["shell_bad"]["is_error"], true, "{}", seen["shell_bad"]);
+    // A command sent while the last one waits for input is refused at
+    // once, not queued behind it, and runs once that one has ended.
+    let asks = &seen["shell_asks"];
+    assert_eq!(asks["result"]["waiting_for_input"], true, "{asks}");
+    let n = asks["result"]["command_id"].as_u64().unwrap();
+    let busy = &seen["shell_busy"];
+    assert_eq!(busy["is_error"], true, "{busy}");
+    let said = busy["text"].as_str().unwrap();
+    assert!(
+        said.starts_with(&format!("Not run: command {n} still runs")),
+        "{said}"
+    );
+    let waited = &seen["shell_waited"];
+    assert_eq!(waited["result"]["exit_code"], 0, "{waited}");
+    assert_eq!(waited["result"]["output"], "got yes\n", "{waited}");
+    let next = &seen["shell_next"];
+    assert_eq!(next["result"]["output"], "next\n", "{next}");
+    assert_eq!(
+        next["result"]["command_id"],
+        n + 1,
+        "the refused one ran: {next}"
+    );
     // `search`: the line found, numbered as grep numbers the log, in the
     // words and in structuredContent; a bad time refused by name.
     let search = &seen["search"];

@@ -55,6 +55,14 @@ async def main(procd: str, home: str) -> None:
             out["shell1"] = await call("shell", {"command": "mkdir -p sub2 && cd sub2 && export STAGE=dev"})
             out["shell2"] = await call("shell", {"command": "echo $STAGE; pwd; (exit 3)"})
             out["shell_bad"] = await call("shell", {})
+            # A command sent while the last one waits for input is not
+            # queued behind it (it may never end): it is refused at once.
+            out["shell_asks"] = await call("shell", {"command": "read answer; echo got $answer", "yield_ms": 3000})
+            out["shell_busy"] = await call("shell", {"command": "echo next"})
+            asked = out["shell_asks"]["result"] or {}
+            out["shell_answer"] = await call("write", {"session_id": asked.get("shell_id", ""), "text": "yes", "yield_ms": 0})
+            out["shell_waited"] = await call("shell", {"command_id": asked.get("command_id", 0), "yield_ms": 10000})
+            out["shell_next"] = await call("shell", {"command": "echo next"})
             # Who listens on a port: this client's own listener.
             listener = socket.socket()
             listener.bind(("127.0.0.1", 0))

@@ -31,12 +31,17 @@ impl ProcdMcp {
         let budget = Some(MaxOutputChars::new(
             p.max_output_chars.unwrap_or(super::tools::DEFAULT_BUDGET),
         ));
-        let shell_id = match self.own_shell().await {
-            Ok(id) => id,
+        let (shell_id, running) = match self.own_shell().await {
+            Ok(shell) => shell,
             Err(e) => return Ok(tool_error(e)),
         };
         let client = self.client().await;
         let r = match (&p.command, p.command_id, p.interrupt.unwrap_or(false)) {
+            // Not queued behind it: a command waiting for input may never
+            // end, and the call would then never be answered.
+            (Some(_), None, false) if running.is_some() => {
+                return Ok(failed(busy(&shell_id, running.unwrap_or_default())))
+            }
             (Some(command), None, false) => {
                 let timeout = p.timeout_s.map(TimeoutS::new);
                 let wait = YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
@@ -62,17 +67,22 @@ impl ProcdMcp {
 
 impl ProcdMcp {
     /// This agent's shell: the one it opened, or a new one when that one
-    /// has ended (an `exit`).
-    async fn own_shell(&self) -> Result<String, ClientError> {
+    /// has ended (an `exit`); with the command still running in it, if
+    /// one is.
+    async fn own_shell(&self) -> Result<(String, Option<u64>), ClientError> {
         let mut shell = self.shell.lock().await;
         let client = self.client().await;
         if let Some(id) = shell.as_ref() {
-            if client
-                .shell_commands(id.clone())
-                .await
-                .is_ok_and(|c| c.open)
-            {
-                return Ok(id.clone());
+            if let Ok(listed) = client.shell_commands(id.clone()).await {
+                if listed.open {
+                    let running = listed
+                        .commands
+                        .iter()
+                        .rev()
+                        .find(|c| c.status == CommandStatus::Running)
+                        .map(|c| c.command_id);
+                    return Ok((id.clone(), running));
+                }
             }
         }
         let cwd = match self.local {
@@ -92,8 +102,15 @@ impl ProcdMcp {
             )
             .await?;
         *shell = Some(opened.shell_id.clone());
-        Ok(opened.shell_id)
+        Ok((opened.shell_id, None))
     }
+}
+
+/// What a command sent while command `n` still runs is told.
+fn busy(shell_id: &str, n: u64) -> String {
+    format!(
+        "Not run: command {n} still runs in your shell, and one command runs at a time. If it is WAITING FOR INPUT, answer with `write` on session_id {shell_id}; call `shell` with command_id {n} to wait for it, or with command_id {n} and interrupt: true to stop it; then send this command again."
+    )
 }
 
 /// The answer's sentence.
