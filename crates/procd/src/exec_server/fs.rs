@@ -416,7 +416,7 @@ fn remove(path: &Path, recursive: bool, force: bool) -> Result<(), RpcError> {
     };
     match removed {
         Err(e) if force && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        other => Ok(other?),
+        other => other.map_err(RpcError::from),
     }
 }
 

@@ -265,17 +265,17 @@ async fn read_requests(server: &Arc<Server>) {
             continue;
         }
         let method = msg.get("method").and_then(Value::as_str);
-        let weight = method.map_or(fs::Weight::Small, fs::weight);
-        // (The semaphore is never closed: Err cannot come.)
-        let held = match weight {
-            fs::Weight::LargeMessage => large.clone().acquire_owned().await.ok(),
-            _ => None,
+        // A large message's place is taken here, a large answer's in its
+        // task. (The semaphore is never closed: Err cannot come.)
+        let (held, answer_place) = match method.map_or(fs::Weight::Small, fs::weight) {
+            fs::Weight::LargeMessage => (large.clone().acquire_owned().await.ok(), None),
+            fs::Weight::LargeAnswer => (None, Some(large.clone())),
+            fs::Weight::Small => (None, None),
         };
-        let large = large.clone();
         tokio::spawn(async move {
-            let held = match weight {
-                fs::Weight::LargeAnswer => large.acquire_owned().await.ok(),
-                _ => held,
+            let held = match answer_place {
+                Some(places) => places.acquire_owned().await.ok(),
+                None => held,
             };
             server.handle(msg, held).await;
             drop(permit);

@@ -36,19 +36,17 @@ impl ProcdMcp {
             Err(e) => return Ok(tool_error(e)),
         };
         let client = self.client().await;
-        let r = match (&p.command, p.command_id, p.interrupt.unwrap_or(false)) {
+        let r = match (&p.command, p.command_id, p.interrupt.unwrap_or(false), running) {
             // Not queued behind it: a command waiting for input may never
             // end, and the call would then never be answered.
-            (Some(_), None, false) if running.is_some() => {
-                return Ok(failed(busy(&shell_id, running.unwrap_or_default())))
-            }
-            (Some(command), None, false) => {
+            (Some(_), None, false, Some(n)) => return Ok(failed(busy(&shell_id, n))),
+            (Some(command), None, false, None) => {
                 let timeout = p.timeout_s.map(TimeoutS::new);
                 let wait = YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
                 client.shell_run(shell_id, command.clone(), Some(wait), timeout, budget, None).await
             }
-            (None, Some(n), true) => client.shell_interrupt(shell_id, Some(n), budget, None).await,
-            (None, Some(n), false) => {
+            (None, Some(n), true, _) => client.shell_interrupt(shell_id, Some(n), budget, None).await,
+            (None, Some(n), false, _) => {
                 let wait = TimeoutS::new(p.yield_ms.unwrap_or(DEFAULT_YIELD_MS) / 1000.0);
                 client.shell_wait(shell_id, Some(n), Some(wait), budget, None).await
             }
