@@ -395,7 +395,9 @@ impl Registry {
         let mut all: Vec<Arc<Session>> = self.table().values().cloned().collect();
         // By id among equals, so that the order is the same on every call
         // (list's pages depend on it).
-        all.sort_unstable_by(|a, b| (a.started_instant, &a.id).cmp(&(b.started_instant, &b.id)));
+        all.sort_unstable_by(|a, b| {
+            (a.started_instant(), &a.id).cmp(&(b.started_instant(), &b.id))
+        });
         all
     }
 
@@ -476,13 +478,17 @@ impl Registry {
         // As the kill finds a session's processes (`TreeSpec::holds`); a
         // process cannot leave a cgroup or scope (that takes a write the
         // sandbox refuses), but can leave a group and drop its marker.
-        let holds = |s: &Session| match (&s.cgroup, &s.systemd_unit) {
-            (None, Some(unit)) => {
-                procd_sys::cgroup::in_unit(&pid.to_string(), &crate::tree::scope::scope_of(unit))
+        let holds = |s: &Session| {
+            let run = s.run();
+            match (&run.cgroup, &run.systemd_unit) {
+                (None, Some(unit)) => procd_sys::cgroup::in_unit(
+                    &pid.to_string(),
+                    &crate::tree::scope::scope_of(unit),
+                ),
+                // An ended session's root pid may be another's by now.
+                (None, None) if !s.is_running() => false,
+                _ => s.tree().holds(pid, &self.procfs),
             }
-            // An ended session's root pid may be another's by now.
-            (None, None) if !s.is_running() => false,
-            _ => s.tree().holds(pid, &self.procfs),
         };
         sandboxed.iter().find(|s| holds(s)).map(|s| s.id.clone())
     }
@@ -559,7 +565,10 @@ impl Registry {
         // Unlinking a large log can take a while: not on the event loop.
         let stores: Vec<Arc<OutputStore>> = removed.iter().map(|s| s.output.clone()).collect();
         // A cgroup with leftovers in it stays until they end or procd stops.
-        let cgroups: Vec<_> = removed.iter().filter_map(|s| s.cgroup.clone()).collect();
+        let cgroups: Vec<_> = removed
+            .iter()
+            .filter_map(|s| s.run().cgroup.clone())
+            .collect();
         let delete = move || {
             stores.iter().for_each(|o| o.delete_log());
             cgroups.iter().for_each(|c| {

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 
 mod opening;
+mod run;
 mod seen;
 mod spec;
 mod stdin;
@@ -35,6 +36,7 @@ mod supervise;
 use seen::Seen;
 
 pub use opening::{Opening, Origin, Started};
+pub use run::Run;
 pub use spec::{Launch, NextRun, Restarts, SessionSpec};
 pub use supervise::{supervise, supervise_detached, Report, Reports, Supervision};
 
@@ -75,20 +77,7 @@ pub struct Termination {
 pub struct Session {
     pub id: String,
     pub spec: SessionSpec,
-    pub identity: ProcessIdentity,
-    pub(crate) started_at: SystemTime,
-    /// `started_at` as RFC 3339, formatted once: every poll, list entry
-    /// and checkpoint write shows it.
-    started_at_text: String,
-    pub started_instant: Instant,
     pub output: Arc<OutputStore>,
-    /// Set for a session recovered after a daemon restart: procd no longer
-    /// holds its output pipe, so this says what is (un)available.
-    pub note: Option<String>,
-    /// The systemd scope the session runs in, if any.
-    pub systemd_unit: Option<String>,
-    /// The cgroup its tree lives in, if any (docs/containment.md).
-    pub cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
     /// Whether its command dumps the environment, so that its output gets
     /// the `NAME=value` redaction pass; worked out once, not per poll.
     pub env_dump: bool,
@@ -96,9 +85,6 @@ pub struct Session {
     /// nor the daemon's redaction rules change, and polls and lists would
     /// otherwise run the redaction regexes on every call.
     shown_command: String,
-    /// Its stdin pipe or terminal (None with `stdin: "null"`, or when the
-    /// root was gone before it could be looked at).
-    pub input: Option<crate::observation::observe::InputId>,
     /// Its restart policy's state, shared by all its runs.
     pub restarts: Option<Arc<Restarts>>,
     /// What others wait on, in one channel: a waiter subscribes once and
@@ -114,6 +100,8 @@ pub struct Session {
 #[derive(Clone)]
 pub struct SessionView {
     pub state: SessionState,
+    /// Its run: the process and what is its own (`Run`).
+    pub run: Arc<Run>,
     /// Where it stands against its ready condition (docs/agents.md).
     pub readiness: crate::observation::readiness::Readiness,
     /// What `update` may change: its watch patterns and `meta`.
@@ -210,8 +198,10 @@ impl Session {
             ended,
             adopted,
         } = opening;
+        let run = Run::new(identity, started, note, systemd_unit, cgroup, input);
         let view = SessionView {
             state: ended.map_or(SessionState::Running, SessionState::Exited),
+            run: Arc::new(run),
             readiness,
             asks: Asks {
                 watch_patterns: spec.watch_patterns.clone().into(),
@@ -237,17 +227,9 @@ impl Session {
         };
         Session {
             id,
-            identity,
-            started_at: started.wall,
-            started_at_text: crate::clock::rfc3339(started.wall),
-            started_instant: started.instant,
             output,
-            note,
-            systemd_unit,
-            cgroup,
             env_dump: crate::output::redact::is_env_dump(&spec.command),
             shown_command: redactor.command(&spec.command).into_owned(),
-            input,
             restarts,
             view: watch::channel(view).0,
             core: Mutex::new(core),
@@ -259,9 +241,19 @@ impl Session {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// When it started, as RFC 3339 (`started_at` on the wire).
-    pub fn started_at_text(&self) -> &str {
-        &self.started_at_text
+    /// Its run now.
+    pub fn run(&self) -> Arc<Run> {
+        self.view.borrow().run.clone()
+    }
+
+    /// When its run started, as RFC 3339 (`started_at` on the wire).
+    pub fn started_at_text(&self) -> String {
+        self.view.borrow().run.started_at_text().to_string()
+    }
+
+    /// When its run started (monotonic).
+    pub fn started_instant(&self) -> Instant {
+        self.view.borrow().run.started_instant()
     }
 
     /// The command as returned to callers (redacted).
@@ -270,11 +262,11 @@ impl Session {
     }
 
     pub fn is_detached(&self) -> bool {
-        self.note.is_some()
+        self.view.borrow().run.note.is_some()
     }
 
     pub fn pid(&self) -> i32 {
-        self.identity.pid
+        self.view.borrow().run.pid()
     }
 
     pub fn state(&self) -> SessionState {
@@ -361,20 +353,15 @@ impl Session {
     /// What identifies this session's processes for the kill code.
     pub fn tree(&self) -> TreeSpec {
         let root_pinned = !self.core().reaped;
-        let adopted = self
-            .view
-            .borrow()
-            .adopted
-            .as_deref()
-            .unwrap_or(&[])
-            .to_vec();
+        let view = self.view.borrow();
+        let adopted = view.adopted.as_deref().unwrap_or(&[]).to_vec();
         TreeSpec {
-            root: self.identity,
-            pgid: self.identity.pid,
+            root: view.run.identity,
+            pgid: view.run.identity.pid,
             marker: format!("PROCD_SESSION_ID={}", self.id).into_bytes(),
             root_pinned,
             adopted,
-            cgroup: self.cgroup.clone(),
+            cgroup: view.run.cgroup.clone(),
         }
     }
 
@@ -466,7 +453,8 @@ impl Session {
     }
 
     fn takes_input_given(&self, stdin_open: bool) -> bool {
-        self.input.is_some() && stdin_open && self.is_running()
+        let view = self.view.borrow();
+        view.run.input.is_some() && stdin_open && matches!(view.state, SessionState::Running)
     }
 
     /// How long nothing has happened on its terminal or pipes: no output,

@@ -74,7 +74,7 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
         return;
     }
     let cwd = session.spec.cwd.clone();
-    let started = session.started_at;
+    let started = session.run().started_at();
     let weak = Arc::downgrade(session);
     let mut state = session.subscribe();
     let id = session.id.clone();

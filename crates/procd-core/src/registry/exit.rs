@@ -55,7 +55,7 @@ impl Registry {
         if let Some(reg) = reg {
             reg.release_from_keeper(&session.id);
             reg.checkpoint_soon();
-            match &session.cgroup {
+            match &session.run().cgroup {
                 // Its cgroup holds whatever the root left running (and is
                 // removed only once that has ended).
                 Some(cgroup) => {
@@ -70,7 +70,8 @@ impl Registry {
     /// Queues an `oom` event if its cgroup counts OOM kills not reported
     /// yet; true if it did.
     fn report_oom(&self, session: &Session) -> bool {
-        let Some(cgroup) = &session.cgroup else {
+        let run = session.run();
+        let Some(cgroup) = &run.cgroup else {
             return false;
         };
         let kills = cgroup.oom_kills();
@@ -99,7 +100,8 @@ impl Registry {
     /// v2). Also for a session taken over from a previous daemon, whose
     /// limits are only in its cgroup.
     pub(super) fn watch_oom(&self, session: &Arc<Session>) {
-        let Some(cgroup) = &session.cgroup else {
+        let run = session.run();
+        let Some(cgroup) = &run.cgroup else {
             return;
         };
         let mut watch = match cgroup.oom_watch() {

@@ -111,7 +111,7 @@ impl Registry {
             .into_iter()
             .filter(|s| s.is_running())
             .filter(|s| asked(&s.spec.task_id, &s.spec.session_key, &s.spec.owner))
-            .filter(|s| max_age.is_none_or(|age| s.started_instant.elapsed() <= age))
+            .filter(|s| max_age.is_none_or(|age| s.started_instant().elapsed() <= age))
             .count() as u32;
         // A queued spawn is active: it will run.
         let queued = self

@@ -37,7 +37,7 @@ impl Registry {
         };
         let (me, weak) = (self.me.clone(), Arc::downgrade(run));
         let mut state = run.subscribe();
-        let (started, cwd) = (run.started_at, run.spec.cwd.clone());
+        let (started, cwd) = (run.run().started_at(), run.spec.cwd.clone());
         let span = tracing::info_span!("session", session_id = %run.id, pid = run.pid());
         let following = async move {
             let (tx, mut changes) = mpsc::channel(QUEUED_BURSTS);

@@ -243,7 +243,7 @@ impl Registry {
         let by_cgroup = found.socket.cgroup.and_then(|id| {
             table
                 .values()
-                .find(|s| s.cgroup.as_ref().and_then(|c| c.inode()) == Some(id))
+                .find(|s| s.run().cgroup.as_ref().and_then(|c| c.inode()) == Some(id))
         });
         let by_pid = || {
             let pid = found.holder.as_ref()?.pid;

@@ -68,7 +68,7 @@ pub(super) fn uptime(s: &Session) -> f64 {
         .map(|e| e.exited_instant)
         .unwrap_or_else(Instant::now);
     let secs = end
-        .saturating_duration_since(s.started_instant)
+        .saturating_duration_since(s.started_instant())
         .as_secs_f64();
     (secs * 1000.0).round() / 1000.0
 }
@@ -124,7 +124,7 @@ pub(super) fn spawn_result(s: &Session) -> SpawnResult {
         pty: s.spec.pty,
         status: SessionStatus::Running,
         command: s.shown_command().to_string(),
-        started_at: s.started_at_text().to_string(),
+        started_at: s.started_at_text(),
         reused: false,
         port_in_use: None,
         port: s.spec.port,
@@ -149,11 +149,11 @@ pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
         command: s.shown_command().to_string(),
         status: status_of(&state),
         pid: s.pid(),
-        started_at: s.started_at_text().to_string(),
+        started_at: s.started_at_text(),
         uptime_seconds: uptime(s),
         output_preview: redacted_tail(r, s, PREVIEW_CHARS),
         activity: activity(r, s),
-        note: s.note.clone(),
+        note: s.run().note.clone(),
         original_chars: None,
         kept_error_lines: None,
         exit: exit_info(&state),
@@ -187,7 +187,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         pid: s.pid(),
         status: status_of(&state),
         exit_code: state.exit().and_then(|e| e.exit_code),
-        started_at: s.started_at_text().to_string(),
+        started_at: s.started_at_text(),
         uptime_seconds: uptime(s),
         output_preview: redacted_tail(r, s, LIST_PREVIEW_CHARS),
         task_id: s.spec.task_id.clone(),
@@ -198,7 +198,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         watch_patterns: s.asks().watch_patterns.to_vec(),
         activity: activity(r, s),
         session_scoped,
-        note: s.note.clone(),
+        note: s.run().note.clone(),
         restart: restart_info(s),
         sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
         meta: s.meta(),
@@ -234,7 +234,7 @@ pub(super) fn completion_event(r: &Redactor, s: &Session, e: &ExitRecord) -> Eve
         completion_reason: e.reason,
         termination_source: e.source.clone(),
         output,
-        started_at: s.started_at_text().to_string(),
+        started_at: s.started_at_text(),
         exited_at: rfc3339(e.exited_at),
         tests,
     }

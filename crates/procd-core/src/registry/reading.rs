@@ -25,7 +25,7 @@ impl Registry {
                 None => return Err(e),
             },
         };
-        if s.cgroup.is_some() && s.is_running() && s.resources_older_than(FRESH_RESOURCES) {
+        if s.run().cgroup.is_some() && s.is_running() && s.resources_older_than(FRESH_RESOURCES) {
             if let Some(now) = crate::observation::observe::resources_now(&self.procfs, &s.tree()) {
                 s.set_resources(now);
             }

@@ -33,7 +33,7 @@ impl Registry {
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let me = self.me.clone();
         async move {
-            let deadline = tokio::time::Instant::from_std(s.started_instant + check.timeout);
+            let deadline = tokio::time::Instant::from_std(s.started_instant() + check.timeout);
             let mut output_met = check.output.is_none();
             let mut port_met = check.port.is_none();
             let mut http_met = check.http.is_none();
@@ -78,7 +78,7 @@ impl Registry {
                         http_met = http.probe().await;
                     }
                     next_probe =
-                        tokio::time::Instant::now() + probe_interval(s.started_instant.elapsed());
+                        tokio::time::Instant::now() + probe_interval(s.started_instant().elapsed());
                 }
                 if output_met && port_met && http_met && s.is_running() {
                     reg.became_ready(&s, ports);
@@ -109,7 +109,7 @@ impl Registry {
     /// The session met its ready condition: recorded, and queued once as a
     /// `ready` event.
     fn became_ready(&self, s: &Arc<Session>, ports: Vec<u16>) {
-        let after_ms = s.started_instant.elapsed().as_millis() as u64;
+        let after_ms = s.started_instant().elapsed().as_millis() as u64;
         s.set_readiness(Readiness::Ready { after_ms });
         let text = match ports.as_slice() {
             [] => format!("is ready after {after_ms} ms"),
@@ -159,7 +159,7 @@ impl Registry {
             .iter()
             .map(|s| Watched {
                 tree: s.tree(),
-                input: s.input.clone(),
+                input: s.run().input.clone(),
             })
             .collect();
         let procfs = self.procfs.clone();

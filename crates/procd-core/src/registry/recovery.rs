@@ -93,6 +93,7 @@ impl Registry {
     /// A session as the checkpoint records it (`Moving` is what of it can
     /// change; the rest is fixed when it starts).
     fn checkpoint_entry(&self, s: &Session) -> CheckpointEntry {
+        let run = s.run();
         CheckpointEntry {
             exit: s.state().exit().map(|e| EndedExit::of(e)),
             limits: s.spec.limits,
@@ -110,15 +111,15 @@ impl Registry {
             restart: s.restarts.as_deref().map(restart_record),
             session_id: s.id.clone(),
             command: s.shown_command().to_string(),
-            pid: s.pid(),
-            start_time: s.identity.start_time,
+            pid: run.pid(),
+            start_time: run.identity.start_time,
             identity: Some(crate::identity::RecordedIdentity {
-                pgid: s.pid(),
-                start_time: Some(s.identity.start_time),
+                pgid: run.pid(),
+                start_time: Some(run.identity.start_time),
             }),
-            pgid: s.pid(),
+            pgid: run.pid(),
             cwd: s.spec.cwd.display().to_string(),
-            started_at: s.started_at_text().to_string(),
+            started_at: run.started_at_text().to_string(),
             task_id: s.spec.task_id.clone(),
             session_key: s.spec.session_key.clone(),
             name: s.spec.name.as_ref().map(|n| n.to_string()),
@@ -130,16 +131,16 @@ impl Registry {
             notify_on_complete: s.notify_on_complete(),
             watch_patterns: s.asks().watch_patterns.to_vec(),
             meta: s.meta(),
-            systemd_unit: s.systemd_unit.clone(),
-            cgroup: s.cgroup.as_ref().map(|c| c.path().display().to_string()),
-            cgroup_v1: s.cgroup.as_ref().map_or(vec![], |c| {
+            systemd_unit: run.systemd_unit.clone(),
+            cgroup: run.cgroup.as_ref().map(|c| c.path().display().to_string()),
+            cgroup_v1: run.cgroup.as_ref().map_or(vec![], |c| {
                 c.v1_paths()
                     .iter()
                     .map(|p| p.display().to_string())
                     .collect()
             }),
             log_path: s.output.path().display().to_string(),
-            timeout_at: s.spec.timeout.map(|t| rfc3339(s.started_at + t)),
+            timeout_at: s.spec.timeout.map(|t| rfc3339(run.started_at() + t)),
             rows: s.spec.pty.then_some(s.spec.rows),
             cols: s.spec.pty.then_some(s.spec.cols),
             stdin: Some(s.spec.stdin),

@@ -35,7 +35,7 @@ impl Registry {
         };
         let lived = record
             .exited_instant
-            .saturating_duration_since(run.started_instant);
+            .saturating_duration_since(run.started_instant());
         let (count, _) = restarts.runs();
         let (next, next_count) = next_after(restarts, count, lived, &record);
         let delay = match next {
@@ -232,9 +232,10 @@ impl Registry {
         // `cgroup.kill`ed (docs/decisions.md). One that never was, and is
         // empty, may hold the next run as it is where it cannot be removed
         // yet (an exited process the kernel still counts in it).
-        let reusable =
-            run.systemd_unit.is_none() && run.cgroup.as_ref().is_some_and(|c| c.holds_a_new_run());
-        if let (false, Some(cgroup)) = (reusable, &run.cgroup) {
+        let last = run.run();
+        let reusable = last.systemd_unit.is_none()
+            && last.cgroup.as_ref().is_some_and(|c| c.holds_a_new_run());
+        if let (false, Some(cgroup)) = (reusable, &last.cgroup) {
             // A killed one must go: the kernel lets it go once it counts
             // none of the last run's processes.
             cgroup.wait_removable(kill::CONFIRM_WINDOW).await;
@@ -299,7 +300,7 @@ impl Registry {
             task_id: next.spec.task_id.clone(),
             session_key: next.spec.session_key.clone(),
             pty: next.spec.pty,
-            started_at: next.started_at_text().to_string(),
+            started_at: next.started_at_text(),
             meta: next.meta(),
         });
         self.announce_restart(&next, restarts);

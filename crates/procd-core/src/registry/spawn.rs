@@ -329,7 +329,7 @@ impl Registry {
             task_id: session.spec.task_id.clone(),
             session_key: session.spec.session_key.clone(),
             pty: session.spec.pty,
-            started_at: session.started_at_text().to_string(),
+            started_at: session.started_at_text(),
             meta: session.meta(),
         });
     }

@@ -42,7 +42,7 @@ impl std::ops::Deref for Table {
 type StartOrder = (Instant, String);
 
 fn start_order(s: &Session) -> StartOrder {
-    (s.started_instant, s.id.clone())
+    (s.started_instant(), s.id.clone())
 }
 
 impl Table {

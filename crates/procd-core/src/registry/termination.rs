@@ -69,8 +69,9 @@ impl Registry {
     /// removes its cgroup if nothing lives in it any more; true when
     /// neither is left.
     pub(super) async fn stop_containment(&self, s: &Session) -> bool {
-        let cgroup_gone = s.cgroup.as_ref().is_none_or(|c| c.remove());
-        let scope_gone = match (&s.systemd_unit, &self.scopes) {
+        let run = s.run();
+        let cgroup_gone = run.cgroup.as_ref().is_none_or(|c| c.remove());
+        let scope_gone = match (&run.systemd_unit, &self.scopes) {
             (Some(unit), Some(scopes)) => scopes.stop(unit).await,
             _ => true,
         };

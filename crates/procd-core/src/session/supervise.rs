@@ -315,7 +315,7 @@ fn timeout_at(session: &Session) -> Option<Instant> {
     session
         .spec
         .timeout
-        .and_then(|t| session.started_instant.checked_add(t))
+        .and_then(|t| session.started_instant().checked_add(t))
 }
 
 /// Sleeps until `due` (a watch match has waited long enough for its
