@@ -10,8 +10,9 @@ session's code (session.rs, session/) calls into the registry: a closure
 it was handed (a field or parameter of an `Fn` type) or a name of the
 registry's (it reports to the registry instead, `session::Report`); and
 the places a session is made (`Session::new`) or put in the table
-(`table().insert`): its ways in; and the places its end is recorded
-(`mark_exited`: a restart's replaced run goes through `mark_replaced`).
+(`table().insert`): its ways in (a restart makes none: the next run
+becomes the session's, `Session::begin_run`); and the places its end is
+recorded (`mark_exited`).
 
 A function's length is from its `fn` line to its closing brace, found by
 matching braces outside strings, chars and comments: a reader's count, not

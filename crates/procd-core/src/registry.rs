@@ -9,12 +9,14 @@
 //! `impl Registry` blocks by concern:
 //! - `checks` (a spawn validated once into a `SessionSpec`; each param's
 //!   bounds), `launch` (`start_child`: the cgroup or scope, the start on
-//!   pipes or a PTY, the launch line), `spawn` (the spawn, `open_session`,
-//!   the supervisor's start and its reports);
+//!   pipes or a PTY, the launch line), `spawn` (the spawn, `open_session`
+//!   and a restart's `renew_session`, the supervisor's start and its
+//!   reports);
 //! - `exit` (a session's end: `record_end`, the only caller of
-//!   `Session::mark_exited`, with its events and bookkeeping;
-//!   `record_replaced`, a run its restart replaced; the OOM watch; the
-//!   orphans a root leaves), `restarts` (the backoff and the next run),
+//!   `Session::mark_exited`, with its events and bookkeeping; the OOM
+//!   watch of a run; the orphans a root leaves), `restarts` (the backoff
+//!   and the next run, which `spawn`'s `renew_session` makes the
+//!   session's),
 //!   `onchange` (a run's files followed; restart or signal on a change);
 //! - `reading` (poll, read, log, wait), `yields` (spawn- and
 //!   write-and-yield), `wait_any` (one wait over many sessions and

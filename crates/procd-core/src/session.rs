@@ -1,15 +1,17 @@
-//! One supervised process: what was asked for, its identity, its output,
-//! and its state. What changes of it is in two places, both private to
-//! this file: the `SessionView` its waiters follow (state, readiness,
-//! asks, adoption, a termination asked for, the run that replaced it),
-//! one watch channel; and the `Core` only its own methods touch (stdin,
-//! slot, what was seen of its tree), one lock. The supervisor (`supervise`) owns the
-//! child's exit receiver and output pipe; the registry's `record_end`
-//! moves the state to `Exited` once, after the final drain.
+//! One supervised command: what was asked for, its run (the process and
+//! what is its own), its output, and its state. What changes of it is in
+//! two places, both private to this file: the `SessionView` its waiters
+//! follow (state, run, readiness, asks, adoption, a termination asked
+//! for), one watch channel; and the `Core` only its own methods touch
+//! (stdin, slot, what was seen of its tree), one lock. A supervisor
+//! (`supervise`) owns a run's exit receiver and output pipe; the
+//! registry's `record_end` moves the state to `Exited` once, after the
+//! final drain, or a restart gives the session its next run
+//! (`begin_run`): one session from its first run to its end.
 //!
 //! Beside it: `session/opening.rs` (what a session starts with, the one
-//! way in), `spec.rs` (what was asked for; the launch; a restart's shared
-//! `Restarts`), `supervise.rs` (the supervisor task, which reports to the
+//! way in), `run.rs` (a run's own), `spec.rs` (what was asked for; the
+//! launch; a restart's `Restarts`), `supervise.rs` (the supervisor task, which reports to the
 //! registry and never calls it), `seen.rs` (what is known of its tree and
 //! input), `stdin.rs` (the stdin writer), `watch_asks.rs` (the
 //! supervisor's watch patterns, made again when `update` changes them).
@@ -85,7 +87,7 @@ pub struct Session {
     /// nor the daemon's redaction rules change, and polls and lists would
     /// otherwise run the redaction regexes on every call.
     shown_command: String,
-    /// Its restart policy's state, shared by all its runs.
+    /// Its restart policy's state (its runs, the last exit, the launch).
     pub restarts: Option<Arc<Restarts>>,
     /// What others wait on, in one channel: a waiter subscribes once and
     /// looks again at whatever changed (`SessionView`).
@@ -117,9 +119,6 @@ pub struct SessionView {
     /// were reparented to the daemon, and this records whose they were.
     /// `None` until the scan after the root's exit has run.
     pub adopted: Option<Arc<[ProcessIdentity]>>,
-    /// The run that replaced this one (set in the same change that marks
-    /// this one exited, so whoever waits on it follows on to the next).
-    pub successor: Option<Arc<Session>>,
     /// Why procd is ending it, while it is: the supervisor reports the
     /// exit as killed or timeout rather than exited, the noise filter
     /// knows kill reports are coming, and a restart waiting out its
@@ -133,6 +132,25 @@ pub struct SessionView {
     /// beyond the fixed spec: a write remakes the record only when this
     /// moved, without visiting those (`record_version`).
     record_version: u64,
+}
+
+impl SessionView {
+    /// Whether `run` is its run, and running.
+    pub fn runs(&self, run: &Arc<Run>) -> bool {
+        Arc::ptr_eq(&self.run, run) && matches!(self.state, SessionState::Running)
+    }
+}
+
+/// What the next run of a restarting session starts with
+/// (`Session::begin_run`).
+pub struct NextRunParts {
+    pub run: Run,
+    pub stdin: Option<mpsc::Sender<StdinOp>>,
+    pub output_probe: Option<std::os::fd::OwnedFd>,
+    /// A `max_running` slot, for a session that holds none (one taken
+    /// over holds none until its next run).
+    pub slot: Option<crate::admission::slot::RunningSlot>,
+    pub readiness: crate::observation::readiness::Readiness,
 }
 
 /// What a session keeps for itself, changed together under one lock.
@@ -198,7 +216,15 @@ impl Session {
             ended,
             adopted,
         } = opening;
-        let run = Run::new(identity, started, note, systemd_unit, cgroup, input);
+        let run = Run::new(
+            identity,
+            started,
+            note,
+            systemd_unit,
+            cgroup,
+            input,
+            spec.pty,
+        );
         let view = SessionView {
             state: ended.map_or(SessionState::Running, SessionState::Exited),
             run: Arc::new(run),
@@ -210,7 +236,6 @@ impl Session {
             asks_version: 0,
             notify_on_complete: spec.notify_on_complete,
             adopted,
-            successor: None,
             termination: None,
             change_signal: false,
             record_version: 0,
@@ -261,6 +286,11 @@ impl Session {
         &self.shown_command
     }
 
+    /// Whether its run has a terminal (`Run::pty`).
+    pub fn pty(&self) -> bool {
+        self.view.borrow().run.pty
+    }
+
     pub fn is_detached(&self) -> bool {
         self.view.borrow().run.note.is_some()
     }
@@ -277,8 +307,8 @@ impl Session {
         matches!(self.view.borrow().state, SessionState::Running)
     }
 
-    /// Follows every change of its `SessionView` (state, readiness,
-    /// asks, adoption, successor).
+    /// Follows every change of its `SessionView` (state, run, readiness,
+    /// asks, adoption).
     pub fn subscribe(&self) -> watch::Receiver<SessionView> {
         self.view.subscribe()
     }
@@ -291,40 +321,17 @@ impl Session {
         });
     }
 
-    /// Waits until the session has exited (or `limit` passes), following
-    /// a restarting session from run to run to its end.
+    /// Waits until the session has exited (or `limit` passes): a
+    /// restarting session's end, not a run's.
     pub async fn wait_exited(&self, limit: Duration) -> Option<Arc<ExitRecord>> {
-        self.wait_ended(Some(tokio::time::Instant::now() + limit))
-            .await
+        tokio::time::timeout(limit, self.wait_end()).await.ok()?
     }
 
     /// `wait_exited` without a limit.
     pub async fn wait_end(&self) -> Option<Arc<ExitRecord>> {
-        self.wait_ended(None).await
-    }
-
-    async fn wait_ended(&self, deadline: Option<tokio::time::Instant>) -> Option<Arc<ExitRecord>> {
-        let (mut record, mut next) = self.wait_run_exited(deadline).await?;
-        while let Some(run) = next {
-            (record, next) = run.wait_run_exited(deadline).await?;
-        }
-        Some(record)
-    }
-
-    /// Waits until this run has exited (or `deadline` passes); returns
-    /// its exit and the run that replaced it, if one did.
-    async fn wait_run_exited(
-        &self,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Option<(Arc<ExitRecord>, Option<Arc<Session>>)> {
         let mut rx = self.view.subscribe();
-        let exited = rx.wait_for(|v| v.state.exit().is_some());
-        let result = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, exited).await.ok()?,
-            None => exited.await,
-        };
-        let view = result.ok()?;
-        Some((view.state.exit()?.clone(), view.successor.clone()))
+        let view = rx.wait_for(|v| v.state.exit().is_some()).await.ok()?;
+        view.state.exit().cloned()
     }
 
     /// Names this run in a once-only event's key: the id, and the run
@@ -336,18 +343,11 @@ impl Session {
         }
     }
 
-    /// The run that replaced this one, if a restart did.
-    pub fn successor(&self) -> Option<Arc<Session>> {
-        self.view.borrow().successor.clone()
-    }
-
-    /// The session's run now: this one, or the last that replaced it.
-    pub fn current(self: &Arc<Self>) -> Arc<Session> {
-        let mut run = self.clone();
-        while let Some(next) = run.successor() {
-            run = next;
-        }
-        run
+    /// Whether `run` is still its run, and running: what a task that
+    /// serves one run (readiness, the OOM watch, a file watch) goes on
+    /// while.
+    pub fn runs(&self, run: &Arc<Run>) -> bool {
+        self.view.borrow().runs(run)
     }
 
     /// What identifies this session's processes for the kill code.
@@ -536,13 +536,28 @@ impl Session {
         self.view.borrow().readiness
     }
 
-    pub fn set_readiness(&self, now: crate::observation::readiness::Readiness) {
-        self.change_view(|view| view.readiness = now);
+    /// Records where `run` stands against its ready condition; nothing
+    /// once it is not the session's run (a restart's next run starts
+    /// pending again).
+    pub fn set_readiness(
+        &self,
+        run: &Arc<Run>,
+        now: crate::observation::readiness::Readiness,
+    ) -> bool {
+        self.view.send_if_modified(|view| {
+            let ours = view.runs(run);
+            if ours {
+                view.readiness = now;
+                view.record_version += 1;
+            }
+            ours
+        })
     }
 
-    /// Takes the running slot (a restart hands it to the next run).
-    pub fn take_slot(&self) -> Option<crate::admission::slot::RunningSlot> {
-        self.core().slot.take()
+    /// Whether it holds a running slot (one taken over holds none until
+    /// its next run).
+    pub fn holds_slot(&self) -> bool {
+        self.core().slot.is_some()
     }
 
     /// Gives the running slot back (once; later calls find none).
@@ -697,20 +712,43 @@ impl Session {
         self.core().stdin.clone()
     }
 
-    /// Marks this run replaced by `next` (a restart), then exited.
-    pub(crate) fn mark_replaced(&self, next: Arc<Session>, record: Arc<ExitRecord>) {
-        self.end_run(record, Some(next));
+    /// The next run of a restarting session begins (`Registry`'s
+    /// restart, after its last run ended): the run and what was its last
+    /// run's own (its stdin, its readiness, what was seen of its tree,
+    /// its orphans) change together; the state stays Running. The view
+    /// changes first: a `tree()` in between sees the new root as not
+    /// pinned (it is then found by identity), never the old root pinned.
+    pub(crate) fn begin_run(&self, next: NextRunParts) {
+        let NextRunParts {
+            run,
+            stdin,
+            output_probe,
+            slot,
+            readiness,
+        } = next;
+        self.change_view(|view| {
+            view.run = Arc::new(run);
+            view.readiness = readiness;
+            view.adopted = None;
+        });
+        let (stdin, probe) = {
+            let mut core = self.core();
+            core.reaped = false;
+            core.stdin_closed = false;
+            core.seen = Seen::default();
+            core.oom_reported = 0;
+            if core.slot.is_none() {
+                core.slot = slot;
+            }
+            let probe = std::mem::replace(&mut core.output_probe, output_probe);
+            (std::mem::replace(&mut core.stdin, stdin), probe)
+        };
+        // The last run's writer ends with our sender.
+        drop((stdin, probe));
     }
 
     /// Running -> Exited, once (`Registry::record_end` alone calls it).
     pub(crate) fn mark_exited(&self, record: Arc<ExitRecord>) {
-        self.end_run(record, None);
-    }
-
-    /// The one place a session's state moves to Exited: its successor
-    /// (if a restart replaced it) is set in the same change, so a waiter
-    /// that sees the exit sees where the session went on.
-    fn end_run(&self, record: Arc<ExitRecord>, successor: Option<Arc<Session>>) {
         // Stdin is useless now; dropping our sender ends the writer task.
         // The probe goes too (a leftover writer then sees EPIPE).
         let (stdin, probe) = {
@@ -721,7 +759,6 @@ impl Session {
         self.view.send_if_modified(|view| match view.state {
             SessionState::Running => {
                 view.state = SessionState::Exited(record);
-                view.successor = successor;
                 view.record_version += 1;
                 true
             }

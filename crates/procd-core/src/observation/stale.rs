@@ -4,7 +4,7 @@
 //! until its run ends; a restart's next run starts fresh. `poll` and
 //! `list` answer `stale: {since, files}`.
 
-use crate::session::{Session, SessionState};
+use crate::session::Session;
 use procd_sys::tree_watch::{Ignore, TreeWatch, WatchError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,7 +74,8 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
         return;
     }
     let cwd = session.spec.cwd.clone();
-    let started = session.run().started_at();
+    let run = session.run();
+    let started = run.started_at();
     let weak = Arc::downgrade(session);
     let mut state = session.subscribe();
     let id = session.id.clone();
@@ -84,7 +85,7 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
         // and costs no walk; the walk finds what changed meanwhile.
         tokio::select! {
             _ = tokio::time::sleep(WATCH_AFTER) => {}
-            _ = state.wait_for(|v| !matches!(v.state, SessionState::Running)) => return,
+            _ = state.wait_for(|v| !v.runs(&run)) => return,
         }
         let Some(_place) = places.try_take(MAX_WATCHED_SESSIONS) else {
             tracing::info!(session = %id, "not watched for staleness: {MAX_WATCHED_SESSIONS} sessions are");
@@ -113,17 +114,18 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
             Ok(tree) => tree,
             Err(e) => return said(&id, &e),
         };
-        if let (false, Some(session)) = (before.is_empty(), weak.upgrade()) {
+        if let (false, Some(session)) = (before.is_empty(), weak.upgrade().filter(|s| s.runs(&run)))
+        {
             session.mark_stale(before);
         }
         loop {
             tokio::select! {
-                changed = tree.changed() => match (changed, weak.upgrade()) {
+                changed = tree.changed() => match (changed, weak.upgrade().filter(|s| s.runs(&run))) {
                     (Ok(changed), Some(session)) => session.mark_stale(changed),
                     (Err(e), _) => return said(&id, &e),
                     (_, None) => return,
                 },
-                _ = state.wait_for(|v| !matches!(v.state, SessionState::Running)) => return,
+                _ = state.wait_for(|v| !v.runs(&run)) => return,
             }
         }
     };

@@ -95,7 +95,7 @@ impl Registry {
     }
 
     /// Reports every OOM kill in a session's cgroup as it happens (an
-    /// `oom` event), until the session exits: where memory is accounted
+    /// `oom` event), until its run ends: where memory is accounted
     /// (a v1 memory cgroup, made for a memory limit; `memory.events` on
     /// v2). Also for a session taken over from a previous daemon, whose
     /// limits are only in its cgroup.
@@ -116,6 +116,7 @@ impl Registry {
         self.report_oom(session);
         let me = self.me.clone();
         let session = session.clone();
+        let run = run.clone();
         tokio::spawn(async move {
             let mut state = session.subscribe();
             loop {
@@ -123,7 +124,7 @@ impl Registry {
                     signalled = watch.signalled() => if signalled.is_err() {
                         return;
                     },
-                    _ = state.wait_for(|v| v.state.exit().is_some()) => return,
+                    _ = state.wait_for(|v| !v.runs(&run)) => return,
                 }
                 // v1 signals when the OOM begins and counts the kill a
                 // moment later, with no second signal: look a few times.
@@ -210,11 +211,5 @@ impl Registry {
             exited_at: rfc3339(record.exited_at),
             meta: session.meta(),
         });
-    }
-
-    /// Records the end of a run the next run of its session replaced
-    /// (`restarts.rs`): no events, no bookkeeping (the session goes on).
-    pub(super) fn record_replaced(run: &Session, next: Arc<Session>, record: Arc<ExitRecord>) {
-        run.mark_replaced(next, record);
     }
 }

@@ -6,7 +6,7 @@
 //! has its own follower: the next one walks the tree again.
 
 use super::Registry;
-use crate::session::{Session, SessionState, SessionView};
+use crate::session::{Run, Session, SessionView};
 use crate::stacks::onchange::{ChangeAction, ChangePlan, MAX_WAIT};
 use procd_sys::timer::PreciseTimer;
 use procd_sys::tree_watch::TreeWatch;
@@ -37,7 +37,8 @@ impl Registry {
         };
         let (me, weak) = (self.me.clone(), Arc::downgrade(run));
         let mut state = run.subscribe();
-        let (started, cwd) = (run.run().started_at(), run.spec.cwd.clone());
+        let this_run = run.run();
+        let (started, cwd) = (this_run.started_at(), run.spec.cwd.clone());
         let span = tracing::info_span!("session", session_id = %run.id, pid = run.pid());
         let following = async move {
             let (tx, mut changes) = mpsc::channel(QUEUED_BURSTS);
@@ -48,12 +49,12 @@ impl Registry {
                 tokio::select! {
                     Some(first) = changes.recv() => {
                         let files = settle(&mut changes, first, plan.debounce).await;
-                        if !act(&me, &weak, &plan.action, files).await {
+                        if !act(&me, &weak, &this_run, &plan.action, files).await {
                             break;
                         }
                     }
                     // (The guard wait_for returns is dropped at once.)
-                    () = ended(&mut state) => break,
+                    () = ended(&mut state, &this_run) => break,
                 }
             }
             for tree in trees {
@@ -64,11 +65,9 @@ impl Registry {
     }
 }
 
-/// Until the run is no longer running.
-async fn ended(view: &mut tokio::sync::watch::Receiver<SessionView>) {
-    let _ = view
-        .wait_for(|v| !matches!(v.state, SessionState::Running))
-        .await;
+/// Until `run` is no longer the session's run, running.
+async fn ended(view: &mut tokio::sync::watch::Receiver<SessionView>, run: &Arc<Run>) {
+    let _ = view.wait_for(|v| !v.runs(run)).await;
 }
 
 /// Walks the trees (files modified since `started` count as a first
@@ -178,14 +177,15 @@ async fn settle(
 /// Does what a change asks to the run; whether to go on following it.
 async fn act(
     registry: &Weak<Registry>,
-    run: &Weak<Session>,
+    session: &Weak<Session>,
+    this_run: &Arc<Run>,
     action: &ChangeAction,
     files: Vec<String>,
 ) -> bool {
-    let (Some(registry), Some(run)) = (registry.upgrade(), run.upgrade()) else {
+    let (Some(registry), Some(run)) = (registry.upgrade(), session.upgrade()) else {
         return false;
     };
-    if !run.is_running() {
+    if !run.runs(this_run) {
         return false;
     }
     let shown = files.join(", ");
@@ -195,15 +195,15 @@ async fn act(
                 return true; // the old run goes on; the next change tries again
             }
             // (Killed while it rebuilt: nothing to restart.)
-            if run.is_running() {
-                restart(&registry, &run, files).await;
+            if run.runs(this_run) {
+                restart(&registry, &run, this_run, files).await;
             }
             false
         }
         ChangeAction::Restart => {
             run.output
                 .mark_restart(&format!("[procd] {shown} changed: restarting"));
-            restart(&registry, &run, files).await;
+            restart(&registry, &run, this_run, files).await;
             false
         }
         ChangeAction::Signal(sig) => {
@@ -225,14 +225,20 @@ async fn act(
 /// never through the cgroup, which the next run may hold by then. Once
 /// the root has gone, the restart kills whatever else is left before the
 /// next run starts.
-async fn restart(registry: &Arc<Registry>, run: &Arc<Session>, files: Vec<String>) {
+async fn restart(
+    registry: &Arc<Registry>,
+    run: &Arc<Session>,
+    this_run: &Arc<Run>,
+    files: Vec<String>,
+) {
     let Some(restarts) = &run.restarts else {
         return;
     };
     let signalled = {
         // Ended meanwhile (its next run due, or started): its tree may
         // be the next run's.
-        let Some(_signal) = run.signal_for_change(|| restarts.is_restarting()).await else {
+        let over = || restarts.is_restarting() || !run.runs(this_run);
+        let Some(_signal) = run.signal_for_change(over).await else {
             return;
         };
         restarts.ended_by_change(files);

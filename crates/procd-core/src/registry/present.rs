@@ -121,7 +121,7 @@ pub(super) fn spawn_result(s: &Session) -> SpawnResult {
     SpawnResult {
         session_id: s.id.clone(),
         pid: s.pid(),
-        pty: s.spec.pty,
+        pty: s.pty(),
         status: SessionStatus::Running,
         command: s.shown_command().to_string(),
         started_at: s.started_at_text(),
@@ -192,7 +192,7 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         output_preview: redacted_tail(r, s, LIST_PREVIEW_CHARS),
         task_id: s.spec.task_id.clone(),
         session_key: s.spec.session_key.clone(),
-        pty: s.spec.pty,
+        pty: s.pty(),
         persist: s.spec.persist,
         notify_on_complete: s.notify_on_complete(),
         watch_patterns: s.asks().watch_patterns.to_vec(),

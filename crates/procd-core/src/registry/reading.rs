@@ -67,16 +67,11 @@ impl Registry {
                 },
             },
         };
-        let mut s = s;
         loop {
             // Subscribe before looking, so no change between the two is lost.
             let mut output_changed = s.output.subscribe();
             let mut state_changed = s.subscribe();
             let state = s.state();
-            if state.exit().is_some() && s.successor().is_some() {
-                s = s.current(); // restarted: its log goes on
-                continue;
-            }
             let window = s
                 .output
                 .window(cursor, max_bytes)
@@ -192,7 +187,6 @@ impl Registry {
             }
         };
         let exited = s.wait_exited(timeout.saturating_sub(began.elapsed())).await;
-        let s = s.current();
         let poll = poll_result(&self.redactor, &s);
         let output = redacted_tail(&self.redactor, &s, WAIT_OUTPUT_CHARS);
         let cut = crate::output::budget::apply(

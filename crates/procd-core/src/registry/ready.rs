@@ -6,7 +6,7 @@
 use super::{reading::next_change, Registry};
 use crate::observation::observe::{Observation, Watched};
 use crate::observation::readiness::{LineMatcher, Readiness, ReadyCheck};
-use crate::session::Session;
+use crate::session::{Run, Session};
 use crate::tree::kill;
 use procd_proto::Event;
 use std::sync::Arc;
@@ -23,9 +23,9 @@ fn probe_interval(age: Duration) -> Duration {
 }
 
 impl Registry {
-    /// The task that decides when `s` is ready (spawned once, at spawn).
-    /// Ends when the session is ready or has exited; past the timeout it
-    /// reports `ready_timeout` once and keeps checking, less often.
+    /// The task that decides when `s`'s run is ready (spawned at each
+    /// run's start). Ends when the run is ready or over; past the timeout
+    /// it reports `ready_timeout` once and keeps checking, less often.
     pub(super) fn watch_readiness(
         &self,
         s: Arc<Session>,
@@ -33,7 +33,8 @@ impl Registry {
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let me = self.me.clone();
         async move {
-            let deadline = tokio::time::Instant::from_std(s.started_instant() + check.timeout);
+            let run = s.run();
+            let deadline = tokio::time::Instant::from_std(run.started_instant() + check.timeout);
             let mut output_met = check.output.is_none();
             let mut port_met = check.port.is_none();
             let mut http_met = check.http.is_none();
@@ -44,7 +45,7 @@ impl Registry {
             let mut timed_out = false;
             let mut next_probe = tokio::time::Instant::now();
             loop {
-                if !s.is_running() {
+                if !s.runs(&run) {
                     return;
                 }
                 let mut partial_in = None;
@@ -77,17 +78,17 @@ impl Registry {
                     if let (Some(http), false) = (&check.http, http_met) {
                         http_met = http.probe().await;
                     }
-                    next_probe =
-                        tokio::time::Instant::now() + probe_interval(s.started_instant().elapsed());
+                    next_probe = tokio::time::Instant::now()
+                        + probe_interval(run.started_instant().elapsed());
                 }
-                if output_met && port_met && http_met && s.is_running() {
-                    reg.became_ready(&s, ports);
+                if output_met && port_met && http_met && s.runs(&run) {
+                    reg.became_ready(&s, &run, ports);
                     return;
                 }
                 let now = tokio::time::Instant::now();
                 if !timed_out && now >= deadline {
                     timed_out = true;
-                    reg.ready_timed_out(&s, check.timeout);
+                    reg.ready_timed_out(&s, &run, check.timeout);
                 }
                 drop(reg);
                 let mut wake = if timed_out {
@@ -108,9 +109,11 @@ impl Registry {
 
     /// The session met its ready condition: recorded, and queued once as a
     /// `ready` event.
-    fn became_ready(&self, s: &Arc<Session>, ports: Vec<u16>) {
-        let after_ms = s.started_instant().elapsed().as_millis() as u64;
-        s.set_readiness(Readiness::Ready { after_ms });
+    fn became_ready(&self, s: &Arc<Session>, run: &Arc<Run>, ports: Vec<u16>) {
+        let after_ms = run.started_instant().elapsed().as_millis() as u64;
+        if !s.set_readiness(run, Readiness::Ready { after_ms }) {
+            return; // its run ended meanwhile
+        }
         let text = match ports.as_slice() {
             [] => format!("is ready after {after_ms} ms"),
             ports => format!("is ready after {after_ms} ms, listening on {ports:?}"),
@@ -130,8 +133,10 @@ impl Registry {
 
     /// The ready condition's time passed: recorded, and queued once as a
     /// `ready_timeout` event; the session runs on.
-    fn ready_timed_out(&self, s: &Arc<Session>, timeout: Duration) {
-        s.set_readiness(Readiness::Pending { timed_out: true });
+    fn ready_timed_out(&self, s: &Arc<Session>, run: &Arc<Run>, timeout: Duration) {
+        if !s.set_readiness(run, Readiness::Pending { timed_out: true }) {
+            return;
+        }
         let secs = timeout.as_secs_f64();
         let text = format!("is not ready after {secs} s; it is still running");
         let about = self.about_event(s, &text);

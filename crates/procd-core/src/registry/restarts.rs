@@ -1,9 +1,10 @@
 //! Restarts (docs/stacks.md): a restarting session's run ended, and the
 //! policy (`stacks/restart.rs`) wants another. The session stays running, with
 //! its id, name, log and running slot, while the next run waits out its
-//! backoff; then the next run starts in the same cgroup and log and takes
-//! the table entry, and only then is the run before it marked exited (its
-//! waiters follow on to the new one). A kill during the backoff ends it.
+//! backoff; then the next run starts in the same cgroup and log and becomes
+//! the session's run (`Session::begin_run`): one session from its first
+//! run to its end, so whoever holds it or waits on it holds the session,
+//! never a run. A kill during the backoff ends it.
 //!
 //! A backoff is state of its own (`Restarts::next_run`), in procs.json
 //! before the wait begins: the next daemon starts the owed run from that
@@ -248,73 +249,66 @@ impl Registry {
         ))
     }
 
-    /// Starts the next run of `run`'s session: the same argv and
-    /// environment, in the same cgroup (emptied; its limits stay) and log,
-    /// with the running slot handed on. The new run takes the table entry
-    /// before the old one is marked exited. A kill of the old run that
-    /// came while the new one started is passed on to it.
+    /// Starts the next run of `session`: the same argv and environment,
+    /// in the same cgroup (emptied; its limits stay) and log, with its
+    /// running slot. The session's run changes in place
+    /// (`Session::begin_run`); it stays running throughout. A kill that
+    /// came while the run started is passed on to it.
     async fn start_next_run(
         &self,
-        run: &Arc<Session>,
+        session: &Arc<Session>,
         restarts: &Arc<Restarts>,
         launch: &Launch,
         count: RunCount,
     ) -> Result<(), Error> {
-        let mut spec = run.spec.clone();
-        // What `update` changed holds for the next run too.
-        let asks = run.asks();
-        spec.watch_patterns = asks.watch_patterns.to_vec();
-        spec.meta = asks.meta;
-        spec.notify_on_complete = run.notify_on_complete();
-        let id = run.id.clone();
-        self.clear_for_next_run(run).await?;
-        if spec.is_jobs() {
+        let id = session.id.clone();
+        self.clear_for_next_run(session).await?;
+        if session.spec.is_jobs() {
             self.renew_jobs(&id).await;
         }
+        // (A PTY that cannot be had falls back to pipes: the launch says
+        // so in `spec`, the run keeps it, and its log says so here.)
+        let mut spec = session.spec.clone();
         let started = self
             .launch(&id, &mut spec, &launch.env, &launch.argv)
             .await?;
+        if spec.pty != session.spec.pty {
+            session.output.mark_restart(&format!(
+                "[procd] run {} has no terminal (a PTY could not be had): it reads a pipe",
+                count.run
+            ));
+        }
         if spec.is_jobs() {
             self.share_jobs_soon();
         }
         self.hold_in_keeper(&id, started.identity, &started.io, Some(restarts));
         crate::persist::crash::at(crate::persist::crash::Point::AfterRestartHold);
-        let slot = run.take_slot().unwrap_or_else(|| self.running.take());
-        let (next, reader, exit_rx) = self.open_session(
-            id.clone(),
-            spec,
-            run.output.clone(),
-            started,
-            slot,
-            Some(restarts.clone()),
-        );
+        let slot = (!session.holds_slot()).then(|| self.running.take());
+        let (reader, exit_rx) = self.renew_session(session, started, spec.pty, slot);
         restarts.run_started(Some(count));
-        let (_, last) = restarts.runs();
-        if let Some(last) = &last {
-            Registry::record_replaced(run, next.clone(), last.clone());
-        }
         self.notifications.publish(Event::Started {
             session_id: id.clone(),
-            pid: next.pid(),
-            command: next.shown_command().to_string(),
-            task_id: next.spec.task_id.clone(),
-            session_key: next.spec.session_key.clone(),
-            pty: next.spec.pty,
-            started_at: next.started_at_text(),
-            meta: next.meta(),
+            pid: session.pid(),
+            command: session.shown_command().to_string(),
+            task_id: session.spec.task_id.clone(),
+            session_key: session.spec.session_key.clone(),
+            pty: spec.pty,
+            started_at: session.started_at_text(),
+            meta: session.meta(),
         });
-        self.announce_restart(&next, restarts);
+        self.announce_restart(session, restarts);
         // Recorded before its output can be read (the supervisor stores
         // it): whoever sees the new run can count on a daemon that dies
         // next finding it in procs.json, not the run before.
         if let Err(e) = self.write_running_checkpoint().await {
             tracing::warn!(session = %id, %e, "the checkpoint does not hold the restarted run yet");
         }
-        self.supervise_in_background(next.clone(), reader, exit_rx, super::spawn::RunStart::Fresh);
-        self.watch_oom(&next);
-        if let Some(t) = run.termination() {
+        let fresh = super::spawn::RunStart::Fresh;
+        self.supervise_in_background(session.clone(), reader, exit_rx, fresh);
+        self.watch_oom(session);
+        if let Some(t) = session.termination() {
             let grace = self.grace(None);
-            self.terminate(&next, libc::SIGTERM, grace, t.reason, &t.source)
+            self.terminate(session, libc::SIGTERM, grace, t.reason, &t.source)
                 .await;
         }
         Ok(())

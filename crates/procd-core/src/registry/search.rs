@@ -162,7 +162,7 @@ impl Registry {
         let sessions: Vec<Arc<Session>> = match (ids, key) {
             (Some(ids), _) => ids
                 .iter()
-                .map(|id| self.find(id).map(|s| s.current()))
+                .map(|id| self.find(id))
                 .collect::<Result<_, _>>()?,
             (None, Some(key)) => self
                 .all_sessions()

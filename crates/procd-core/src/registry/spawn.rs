@@ -328,7 +328,7 @@ impl Registry {
             command: session.shown_command().to_string(),
             task_id: session.spec.task_id.clone(),
             session_key: session.spec.session_key.clone(),
-            pty: session.spec.pty,
+            pty: session.pty(),
             started_at: session.started_at_text(),
             meta: session.meta(),
         });
@@ -429,9 +429,8 @@ impl Registry {
         }
     }
 
-    /// The session of a child just started: its stdin writer, what it
-    /// reads input from, the probe for unread output, its ready condition
-    /// (watched from now on), its running slot, admitted (`admit`).
+    /// The session of a child just started (`run_of`), with its running
+    /// slot, admitted (`admit`), its ready condition watched from now on.
     /// Returns it with what its supervisor is to read and wait for.
     pub(super) fn open_session(
         &self,
@@ -441,11 +440,79 @@ impl Registry {
         child: StartedChild,
         slot: crate::admission::slot::RunningSlot,
         restarts: Option<Arc<session::Restarts>>,
-    ) -> (
-        Arc<Session>,
-        OutputSource,
-        oneshot::Receiver<crate::tree::reaper::ChildExit>,
-    ) {
+    ) -> (Arc<Session>, OutputSource, ChildExitRx) {
+        let (run, reader, exit_rx) = self.run_of(&spec, child);
+        let readiness = first_readiness(&spec);
+        let session = self.admit(session::Opening {
+            id,
+            spec,
+            identity: run.identity,
+            output,
+            stdin: run.stdin,
+            started: run.started,
+            origin: Origin::Spawned,
+            note: None,
+            systemd_unit: run.unit,
+            cgroup: run.cgroup,
+            input: run.input,
+            output_probe: run.output_probe,
+            slot: Some(slot),
+            restarts,
+            readiness,
+            ended: None,
+            adopted: None,
+        });
+        self.watch_ready(&session);
+        (session, reader, exit_rx)
+    }
+
+    /// A restarting session's next run, of a child just started
+    /// (`run_of`): it becomes the session's run (`Session::begin_run`),
+    /// its ready condition watched from now on. Returns what its
+    /// supervisor is to read and wait for.
+    pub(super) fn renew_session(
+        &self,
+        session: &Arc<Session>,
+        child: StartedChild,
+        pty: bool,
+        slot: Option<crate::admission::slot::RunningSlot>,
+    ) -> (OutputSource, ChildExitRx) {
+        let (run, reader, exit_rx) = self.run_of(&session.spec, child);
+        let next = session::NextRunParts {
+            run: session::Run::new(
+                run.identity,
+                run.started,
+                None,
+                run.unit,
+                run.cgroup,
+                run.input,
+                pty,
+            ),
+            stdin: run.stdin,
+            output_probe: run.output_probe,
+            slot,
+            readiness: first_readiness(&session.spec),
+        };
+        self.table().begin_run(session, next);
+        self.watch_ready(session);
+        (reader, exit_rx)
+    }
+
+    /// Watches the ready condition of `session`'s run, if it has one.
+    fn watch_ready(&self, session: &Arc<Session>) {
+        if let Some(check) = session.spec.ready.clone() {
+            tokio::spawn(self.watch_readiness(session.clone(), check));
+        }
+    }
+
+    /// What a child just started brings its session: its stdin writer,
+    /// what it reads input from and the probe for unread output; with
+    /// what its supervisor is to read and wait for.
+    fn run_of(
+        &self,
+        spec: &SessionSpec,
+        child: StartedChild,
+    ) -> (ChildRun, OutputSource, ChildExitRx) {
         let StartedChild {
             identity,
             started,
@@ -467,7 +534,7 @@ impl Registry {
                 master,
             } => (output, Some(StdinSink::Pty(writer, master))),
         };
-        let stdin_tx = writer.map(|sink| {
+        let stdin = writer.map(|sink| {
             let (tx, rx) = mpsc::channel(16);
             tokio::spawn(session::stdin_writer(sink, rx));
             tx
@@ -478,33 +545,16 @@ impl Registry {
                 crate::observation::observe::InputId::of_fd(&self.procfs, identity.pid, 0)
             }
         };
-        let ready = spec.ready.clone();
-        let session = self.admit(session::Opening {
-            id,
-            spec,
+        let run = ChildRun {
             identity,
-            output,
-            stdin: stdin_tx,
             started,
-            origin: Origin::Spawned,
-            note: None,
-            systemd_unit: unit,
+            unit,
             cgroup,
             input,
+            stdin,
             output_probe,
-            slot: Some(slot),
-            restarts,
-            readiness: match ready {
-                Some(_) => Readiness::Pending { timed_out: false },
-                None => Readiness::Unconditioned,
-            },
-            ended: None,
-            adopted: None,
-        });
-        if let Some(check) = ready {
-            tokio::spawn(self.watch_readiness(session.clone(), check));
-        }
-        (session, reader, exit_rx)
+        };
+        (run, reader, exit_rx)
     }
 
     /// Acts on what a session's supervisor reports: a timeout ends its
@@ -609,6 +659,27 @@ impl Registry {
             Registry::run_supervisor(me, supervised, supervising, reported).await;
         };
         tokio::spawn(tracing::Instrument::instrument(supervisor, span));
+    }
+}
+
+type ChildExitRx = oneshot::Receiver<crate::tree::reaper::ChildExit>;
+
+/// A child just started, as its session takes it (`Registry::run_of`).
+struct ChildRun {
+    identity: crate::identity::ProcessIdentity,
+    started: session::Started,
+    unit: Option<String>,
+    cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
+    input: Option<crate::observation::observe::InputId>,
+    stdin: Option<mpsc::Sender<session::StdinOp>>,
+    output_probe: Option<std::os::fd::OwnedFd>,
+}
+
+/// Where a run starts against its session's ready condition.
+fn first_readiness(spec: &SessionSpec) -> Readiness {
+    match spec.ready {
+        Some(_) => Readiness::Pending { timed_out: false },
+        None => Readiness::Unconditioned,
     }
 }
 

@@ -53,7 +53,7 @@ impl Registry {
         let tx = self.stdin_of(s)?;
         let mut bytes = data.as_bytes().to_vec();
         if submit {
-            bytes.push(if s.spec.pty { b'\r' } else { b'\n' });
+            bytes.push(if s.pty() { b'\r' } else { b'\n' });
         }
         let n = bytes.len() as u64;
         let (reply, done) = oneshot::channel();
@@ -110,7 +110,7 @@ impl Registry {
                 s.id
             )));
         }
-        if !s.spec.pty {
+        if !s.pty() {
             // The pipe's writer ends after the close; a PTY keeps its writer
             // (resize goes through it). The keeper's copy of the write end
             // goes too, or the program would never see EOF.
@@ -132,7 +132,7 @@ impl Registry {
     pub async fn resize(&self, id: &str, rows: Rows, cols: Cols) -> Result<(), Error> {
         let (rows, cols) = (rows.get(), cols.get());
         let s = self.find(id)?;
-        if !s.spec.pty {
+        if !s.pty() {
             return Err(Error::WrongState(format!(
                 "session {} is not a PTY session",
                 s.id

@@ -20,9 +20,8 @@ pub(super) struct Table {
     /// the order they started (as `list` gives them), so that a write
     /// neither sorts nor looks them up.
     unsettled: BTreeMap<StartOrder, Arc<Session>>,
-    /// Ended sessions taken out of the table (or replaced by the next run
-    /// under the same id) since the checkpoint last asked: the `gone`
-    /// lines `ended.jsonl` is owed.
+    /// Ended sessions taken out of the table, or replaced in it, since
+    /// the checkpoint last asked: the `gone` lines `ended.jsonl` is owed.
     gone: Vec<String>,
     /// The finished sessions, earliest exit first, as they were when last
     /// looked at (`earliest_finished`): what `max_sessions` drops next.
@@ -54,6 +53,17 @@ impl Table {
         }
         self.unsettled.insert(start_order(&session), session);
         replaced
+    }
+
+    /// A restarting session's next run begins (`Session::begin_run`): it
+    /// moves to the new run's start in the order, under the table's lock
+    /// (no lookup by its old start is left to fail).
+    pub(super) fn begin_run(&mut self, s: &Arc<Session>, next: crate::session::NextRunParts) {
+        let held = self.unsettled.remove(&start_order(s));
+        s.begin_run(next);
+        if held.is_some() {
+            self.unsettled.insert(start_order(s), s.clone());
+        }
     }
 
     pub(super) fn remove(&mut self, id: &str) -> Option<Arc<Session>> {

@@ -21,7 +21,7 @@ impl Registry {
             check_watch_patterns(patterns)?;
         }
         let meta = meta.map(check_meta).transpose()?;
-        let s = self.find(id)?.current();
+        let s = self.find(id)?;
         if !s.is_running() {
             return Err(Error::WrongState(format!(
                 "update: session {} has exited",

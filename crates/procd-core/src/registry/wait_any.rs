@@ -136,7 +136,6 @@ impl Registry {
         Ok(sessions
             .into_iter()
             .map(|s| {
-                let s = s.current();
                 let end = s.output.end();
                 Watched {
                     was_ready: s.readiness().flag() == Some(true),
@@ -202,7 +201,7 @@ impl Registry {
         if wants(WaitCondition::Input) && s.is_running() && s.waiting_for_input() {
             return Ok((hit(WaitAnyOutcome::Input), partial));
         }
-        if wants(WaitCondition::Exit) && s.state().exit().is_some() && s.successor().is_none() {
+        if wants(WaitCondition::Exit) && s.state().exit().is_some() {
             return Ok((hit(WaitAnyOutcome::Exit), partial));
         }
         Ok((None, partial))
@@ -268,7 +267,7 @@ struct Wakes {
 }
 
 impl Wakes {
-    /// Subscribes to all of it (each session followed to its current run).
+    /// Subscribes to all of it.
     fn subscribe(registry: &Registry, watched: &mut [Watched]) -> Wakes {
         let events = registry.notifications.subscribe();
         let mut wakes = Wakes {
@@ -277,7 +276,6 @@ impl Wakes {
             events,
         };
         for w in watched {
-            w.session = w.session.current();
             wakes.outputs.push(w.session.output.subscribe());
             wakes.views.push(w.session.subscribe());
         }

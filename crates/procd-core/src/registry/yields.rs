@@ -80,7 +80,7 @@ impl Registry {
     }
 
     /// What a yield answers: the output from `from` (within `budget`)
-    /// and where the session (its current run) stands.
+    /// and where the session stands.
     async fn yielded(
         &self,
         s: &Arc<Session>,
@@ -93,8 +93,6 @@ impl Registry {
             .await?;
         let fetch = format!("read from cursor {} to see all of it", r.cursor);
         let cut = crate::output::budget::apply(&r.data, budget, &fetch);
-        // A restart ended the yield: the session goes on in its next run.
-        let s = s.current();
         let state = s.state();
         Ok(Yielded {
             output: cut.text,

@@ -25,6 +25,9 @@ pub struct Run {
     /// Its stdin pipe or terminal (None with `stdin: "null"`, or when the
     /// root was gone before it could be looked at).
     pub input: Option<crate::observation::observe::InputId>,
+    /// Whether it runs on a terminal: as asked, unless no PTY could be
+    /// had and it fell back to pipes.
+    pub pty: bool,
 }
 
 impl Run {
@@ -35,6 +38,7 @@ impl Run {
         systemd_unit: Option<String>,
         cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
         input: Option<crate::observation::observe::InputId>,
+        pty: bool,
     ) -> Run {
         Run {
             identity,
@@ -44,6 +48,7 @@ impl Run {
             systemd_unit,
             cgroup,
             input,
+            pty,
         }
     }
 

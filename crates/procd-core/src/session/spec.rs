@@ -124,8 +124,9 @@ impl Launch {
     }
 }
 
-/// A restarting session across its runs; each run is a `Session` of its
-/// own (its process, cgroup and input), and they share this.
+/// A restarting session across its runs (each run's process, cgroup and
+/// input are its `Run`): the policy, the launch, the count and the last
+/// exit.
 pub struct Restarts {
     pub plan: crate::stacks::restart::RestartPlan,
     /// None for a session a previous daemon started whose launch the

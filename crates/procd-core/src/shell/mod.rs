@@ -682,7 +682,7 @@ impl Shell {
             shell_id: self.id.clone(),
             name: self.name.clone(),
             pid: self.session.pid(),
-            pty: self.session.spec.pty,
+            pty: self.session.pty(),
             opened,
             cwd,
         }

@@ -227,21 +227,9 @@ async fn holds(mut rx: watch::Receiver<Phase>, cond: Condition) -> Result<(), St
     }
 }
 
-/// Waits for a started session's ready condition (none: ready at once),
-/// following it to its next run if it restarts first.
-async fn ready(session: &Arc<Session>) -> Result<(), String> {
-    let mut session = session.clone();
-    while let Err(e) = run_ready(&session).await {
-        match session.successor() {
-            Some(next) => session = next,
-            None => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Waits for one run's ready condition.
-async fn run_ready(session: &Session) -> Result<(), String> {
+/// Waits for a started session's ready condition (none: ready at once);
+/// a restart before it is ready waits for its next run's.
+async fn ready(session: &Session) -> Result<(), String> {
     let mut view = session.subscribe();
     loop {
         {
@@ -319,7 +307,6 @@ fn state_of(name: &SessionName, phase: &Phase) -> ServiceState {
             reused,
             port_in_use,
         } => {
-            let session = session.current();
             state.session_id = Some(session.id.clone());
             state.reused = *reused;
             state.port_in_use = port_in_use.clone();
