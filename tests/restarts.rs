@@ -276,6 +276,48 @@ fn a_backoff_goes_on_across_a_daemon_sigkill() {
 
 /// A session whose run 1 fails at once and whose run 2 is due in 3 s,
 /// once procs.json holds that backoff; with the dir its runs count in.
+/// Each run is ready on its own (docs/stacks.md): the next run's ready
+/// condition is matched against what that run writes, never the line
+/// the run before wrote to the same log. Run 1 says "up" and fails; run
+/// 2 never says it, so its readiness can only time out.
+#[test]
+fn each_run_is_ready_on_its_own_output() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let id = d.spawn_with(json!({
+        "command": counting(dir.path(), "if [ $n = 1 ]; then echo up; exit 1; fi; exec sleep 300"),
+        "ready": {"output": "^up$", "timeout_s": 1},
+        "restart": {"policy": "on-failure", "backoff_s": 0.1},
+    }));
+    // The readiness events after the restart, in the order queued.
+    let mut after_restart: Vec<Value> = Vec::new();
+    let mut restarted = false;
+    wait_until("run 2's readiness is decided", || {
+        let events = d.ok("drain_notifications", json!({}))["events"].clone();
+        for e in events.as_array().into_iter().flatten() {
+            match (e["session_id"] == id, e["type"].as_str()) {
+                (true, Some("restarted")) => restarted = true,
+                (true, Some("ready" | "ready_timeout")) if restarted => {
+                    after_restart.push(e.clone())
+                }
+                _ => {}
+            }
+        }
+        !after_restart.is_empty()
+    });
+    assert_eq!(
+        after_restart[0]["type"], "ready_timeout",
+        "{after_restart:?}"
+    );
+    let poll = d.ok("poll", json!({"session_id": id}));
+    assert_eq!(
+        (poll["ready"].clone(), poll["restarts"].clone()),
+        (json!(false), json!(1)),
+        "{poll}"
+    );
+    d.ok("kill", json!({"session_id": id}));
+}
+
 fn failing_into_a_backoff(d: &Daemon) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("dir");
     let id = d.spawn_with(json!({

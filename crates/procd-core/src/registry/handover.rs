@@ -193,7 +193,10 @@ impl Registry {
             adopted: None,
         });
         if let Some(check) = watch_ready {
-            tokio::spawn(self.watch_readiness(session.clone(), check));
+            // From the log's start: where a restarted run's output began
+            // is not recorded, so a run after the first taken over before
+            // it was ready may match its last run's line.
+            tokio::spawn(self.watch_readiness(session.clone(), check, 0));
         }
         self.watch_oom(&session);
         // In a backoff its last run is over (reaped by the daemon before):

@@ -462,7 +462,7 @@ impl Registry {
             ended: None,
             adopted: None,
         });
-        self.watch_ready(&session);
+        self.watch_ready(&session, 0);
         (session, reader, exit_rx)
     }
 
@@ -494,14 +494,17 @@ impl Registry {
             readiness: first_readiness(&session.spec),
         };
         self.table().begin_run(session, next);
-        self.watch_ready(session);
+        // Its output begins where the log ends now: its supervisor, which
+        // stores it, starts after this.
+        self.watch_ready(session, session.output.end());
         (reader, exit_rx)
     }
 
-    /// Watches the ready condition of `session`'s run, if it has one.
-    fn watch_ready(&self, session: &Arc<Session>) {
+    /// Watches the ready condition of `session`'s run, if it has one,
+    /// in its output from `from` on.
+    fn watch_ready(&self, session: &Arc<Session>, from: u64) {
         if let Some(check) = session.spec.ready.clone() {
-            tokio::spawn(self.watch_readiness(session.clone(), check));
+            tokio::spawn(self.watch_readiness(session.clone(), check, from));
         }
     }
 
