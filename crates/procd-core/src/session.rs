@@ -1,8 +1,8 @@
 //! One supervised command: what was asked for, its run (the process and
 //! what is its own), its output, and its state. What changes of it is in
 //! two places, both private to this file: the `SessionView` its waiters
-//! follow (state, run, readiness, asks, adoption, a termination asked
-//! for), one watch channel; and the `Core` only its own methods touch
+//! follow (state, run, its runs' count and backoff, readiness, asks,
+//! adoption, a termination asked for), one watch channel; and the `Core` only its own methods touch
 //! (stdin, slot, what was seen of its tree), one lock. A supervisor
 //! (`supervise`) owns a run's exit receiver and output pipe; the
 //! registry's `record_end` moves the state to `Exited` once, after the
@@ -10,8 +10,10 @@
 //! (`begin_run`): one session from its first run to its end.
 //!
 //! Beside it: `session/opening.rs` (what a session starts with, the one
-//! way in), `run.rs` (a run's own), `spec.rs` (what was asked for; the
-//! launch; a restart's `Restarts`), `supervise.rs` (the supervisor task, which reports to the
+//! way in), `run.rs` (a run's own, and where a restarting session's runs
+//! stand), `state.rs` (how it ended, a termination asked for, what a
+//! caller may change), `spec.rs` (what was asked for; the launch; a
+//! restart's `Restarts`), `supervise.rs` (the supervisor task, which reports to the
 //! registry and never calls it), `seen.rs` (what is known of its tree and
 //! input), `stdin.rs` (the stdin writer), `watch_asks.rs` (the
 //! supervisor's watch patterns, made again when `update` changes them).
@@ -22,13 +24,14 @@ use crate::output::store::OutputStore;
 use crate::tree::kill::TreeSpec;
 use procd_proto::CompletionReason;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 mod opening;
 mod run;
 mod seen;
 mod spec;
+mod state;
 mod stdin;
 mod watch_asks;
 pub use stdin::{stdin_writer, StdinOp, StdinSink};
@@ -38,43 +41,10 @@ mod supervise;
 use seen::Seen;
 
 pub use opening::{Opening, Origin, Started};
-pub use run::Run;
-pub use spec::{Launch, NextRun, Restarts, SessionSpec};
+pub use run::{NextRunParts, Run};
+pub use spec::{Launch, NextRun, Restarts, Runs, SessionSpec};
+pub use state::{Asks, ExitRecord, SessionState, Termination};
 pub use supervise::{supervise, supervise_detached, Report, Reports, Supervision};
-
-/// How a session ended.
-#[derive(Debug, Clone)]
-pub struct ExitRecord {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub reason: CompletionReason,
-    pub source: Option<String>,
-    pub exited_at: SystemTime,
-    pub exited_instant: Instant,
-}
-
-#[derive(Debug, Clone)]
-pub enum SessionState {
-    Running,
-    Exited(Arc<ExitRecord>),
-}
-
-impl SessionState {
-    pub fn exit(&self) -> Option<&Arc<ExitRecord>> {
-        match self {
-            SessionState::Running => None,
-            SessionState::Exited(e) => Some(e),
-        }
-    }
-}
-
-/// Why a termination was requested (recorded before signalling, so the
-/// supervisor reports the exit as killed/timeout rather than exited).
-#[derive(Debug, Clone)]
-pub struct Termination {
-    pub reason: CompletionReason,
-    pub source: String,
-}
 
 pub struct Session {
     pub id: String,
@@ -104,6 +74,9 @@ pub struct SessionView {
     pub state: SessionState,
     /// Its run: the process and what is its own (`Run`).
     pub run: Arc<Run>,
+    /// Where its runs stand under a restart policy (None without one):
+    /// the count, the last exit, the backoff it may be in.
+    runs: Option<Runs>,
     /// Where it stands against its ready condition (docs/agents.md).
     pub readiness: crate::observation::readiness::Readiness,
     /// What `update` may change: its watch patterns and `meta`.
@@ -141,18 +114,6 @@ impl SessionView {
     }
 }
 
-/// What the next run of a restarting session starts with
-/// (`Session::begin_run`).
-pub struct NextRunParts {
-    pub run: Run,
-    pub stdin: Option<mpsc::Sender<StdinOp>>,
-    pub output_probe: Option<std::os::fd::OwnedFd>,
-    /// A `max_running` slot, for a session that holds none (one taken
-    /// over holds none until its next run).
-    pub slot: Option<crate::admission::slot::RunningSlot>,
-    pub readiness: crate::observation::readiness::Readiness,
-}
-
 /// What a session keeps for itself, changed together under one lock.
 struct Core {
     /// Set as soon as the root has been reaped (its pid is free again).
@@ -181,13 +142,6 @@ impl Core {
             .as_ref()
             .is_some_and(|fd| rustix::io::ioctl_fionread(fd).is_ok_and(|n| n > 0))
     }
-}
-
-/// What a caller may change of a running session (`update`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Asks {
-    pub watch_patterns: Arc<[String]>,
-    pub meta: Option<Arc<serde_json::Value>>,
 }
 
 /// How long a session must be quiet, blocked on its input, before it
@@ -228,6 +182,7 @@ impl Session {
         let view = SessionView {
             state: ended.map_or(SessionState::Running, SessionState::Exited),
             run: Arc::new(run),
+            runs: restarts.as_ref().map(|r| r.opened.clone()),
             readiness,
             asks: Asks {
                 watch_patterns: spec.watch_patterns.clone().into(),
@@ -337,7 +292,7 @@ impl Session {
     /// Names this run in a once-only event's key: the id, and the run
     /// after a restart (each run is ready once).
     pub fn run_key(&self) -> String {
-        match self.restarts.as_ref().map(|r| r.runs().0.run) {
+        match self.view.borrow().runs.as_ref().map(|r| r.count.run) {
             Some(run) if run > 1 => format!("{} run {run}", self.id),
             _ => self.id.clone(),
         }
@@ -536,6 +491,46 @@ impl Session {
         self.view.borrow().readiness
     }
 
+    /// A run ended (`record`, unless a previous daemon already recorded
+    /// it) and `next` is due: it is restarting until that starts.
+    pub fn run_ended(&self, record: Option<Arc<ExitRecord>>, next: NextRun) {
+        self.change_runs(|runs| {
+            if let Some(record) = record {
+                runs.last_exit = Some(record);
+            }
+            runs.next = Some(next);
+        });
+    }
+
+    /// No next run will start (the session ends as its last run did).
+    pub fn next_run_abandoned(&self) {
+        self.change_runs(|runs| runs.next = None);
+    }
+
+    /// Its run is being ended because `files` changed.
+    pub fn ended_by_change(&self, files: Vec<String>) {
+        self.change_runs(|runs| runs.changed = files);
+    }
+
+    /// The files whose change ended the last run, once.
+    pub fn take_changed(&self) -> Vec<String> {
+        let mut changed = Vec::new();
+        self.change_runs(|runs| changed = std::mem::take(&mut runs.changed));
+        changed
+    }
+
+    /// Changes where its runs stand (nothing without a restart policy).
+    fn change_runs(&self, change: impl FnOnce(&mut Runs)) {
+        self.view.send_if_modified(|view| match &mut view.runs {
+            Some(runs) => {
+                change(runs);
+                view.record_version += 1;
+                true
+            }
+            None => false,
+        });
+    }
+
     /// Records where `run` stands against its ready condition; nothing
     /// once it is not the session's run (a restart's next run starts
     /// pending again).
@@ -721,6 +716,7 @@ impl Session {
     pub(crate) fn begin_run(&self, next: NextRunParts) {
         let NextRunParts {
             run,
+            count,
             stdin,
             output_probe,
             slot,
@@ -728,6 +724,10 @@ impl Session {
         } = next;
         self.change_view(|view| {
             view.run = Arc::new(run);
+            if let Some(runs) = &mut view.runs {
+                runs.count = count;
+                runs.next = None;
+            }
             view.readiness = readiness;
             view.adopted = None;
         });

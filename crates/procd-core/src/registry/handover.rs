@@ -166,7 +166,6 @@ impl Registry {
                 return None;
             }
         };
-        let stdin_tx = sink.map(stdin_writer);
         let (readiness, watch_ready) = resume_readiness(&spec, e.ready_after_ms);
         let input = match spec.stdin {
             StdinMode::Pipe => crate::observation::observe::InputId::of_fd(&self.procfs, e.pid, 0),
@@ -178,7 +177,7 @@ impl Registry {
             spec,
             identity: e.root(),
             output: Arc::new(output),
-            stdin: stdin_tx,
+            stdin: sink.map(stdin_writer),
             started: Started::at(e.started_at()),
             origin: Origin::HandedOver,
             note: None,
@@ -193,23 +192,21 @@ impl Registry {
             adopted: None,
         });
         if let Some(check) = watch_ready {
-            // From the log's start: where a restarted run's output began
-            // is not recorded, so a run after the first taken over before
-            // it was ready may match its last run's line.
+            // From the log's start (where a restarted run began is not kept).
             tokio::spawn(self.watch_readiness(session.clone(), check, 0));
         }
         self.watch_oom(&session);
         // In a backoff its last run is over (reaped by the daemon before):
         // no exit will come for it, the next run is due instead.
         if let Some(restarts) = session.restarts.clone() {
-            if let Some(next) = restarts.next_run() {
+            if let Some(next) = session.next_run() {
                 drop(reader);
                 self.resume_backoff(session, &restarts, next);
                 return Some(());
             }
             if unrecorded_run {
                 tracing::info!(session = %session.id, pid = e.pid, "took back a run the checkpoint did not name yet");
-                self.announce_restart(&session, &restarts);
+                self.announce_restart(&session);
             }
         }
         let exit_rx = keeper.exit_of(e.pid);

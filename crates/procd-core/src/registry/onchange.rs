@@ -231,17 +231,17 @@ async fn restart(
     this_run: &Arc<Run>,
     files: Vec<String>,
 ) {
-    let Some(restarts) = &run.restarts else {
+    if run.restarts.is_none() {
         return;
-    };
+    }
     let signalled = {
         // Ended meanwhile (its next run due, or started): its tree may
         // be the next run's.
-        let over = || restarts.is_restarting() || !run.runs(this_run);
+        let over = || run.is_restarting() || !run.runs(this_run);
         let Some(_signal) = run.signal_for_change(over).await else {
             return;
         };
-        restarts.ended_by_change(files);
+        run.ended_by_change(files);
         crate::tree::kill::signal_tree(&run.tree(), &registry.procfs, libc::SIGTERM).await
     };
     crate::tree::kill::kill_survivors(signalled, registry.grace(None)).await;

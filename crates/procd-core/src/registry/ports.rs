@@ -131,7 +131,7 @@ impl Registry {
         let held: BTreeSet<u16> = self
             .table()
             .values()
-            .filter(|s| s.is_running() || s.restarts.as_ref().is_some_and(|r| r.is_restarting()))
+            .filter(|s| s.is_running() || s.is_restarting())
             .flat_map(|s| {
                 s.spec
                     .port

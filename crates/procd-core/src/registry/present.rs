@@ -52,12 +52,12 @@ pub(super) fn exit_info_of(e: &ExitRecord) -> ExitInfo {
 
 /// A restarting session's runs, for poll and list.
 fn restart_info(s: &Session) -> Option<RestartInfo> {
-    let restarts = s.restarts.as_ref()?;
-    let (count, last) = restarts.runs();
+    s.restarts.as_ref()?;
+    let (count, last) = s.run_history();
     Some(RestartInfo {
         restarts: count.run.saturating_sub(1),
         last_exit: last.as_deref().map(exit_info_of),
-        restarting: restarts.is_restarting() && s.is_running(),
+        restarting: s.is_restarting() && s.is_running(),
     })
 }
 

@@ -23,20 +23,19 @@ fn probe_interval(age: Duration) -> Duration {
 }
 
 impl Registry {
-    /// The task that decides when `s`'s run is ready (spawned at each
-    /// run's start), matching the output from `from` on (where the run's
-    /// output begins in the log). Ends when the run is ready or over;
-    /// past the timeout it reports `ready_timeout` once and keeps
-    /// checking, less often.
+    /// The task that decides when `s`'s run (its run now) is ready
+    /// (spawned at each run's start), matching the output from `from` on
+    /// (where the run's output begins in the log). Ends when the run is
+    /// ready or over; past the timeout it reports `ready_timeout` once
+    /// and keeps checking, less often.
     pub(super) fn watch_readiness(
         &self,
         s: Arc<Session>,
         check: ReadyCheck,
         from: u64,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let me = self.me.clone();
+        let (me, run) = (self.me.clone(), s.run());
         async move {
-            let run = s.run();
             let deadline = tokio::time::Instant::from_std(run.started_instant() + check.timeout);
             let mut output_met = check.output.is_none();
             let mut port_met = check.port.is_none();

@@ -108,7 +108,7 @@ impl Registry {
                 .as_ref()
                 .map(|_| s.spec.queued_for.as_millis() as u64),
             sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
-            restart: s.restarts.as_deref().map(restart_record),
+            restart: s.restarts.as_deref().map(|r| restart_record(s, r)),
             session_id: s.id.clone(),
             command: s.shown_command().to_string(),
             pid: run.pid(),
@@ -372,7 +372,7 @@ impl Registry {
         let Some(restarts) = self.recovered_restarts(e, None) else {
             return false;
         };
-        let Some(next) = restarts.next_run() else {
+        let Some(next) = restarts.opened.next else {
             return false;
         };
         let Some(session) = self
@@ -500,14 +500,17 @@ impl Registry {
 }
 
 /// A restarting session's policy and runs, as the checkpoint keeps them.
-fn restart_record(r: &crate::session::Restarts) -> crate::persist::checkpoint::RestartRecord {
-    let (count, last_exit) = r.runs();
+fn restart_record(
+    s: &Session,
+    r: &crate::session::Restarts,
+) -> crate::persist::checkpoint::RestartRecord {
+    let (count, last_exit) = s.run_history();
     crate::persist::checkpoint::RestartRecord {
         policy: r.plan.spec(),
         run: count.run,
         streak: count.streak,
         last_exit: last_exit.as_deref().map(EndedExit::of),
-        next_run: r
+        next_run: s
             .next_run()
             .map(|n| crate::persist::checkpoint::NextRunRecord {
                 run: n.count.run,
@@ -698,7 +701,7 @@ impl Moving {
     fn of(s: &Session) -> Moving {
         Moving {
             version: s.record_version(),
-            restart: s.restarts.as_deref().map(restart_record),
+            restart: s.restarts.as_deref().map(|r| restart_record(s, r)),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! run to its end, so whoever holds it or waits on it holds the session,
 //! never a run. A kill during the backoff ends it.
 //!
-//! A backoff is state of its own (`Restarts::next_run`), in procs.json
+//! A backoff is state of its own (`Session::next_run`, in its view), in procs.json
 //! before the wait begins: the next daemon starts the owed run from that
 //! record, or, with the keeper dead too and the launch gone with it, ends
 //! the session as that run ended. A run the keeper holds but the checkpoint
@@ -15,7 +15,7 @@
 
 use super::Registry;
 use crate::error::Error;
-use crate::session::{ExitRecord, Launch, NextRun, Restarts, Session};
+use crate::session::{ExitRecord, Launch, NextRun, Restarts, Runs, Session};
 use crate::stacks::restart::{Next, RunCount};
 use crate::tree::kill;
 use procd_proto::{CompletionReason, Event};
@@ -37,8 +37,8 @@ impl Registry {
         let lived = record
             .exited_instant
             .saturating_duration_since(run.started_instant());
-        let (count, _) = restarts.runs();
-        let (next, next_count) = next_after(restarts, count, lived, &record);
+        let (count, _) = run.run_history();
+        let (next, next_count) = next_after(run, restarts, count, lived, &record);
         let delay = match next {
             Next::End => return Err(record),
             Next::CrashLoop => {
@@ -79,7 +79,7 @@ impl Registry {
             next_count.run,
             delay.as_secs_f64()
         ));
-        restarts.run_ended(
+        run.run_ended(
             Some(record),
             NextRun {
                 count: next_count,
@@ -96,12 +96,12 @@ impl Registry {
     /// Queues the `restarted` event of `next`, the run going now, once
     /// across daemons (a daemon that took back a run the one before had
     /// no time to announce announces it).
-    pub(super) fn announce_restart(&self, next: &Session, restarts: &Restarts) {
-        let (count, last) = restarts.runs();
+    pub(super) fn announce_restart(&self, next: &Session) {
+        let (count, last) = next.run_history();
         let Some(last) = last else {
             return;
         };
-        let changed = restarts.take_changed();
+        let changed = next.take_changed();
         let text = match changed.is_empty() {
             false => format!(
                 "was started again because its files changed: {} (run {})",
@@ -132,9 +132,9 @@ impl Registry {
             session.output.mark_restart(
                 "[procd] not restarting: this daemon does not know how the command was started (see docs/stacks.md)",
             );
-            restarts.run_started(None);
+            session.next_run_abandoned();
             // It ends as its last run did (the checkpoint kept that exit).
-            let (_, last) = restarts.runs();
+            let (_, last) = session.run_history();
             let record = last.unwrap_or_else(|| {
                 Arc::new(ExitRecord {
                     exit_code: None,
@@ -205,8 +205,8 @@ impl Registry {
                 }
             }
         }
-        restarts.run_started(None);
-        let (_, last) = restarts.runs();
+        run.next_run_abandoned();
+        let (_, last) = run.run_history();
         let termination = run.termination();
         let record = Arc::new(ExitRecord {
             exit_code: last.as_ref().and_then(|l| l.exit_code),
@@ -284,8 +284,7 @@ impl Registry {
         self.hold_in_keeper(&id, started.identity, &started.io, Some(restarts));
         crate::persist::crash::at(crate::persist::crash::Point::AfterRestartHold);
         let slot = (!session.holds_slot()).then(|| self.running.take());
-        let (reader, exit_rx) = self.renew_session(session, started, spec.pty, slot);
-        restarts.run_started(Some(count));
+        let (reader, exit_rx) = self.renew_session(session, started, count, spec.pty, slot);
         self.notifications.publish(Event::Started {
             session_id: id.clone(),
             pid: session.pid(),
@@ -296,7 +295,7 @@ impl Registry {
             started_at: session.started_at_text(),
             meta: session.meta(),
         });
-        self.announce_restart(session, restarts);
+        self.announce_restart(session);
         // Recorded before its output can be read (the supervisor stores
         // it): whoever sees the new run can count on a daemon that dies
         // next finding it in procs.json, not the run before.
@@ -337,8 +336,7 @@ impl Registry {
         Ok(Restarts::new(
             plan,
             Some((Arc::new(launch), memfd)),
-            RunCount::default(),
-            None,
+            Runs::default(),
         ))
     }
 
@@ -370,24 +368,21 @@ impl Registry {
             streak: record.streak,
         };
         let last = record.last_exit.as_ref().map(|l| Arc::new(l.record()));
-        let restarts = Restarts::new(plan, launch, count, last);
-        if let Some(next) = &record.next_run {
+        let next = record.next_run.as_ref().map(|next| {
             let at = crate::clock::parse_rfc3339(&next.at).unwrap_or_else(SystemTime::now);
             // A planted time far ahead waits no longer than the longest
             // backoff a policy can ask for.
             let at = at.min(SystemTime::now() + crate::stacks::restart::MAX_BACKOFF);
-            restarts.run_ended(
-                None,
-                NextRun {
-                    count: RunCount {
-                        run: next.run.max(1),
-                        streak: next.streak,
-                    },
-                    at,
+            NextRun {
+                count: RunCount {
+                    run: next.run.max(1),
+                    streak: next.streak,
                 },
-            );
-        }
-        Some(Arc::new(restarts))
+                at,
+            }
+        });
+        let runs = Runs::recorded(count, last, next);
+        Some(Arc::new(Restarts::new(plan, launch, runs)))
     }
 }
 
@@ -395,12 +390,13 @@ impl Registry {
 /// procd ended because its files changed (`registry/onchange.rs`) is
 /// followed at once, and does not count towards a crash loop.
 fn next_after(
+    run: &Session,
     restarts: &Restarts,
     count: crate::stacks::restart::RunCount,
     lived: Duration,
     record: &ExitRecord,
 ) -> (Next, crate::stacks::restart::RunCount) {
-    match restarts.change_pending() {
+    match run.change_pending() {
         true => (
             Next::RestartIn(Duration::ZERO),
             crate::stacks::restart::RunCount {

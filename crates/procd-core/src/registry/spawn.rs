@@ -474,6 +474,7 @@ impl Registry {
         &self,
         session: &Arc<Session>,
         child: StartedChild,
+        count: crate::stacks::restart::RunCount,
         pty: bool,
         slot: Option<crate::admission::slot::RunningSlot>,
     ) -> (OutputSource, ChildExitRx) {
@@ -489,6 +490,7 @@ impl Registry {
                 pty,
             ),
             stdin: run.stdin,
+            count,
             output_probe: run.output_probe,
             slot,
             readiness: first_readiness(&session.spec),

@@ -168,7 +168,7 @@ impl Registry {
 /// while a restarting session waits out its backoff; None while a run is
 /// there.
 fn between_runs(s: &Session, what: &str) -> Option<Error> {
-    let next = s.restarts.as_ref()?.next_run()?;
+    let next = s.next_run()?;
     Some(Error::WrongState(format!(
         "session {} is between runs (restart backoff): no run {what} until run {} starts",
         s.id, next.count.run

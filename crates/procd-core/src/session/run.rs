@@ -4,10 +4,12 @@
 //! it the next (`Session::begin_run`), and what outlives a run (the id,
 //! the spec, the log, the restart count) stays with the session.
 
-use super::Started;
+use super::{ExitRecord, NextRun, Session, Started, StdinOp};
 use crate::identity::ProcessIdentity;
+use crate::stacks::restart::RunCount;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use tokio::sync::mpsc;
 
 pub struct Run {
     pub identity: ProcessIdentity,
@@ -67,5 +69,47 @@ impl Run {
     /// When it started, as RFC 3339 (`started_at` on the wire).
     pub fn started_at_text(&self) -> &str {
         &self.started_at_text
+    }
+}
+
+/// What the next run of a restarting session starts with
+/// (`Session::begin_run`).
+pub struct NextRunParts {
+    pub run: Run,
+    /// Which run it is.
+    pub count: RunCount,
+    pub stdin: Option<mpsc::Sender<StdinOp>>,
+    pub output_probe: Option<std::os::fd::OwnedFd>,
+    /// A `max_running` slot, for a session that holds none (one taken
+    /// over holds none until its next run).
+    pub slot: Option<crate::admission::slot::RunningSlot>,
+    pub readiness: crate::observation::readiness::Readiness,
+}
+
+/// Where a restarting session's runs stand, as its view says.
+impl Session {
+    /// Its run now (or last gone) and how the one before it ended (zero
+    /// and none without a restart policy).
+    pub fn run_history(&self) -> (RunCount, Option<Arc<ExitRecord>>) {
+        let view = self.view.borrow();
+        view.runs
+            .as_ref()
+            .map(|r| (r.count, r.last_exit.clone()))
+            .unwrap_or_default()
+    }
+
+    /// The run its backoff waits for, if it is in one.
+    pub fn next_run(&self) -> Option<NextRun> {
+        self.view.borrow().runs.as_ref()?.next
+    }
+
+    pub fn is_restarting(&self) -> bool {
+        self.next_run().is_some()
+    }
+
+    /// Whether the run now ending was ended because files changed.
+    pub fn change_pending(&self) -> bool {
+        let view = self.view.borrow();
+        view.runs.as_ref().is_some_and(|r| !r.changed.is_empty())
     }
 }

@@ -4,7 +4,7 @@
 use super::ExitRecord;
 use procd_proto::StdinMode;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// What the caller asked for; fixed for the session's life.
@@ -124,9 +124,9 @@ impl Launch {
     }
 }
 
-/// A restarting session across its runs (each run's process, cgroup and
-/// input are its `Run`): the policy, the launch, the count and the last
-/// exit.
+/// How a restarting session starts its runs: the policy and the launch,
+/// fixed for its life, and where its runs stood when it was opened (the
+/// session's view carries them on from there, `Session::begin_run`).
 pub struct Restarts {
     pub plan: crate::stacks::restart::RestartPlan,
     /// None for a session a previous daemon started whose launch the
@@ -135,101 +135,60 @@ pub struct Restarts {
     /// The launch as a sealed memfd, for the keeper to hold with each run
     /// (made only when there is a keeper).
     pub launch_memfd: Option<std::os::fd::OwnedFd>,
-    /// Where its runs stand, behind one lock. (A termination during the
-    /// backoff, and a change's signal the next run waits out, are in the
-    /// run's `SessionView`.)
-    runs: Mutex<Runs>,
+    /// Where its runs stood when it was opened: none yet for a new
+    /// session, what the checkpoint said for one taken over.
+    pub opened: Runs,
 }
 
 impl Restarts {
     pub fn new(
         plan: crate::stacks::restart::RestartPlan,
         launch: Option<(Arc<Launch>, Option<std::os::fd::OwnedFd>)>,
-        runs: crate::stacks::restart::RunCount,
-        last_exit: Option<Arc<ExitRecord>>,
+        opened: Runs,
     ) -> Restarts {
         let (launch, launch_memfd) = launch.unzip();
         Restarts {
             plan,
             launch,
             launch_memfd: launch_memfd.flatten(),
-            runs: Mutex::new(Runs {
-                count: runs,
-                last_exit,
-                next: None,
-                changed: Vec::new(),
-            }),
+            opened,
         }
-    }
-
-    /// A run is being ended because `files` changed.
-    pub fn ended_by_change(&self, files: Vec<String>) {
-        self.lock().changed = files;
-    }
-
-    /// Whether the run now ending was ended because files changed.
-    pub fn change_pending(&self) -> bool {
-        !self.lock().changed.is_empty()
-    }
-
-    /// The files whose change ended the last run, once.
-    pub fn take_changed(&self) -> Vec<String> {
-        std::mem::take(&mut self.lock().changed)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Runs> {
-        self.runs.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The run now going (or last gone) and how the one before it ended.
-    pub fn runs(&self) -> (crate::stacks::restart::RunCount, Option<Arc<ExitRecord>>) {
-        let runs = self.lock();
-        (runs.count, runs.last_exit.clone())
-    }
-
-    pub fn is_restarting(&self) -> bool {
-        self.next_run().is_some()
-    }
-
-    /// The run its backoff waits for, if it is in one.
-    pub fn next_run(&self) -> Option<NextRun> {
-        self.lock().next
-    }
-
-    /// A run ended (`record`, unless a previous daemon already recorded
-    /// it) and `next` is due: it is restarting until that starts.
-    pub fn run_ended(&self, record: Option<Arc<ExitRecord>>, next: NextRun) {
-        let mut runs = self.lock();
-        if let Some(record) = record {
-            runs.last_exit = Some(record);
-        }
-        runs.next = Some(next);
-    }
-
-    /// The next run started (or none will: the session ends).
-    pub fn run_started(&self, count: Option<crate::stacks::restart::RunCount>) {
-        let mut runs = self.lock();
-        if let Some(count) = count {
-            runs.count = count;
-        }
-        runs.next = None;
     }
 }
 
-/// Where a restarting session's runs stand, changed together.
-struct Runs {
+/// Where a restarting session's runs stand (in its view), changed
+/// together.
+#[derive(Clone, Default)]
+pub struct Runs {
     /// The run now going (or last gone).
-    count: crate::stacks::restart::RunCount,
+    pub(crate) count: crate::stacks::restart::RunCount,
     /// How the run before it ended.
-    last_exit: Option<Arc<ExitRecord>>,
+    pub(crate) last_exit: Option<Arc<ExitRecord>>,
     /// From a run's end until the next run starts (its backoff): which
     /// run is next and when it starts. A checkpoint keeps it, so that the
     /// next daemon starts that run itself: the one that ended was this
     /// daemon's child, reaped here, and no keeper will report its exit.
-    next: Option<NextRun>,
+    pub(crate) next: Option<NextRun>,
     /// The files whose change ended the last run (`spawn{watch}`), for
     /// the `restarted` event to name.
-    changed: Vec<String>,
+    pub(crate) changed: Vec<String>,
+}
+
+impl Runs {
+    /// Runs as a checkpoint recorded them: `count`, the last run's exit,
+    /// and the run its backoff waits for, if it was in one.
+    pub fn recorded(
+        count: crate::stacks::restart::RunCount,
+        last_exit: Option<Arc<ExitRecord>>,
+        next: Option<NextRun>,
+    ) -> Runs {
+        Runs {
+            count,
+            last_exit,
+            next,
+            changed: Vec::new(),
+        }
+    }
 }
 
 /// The run a backoff waits for.
