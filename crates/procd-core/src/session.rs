@@ -258,6 +258,12 @@ impl Session {
         self.view.borrow().state.clone()
     }
 
+    /// Its state and its run, as one look sees them.
+    pub fn state_and_run(&self) -> (SessionState, Arc<Run>) {
+        let view = self.view.borrow();
+        (view.state.clone(), view.run.clone())
+    }
+
     pub fn is_running(&self) -> bool {
         matches!(self.view.borrow().state, SessionState::Running)
     }

@@ -11,7 +11,7 @@ use crate::clock::rfc3339;
 use crate::observation::watch::WatchOutcome;
 use crate::output::redact::Redactor;
 use crate::output::text::{first_chars, last_chars};
-use crate::session::{self, ExitRecord, Session};
+use crate::session::{self, ExitRecord, Run, Session, SessionState};
 use crate::tree::kill::signal_name;
 use procd_proto::{
     About, Activity, CompletionReason, Event, ExitInfo, PollResult, ProcessEntry, QueueInfo,
@@ -61,14 +61,13 @@ fn restart_info(s: &Session) -> Option<RestartInfo> {
     })
 }
 
-pub(super) fn uptime(s: &Session) -> f64 {
-    let end = s
-        .state()
+fn uptime(state: &SessionState, run: &Run) -> f64 {
+    let end = state
         .exit()
         .map(|e| e.exited_instant)
         .unwrap_or_else(Instant::now);
     let secs = end
-        .saturating_duration_since(s.started_instant())
+        .saturating_duration_since(run.started_instant())
         .as_secs_f64();
     (secs * 1000.0).round() / 1000.0
 }
@@ -141,19 +140,19 @@ pub(super) fn spawn_result(s: &Session) -> SpawnResult {
 }
 
 pub(super) fn poll_result(r: &Redactor, s: &Session) -> PollResult {
-    let state = s.state();
+    let (state, run) = s.state_and_run();
     PollResult {
         session_id: s.id.clone(),
         name: s.spec.name.as_ref().map(|n| n.to_string()),
         project: s.spec.project.as_ref().map(|p| p.to_string()),
         command: s.shown_command().to_string(),
         status: status_of(&state),
-        pid: s.pid(),
-        started_at: s.started_at_text(),
-        uptime_seconds: uptime(s),
+        pid: run.pid(),
+        started_at: run.started_at_text().to_string(),
+        uptime_seconds: uptime(&state, &run),
         output_preview: redacted_tail(r, s, PREVIEW_CHARS),
         activity: activity(r, s),
-        note: s.run().note.clone(),
+        note: run.note.clone(),
         original_chars: None,
         kept_error_lines: None,
         exit: exit_info(&state),
@@ -176,7 +175,7 @@ pub(super) fn tests(r: &Redactor, s: &Session) -> Option<TestSummary> {
 }
 
 pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> ProcessEntry {
-    let state = s.state();
+    let (state, run) = s.state_and_run();
     ProcessEntry {
         session_id: s.id.clone(),
         name: s.spec.name.as_ref().map(|n| n.to_string()),
@@ -184,21 +183,21 @@ pub(super) fn process_entry(r: &Redactor, s: &Session, session_scoped: bool) -> 
         stack_file: s.spec.stack_file.as_ref().map(|f| f.display().to_string()),
         command: first_chars(s.shown_command(), 200).to_string(),
         cwd: s.spec.cwd.display().to_string(),
-        pid: s.pid(),
+        pid: run.pid(),
         status: status_of(&state),
         exit_code: state.exit().and_then(|e| e.exit_code),
-        started_at: s.started_at_text(),
-        uptime_seconds: uptime(s),
+        started_at: run.started_at_text().to_string(),
+        uptime_seconds: uptime(&state, &run),
         output_preview: redacted_tail(r, s, LIST_PREVIEW_CHARS),
         task_id: s.spec.task_id.clone(),
         session_key: s.spec.session_key.clone(),
-        pty: s.pty(),
+        pty: run.pty,
         persist: s.spec.persist,
         notify_on_complete: s.notify_on_complete(),
         watch_patterns: s.asks().watch_patterns.to_vec(),
         activity: activity(r, s),
         session_scoped,
-        note: s.run().note.clone(),
+        note: run.note.clone(),
         restart: restart_info(s),
         sandbox: s.spec.sandbox.as_ref().map(|p| p.info.clone()),
         meta: s.meta(),
