@@ -2,8 +2,9 @@
 //! what is its own), its output, and its state. What changes of it is in
 //! two places, both private to this file: the `SessionView` its waiters
 //! follow (state, run, its runs' count and backoff, readiness, asks,
-//! adoption, a termination asked for), one watch channel; and the `Core` only its own methods touch
-//! (stdin, slot, what was seen of its tree), one lock. A supervisor
+//! adoption, a termination asked for), one watch channel; and the `Core`
+//! only its own methods touch (stdin, slot, what was seen of its tree),
+//! one lock. A supervisor
 //! (`supervise`) owns a run's exit receiver and output pipe; the
 //! registry's `record_end` moves the state to `Exited` once, after the
 //! final drain, or a restart gives the session its next run
