@@ -98,6 +98,27 @@ fn an_mcp_client_starts_reads_writes_kills_and_its_processes_end_with_it() {
         n + 1,
         "the refused one ran: {next}"
     );
+    // Two at once: one runs (and waits for input), the other is refused.
+    let both = seen["shell_both"].as_array().unwrap();
+    let (refused, ran): (Vec<&Value>, Vec<&Value>) =
+        both.iter().partition(|r| r["is_error"] == true);
+    assert_eq!((refused.len(), ran.len()), (1, 1), "{both:?}");
+    let said = refused[0]["text"].as_str().unwrap();
+    assert!(said.starts_with("Not run: "), "{said}");
+    assert_eq!(ran[0]["result"]["waiting_for_input"], true, "{both:?}");
+    let ran_id = ran[0]["result"]["command_id"].as_u64().unwrap();
+    assert_eq!(ran_id, n + 2, "{both:?}");
+    let waited = &seen["shell_both_waited"];
+    assert_eq!(waited["result"]["exit_code"], 0, "{waited}");
+    let out = waited["result"]["output"].as_str().unwrap();
+    assert!(out == "a x\n" || out == "b x\n", "{waited}");
+    let after = &seen["shell_after_both"];
+    assert_eq!(after["result"]["output"], "after\n", "{after}");
+    assert_eq!(
+        after["result"]["command_id"],
+        ran_id + 1,
+        "the refused one never ran: {after}"
+    );
     // `search`: the line found, numbered as grep numbers the log, in the
     // words and in structuredContent; a bad time refused by name.
     let search = &seen["search"];

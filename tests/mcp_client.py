@@ -63,6 +63,18 @@ async def main(procd: str, home: str) -> None:
             out["shell_answer"] = await call("write", {"session_id": asked.get("shell_id", ""), "text": "yes", "yield_ms": 0})
             out["shell_waited"] = await call("shell", {"command_id": asked.get("command_id", 0), "yield_ms": 10000})
             out["shell_next"] = await call("shell", {"command": "echo next"})
+            # Two commands at once (parallel tool calls), each waiting for
+            # input: one runs, the other is refused at once, never queued
+            # behind a command that may not end (that call would hang).
+            both = await asyncio.wait_for(asyncio.gather(
+                call("shell", {"command": "read a; echo a $a", "yield_ms": 3000}),
+                call("shell", {"command": "read b; echo b $b", "yield_ms": 3000}),
+            ), 60)
+            out["shell_both"] = list(both)
+            ran = next((r["result"] for r in both if not r["is_error"]), None) or {}
+            out["shell_both_answer"] = await call("write", {"session_id": ran.get("shell_id", ""), "text": "x", "yield_ms": 0})
+            out["shell_both_waited"] = await call("shell", {"command_id": ran.get("command_id", 0), "yield_ms": 10000})
+            out["shell_after_both"] = await call("shell", {"command": "echo after"})
             # Who listens on a port: this client's own listener.
             listener = socket.socket()
             listener.bind(("127.0.0.1", 0))

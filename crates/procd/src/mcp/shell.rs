@@ -41,6 +41,10 @@ impl ProcdMcp {
             // end, and the call would then never be answered.
             (Some(_), None, false, Some(n)) => return Ok(failed(busy(&shell_id, n))),
             (Some(command), None, false, None) => {
+                // Nor behind one another call is sending (parallel calls).
+                let Some(_sending) = Sending::claim(&self.shell_sending) else {
+                    return Ok(failed(SENDING.into()));
+                };
                 let timeout = p.timeout_s.map(TimeoutS::new);
                 let wait = YieldMs::new(p.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
                 client.shell_run(shell_id, command.clone(), Some(wait), timeout, budget, None).await
@@ -101,6 +105,27 @@ impl ProcdMcp {
             .await?;
         *shell = Some(opened.shell_id.clone());
         Ok((opened.shell_id, None))
+    }
+}
+
+/// What a command sent while another call's command is on its way is told.
+const SENDING: &str = "Not run: another `shell` call's command is on its way to your shell, and one command runs at a time. Send this command again once that call has answered.";
+
+/// A `shell` call's command on its way (`ProcdMcp::shell_sending`), for
+/// as long as this lives: until its call is answered or dropped.
+struct Sending(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Sending {
+    fn claim(flag: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> Option<Sending> {
+        use std::sync::atomic::Ordering;
+        let claimed = flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire);
+        claimed.ok().map(|_| Sending(flag.clone()))
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
