@@ -3,8 +3,8 @@
 over 800 lines and functions over 80 lines in crates/*/src (tests and the
 bench excluded), as `scripts/house-counts.py [--list]` prints them; and
 the synchronisation primitives in a session's shared part (the fields of
-`Session`, and of the `Restarts` its runs share, whose type is a lock, a
-channel's sender, an atomic, a once-cell or a `Notify`), and the files
+`Session`, and of its `Restarts`, whose type is a lock, a channel's
+sender, an atomic, a once-cell or a `Notify`), and the files
 that change a session's state (through its lock or its view); and the places a
 session's code (session.rs, session/) calls into the registry: a closure
 it was handed (a field or parameter of an `Fn` type) or a name of the

@@ -689,19 +689,17 @@ impl Recorded for Registry {
 
 /// What of a session's checkpoint record can change while it lives: its
 /// record is made again when this differs (`RecordCache`). The rest comes
-/// from its spec, its start and its id, fixed. A restart's runs share
-/// their policy's state, which the session's version does not cover.
+/// from its spec and its id, fixed. Its view's version moves with every
+/// change of the rest, its run and where its runs stand included.
 #[derive(PartialEq)]
 pub(super) struct Moving {
     version: u64,
-    restart: Option<crate::persist::checkpoint::RestartRecord>,
 }
 
 impl Moving {
     fn of(s: &Session) -> Moving {
         Moving {
             version: s.record_version(),
-            restart: s.restarts.as_deref().map(|r| restart_record(s, r)),
         }
     }
 }

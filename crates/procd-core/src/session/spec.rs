@@ -1,5 +1,5 @@
 //! What a session was asked for (fixed for its life), its launch as the
-//! keeper keeps it, and what a restarting session's runs share.
+//! keeper keeps it, and how a restarting session starts its runs.
 
 use super::ExitRecord;
 use procd_proto::StdinMode;
