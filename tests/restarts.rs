@@ -274,8 +274,6 @@ fn a_backoff_goes_on_across_a_daemon_sigkill() {
     assert!(session_pids(&id).is_empty());
 }
 
-/// A session whose run 1 fails at once and whose run 2 is due in 3 s,
-/// once procs.json holds that backoff; with the dir its runs count in.
 /// Each run is ready on its own (docs/stacks.md): the next run's ready
 /// condition is matched against what that run writes, never the line
 /// the run before wrote to the same log. Run 1 says "up" and fails; run
@@ -289,26 +287,8 @@ fn each_run_is_ready_on_its_own_output() {
         "ready": {"output": "^up$", "timeout_s": 1},
         "restart": {"policy": "on-failure", "backoff_s": 0.1},
     }));
-    // The readiness events after the restart, in the order queued.
-    let mut after_restart: Vec<Value> = Vec::new();
-    let mut restarted = false;
-    wait_until("run 2's readiness is decided", || {
-        let events = d.ok("drain_notifications", json!({}))["events"].clone();
-        for e in events.as_array().into_iter().flatten() {
-            match (e["session_id"] == id, e["type"].as_str()) {
-                (true, Some("restarted")) => restarted = true,
-                (true, Some("ready" | "ready_timeout")) if restarted => {
-                    after_restart.push(e.clone())
-                }
-                _ => {}
-            }
-        }
-        !after_restart.is_empty()
-    });
-    assert_eq!(
-        after_restart[0]["type"], "ready_timeout",
-        "{after_restart:?}"
-    );
+    let decided = readiness_after_restart(&d, &id);
+    assert_eq!(decided["type"], "ready_timeout", "{decided}");
     let poll = d.ok("poll", json!({"session_id": id}));
     assert_eq!(
         (poll["ready"].clone(), poll["restarts"].clone()),
@@ -318,6 +298,49 @@ fn each_run_is_ready_on_its_own_output() {
     d.ok("kill", json!({"session_id": id}));
 }
 
+/// The same across a daemon SIGKILL in run 2: the next daemon, taking
+/// the run over before it is ready, matches only what run 2 wrote (where
+/// it began in the log is in procs.json), not run 1's "up".
+#[test]
+fn a_run_taken_over_is_ready_on_its_own_output() {
+    let d = Daemon::start();
+    let dir = tempfile::tempdir().expect("dir");
+    let id = d.spawn_with(json!({
+        "command": counting(dir.path(), "if [ $n = 1 ]; then echo up; exit 1; fi; exec sleep 300"),
+        "ready": {"output": "^up$", "timeout_s": 5},
+        "restart": {"policy": "on-failure", "backoff_s": 0.1},
+    }));
+    // (Not "run 2 starts in", procd's line before it: run 2 is running.)
+    d.read_until(&id, "run 2 \n");
+    d.kill_daemon();
+    let decided = readiness_after_restart(&d, &id);
+    assert_eq!(decided["type"], "ready_timeout", "{decided}");
+    d.ok("kill", json!({"session_id": id}));
+}
+
+/// The first `ready` or `ready_timeout` event of session `id` queued
+/// after its `restarted` event (drained until there is one).
+fn readiness_after_restart(d: &Daemon, id: &str) -> Value {
+    let mut restarted = false;
+    let mut decided = Value::Null;
+    wait_until("the next run's readiness is decided", || {
+        let events = d.ok("drain_notifications", json!({}))["events"].clone();
+        for e in events.as_array().into_iter().flatten() {
+            match (e["session_id"] == id, e["type"].as_str()) {
+                (true, Some("restarted")) => restarted = true,
+                (true, Some("ready" | "ready_timeout")) if restarted && decided.is_null() => {
+                    decided = e.clone()
+                }
+                _ => {}
+            }
+        }
+        !decided.is_null()
+    });
+    decided
+}
+
+/// A session whose run 1 fails at once and whose run 2 is due in 3 s,
+/// once procs.json holds that backoff; with the dir its runs count in.
 fn failing_into_a_backoff(d: &Daemon) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().expect("dir");
     let id = d.spawn_with(json!({

@@ -164,6 +164,7 @@ impl Session {
             systemd_unit,
             cgroup,
             input,
+            output_from,
             output_probe,
             slot,
             restarts,
@@ -171,15 +172,8 @@ impl Session {
             ended,
             adopted,
         } = opening;
-        let run = Run::new(
-            identity,
-            started,
-            note,
-            systemd_unit,
-            cgroup,
-            input,
-            spec.pty,
-        );
+        let mut run = Run::new(identity, started, spec.pty, output_from);
+        (run.note, run.systemd_unit, run.cgroup, run.input) = (note, systemd_unit, cgroup, input);
         let view = SessionView {
             state: ended.map_or(SessionState::Running, SessionState::Exited),
             run: Arc::new(run),

@@ -154,6 +154,13 @@ impl Registry {
         };
         let keeper = self.keeper.clone()?;
         let output = self.reopen_log(e).await?;
+        // A run the checkpoint does not name yet had none of its output
+        // read (its supervisor starts after the record): it begins at
+        // the log's end.
+        let output_from = match unrecorded_run {
+            true => output.end(),
+            false => e.restart.as_ref().map_or(0, |r| r.output_from),
+        };
         let mut spec = recovered_spec(e);
         let launch = handed.launch.take();
         if handed.stdin.is_some() || handed.pty.is_some() {
@@ -184,6 +191,7 @@ impl Registry {
             systemd_unit: e.systemd_unit.clone(),
             cgroup: e.cgroup().map(Arc::new),
             input,
+            output_from,
             output_probe: probe,
             slot: Some(slot),
             restarts: self.recovered_restarts(e, launch),
@@ -192,26 +200,36 @@ impl Registry {
             adopted: None,
         });
         if let Some(check) = watch_ready {
-            // From the log's start (where a restarted run began is not kept).
-            tokio::spawn(self.watch_readiness(session.clone(), check, 0));
+            tokio::spawn(self.watch_readiness(session.clone(), check));
         }
         self.watch_oom(&session);
-        // In a backoff its last run is over (reaped by the daemon before):
-        // no exit will come for it, the next run is due instead.
+        self.go_on_handed(session, reader, unrecorded_run, &keeper);
+        Some(())
+    }
+
+    /// A handed-over session goes on: in a backoff its last run is over
+    /// (reaped by the daemon before) and no exit will come for it, so
+    /// its next run is due instead; else the run the keeper held is
+    /// supervised (announced first when the checkpoint did not name it).
+    fn go_on_handed(
+        &self,
+        session: Arc<session::Session>,
+        reader: OutputSource,
+        unrecorded_run: bool,
+        keeper: &procd_keeper::Link,
+    ) {
         if let Some(restarts) = session.restarts.clone() {
             if let Some(next) = session.next_run() {
                 drop(reader);
-                self.resume_backoff(session, &restarts, next);
-                return Some(());
+                return self.resume_backoff(session, &restarts, next);
             }
             if unrecorded_run {
-                tracing::info!(session = %session.id, pid = e.pid, "took back a run the checkpoint did not name yet");
+                tracing::info!(session = %session.id, pid = session.pid(), "took back a run the checkpoint did not name yet");
                 self.announce_restart(&session);
             }
         }
-        let exit_rx = keeper.exit_of(e.pid);
+        let exit_rx = keeper.exit_of(session.pid());
         self.supervise_in_background(session, reader, exit_rx, super::spawn::RunStart::TakenOver);
-        Some(())
     }
 }
 

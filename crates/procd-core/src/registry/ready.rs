@@ -24,15 +24,14 @@ fn probe_interval(age: Duration) -> Duration {
 
 impl Registry {
     /// The task that decides when `s`'s run (its run now) is ready
-    /// (spawned at each run's start), matching the output from `from` on
-    /// (where the run's output begins in the log). Ends when the run is
-    /// ready or over; past the timeout it reports `ready_timeout` once
-    /// and keeps checking, less often.
+    /// (spawned at each run's start), matching the run's own output
+    /// (`Run::output_from`). Ends when the run is ready or over; past
+    /// the timeout it reports `ready_timeout` once and keeps checking,
+    /// less often.
     pub(super) fn watch_readiness(
         &self,
         s: Arc<Session>,
         check: ReadyCheck,
-        from: u64,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (me, run) = (self.me.clone(), s.run());
         async move {
@@ -41,7 +40,7 @@ impl Registry {
             let mut port_met = check.port.is_none();
             let mut http_met = check.http.is_none();
             let mut lines = LineMatcher::default();
-            let mut cursor = from;
+            let mut cursor = run.output_from;
             let mut output_rx = s.output.subscribe();
             let mut state_rx = s.subscribe();
             let mut timed_out = false;

@@ -507,6 +507,7 @@ fn restart_record(
     let (count, last_exit) = s.run_history();
     crate::persist::checkpoint::RestartRecord {
         policy: r.plan.spec(),
+        output_from: s.run().output_from,
         run: count.run,
         streak: count.streak,
         last_exit: last_exit.as_deref().map(EndedExit::of),
@@ -543,6 +544,7 @@ pub(super) fn recovered_opening(
         systemd_unit: None,
         cgroup: None,
         input: None,
+        output_from: e.restart.as_ref().map_or(0, |r| r.output_from),
         output_probe: None,
         slot: None,
         restarts: None,

@@ -455,6 +455,7 @@ impl Registry {
             systemd_unit: run.unit,
             cgroup: run.cgroup,
             input: run.input,
+            output_from: 0,
             output_probe: run.output_probe,
             slot: Some(slot),
             restarts,
@@ -462,7 +463,7 @@ impl Registry {
             ended: None,
             adopted: None,
         });
-        self.watch_ready(&session, 0);
+        self.watch_ready(&session);
         (session, reader, exit_rx)
     }
 
@@ -479,34 +480,28 @@ impl Registry {
         slot: Option<crate::admission::slot::RunningSlot>,
     ) -> (OutputSource, ChildExitRx) {
         let (run, reader, exit_rx) = self.run_of(&session.spec, child);
+        // Its output begins where the log ends now: its supervisor, which
+        // stores it, starts after this.
+        let mut next_run = session::Run::new(run.identity, run.started, pty, session.output.end());
+        (next_run.systemd_unit, next_run.cgroup) = (run.unit, run.cgroup);
+        next_run.input = run.input;
         let next = session::NextRunParts {
-            run: session::Run::new(
-                run.identity,
-                run.started,
-                None,
-                run.unit,
-                run.cgroup,
-                run.input,
-                pty,
-            ),
-            stdin: run.stdin,
+            run: next_run,
             count,
+            stdin: run.stdin,
             output_probe: run.output_probe,
             slot,
             readiness: first_readiness(&session.spec),
         };
         self.table().begin_run(session, next);
-        // Its output begins where the log ends now: its supervisor, which
-        // stores it, starts after this.
-        self.watch_ready(session, session.output.end());
+        self.watch_ready(session);
         (reader, exit_rx)
     }
 
-    /// Watches the ready condition of `session`'s run, if it has one,
-    /// in its output from `from` on.
-    fn watch_ready(&self, session: &Arc<Session>, from: u64) {
+    /// Watches the ready condition of `session`'s run, if it has one.
+    fn watch_ready(&self, session: &Arc<Session>) {
         if let Some(check) = session.spec.ready.clone() {
-            tokio::spawn(self.watch_readiness(session.clone(), check, from));
+            tokio::spawn(self.watch_readiness(session.clone(), check));
         }
     }
 

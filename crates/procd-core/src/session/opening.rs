@@ -54,6 +54,8 @@ pub struct Opening {
     pub systemd_unit: Option<String>,
     pub cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
     pub input: Option<crate::observation::observe::InputId>,
+    /// Where its run's output begins in its log (`Run::output_from`).
+    pub output_from: u64,
     /// A duplicate of where its output is read from, to tell unread
     /// output from quiet (`Core::output_probe`).
     pub output_probe: Option<std::os::fd::OwnedFd>,

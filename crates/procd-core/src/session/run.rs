@@ -30,27 +30,26 @@ pub struct Run {
     /// Whether it runs on a terminal: as asked, unless no PTY could be
     /// had and it fell back to pipes.
     pub pty: bool,
+    /// Where its output begins in the session's log (after the runs
+    /// before it): what its ready condition is matched from.
+    pub output_from: u64,
 }
 
 impl Run {
-    pub fn new(
-        identity: ProcessIdentity,
-        started: Started,
-        note: Option<String>,
-        systemd_unit: Option<String>,
-        cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
-        input: Option<crate::observation::observe::InputId>,
-        pty: bool,
-    ) -> Run {
+    /// A run of `identity` started at `started`, on a terminal or not,
+    /// its output from `output_from` on; uncontained, with no input and
+    /// no note until its maker sets them.
+    pub fn new(identity: ProcessIdentity, started: Started, pty: bool, output_from: u64) -> Run {
         Run {
             identity,
             started,
             started_at_text: crate::clock::rfc3339(started.wall),
-            note,
-            systemd_unit,
-            cgroup,
-            input,
+            note: None,
+            systemd_unit: None,
+            cgroup: None,
+            input: None,
             pty,
+            output_from,
         }
     }
 
