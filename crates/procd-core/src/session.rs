@@ -110,7 +110,7 @@ pub struct SessionView {
 
 impl SessionView {
     /// Whether `run` is its run, and running.
-    pub fn runs(&self, run: &Arc<Run>) -> bool {
+    pub fn is_current_run(&self, run: &Arc<Run>) -> bool {
         Arc::ptr_eq(&self.run, run) && matches!(self.state, SessionState::Running)
     }
 }
@@ -302,8 +302,8 @@ impl Session {
     /// Whether `run` is still its run, and running: what a task that
     /// serves one run (readiness, the OOM watch, a file watch) goes on
     /// while.
-    pub fn runs(&self, run: &Arc<Run>) -> bool {
-        self.view.borrow().runs(run)
+    pub fn is_current_run(&self, run: &Arc<Run>) -> bool {
+        self.view.borrow().is_current_run(run)
     }
 
     /// What identifies this session's processes for the kill code.
@@ -541,7 +541,7 @@ impl Session {
         now: crate::observation::readiness::Readiness,
     ) -> bool {
         self.view.send_if_modified(|view| {
-            let ours = view.runs(run);
+            let ours = view.is_current_run(run);
             if ours {
                 view.readiness = now;
                 view.record_version += 1;

@@ -85,7 +85,7 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
         // and costs no walk; the walk finds what changed meanwhile.
         tokio::select! {
             _ = tokio::time::sleep(WATCH_AFTER) => {}
-            _ = state.wait_for(|v| !v.runs(&run)) => return,
+            _ = state.wait_for(|v| !v.is_current_run(&run)) => return,
         }
         let Some(_place) = places.try_take(MAX_WATCHED_SESSIONS) else {
             tracing::info!(session = %id, "not watched for staleness: {MAX_WATCHED_SESSIONS} sessions are");
@@ -114,18 +114,20 @@ pub fn watch(session: &Arc<Session>, places: &crate::admission::slot::Slots) {
             Ok(tree) => tree,
             Err(e) => return said(&id, &e),
         };
-        if let (false, Some(session)) = (before.is_empty(), weak.upgrade().filter(|s| s.runs(&run)))
-        {
+        if let (false, Some(session)) = (
+            before.is_empty(),
+            weak.upgrade().filter(|s| s.is_current_run(&run)),
+        ) {
             session.mark_stale(before);
         }
         loop {
             tokio::select! {
-                changed = tree.changed() => match (changed, weak.upgrade().filter(|s| s.runs(&run))) {
+                changed = tree.changed() => match (changed, weak.upgrade().filter(|s| s.is_current_run(&run))) {
                     (Ok(changed), Some(session)) => session.mark_stale(changed),
                     (Err(e), _) => return said(&id, &e),
                     (_, None) => return,
                 },
-                _ = state.wait_for(|v| !v.runs(&run)) => return,
+                _ = state.wait_for(|v| !v.is_current_run(&run)) => return,
             }
         }
     };

@@ -124,7 +124,7 @@ impl Registry {
                     signalled = watch.signalled() => if signalled.is_err() {
                         return;
                     },
-                    _ = state.wait_for(|v| !v.runs(&run)) => return,
+                    _ = state.wait_for(|v| !v.is_current_run(&run)) => return,
                 }
                 // v1 signals when the OOM begins and counts the kill a
                 // moment later, with no second signal: look a few times.

@@ -67,7 +67,7 @@ impl Registry {
 
 /// Until `run` is no longer the session's run, running.
 async fn ended(view: &mut tokio::sync::watch::Receiver<SessionView>, run: &Arc<Run>) {
-    let _ = view.wait_for(|v| !v.runs(run)).await;
+    let _ = view.wait_for(|v| !v.is_current_run(run)).await;
 }
 
 /// Walks the trees (files modified since `started` count as a first
@@ -185,7 +185,7 @@ async fn act(
     let (Some(registry), Some(run)) = (registry.upgrade(), session.upgrade()) else {
         return false;
     };
-    if !run.runs(this_run) {
+    if !run.is_current_run(this_run) {
         return false;
     }
     let shown = files.join(", ");
@@ -195,7 +195,7 @@ async fn act(
                 return true; // the old run goes on; the next change tries again
             }
             // (Killed while it rebuilt: nothing to restart.)
-            if run.runs(this_run) {
+            if run.is_current_run(this_run) {
                 restart(&registry, &run, this_run, files).await;
             }
             false
@@ -237,7 +237,7 @@ async fn restart(
     let signalled = {
         // Ended meanwhile (its next run due, or started): its tree may
         // be the next run's.
-        let over = || run.is_restarting() || !run.runs(this_run);
+        let over = || run.is_restarting() || !run.is_current_run(this_run);
         let Some(_signal) = run.signal_for_change(over).await else {
             return;
         };

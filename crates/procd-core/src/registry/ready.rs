@@ -46,7 +46,7 @@ impl Registry {
             let mut timed_out = false;
             let mut next_probe = tokio::time::Instant::now();
             loop {
-                if !s.runs(&run) {
+                if !s.is_current_run(&run) {
                     return;
                 }
                 let mut partial_in = None;
@@ -82,7 +82,7 @@ impl Registry {
                     next_probe = tokio::time::Instant::now()
                         + probe_interval(run.started_instant().elapsed());
                 }
-                if output_met && port_met && http_met && s.runs(&run) {
+                if output_met && port_met && http_met && s.is_current_run(&run) {
                     reg.became_ready(&s, &run, ports);
                     return;
                 }
