@@ -147,12 +147,8 @@ pub struct RestartRecord {
     pub next_run: Option<NextRunRecord>,
     /// Where the run's output begins in the log (0, the log's start, in
     /// a record that does not say).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "procd_proto::is_zero")]
     pub output_from: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// A restarting session's next run, as a checkpoint keeps it.

@@ -657,7 +657,8 @@ pub enum OutputItem {
     },
 }
 
-fn is_zero(n: &u64) -> bool {
+/// For `skip_serializing_if`: a count that is 0 is left out.
+pub fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 

@@ -67,10 +67,10 @@ pub struct ProcdMcp {
     local: bool,
     /// The agent's shell (`shell.rs`), opened on first use.
     shell: Arc<tokio::sync::Mutex<Option<String>>>,
-    /// Set while a `shell` call's command is on its way (its `shell_run`
-    /// unanswered): the shell lists it only once it starts, and a second
-    /// call must not queue behind it (`shell.rs`).
-    shell_sending: Arc<std::sync::atomic::AtomicBool>,
+    /// The one place for a `shell` call's command on its way (its
+    /// `shell_run` unanswered): the shell lists it only once it starts,
+    /// and a second call must not queue behind it (`shell.rs`).
+    shell_sending: procd_core::admission::slot::Slots,
     /// `tools.rs`'s tools and `shell.rs`'s, served by `#[tool_handler]`.
     tool_router: ToolRouter<Self>,
 }
@@ -103,7 +103,7 @@ impl ProcdMcp {
             channel: options.channel,
             progress_every: options.progress_every,
             shell: Arc::new(tokio::sync::Mutex::new(None)),
-            shell_sending: Arc::default(),
+            shell_sending: Default::default(),
             tool_router: Self::tool_router() + Self::shell_router(),
         })
     }

@@ -42,7 +42,7 @@ impl ProcdMcp {
             (Some(_), None, false, Some(n)) => return Ok(failed(busy(&shell_id, n))),
             (Some(command), None, false, None) => {
                 // Nor behind one another call is sending (parallel calls).
-                let Some(_sending) = Sending::claim(&self.shell_sending) else {
+                let Some(_sending) = self.shell_sending.try_take(1) else {
                     return Ok(failed(SENDING.into()));
                 };
                 let timeout = p.timeout_s.map(TimeoutS::new);
@@ -110,24 +110,6 @@ impl ProcdMcp {
 
 /// What a command sent while another call's command is on its way is told.
 const SENDING: &str = "Not run: another `shell` call's command is on its way to your shell, and one command runs at a time. Send this command again once that call has answered.";
-
-/// A `shell` call's command on its way (`ProcdMcp::shell_sending`), for
-/// as long as this lives: until its call is answered or dropped.
-struct Sending(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl Sending {
-    fn claim(flag: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> Option<Sending> {
-        use std::sync::atomic::Ordering;
-        let claimed = flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire);
-        claimed.ok().map(|_| Sending(flag.clone()))
-    }
-}
-
-impl Drop for Sending {
-    fn drop(&mut self) {
-        self.0.store(false, std::sync::atomic::Ordering::Release);
-    }
-}
 
 /// What a command sent while command `n` still runs is told.
 fn busy(shell_id: &str, n: u64) -> String {
