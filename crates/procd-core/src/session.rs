@@ -155,16 +155,10 @@ impl Session {
         let Opening {
             id,
             spec,
-            identity,
+            run,
             output,
             stdin,
-            started,
             origin,
-            note,
-            systemd_unit,
-            cgroup,
-            input,
-            output_from,
             output_probe,
             slot,
             restarts,
@@ -172,12 +166,11 @@ impl Session {
             ended,
             adopted,
         } = opening;
-        let mut run = Run::new(identity, started, spec.pty, output_from);
-        (run.note, run.systemd_unit, run.cgroup, run.input) = (note, systemd_unit, cgroup, input);
+        let (restarts, runs) = restarts.unzip();
         let view = SessionView {
             state: ended.map_or(SessionState::Running, SessionState::Exited),
             run: Arc::new(run),
-            runs: restarts.as_ref().map(|r| r.opened.clone()),
+            runs,
             readiness,
             asks: Asks {
                 watch_patterns: spec.watch_patterns.clone().into(),

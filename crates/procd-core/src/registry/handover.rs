@@ -18,7 +18,7 @@ use crate::observation::readiness::Readiness;
 use crate::output::source::OutputSource;
 use crate::output::store::OutputStore;
 use crate::persist::checkpoint::CheckpointEntry;
-use crate::session::{self, Opening, Origin, SessionSpec, Started, StdinSink};
+use crate::session::{self, Opening, Origin, Run, SessionSpec, Started, StdinSink};
 use procd_keeper::HandedSession;
 use procd_proto::StdinMode;
 use std::os::fd::OwnedFd;
@@ -179,19 +179,16 @@ impl Registry {
             StdinMode::Null => None,
         };
         let slot = self.recovered_slot(&spec);
+        let mut run = Run::new(e.root(), Started::at(e.started_at()), spec.pty, output_from);
+        (run.systemd_unit, run.cgroup, run.input) =
+            (e.systemd_unit.clone(), e.cgroup().map(Arc::new), input);
         let session = self.admit(Opening {
             id: e.session_id.clone(),
             spec,
-            identity: e.root(),
+            run,
             output: Arc::new(output),
             stdin: sink.map(stdin_writer),
-            started: Started::at(e.started_at()),
             origin: Origin::HandedOver,
-            note: None,
-            systemd_unit: e.systemd_unit.clone(),
-            cgroup: e.cgroup().map(Arc::new),
-            input,
-            output_from,
             output_probe: probe,
             slot: Some(slot),
             restarts: self.recovered_restarts(e, launch),

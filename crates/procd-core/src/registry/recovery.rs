@@ -6,7 +6,7 @@ use crate::identity::ProcessIdentity;
 use crate::observation::readiness::Readiness;
 use crate::output::store::OutputStore;
 use crate::persist::checkpoint::{Checkpoint, CheckpointEntry, EndedExit, Record, Recorded};
-use crate::session::{self, ExitRecord, Opening, Origin, Session, SessionSpec, Started};
+use crate::session::{self, ExitRecord, Opening, Origin, Run, Session, SessionSpec, Started};
 use crate::tree::kill;
 use crate::tree::scope::Scopes;
 use procd_proto::{CompletionReason, ProjectName, QueueName, SessionName, StdinMode};
@@ -369,16 +369,14 @@ impl Registry {
     /// It ends as that run did and says why (`resume_backoff`); false for
     /// an entry that is not in a backoff.
     async fn end_backoff(&self, e: &CheckpointEntry) -> bool {
-        let Some(restarts) = self.recovered_restarts(e, None) else {
+        let Some((restarts, runs)) = self.recovered_restarts(e, None) else {
             return false;
         };
-        let Some(next) = restarts.opened.next else {
+        let Some(next) = runs.next else {
             return false;
         };
-        let Some(session) = self
-            .listed_exited(e, None, Some(restarts.clone()), None)
-            .await
-        else {
+        let restarting = Some((restarts.clone(), runs));
+        let Some(session) = self.listed_exited(e, None, restarting, None).await else {
             return false;
         };
         self.resume_backoff(session, &restarts, next);
@@ -413,7 +411,7 @@ impl Registry {
         &self,
         e: &CheckpointEntry,
         note: Option<String>,
-        restarts: Option<Arc<crate::session::Restarts>>,
+        restarts: Option<(Arc<crate::session::Restarts>, crate::session::Runs)>,
         ended: Option<Arc<ExitRecord>>,
     ) -> Option<Arc<Session>> {
         if !e.has_session_id() || self.table().contains_key(&e.session_id) {
@@ -435,12 +433,13 @@ impl Registry {
         .ok()?;
         // Ended: no output comes (a restart's opens it again).
         output.close_log();
+        let mut opening = recovered_opening(e, e.root(), output);
+        opening.run.note = note;
         let session = self.admit(Opening {
-            note,
             restarts,
             ended,
             adopted: Some(Arc::new([])),
-            ..recovered_opening(e, e.root(), output)
+            ..opening
         });
         Some(session)
     }
@@ -476,12 +475,12 @@ impl Registry {
         .await
         .ok()?
         .ok()?;
-        let opening = recovered_opening(e, identity, output);
+        let mut opening = recovered_opening(e, identity, output);
         let slot = Some(self.recovered_slot(&opening.spec));
+        let run = &mut opening.run;
+        run.note = Some(RECOVERED_NOTE.to_string());
+        (run.systemd_unit, run.cgroup) = (e.systemd_unit.clone(), e.cgroup().map(Arc::new));
         let session = self.admit(Opening {
-            note: Some(RECOVERED_NOTE.to_string()),
-            systemd_unit: e.systemd_unit.clone(),
-            cgroup: e.cgroup().map(Arc::new),
             restarts: self.recovered_restarts(e, None),
             slot,
             ..opening
@@ -532,19 +531,15 @@ pub(super) fn recovered_opening(
     identity: ProcessIdentity,
     output: OutputStore,
 ) -> Opening {
+    let spec = recovered_spec(e);
+    let output_from = e.restart.as_ref().map_or(0, |r| r.output_from);
     Opening {
         id: e.session_id.clone(),
-        spec: recovered_spec(e),
-        identity,
+        run: Run::new(identity, Started::at(e.started_at()), spec.pty, output_from),
+        spec,
         output: Arc::new(output),
         stdin: None,
-        started: Started::at(e.started_at()),
         origin: Origin::Recovered,
-        note: None,
-        systemd_unit: None,
-        cgroup: None,
-        input: None,
-        output_from: e.restart.as_ref().map_or(0, |r| r.output_from),
         output_probe: None,
         slot: None,
         restarts: None,

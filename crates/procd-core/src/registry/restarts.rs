@@ -333,11 +333,7 @@ impl Registry {
             })?),
             None => None,
         };
-        Ok(Restarts::new(
-            plan,
-            Some((Arc::new(launch), memfd)),
-            Runs::default(),
-        ))
+        Ok(Restarts::new(plan, Some((Arc::new(launch), memfd))))
     }
 
     /// The restart state of a session a previous daemon started, from its
@@ -349,7 +345,7 @@ impl Registry {
         &self,
         e: &crate::persist::checkpoint::CheckpointEntry,
         memfd: Option<std::os::fd::OwnedFd>,
-    ) -> Option<Arc<Restarts>> {
+    ) -> Option<(Arc<Restarts>, Runs)> {
         let record = e.restart.as_ref()?;
         // A watch's session restarts on change with the policy "no".
         let plan = crate::stacks::restart::RestartPlan::new(&record.policy).or(e
@@ -382,7 +378,7 @@ impl Registry {
             }
         });
         let runs = Runs::recorded(count, last, next);
-        Some(Arc::new(Restarts::new(plan, launch, runs)))
+        Some((Arc::new(Restarts::new(plan, launch)), runs))
     }
 }
 

@@ -441,24 +441,19 @@ impl Registry {
         slot: crate::admission::slot::RunningSlot,
         restarts: Option<Arc<session::Restarts>>,
     ) -> (Arc<Session>, OutputSource, ChildExitRx) {
-        let (run, reader, exit_rx) = self.run_of(&spec, child);
+        // The first run's output begins the log.
+        let (child, reader, exit_rx) = self.run_of(&spec, child, spec.pty, 0);
         let readiness = first_readiness(&spec);
         let session = self.admit(session::Opening {
             id,
             spec,
-            identity: run.identity,
+            run: child.run,
             output,
-            stdin: run.stdin,
-            started: run.started,
+            stdin: child.stdin,
             origin: Origin::Spawned,
-            note: None,
-            systemd_unit: run.unit,
-            cgroup: run.cgroup,
-            input: run.input,
-            output_from: 0,
-            output_probe: run.output_probe,
+            output_probe: child.output_probe,
             slot: Some(slot),
-            restarts,
+            restarts: restarts.map(|r| (r, session::Runs::default())),
             readiness,
             ended: None,
             adopted: None,
@@ -479,17 +474,15 @@ impl Registry {
         pty: bool,
         slot: Option<crate::admission::slot::RunningSlot>,
     ) -> (OutputSource, ChildExitRx) {
-        let (run, reader, exit_rx) = self.run_of(&session.spec, child);
         // Its output begins where the log ends now: its supervisor, which
         // stores it, starts after this.
-        let mut next_run = session::Run::new(run.identity, run.started, pty, session.output.end());
-        (next_run.systemd_unit, next_run.cgroup) = (run.unit, run.cgroup);
-        next_run.input = run.input;
+        let from = session.output.end();
+        let (child, reader, exit_rx) = self.run_of(&session.spec, child, pty, from);
         let next = session::NextRunParts {
-            run: next_run,
+            run: child.run,
             count,
-            stdin: run.stdin,
-            output_probe: run.output_probe,
+            stdin: child.stdin,
+            output_probe: child.output_probe,
             slot,
             readiness: first_readiness(&session.spec),
         };
@@ -505,13 +498,16 @@ impl Registry {
         }
     }
 
-    /// What a child just started brings its session: its stdin writer,
-    /// what it reads input from and the probe for unread output; with
-    /// what its supervisor is to read and wait for.
+    /// What a child just started brings its session: its run (on a
+    /// terminal or not, its output from `output_from` on in the log), its
+    /// stdin writer and the probe for unread output; with what its
+    /// supervisor is to read and wait for.
     fn run_of(
         &self,
         spec: &SessionSpec,
         child: StartedChild,
+        pty: bool,
+        output_from: u64,
     ) -> (ChildRun, OutputSource, ChildExitRx) {
         let StartedChild {
             identity,
@@ -545,16 +541,14 @@ impl Registry {
                 crate::observation::observe::InputId::of_fd(&self.procfs, identity.pid, 0)
             }
         };
-        let run = ChildRun {
-            identity,
-            started,
-            unit,
-            cgroup,
-            input,
+        let mut run = session::Run::new(identity, started, pty, output_from);
+        (run.systemd_unit, run.cgroup, run.input) = (unit, cgroup, input);
+        let child = ChildRun {
+            run,
             stdin,
             output_probe,
         };
-        (run, reader, exit_rx)
+        (child, reader, exit_rx)
     }
 
     /// Acts on what a session's supervisor reports: a timeout ends its
@@ -666,11 +660,7 @@ type ChildExitRx = oneshot::Receiver<crate::tree::reaper::ChildExit>;
 
 /// A child just started, as its session takes it (`Registry::run_of`).
 struct ChildRun {
-    identity: crate::identity::ProcessIdentity,
-    started: session::Started,
-    unit: Option<String>,
-    cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
-    input: Option<crate::observation::observe::InputId>,
+    run: session::Run,
     stdin: Option<mpsc::Sender<session::StdinOp>>,
     output_probe: Option<std::os::fd::OwnedFd>,
 }

@@ -43,25 +43,21 @@ impl Started {
 pub struct Opening {
     pub id: String,
     pub spec: SessionSpec,
-    pub identity: ProcessIdentity,
+    /// Its first run here: the process and what is its own.
+    pub run: super::Run,
     pub output: Arc<OutputStore>,
     /// Its stdin writer's sender (None with `stdin: "null"`, or when
     /// nothing of its stdin could be taken over).
     pub stdin: Option<mpsc::Sender<StdinOp>>,
-    pub started: Started,
     pub origin: Origin,
-    pub note: Option<String>,
-    pub systemd_unit: Option<String>,
-    pub cgroup: Option<Arc<procd_sys::cgroup::SessionCgroup>>,
-    pub input: Option<crate::observation::observe::InputId>,
-    /// Where its run's output begins in its log (`Run::output_from`).
-    pub output_from: u64,
     /// A duplicate of where its output is read from, to tell unread
     /// output from quiet (`Core::output_probe`).
     pub output_probe: Option<std::os::fd::OwnedFd>,
     /// The `max_running` slot it holds while it runs.
     pub slot: Option<crate::admission::slot::RunningSlot>,
-    pub restarts: Option<Arc<Restarts>>,
+    /// Its restart policy, with where its runs stand: none yet for a new
+    /// session, what the checkpoint said for one taken over.
+    pub restarts: Option<(Arc<Restarts>, super::Runs)>,
     /// Where it starts against its ready condition.
     pub readiness: crate::observation::readiness::Readiness,
     /// How it ended, for one listed already ended (a previous daemon

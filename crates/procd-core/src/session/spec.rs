@@ -125,8 +125,8 @@ impl Launch {
 }
 
 /// How a restarting session starts its runs: the policy and the launch,
-/// fixed for its life, and where its runs stood when it was opened (the
-/// session's view carries them on from there, `Session::begin_run`).
+/// fixed for its life. Where its runs stand is in the session's view
+/// (`Runs`), which it is opened with (`Opening::restarts`).
 pub struct Restarts {
     pub plan: crate::stacks::restart::RestartPlan,
     /// None for a session a previous daemon started whose launch the
@@ -135,23 +135,18 @@ pub struct Restarts {
     /// The launch as a sealed memfd, for the keeper to hold with each run
     /// (made only when there is a keeper).
     pub launch_memfd: Option<std::os::fd::OwnedFd>,
-    /// Where its runs stood when it was opened: none yet for a new
-    /// session, what the checkpoint said for one taken over.
-    pub opened: Runs,
 }
 
 impl Restarts {
     pub fn new(
         plan: crate::stacks::restart::RestartPlan,
         launch: Option<(Arc<Launch>, Option<std::os::fd::OwnedFd>)>,
-        opened: Runs,
     ) -> Restarts {
         let (launch, launch_memfd) = launch.unzip();
         Restarts {
             plan,
             launch,
             launch_memfd: launch_memfd.flatten(),
-            opened,
         }
     }
 }
