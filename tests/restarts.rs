@@ -282,11 +282,7 @@ fn a_backoff_goes_on_across_a_daemon_sigkill() {
 fn each_run_is_ready_on_its_own_output() {
     let d = Daemon::start();
     let dir = tempfile::tempdir().expect("dir");
-    let id = d.spawn_with(json!({
-        "command": counting(dir.path(), "if [ $n = 1 ]; then echo up; exit 1; fi; exec sleep 300"),
-        "ready": {"output": "^up$", "timeout_s": 1},
-        "restart": {"policy": "on-failure", "backoff_s": 0.1},
-    }));
+    let id = up_once_then_silent(&d, dir.path(), 1);
     let decided = readiness_after_restart(&d, &id);
     assert_eq!(decided["type"], "ready_timeout", "{decided}");
     let poll = d.ok("poll", json!({"session_id": id}));
@@ -305,17 +301,23 @@ fn each_run_is_ready_on_its_own_output() {
 fn a_run_taken_over_is_ready_on_its_own_output() {
     let d = Daemon::start();
     let dir = tempfile::tempdir().expect("dir");
-    let id = d.spawn_with(json!({
-        "command": counting(dir.path(), "if [ $n = 1 ]; then echo up; exit 1; fi; exec sleep 300"),
-        "ready": {"output": "^up$", "timeout_s": 5},
-        "restart": {"policy": "on-failure", "backoff_s": 0.1},
-    }));
+    let id = up_once_then_silent(&d, dir.path(), 5);
     // (Not "run 2 starts in", procd's line before it: run 2 is running.)
     d.read_until(&id, "run 2 \n");
     d.kill_daemon();
     let decided = readiness_after_restart(&d, &id);
     assert_eq!(decided["type"], "ready_timeout", "{decided}");
     d.ok("kill", json!({"session_id": id}));
+}
+
+/// A session whose run 1 says "up" (its ready line) and fails, and whose
+/// run 2 never says it: its readiness can only time out (`timeout_s`).
+fn up_once_then_silent(d: &Daemon, dir: &std::path::Path, timeout_s: u32) -> String {
+    d.spawn_with(json!({
+        "command": counting(dir, "if [ $n = 1 ]; then echo up; exit 1; fi; exec sleep 300"),
+        "ready": {"output": "^up$", "timeout_s": timeout_s},
+        "restart": {"policy": "on-failure", "backoff_s": 0.1},
+    }))
 }
 
 /// The first `ready` or `ready_timeout` event of session `id` queued
